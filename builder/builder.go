@@ -1,0 +1,73 @@
+package builder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// Failure classes. Callers test them with errors.Is.
+var (
+	// ErrInfeasible: the proposal's fault (cannot be built, diverged, out of
+	// range). The caller records reward −c (METHOD.md §1 Reward 2) and must
+	// not retry.
+	ErrInfeasible = errors.New("builder: infeasible")
+	// ErrTransient: infrastructure failed (node lost, preempted, crashed
+	// runner); retrying may succeed.
+	ErrTransient = errors.New("builder: transient failure")
+	// ErrCancelled: the run was cancelled by the caller (context done).
+	ErrCancelled = errors.New("builder: cancelled")
+)
+
+// Job is a built, runnable experiment.
+type Job struct {
+	Task     records.Task
+	Proposal records.Proposal
+	Seed     uint64
+	// Spec is the builder's description of the run (for the lab: the
+	// training configuration), opaque to executors that only forward it.
+	Spec json.RawMessage
+	// Slots is how many device slots the job needs (e.g. GPUs); 0 means 1.
+	Slots int64
+}
+
+// Outcome is what a finished run measured.
+type Outcome struct {
+	Loss  float64 // measured validation loss ℓ
+	Gain  float64 // b_e − ℓ, against the reference with shared seeds when the executor can
+	Seeds []uint64
+	Cost  records.Cost
+	// Log is the tail of the run's log, for humans.
+	Log string
+	// Infeasible is the reason when the run was infeasible (then Execute also
+	// returns an error wrapping ErrInfeasible).
+	Infeasible string
+}
+
+// Record returns the real record of j's outcome.
+func (o Outcome) Record(j Job) records.Record {
+	return records.Record{
+		Task: j.Task, Proposal: j.Proposal, Gain: o.Gain, Loss: o.Loss,
+		Source: records.Real, Seeds: o.Seeds, Cost: o.Cost, Infeasible: o.Infeasible,
+	}
+}
+
+// Builder turns a proposal for a task into a job. A proposal that cannot be
+// built returns an error wrapping ErrInfeasible with the reason. Build is
+// safe for concurrent use.
+type Builder interface {
+	Build(ctx context.Context, t records.Task, p records.Proposal) (Job, error)
+}
+
+// Executor runs one built job to completion.
+//
+// A run that diverges or otherwise fails through the proposal's fault
+// returns its Outcome (Infeasible set, cost and log filled) together with an
+// error wrapping ErrInfeasible. Infrastructure failures wrap ErrTransient; a
+// run stopped because ctx was done wraps ErrCancelled and ctx.Err(). Execute
+// may be called concurrently.
+type Executor interface {
+	Execute(ctx context.Context, j Job) (Outcome, error)
+}

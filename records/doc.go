@@ -1,0 +1,12 @@
+// Package records holds the research vocabulary of lm2lm (METHOD.md §1
+// Vocabulary): tasks, proposals and their canonical keys, records of
+// experiments, research states, the Evidence type that admits only real
+// records as world-model context, the Store contract with an in-memory and a
+// durable file store, and the state pool used for synthetic state expansion
+// (METHOD.md §1 Synthetic state expansion).
+//
+// The vocabulary types are plain values. Validation is explicit: call
+// Validate before trusting a value that came from outside the process.
+// Stores do I/O and are safe for concurrent use; everything else in the
+// package is pure. The package imports the standard library only.
+package records

@@ -1,0 +1,97 @@
+package records
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Evidence is a set of real, executed records: the M that a world model reads
+// in its context (METHOD.md §1 Research World Model). It can only be built by
+// NewEvidence or Evidence.Add, which reject anything but Source Real, so
+// predicted or synthetic records can never be mistaken for evidence
+// (METHOD.md §1 Synthetic state expansion). The zero value is empty
+// evidence. Evidence is immutable: Add returns a new value.
+type Evidence struct {
+	rs []Record
+}
+
+// NewEvidence returns evidence holding rs, or an error wrapping
+// ErrNotEvidence for the first record that is not real, or ErrInvalid for the
+// first invalid one.
+func NewEvidence(rs ...Record) (Evidence, error) {
+	return Evidence{}.Add(rs...)
+}
+
+// RealOnly returns the real records of rs as evidence, dropping the rest.
+// It is the filter for mixed slices such as a state pool; invalid real
+// records are reported as errors.
+func RealOnly(rs []Record) (Evidence, error) {
+	var keep []Record
+	for _, r := range rs {
+		if r.Source == Real {
+			keep = append(keep, r)
+		}
+	}
+	return NewEvidence(keep...)
+}
+
+// Add returns evidence holding e's records followed by rs.
+func (e Evidence) Add(rs ...Record) (Evidence, error) {
+	for i, r := range rs {
+		if r.Source != Real {
+			return e, fmt.Errorf("%w: record %d (%s/%s) has source %q", ErrNotEvidence, i, r.Task.ID, r.Proposal.Key(), r.Source)
+		}
+		if err := r.Validate(); err != nil {
+			return e, fmt.Errorf("evidence record %d: %w", i, err)
+		}
+	}
+	out := make([]Record, 0, len(e.rs)+len(rs))
+	out = append(out, e.rs...)
+	out = append(out, rs...)
+	return Evidence{rs: out}, nil
+}
+
+// Len returns the number of records.
+func (e Evidence) Len() int { return len(e.rs) }
+
+// At returns the i-th record.
+func (e Evidence) At(i int) Record { return e.rs[i] }
+
+// Records returns a copy of the records in the order they were added.
+func (e Evidence) Records() []Record { return append([]Record(nil), e.rs...) }
+
+// Fingerprint returns a hex digest of the evidence that is independent of
+// the records' order and changes when any record's task, proposal key, gain,
+// loss, seeds or infeasibility changes. Wrappers use it as a cache key.
+func (e Evidence) Fingerprint() string {
+	lines := make([]string, len(e.rs))
+	var buf [8]byte
+	for i, r := range e.rs {
+		h := sha256.New()
+		h.Write([]byte(r.Task.ID))
+		h.Write([]byte{0})
+		h.Write([]byte(r.Proposal.Key()))
+		h.Write([]byte{0})
+		for _, v := range []float64{r.Gain, r.Loss, r.Task.RefLoss, r.Task.SeedNoise} {
+			binary.LittleEndian.PutUint64(buf[:], math.Float64bits(v))
+			h.Write(buf[:])
+		}
+		for _, s := range r.Seeds {
+			binary.LittleEndian.PutUint64(buf[:], s)
+			h.Write(buf[:])
+		}
+		h.Write([]byte{0})
+		h.Write([]byte(r.Infeasible))
+		lines[i] = string(h.Sum(nil))
+	}
+	sort.Strings(lines)
+	h := sha256.New()
+	for _, l := range lines {
+		h.Write([]byte(l))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}

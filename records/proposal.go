@@ -1,0 +1,101 @@
+package records
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// NoChange is the mechanism direction of a proposal that changes nothing
+// (METHOD.md §1 Reward 2: such a proposal earns the no-change reward).
+const NoChange = "none"
+
+// Proposal is a change to a training recipe: the a of METHOD.md §1
+// Vocabulary. Mechanism is the mechanism direction (the card it
+// instantiates, e.g. "lr-scale"); Params are its structured parameters by
+// name; Text is free text (a rationale or an LLM's wording) that never takes
+// part in the canonical key and must be treated as data, never as code.
+type Proposal struct {
+	Mechanism string            `json:"mechanism"`
+	Params    map[string]string `json:"params,omitempty"`
+	Text      string            `json:"text,omitempty"`
+}
+
+// IsNoChange reports whether p is the no-change proposal.
+func (p Proposal) IsNoChange() bool { return canonName(p.Mechanism) == NoChange }
+
+// Validate reports the first problem with p, wrapping ErrInvalid.
+func (p Proposal) Validate() error {
+	if strings.TrimSpace(p.Mechanism) == "" {
+		return fmt.Errorf("%w: proposal has an empty mechanism", ErrInvalid)
+	}
+	for k, v := range p.Params {
+		if strings.TrimSpace(k) == "" {
+			return fmt.Errorf("%w: proposal %s: empty parameter name", ErrInvalid, p.Mechanism)
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && !finite(f) {
+			return fmt.Errorf("%w: proposal %s: parameter %s = %q is not finite", ErrInvalid, p.Mechanism, k, v)
+		}
+	}
+	return nil
+}
+
+// Key returns the canonical key of p: equal for the same change however its
+// parameters are ordered or formatted, different for different changes. It
+// is used to detect duplicates within a group (METHOD.md §1 Reward 3) and to
+// skip runs that already have a result.
+//
+// Canonicalisation: the mechanism and parameter names are trimmed and
+// lower-cased; values that parse as numbers are written in the shortest
+// form that round-trips a float64 ("0.0010", "1e-3" and "+.001" are one
+// value); other values are trimmed and lower-cased with inner runs of
+// white space collapsed. Parameters are sorted by name. Text is ignored.
+// The result looks like "lr-scale{factor=2}" and is safe to print.
+func (p Proposal) Key() string {
+	var b strings.Builder
+	b.WriteString(canonName(p.Mechanism))
+	b.WriteByte('{')
+	names := make([]string, 0, len(p.Params))
+	vals := make(map[string]string, len(p.Params))
+	for k, v := range p.Params {
+		n := canonName(k)
+		names = append(names, n)
+		vals[n] = canonValue(v)
+	}
+	sort.Strings(names)
+	for i, n := range names {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(quoteKeyPart(n))
+		b.WriteByte('=')
+		b.WriteString(quoteKeyPart(vals[n]))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func canonName(s string) string {
+	return strings.ToLower(strings.Join(strings.Fields(s), " "))
+}
+
+func canonValue(v string) string {
+	t := strings.TrimSpace(v)
+	if f, err := strconv.ParseFloat(t, 64); err == nil {
+		if f == 0 {
+			f = 0 // fold -0 into 0
+		}
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return canonName(t)
+}
+
+// quoteKeyPart quotes a name or value that holds one of the key's
+// delimiters, so that distinct parameter sets never collide.
+func quoteKeyPart(s string) string {
+	if strings.ContainsAny(s, "{}=,\"") {
+		return strconv.Quote(s)
+	}
+	return s
+}

@@ -1,0 +1,145 @@
+package records
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Source says where a record's gain came from. Only Real records are
+// evidence for a world model (METHOD.md §1 Research World Model); Predicted
+// and Synthetic records may build histories (METHOD.md §1 Synthetic state
+// expansion) but never calibrate anything.
+type Source string
+
+const (
+	Real      Source = "real"      // executed for real and measured
+	Predicted Source = "predicted" // a world model's prediction
+	Synthetic Source = "synthetic" // a (state, proposal) pair added to the pool with its predicted gain
+)
+
+// Valid reports whether s is a known source.
+func (s Source) Valid() bool { return s == Real || s == Predicted || s == Synthetic }
+
+// Cost is what producing a record cost.
+type Cost struct {
+	DeviceSeconds float64 `json:"device_seconds,omitempty"` // e.g. GPU- or CPU-seconds summed over devices
+	WallSeconds   float64 `json:"wall_seconds,omitempty"`
+	FLOPs         float64 `json:"flops,omitempty"`
+	Money         float64 `json:"money,omitempty"` // in the caller's currency, when priced
+}
+
+// Record is one experiment (e, a, g) of METHOD.md §1 Vocabulary.
+//
+// Gain is b_e − ℓ in the task's metric units (positive = better than the
+// reference). Loss is the measured loss ℓ (for Predicted and Synthetic
+// records, the loss implied by the predicted gain). A run that could not be
+// built or executed is recorded with Infeasible set to the reason; its Gain
+// and Loss are then zero and carry no meaning.
+type Record struct {
+	Task       Task      `json:"task"`
+	Proposal   Proposal  `json:"proposal"`
+	Gain       float64   `json:"gain"`
+	Loss       float64   `json:"loss"`
+	Source     Source    `json:"source"`
+	Seeds      []uint64  `json:"seeds,omitempty"`
+	Cost       Cost      `json:"cost"`
+	Time       time.Time `json:"time"`
+	Infeasible string    `json:"infeasible,omitempty"`
+}
+
+// Validate reports the first problem with r, wrapping ErrInvalid.
+func (r Record) Validate() error {
+	if err := r.Task.Validate(); err != nil {
+		return err
+	}
+	if err := r.Proposal.Validate(); err != nil {
+		return fmt.Errorf("task %s: %w", r.Task.ID, err)
+	}
+	if !r.Source.Valid() {
+		return fmt.Errorf("%w: record %s/%s: unknown source %q", ErrInvalid, r.Task.ID, r.Proposal.Key(), r.Source)
+	}
+	for _, x := range []struct {
+		name string
+		v    float64
+	}{{"gain", r.Gain}, {"loss", r.Loss}, {"device seconds", r.Cost.DeviceSeconds},
+		{"wall seconds", r.Cost.WallSeconds}, {"FLOPs", r.Cost.FLOPs}, {"money", r.Cost.Money}} {
+		if !finite(x.v) {
+			return fmt.Errorf("%w: record %s/%s: %s %g is not finite", ErrInvalid, r.Task.ID, r.Proposal.Key(), x.name, x.v)
+		}
+	}
+	if r.Cost.DeviceSeconds < 0 || r.Cost.WallSeconds < 0 || r.Cost.FLOPs < 0 || r.Cost.Money < 0 {
+		return fmt.Errorf("%w: record %s/%s: negative cost", ErrInvalid, r.Task.ID, r.Proposal.Key())
+	}
+	return nil
+}
+
+// HasSeed reports whether seed is one of r's seeds.
+func (r Record) HasSeed(seed uint64) bool {
+	for _, s := range r.Seeds {
+		if s == seed {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxHistory is the longest history a research state may carry (METHOD.md §1
+// Vocabulary: 0–8 earlier proposals and outcomes).
+const MaxHistory = 8
+
+// State is a research state s = (e, h): a task and a history of at most
+// MaxHistory earlier records of that task, oldest first. History records may
+// be of any source; they describe what the researcher has seen, not
+// evidence for a world model.
+type State struct {
+	Task    Task     `json:"task"`
+	History []Record `json:"history,omitempty"`
+}
+
+// Validate reports the first problem with s, wrapping ErrInvalid.
+func (s State) Validate() error {
+	if err := s.Task.Validate(); err != nil {
+		return err
+	}
+	if len(s.History) > MaxHistory {
+		return fmt.Errorf("%w: state of task %s: %w: %d records, max %d", ErrInvalid, s.Task.ID, ErrHistoryTooBig, len(s.History), MaxHistory)
+	}
+	for i, r := range s.History {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("state of task %s: history[%d]: %w", s.Task.ID, i, err)
+		}
+		if r.Task.ID != s.Task.ID {
+			return fmt.Errorf("%w: state of task %s: history[%d] is of task %s", ErrInvalid, s.Task.ID, i, r.Task.ID)
+		}
+	}
+	return nil
+}
+
+// Filter selects records in Store.Scan. Zero fields match everything.
+type Filter struct {
+	TaskID string // only records of this task
+	Key    string // only records whose Proposal.Key() equals this
+	Source Source // only records of this source
+}
+
+// Match reports whether r passes f.
+func (f Filter) Match(r Record) bool {
+	return (f.TaskID == "" || r.Task.ID == f.TaskID) &&
+		(f.Source == "" || r.Source == f.Source) &&
+		(f.Key == "" || r.Proposal.Key() == f.Key)
+}
+
+// Store keeps records. A real record is the most expensive datum the library
+// holds, so a Store never loses one whose Append returned nil.
+//
+// Implementations are safe for concurrent use. Append validates every record
+// and stores all or none of them; it returns only once they are durable (for
+// a durable store). Scan returns the matching records in append order; the
+// caller owns the returned slice. Both return a wrapped ctx.Err() when ctx is
+// done before they start. A store that also implements io.Closer must be
+// closed by its owner; methods of a closed store return ErrClosed.
+type Store interface {
+	Append(ctx context.Context, rs ...Record) error
+	Scan(ctx context.Context, f Filter) ([]Record, error)
+}

@@ -1,0 +1,80 @@
+package records
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Sentinel errors of the package. Validation errors wrap ErrInvalid so that
+// callers can test for any validation failure with errors.Is.
+var (
+	ErrInvalid       = errors.New("records: invalid")
+	ErrNotFound      = errors.New("records: not found")
+	ErrClosed        = errors.New("records: store closed")
+	ErrLocked        = errors.New("records: store is locked by another process")
+	ErrCorrupt       = errors.New("records: corrupt store")
+	ErrNotEvidence   = errors.New("records: record is not real evidence")
+	ErrHistoryTooBig = errors.New("records: history longer than MaxHistory")
+)
+
+// Split says whether a task is used for training or held out for evaluation
+// (METHOD.md §1 Data and evaluation).
+type Split string
+
+const (
+	Train   Split = "train"
+	HeldOut Split = "held-out"
+)
+
+// Valid reports whether s is one of the known splits.
+func (s Split) Valid() bool { return s == Train || s == HeldOut }
+
+// Metric names the validation loss a task is measured in (METHOD.md §1
+// Vocabulary). Lower is better for every metric.
+type Metric string
+
+const (
+	// BitsPerByte is validation bits per byte, used by autoregressive families.
+	BitsPerByte Metric = "bits-per-byte"
+	// NatsPerToken is validation NLL in nats per (masked) token, used by
+	// diffusion families.
+	NatsPerToken Metric = "nats-per-token"
+)
+
+// Valid reports whether m is one of the known metrics.
+func (m Metric) Valid() bool { return m == BitsPerByte || m == NatsPerToken }
+
+// Task is one LM development environment with its reference configuration:
+// the e of METHOD.md §1 Vocabulary.
+type Task struct {
+	ID          string  `json:"id"`
+	Family      string  `json:"family"`      // model family, e.g. "ar-prose"; the unit of held-out generalisation
+	Split       Split   `json:"split"`       // Train or HeldOut
+	Metric      Metric  `json:"metric"`      // BitsPerByte or NatsPerToken
+	RefLoss     float64 `json:"ref_loss"`    // b_e: reference validation loss
+	SeedNoise   float64 `json:"seed_noise"`  // σ_e: std of the reference loss over seeds, > 0
+	Budget      int     `json:"budget"`      // training budget in the host's units (the lab: optimiser steps); 0 = unknown
+	Description string  `json:"description"` // free text for humans and LLM prompts
+}
+
+// Validate reports the first problem with t, wrapping ErrInvalid.
+func (t Task) Validate() error {
+	switch {
+	case t.ID == "":
+		return fmt.Errorf("%w: task has an empty ID", ErrInvalid)
+	case !t.Split.Valid():
+		return fmt.Errorf("%w: task %s: unknown split %q", ErrInvalid, t.ID, t.Split)
+	case !t.Metric.Valid():
+		return fmt.Errorf("%w: task %s: unknown metric %q", ErrInvalid, t.ID, t.Metric)
+	case !finite(t.RefLoss):
+		return fmt.Errorf("%w: task %s: reference loss %g is not finite", ErrInvalid, t.ID, t.RefLoss)
+	case !finite(t.SeedNoise) || t.SeedNoise <= 0:
+		return fmt.Errorf("%w: task %s: seed noise %g, want finite and > 0", ErrInvalid, t.ID, t.SeedNoise)
+	case t.Budget < 0:
+		return fmt.Errorf("%w: task %s: budget %d < 0", ErrInvalid, t.ID, t.Budget)
+	}
+	return nil
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
