@@ -25,10 +25,10 @@ const (
 
 // LossConfig parameterises the token-level clipped surrogate.
 type LossConfig struct {
-	EpsLow      float64 // ε_low; default 0.2 (METHOD.md §1 Policy optimisation)
-	EpsHigh     float64 // ε_high; default 0.28
-	DualClip    float64 // c of dual-clip PPO for negative advantages; 0 = off (library default)
-	Aggregation Aggregation
+	EpsLow      float64     // ε_low; default 0.2 (METHOD.md §1 Policy optimisation)
+	EpsHigh     float64     // ε_high; default 0.28
+	DualClip    float64     // c of dual-clip PPO for negative advantages (> 1); 0 = off (library default)
+	Aggregation Aggregation // default TokenMean (DAPO)
 }
 
 // DefaultLossConfig returns ε_low 0.2, ε_high 0.28, no dual clip, token-mean.

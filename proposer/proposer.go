@@ -61,3 +61,12 @@ type Trainable interface {
 	Update(ctx context.Context, batch []Item) (Stats, error)
 	Supervise(ctx context.Context, examples []Item) (Stats, error)
 }
+
+// Scorer is an optional ability of a Proposer, found by type assertion: it
+// returns the current policy's per-token log-probabilities of smp's tokens
+// for state s, at smp's temperature. After an Update the scores of a batch's
+// samples are its new log-probs; before it they equal the samples' LogProbs.
+// Score is safe for concurrent use with Propose and Score.
+type Scorer interface {
+	Score(ctx context.Context, s records.State, smp Sample) ([]float64, error)
+}

@@ -30,10 +30,15 @@ func (p Proposal) Validate() error {
 	if strings.TrimSpace(p.Mechanism) == "" {
 		return fmt.Errorf("%w: proposal has an empty mechanism", ErrInvalid)
 	}
+	seen := make(map[string]string, len(p.Params))
 	for k, v := range p.Params {
 		if strings.TrimSpace(k) == "" {
 			return fmt.Errorf("%w: proposal %s: empty parameter name", ErrInvalid, p.Mechanism)
 		}
+		if other, dup := seen[canonName(k)]; dup {
+			return fmt.Errorf("%w: proposal %s: parameter names %q and %q are the same name", ErrInvalid, p.Mechanism, other, k)
+		}
+		seen[canonName(k)] = k
 		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && !finite(f) {
 			return fmt.Errorf("%w: proposal %s: parameter %s = %q is not finite", ErrInvalid, p.Mechanism, k, v)
 		}
@@ -50,27 +55,34 @@ func (p Proposal) Validate() error {
 // lower-cased; values that parse as numbers are written in the shortest
 // form that round-trips a float64 ("0.0010", "1e-3" and "+.001" are one
 // value); other values are trimmed and lower-cased with inner runs of
-// white space collapsed. Parameters are sorted by name. Text is ignored.
-// The result looks like "lr-scale{factor=2}" and is safe to print.
+// white space collapsed. Parameters are sorted by name. A mechanism, name
+// or value that contains one of the delimiters {}=," is written as a Go
+// quoted string, so the key parses back unambiguously and distinct changes
+// never share a key. Text is ignored. The result looks like
+// "lr-scale{factor=2}" and is safe to print.
 func (p Proposal) Key() string {
 	var b strings.Builder
-	b.WriteString(canonName(p.Mechanism))
+	b.WriteString(quoteKeyPart(canonName(p.Mechanism)))
 	b.WriteByte('{')
-	names := make([]string, 0, len(p.Params))
-	vals := make(map[string]string, len(p.Params))
+	// Sorting pairs (not names) keeps the key deterministic even for an
+	// invalid proposal whose names collide after canonicalisation.
+	pairs := make([][2]string, 0, len(p.Params))
 	for k, v := range p.Params {
-		n := canonName(k)
-		names = append(names, n)
-		vals[n] = canonValue(v)
+		pairs = append(pairs, [2]string{quoteKeyPart(canonName(k)), quoteKeyPart(canonValue(v))})
 	}
-	sort.Strings(names)
-	for i, n := range names {
+	sort.Slice(pairs, func(i, j int) bool {
+		if pairs[i][0] != pairs[j][0] {
+			return pairs[i][0] < pairs[j][0]
+		}
+		return pairs[i][1] < pairs[j][1]
+	})
+	for i, kv := range pairs {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(quoteKeyPart(n))
+		b.WriteString(kv[0])
 		b.WriteByte('=')
-		b.WriteString(quoteKeyPart(vals[n]))
+		b.WriteString(kv[1])
 	}
 	b.WriteByte('}')
 	return b.String()

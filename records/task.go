@@ -13,6 +13,7 @@ var (
 	ErrNotFound      = errors.New("records: not found")
 	ErrClosed        = errors.New("records: store closed")
 	ErrLocked        = errors.New("records: store is locked by another process")
+	ErrReadOnly      = errors.New("records: store is open read-only")
 	ErrCorrupt       = errors.New("records: corrupt store")
 	ErrNotEvidence   = errors.New("records: record is not real evidence")
 	ErrHistoryTooBig = errors.New("records: history longer than MaxHistory")

@@ -43,6 +43,11 @@ type Prediction struct {
 	Valid bool
 	// Reason is a short human-readable justification.
 	Reason string
+	// Usage is what producing this prediction cost a metered backend
+	// (tokens), or marks it as served from a cache. Backends that do not
+	// meter leave it zero. Ledger sums it; equality of predictions should
+	// ignore it.
+	Usage Usage
 }
 
 // Validate reports whether p is internally consistent: finite numbers and,

@@ -1,0 +1,130 @@
+package builder_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/builder/buildertest"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+func TestParseResult(t *testing.T) {
+	f := func(x float64) *float64 { return &x }
+	for _, c := range []struct {
+		name, in string
+		want     builder.Result
+		bad      bool
+	}{
+		{"loss", `{"loss": 1.25}`, builder.Result{Loss: f(1.25)}, false},
+		{"all", `{"loss": 1, "gain": 0.5, "seeds": [1, 2], "cost": {"device_seconds": 2, "wall_seconds": 1, "money": 0.1}}`,
+			builder.Result{Loss: f(1), Gain: f(0.5), Seeds: []uint64{1, 2}, Cost: records.Cost{DeviceSeconds: 2, WallSeconds: 1, Money: 0.1}}, false},
+		{"infeasible", `{"infeasible": " diverged "}`, builder.Result{Infeasible: "diverged"}, false},
+		{"missing loss", `{"gain": 1}`, builder.Result{}, true},
+		{"NaN literal", `{"loss": NaN}`, builder.Result{}, true},
+		{"NaN string", `{"loss": "NaN"}`, builder.Result{}, true},
+		{"Inf", `{"loss": 1e999}`, builder.Result{}, true},
+		{"null loss", `{"loss": null}`, builder.Result{}, true},
+		{"unknown field", `{"loss": 1, "los": 2}`, builder.Result{}, true},
+		{"trailing", `{"loss": 1} {"loss": 2}`, builder.Result{}, true},
+		{"garbage", `loss=1`, builder.Result{}, true},
+		{"empty", ` `, builder.Result{}, true},
+		{"negative cost", `{"loss": 1, "cost": {"wall_seconds": -1}}`, builder.Result{}, true},
+		{"negative seed", `{"loss": 1, "seeds": [-1]}`, builder.Result{}, true},
+		{"array", `[1]`, builder.Result{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := builder.ParseResult([]byte(c.in))
+			if c.bad {
+				require.ErrorIs(t, err, builder.ErrBadResult)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, c.want, got)
+		})
+	}
+}
+
+func FuzzParseResult(f *testing.F) {
+	for _, s := range []string{`{"loss": 1.25}`, `{"infeasible": "x"}`, `{"loss": NaN}`, `{"loss": 1e308, "gain": -1e308}`,
+		`{"loss": 1, "seeds": [18446744073709551615], "cost": {"flops": 1e20}}`, `{"loss": 1}garbage`, `{}`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := builder.ParseResult(b)
+		if err != nil {
+			if !errors.Is(err, builder.ErrBadResult) {
+				t.Fatalf("error %v does not wrap ErrBadResult", err)
+			}
+			return
+		}
+		if r.Infeasible == "" && r.Loss == nil {
+			t.Fatal("accepted a feasible result without a loss")
+		}
+		for _, v := range []*float64{r.Loss, r.Gain, &r.Cost.DeviceSeconds, &r.Cost.WallSeconds, &r.Cost.FLOPs, &r.Cost.Money} {
+			if v != nil && (math.IsNaN(*v) || math.IsInf(*v, 0)) {
+				t.Fatalf("accepted non-finite %g", *v)
+			}
+		}
+		j := buildertest.Job(buildertest.Spec{})
+		o, err := r.Outcome(j, records.Cost{WallSeconds: 1}, "")
+		if r.Infeasible != "" {
+			if !errors.Is(err, builder.ErrInfeasible) || o.Infeasible == "" {
+				t.Fatalf("infeasible result gave %v, %q", err, o.Infeasible)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec := o.Record(j); rec.Validate() != nil {
+			t.Fatalf("record of an accepted result is invalid: %v", rec.Validate())
+		}
+	})
+}
+
+func TestResultOutcomeDefaults(t *testing.T) {
+	j := buildertest.Job(buildertest.Spec{})
+	j.Slots = 2
+	loss := 1.25
+	o, err := builder.Result{Loss: &loss}.Outcome(j, records.Cost{WallSeconds: 3}, "log")
+	require.NoError(t, err)
+	// METHOD.md §1 Vocabulary: g = b_e − ℓ = 1.5 − 1.25.
+	require.Equal(t, 0.25, o.Gain)
+	require.Equal(t, []uint64{j.Seed}, o.Seeds)
+	require.Equal(t, records.Cost{WallSeconds: 3, DeviceSeconds: 6}, o.Cost)
+	require.Equal(t, "log", o.Log)
+}
+
+func TestExitError(t *testing.T) {
+	for _, c := range []struct {
+		code  int
+		class error
+	}{{3, builder.ErrInfeasible}, {75, builder.ErrTransient}, {1, builder.ErrFailed}, {2, builder.ErrFailed}, {137, builder.ErrFailed}} {
+		e := builder.ExitError(c.code, "", "")
+		require.Equal(t, c.class, builder.Class(e), "exit %d", c.code)
+	}
+	require.Equal(t, "why", builder.ExitError(3, "why", "").Reason)
+}
+
+func TestClassAndDoneError(t *testing.T) {
+	require.Nil(t, builder.Class(nil))
+	require.Equal(t, builder.ErrFailed, builder.Class(errors.New("other")))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := builder.DoneError(ctx, "")
+	require.ErrorIs(t, err, builder.ErrCancelled)
+	require.ErrorIs(t, err, context.Canceled)
+	ctx, cancel = builder.WithTimeout(context.Background(), 0)
+	defer cancel()
+	<-ctx.Done()
+	err = builder.DoneError(ctx, "")
+	require.ErrorIs(t, err, builder.ErrInfeasible)
+	require.ErrorIs(t, err, builder.ErrTimedOut)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, builder.ErrInfeasible, builder.Class(err))
+}

@@ -1,0 +1,439 @@
+// Package oaichat is the transport shared by rwm/openai and proposer/openai:
+// one chat-completions call through the official OpenAI Go SDK with the
+// library's own retry policy (429 honouring Retry-After, 408/409/5xx,
+// per-attempt timeouts, connection errors, truncated or malformed bodies),
+// endpoint resolution from the environment, extraction of a JSON object from
+// free text, and fences for data in prompts.
+//
+// The SDK's built-in retries are switched off (option.WithMaxRetries(0)):
+// the library's loop sleeps through an injectable function, so tests run
+// fast and deterministic, and it tells a cancelled caller apart from a timed
+// out attempt. The package does network I/O; a Client is safe for concurrent
+// use.
+package oaichat
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+// Environment variables read when a setting is empty (explicit settings
+// always win; see Resolve).
+const (
+	EnvBaseURL = "OPENAI_BASE_URL"
+	EnvAPIKey  = "OPENAI_API_KEY"
+	EnvModel   = "LM2LM_MODEL"
+	// DefaultBaseURL is used when neither the settings nor OPENAI_BASE_URL
+	// name a server but an API key is known.
+	DefaultBaseURL = "https://api.openai.com/v1"
+)
+
+// Errors of the package.
+var (
+	// ErrTransient marks failures worth retrying; after the retries are
+	// exhausted the returned error still wraps it.
+	ErrTransient = errors.New("transient failure")
+	// ErrNotConfigured is returned when no server or no model is known.
+	ErrNotConfigured = errors.New("not configured")
+)
+
+// Settings configure a Client. The owning packages expose them as fields of
+// their Config with defaults and sources.
+type Settings struct {
+	BaseURL, APIKey, Model string
+	MaxRetries             int           // retries after the first attempt
+	Timeout                time.Duration // per attempt; 0 = none
+	BaseDelay              time.Duration // first backoff delay, doubled per retry
+	MaxDelay               time.Duration // cap of a backoff delay and of an honoured Retry-After
+	HTTPClient             *http.Client  // nil = the SDK's default client
+	// Sleep waits d or until ctx is done (nil = a timer). Tests inject a
+	// recorder.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Now is the clock used to read an HTTP-date Retry-After (nil =
+	// time.Now).
+	Now func() time.Time
+}
+
+// Resolve fills empty BaseURL, APIKey and Model from getenv (nil =
+// os.Getenv): an explicit setting wins over OPENAI_BASE_URL, OPENAI_API_KEY
+// and LM2LM_MODEL. With no base URL anywhere but an API key, BaseURL becomes
+// DefaultBaseURL. It returns an error wrapping ErrNotConfigured when there is
+// neither a base URL nor an API key, or no model.
+func Resolve(s Settings, getenv func(string) string) (Settings, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if s.BaseURL == "" {
+		s.BaseURL = strings.TrimSpace(getenv(EnvBaseURL))
+	}
+	if s.APIKey == "" {
+		s.APIKey = strings.TrimSpace(getenv(EnvAPIKey))
+	}
+	if s.Model == "" {
+		s.Model = strings.TrimSpace(getenv(EnvModel))
+	}
+	if s.BaseURL == "" {
+		if s.APIKey == "" {
+			return s, fmt.Errorf("%w: no server: set BaseURL or %s (or %s for %s)", ErrNotConfigured, EnvBaseURL, EnvAPIKey, DefaultBaseURL)
+		}
+		s.BaseURL = DefaultBaseURL
+	}
+	if s.Model == "" {
+		return s, fmt.Errorf("%w: no model: set Model or %s", ErrNotConfigured, EnvModel)
+	}
+	return s, nil
+}
+
+// Client performs chat-completions calls with retries.
+type Client struct {
+	s   Settings
+	sdk openai.Client
+
+	calls, attempts, promptTokens, completionTokens atomic.Int64
+}
+
+// New returns a client for resolved settings (see Resolve).
+func New(s Settings) *Client {
+	opts := []option.RequestOption{
+		option.WithBaseURL(s.BaseURL),
+		option.WithAPIKey(s.APIKey),
+		option.WithMaxRetries(0),
+	}
+	if s.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(s.HTTPClient))
+	}
+	if s.Sleep == nil {
+		s.Sleep = sleep
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	return &Client{s: s, sdk: openai.NewClient(opts...)}
+}
+
+// Model returns the model name the client sends.
+func (c *Client) Model() string { return c.s.Model }
+
+// BaseURL returns the server's base URL.
+func (c *Client) BaseURL() string { return c.s.BaseURL }
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Usage counts calls and tokens.
+type Usage struct {
+	Calls            int64 // successful completions
+	Attempts         int64 // HTTP attempts, including failed ones and retries
+	PromptTokens     int64
+	CompletionTokens int64
+}
+
+// Add returns u + v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{u.Calls + v.Calls, u.Attempts + v.Attempts, u.PromptTokens + v.PromptTokens, u.CompletionTokens + v.CompletionTokens}
+}
+
+// Total returns the cumulative usage of c.
+func (c *Client) Total() Usage {
+	return Usage{c.calls.Load(), c.attempts.Load(), c.promptTokens.Load(), c.completionTokens.Load()}
+}
+
+// AttemptError describes one failed attempt.
+type AttemptError struct {
+	Status     int           // HTTP status; 0 when none was received
+	RetryAfter time.Duration // the server's Retry-After; 0 when absent
+	Transient  bool
+	Err        error
+}
+
+func (e *AttemptError) Error() string {
+	var b strings.Builder
+	if e.Status != 0 {
+		fmt.Fprintf(&b, "status %d", e.Status)
+	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, " (retry after %v)", e.RetryAfter)
+	}
+	if e.Err != nil {
+		if b.Len() > 0 {
+			b.WriteString(": ")
+		}
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+func (e *AttemptError) Unwrap() []error {
+	if e.Transient {
+		return []error{e.Err, ErrTransient}
+	}
+	return []error{e.Err}
+}
+
+// Complete sends params (Model is set from the settings when empty) and
+// returns the completion and this call's usage. A failure worth retrying is
+// retried up to MaxRetries times, waiting max(Retry-After, backoff); when
+// the server asks for a wait longer than MaxDelay, or the retries run out,
+// the error wraps ErrTransient and the last *AttemptError. A cancelled ctx
+// returns ctx.Err() wrapped. Other failures (4xx but 408, 409 and 429) are
+// returned at once as *AttemptError without ErrTransient. A completion with
+// no choices counts as a malformed (transient) answer.
+func (c *Client) Complete(ctx context.Context, params openai.ChatCompletionNewParams) (*openai.ChatCompletion, Usage, error) {
+	if params.Model == "" {
+		params.Model = c.s.Model
+	}
+	var u Usage
+	var last *AttemptError
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, u, fmt.Errorf("cancelled: %w", err)
+		}
+		u.Attempts++
+		c.attempts.Add(1)
+		comp, aerr := c.once(ctx, params)
+		if aerr == nil {
+			cu := Usage{Calls: 1, PromptTokens: comp.Usage.PromptTokens, CompletionTokens: comp.Usage.CompletionTokens}
+			u = u.Add(cu)
+			c.calls.Add(1)
+			c.promptTokens.Add(cu.PromptTokens)
+			c.completionTokens.Add(cu.CompletionTokens)
+			return comp, u, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, u, fmt.Errorf("cancelled: %w", err)
+		}
+		last = aerr
+		if !aerr.Transient {
+			return nil, u, aerr
+		}
+		if attempt >= c.s.MaxRetries {
+			return nil, u, fmt.Errorf("%d attempts failed: %w", attempt+1, last)
+		}
+		if c.s.MaxDelay > 0 && aerr.RetryAfter > c.s.MaxDelay {
+			return nil, u, fmt.Errorf("server asks to wait %v, more than the %v allowed: %w", aerr.RetryAfter, c.s.MaxDelay, last)
+		}
+		delay := max(Backoff(c.s.BaseDelay, c.s.MaxDelay, attempt), aerr.RetryAfter)
+		if err := c.s.Sleep(ctx, delay); err != nil {
+			return nil, u, fmt.Errorf("cancelled while waiting to retry: %w", err)
+		}
+	}
+}
+
+// Backoff returns the wait before retry number attempt+1 (attempt counts
+// from 0): base·2^attempt, capped at maxDelay (when > 0). There is no
+// jitter, so a run is reproducible; a concurrency limit in front of the
+// model keeps retries from bunching.
+func Backoff(base, maxDelay time.Duration, attempt int) time.Duration {
+	d := float64(base) * math.Pow(2, float64(attempt))
+	if maxDelay > 0 && d > float64(maxDelay) {
+		return maxDelay
+	}
+	if d > float64(math.MaxInt64/2) {
+		return time.Duration(math.MaxInt64 / 2)
+	}
+	return time.Duration(d)
+}
+
+func (c *Client) once(ctx context.Context, params openai.ChatCompletionNewParams) (*openai.ChatCompletion, *AttemptError) {
+	actx := ctx
+	if c.s.Timeout > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, c.s.Timeout)
+		defer cancel()
+	}
+	var res *http.Response
+	comp, err := c.sdk.Chat.Completions.New(actx, params, option.WithResponseInto(&res))
+	if err == nil {
+		if comp == nil || len(comp.Choices) == 0 {
+			return nil, &AttemptError{Status: statusOf(res), Transient: true, Err: errors.New("malformed completion: no choices")}
+		}
+		return comp, nil
+	}
+	if ctx.Err() != nil {
+		return nil, &AttemptError{Err: ctx.Err()}
+	}
+	if actx.Err() != nil {
+		return nil, &AttemptError{Transient: true, Err: fmt.Errorf("attempt timed out after %v: %w", c.s.Timeout, actx.Err())}
+	}
+	status := statusOf(res)
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		status = apiErr.StatusCode
+		if res == nil {
+			res = apiErr.Response
+		}
+	}
+	ae := &AttemptError{Status: status, Err: err}
+	switch {
+	case status == 0:
+		ae.Transient = true // connection refused, reset, EOF
+	case status < 300:
+		ae.Transient = true // truncated or malformed body
+		ae.Err = fmt.Errorf("malformed response body: %w", err)
+	case status == http.StatusRequestTimeout || status == http.StatusConflict ||
+		status == http.StatusTooManyRequests || status >= 500:
+		ae.Transient = true
+		ae.RetryAfter = RetryAfter(res, c.s.Now())
+	}
+	return nil, ae
+}
+
+func statusOf(res *http.Response) int {
+	if res == nil {
+		return 0
+	}
+	return res.StatusCode
+}
+
+// RetryAfter reads Retry-After-Ms (milliseconds) or Retry-After (seconds or
+// an HTTP-date, relative to now) from res; 0 when absent, unparseable,
+// negative or in the past.
+func RetryAfter(res *http.Response, now time.Time) time.Duration {
+	if res == nil {
+		return 0
+	}
+	if v := strings.TrimSpace(res.Header.Get("Retry-After-Ms")); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 && f < 1e12 {
+			return time.Duration(f * float64(time.Millisecond))
+		}
+	}
+	v := strings.TrimSpace(res.Header.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		if f > 0 && f < 1e9 {
+			return time.Duration(f * float64(time.Second))
+		}
+		return 0
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// MaxJSONInput bounds the text FirstJSONObject scans.
+const MaxJSONInput = 1 << 20
+
+// FirstJSONObject returns the first balanced, valid JSON object in s (the
+// whole answer of a server in JSON mode, or an object inside prose or a
+// Markdown code fence). It scans at most MaxJSONInput bytes.
+func FirstJSONObject(s string) (string, bool) {
+	if len(s) > MaxJSONInput {
+		s = s[:MaxJSONInput]
+	}
+	for start := strings.IndexByte(s, '{'); start >= 0; {
+		if end, ok := balanced(s, start); ok {
+			cand := s[start:end]
+			if json.Valid([]byte(cand)) {
+				return cand, true
+			}
+		}
+		next := strings.IndexByte(s[start+1:], '{')
+		if next < 0 {
+			break
+		}
+		start += 1 + next
+	}
+	return "", false
+}
+
+// balanced returns the end (exclusive) of the brace group opening at s[i],
+// skipping braces inside JSON strings.
+func balanced(s string, i int) (int, bool) {
+	depth := 0
+	inStr, esc := false, false
+	for j := i; j < len(s); j++ {
+		ch := s[j]
+		if inStr {
+			switch {
+			case esc:
+				esc = false
+			case ch == '\\':
+				esc = true
+			case ch == '"':
+				inStr = false
+			}
+			continue
+		}
+		switch ch {
+		case '"':
+			inStr = true
+		case '{':
+			depth++
+		case '}':
+			depth--
+			if depth == 0 {
+				return j + 1, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// Fence returns a fence token for data: "DATA-" and 16 hex digits of the
+// SHA-256 of data (and a counter, in the impossible case that data already
+// holds the token). The token does not occur in data, so data placed between
+// "<<<token" and "token>>>" lines cannot close its fence: to do so it would
+// have to contain a prefix of its own hash.
+func Fence(data string) string {
+	for i := 0; ; i++ {
+		h := sha256.Sum256([]byte(fmt.Sprintf("%d\x00%s", i, data)))
+		tok := "DATA-" + hex.EncodeToString(h[:8])
+		if !strings.Contains(data, tok) {
+			return tok
+		}
+	}
+}
+
+// JSONData encodes v as JSON with HTML escaping, so that the text holds no
+// '<', '>' or '&' and no raw newlines inside strings: a fence made of angle
+// brackets cannot appear in it.
+func JSONData(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// Truncate shortens s to at most n bytes on a rune boundary, marking the cut
+// with "…".
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,26 @@
+// Package lab is the embedded LM development environment (METHOD.md §1
+// Vocabulary: tasks e, proposals a, gains g = b_e − ℓ, the Builder): real
+// tiny language models trained on CPU, so that gains are real, noisy,
+// sometimes negative, and sometimes the run fails.
+//
+// A task is a model family × corpus × reference configuration × step budget
+// (TaskSpec; DefaultTasks has 20 training and 4 held-out tasks over two
+// autoregressive families measured in bits per byte and two diffusion
+// families measured in nats per masked token; HoldOutFamily holds out a
+// whole family). The reference loss b_e and seed noise σ_e of a task come
+// from three seeded reference runs, trained once and cached in a
+// records.Store. Proposals are instances of the mechanism cards of package
+// cards (Catalogue, ParseProposal, Render, ApplyProposal); Lab implements
+// builder.Builder (a proposal becomes the JSON of a model.Config) and
+// builder.Executor (train, evaluate, gain against the reference run of the
+// same seed, CPU seconds and FLOPs as cost; divergence is infeasible).
+// Corpora live in package corpus and the training core in package model.
+//
+// I/O: loading corpora reads files under GOROOT (or the caller's file);
+// reference runs are read from and appended to the caller's store.
+// Concurrency: a Lab is safe for concurrent use; training happens on the
+// calling goroutine, except that Reference (and the methods that need it)
+// trains a task's missing reference seeds on up to Config.Parallel
+// goroutines that it waits for, and RunAll runs jobs on up to its parallel
+// argument's goroutines. Runs are parallel across runs, never within one.
+package lab

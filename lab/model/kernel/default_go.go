@@ -1,0 +1,5 @@
+//go:build !goexperiment.simd && !openblas
+
+package kernel
+
+func defaultImpl() impl { return goImpl{} }

@@ -1,0 +1,131 @@
+package kernel
+
+import "fmt"
+
+// impl is one backend's matrix multiplies. Each computes C (+)= op(A)·op(B)
+// for row-major matrices, adding into C when acc is true and overwriting it
+// otherwise.
+type impl interface {
+	name() string
+	// nn: C[m×n] (+)= A[m×k]·B[k×n].
+	nn(c, a, b []float32, m, k, n int, acc bool)
+	// tn: C[m×n] (+)= Aᵀ·B with A stored k×m.
+	tn(c, a, b []float32, m, k, n int, acc bool, scratch *[]float32)
+	// nt: C[m×n] (+)= A·Bᵀ with B stored n×k.
+	nt(c, a, b []float32, m, k, n int, acc bool, scratch *[]float32)
+	// element-wise kernels, see the Kernel methods of the same names.
+	tanh(dst, src []float32)
+	tanhBwd(d, a []float32)
+	expShift(z []float32, shift float32) float64
+	adam(p, g, m, v []float32, a, ivc2, b1, b2, eps float32)
+}
+
+// Kernel multiplies matrices with one backend and counts the floating-point
+// operations it performed. The zero value is not usable; call New or
+// Generic. A Kernel is not safe for concurrent use.
+type Kernel struct {
+	impl    impl
+	scratch []float32
+	flops   float64
+}
+
+// New returns a Kernel using the fastest backend compiled into this build
+// (see Default).
+func New() *Kernel { return &Kernel{impl: defaultImpl()} }
+
+// Generic returns a Kernel using the portable pure-Go backend, whatever the
+// build tags; tests compare the fast backends against it.
+func Generic() *Kernel { return &Kernel{impl: goImpl{}} }
+
+// Default names the backend New uses in this build and on this CPU:
+// "go", "simd" or "openblas".
+func Default() string { return defaultImpl().name() }
+
+// Name names k's backend.
+func (k *Kernel) Name() string { return k.impl.name() }
+
+// FLOPs returns the floating-point operations (2·m·k·n per multiply) done
+// by k so far.
+func (k *Kernel) FLOPs() float64 { return k.flops }
+
+func check(op string, c, a, b []float32, m, k, n int) {
+	if m < 0 || k < 0 || n < 0 || len(c) < m*n || len(a) < m*k || len(b) < k*n {
+		panic(fmt.Sprintf("kernel: %s: shape %d×%d·%d×%d with len(a)=%d len(b)=%d len(c)=%d",
+			op, m, k, k, n, len(a), len(b), len(c)))
+	}
+}
+
+// MulNN sets C (or adds to it when acc) to A·B, with A m×k, B k×n and C m×n,
+// all row-major. It panics when a slice is too short for its shape.
+func (k *Kernel) MulNN(c, a, b []float32, m, kk, n int, acc bool) {
+	check("MulNN", c, a, b, m, kk, n)
+	k.flops += 2 * float64(m) * float64(kk) * float64(n)
+	if m == 0 || n == 0 {
+		return
+	}
+	if kk == 0 {
+		if !acc {
+			clear(c[:m*n])
+		}
+		return
+	}
+	k.impl.nn(c[:m*n], a[:m*kk], b[:kk*n], m, kk, n, acc)
+}
+
+// MulTN sets C (or adds to it when acc) to Aᵀ·B, with A stored k×m, B k×n
+// and C m×n. It panics when a slice is too short for its shape.
+func (k *Kernel) MulTN(c, a, b []float32, m, kk, n int, acc bool) {
+	check("MulTN", c, a, b, m, kk, n)
+	k.flops += 2 * float64(m) * float64(kk) * float64(n)
+	if m == 0 || n == 0 {
+		return
+	}
+	if kk == 0 {
+		if !acc {
+			clear(c[:m*n])
+		}
+		return
+	}
+	k.impl.tn(c[:m*n], a[:m*kk], b[:kk*n], m, kk, n, acc, &k.scratch)
+}
+
+// MulNT sets C (or adds to it when acc) to A·Bᵀ, with A m×k, B stored n×k
+// and C m×n. It panics when a slice is too short for its shape.
+func (k *Kernel) MulNT(c, a, b []float32, m, kk, n int, acc bool) {
+	check("MulNT", c, a, b, m, kk, n)
+	k.flops += 2 * float64(m) * float64(kk) * float64(n)
+	if m == 0 || n == 0 {
+		return
+	}
+	if kk == 0 {
+		if !acc {
+			clear(c[:m*n])
+		}
+		return
+	}
+	k.impl.nt(c[:m*n], a[:m*kk], b[:kk*n], m, kk, n, acc, &k.scratch)
+}
+
+// transpose writes the r×c row-major matrix src into dst as c×r.
+func transpose(dst, src []float32, r, c int) {
+	const blk = 16
+	for i0 := 0; i0 < r; i0 += blk {
+		i1 := min(i0+blk, r)
+		for j0 := 0; j0 < c; j0 += blk {
+			j1 := min(j0+blk, c)
+			for i := i0; i < i1; i++ {
+				row := src[i*c : i*c+c]
+				for j := j0; j < j1; j++ {
+					dst[j*r+i] = row[j]
+				}
+			}
+		}
+	}
+}
+
+func grow(s *[]float32, n int) []float32 {
+	if cap(*s) < n {
+		*s = make([]float32, n)
+	}
+	return (*s)[:n]
+}

@@ -1,0 +1,149 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+// naive is the obvious triple loop in float64, the reference for every
+// backend.
+func naive(op string, c, a, b []float32, m, k, n int, acc bool) []float64 {
+	out := make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float64
+			for p := 0; p < k; p++ {
+				var av, bv float32
+				switch op {
+				case "nn":
+					av, bv = a[i*k+p], b[p*n+j]
+				case "tn":
+					av, bv = a[p*m+i], b[p*n+j]
+				case "nt":
+					av, bv = a[i*k+p], b[j*k+p]
+				}
+				s += float64(av) * float64(bv)
+			}
+			if acc {
+				s += float64(c[i*n+j])
+			}
+			out[i*n+j] = s
+		}
+	}
+	return out
+}
+
+func randSlice(rng *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(rng.NormFloat64())
+	}
+	return s
+}
+
+func checkShape(t require.TestingT, kern *Kernel, op string, m, k, n int, acc bool, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	a, b := randSlice(rng, m*k), randSlice(rng, k*n)
+	c := randSlice(rng, m*n)
+	want := naive(op, c, a, b, m, k, n, acc)
+	switch op {
+	case "nn":
+		kern.MulNN(c, a, b, m, k, n, acc)
+	case "tn":
+		kern.MulTN(c, a, b, m, k, n, acc)
+	case "nt":
+		kern.MulNT(c, a, b, m, k, n, acc)
+	}
+	for i := range want {
+		// float32 accumulation of k products of N(0,1) entries.
+		tol := 1e-5 * (math.Sqrt(float64(k)) + math.Abs(want[i])) * 4
+		require.InDelta(t, want[i], float64(c[i]), tol, "%s %s m=%d k=%d n=%d acc=%v at %d", kern.Name(), op, m, k, n, acc, i)
+	}
+}
+
+func TestKernelsMatchNaive(t *testing.T) {
+	shapes := [][3]int{
+		{64, 128, 128}, {64, 128, 96}, {64, 96, 128}, {128, 64, 128}, {128, 64, 96}, {256, 128, 768},
+		{1, 1, 1}, {3, 5, 7}, {5, 17, 33}, {7, 3, 47}, {9, 31, 16}, {4, 4, 100},
+	}
+	for _, kern := range []*Kernel{Generic(), New()} {
+		for _, op := range []string{"nn", "tn", "nt"} {
+			for si, s := range shapes {
+				for _, acc := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/%s/%dx%dx%d/%v", kern.Name(), op, s[0], s[1], s[2], acc), func(t *testing.T) {
+						checkShape(t, kern, op, s[0], s[1], s[2], acc, uint64(si))
+					})
+				}
+			}
+		}
+	}
+}
+
+func TestKernelsProperty(t *testing.T) {
+	// Random shapes, including tails that are not multiples of the vector
+	// width, against the float64 reference.
+	rapid.Check(t, func(t *rapid.T) {
+		m := rapid.IntRange(1, 40).Draw(t, "m")
+		k := rapid.IntRange(1, 40).Draw(t, "k")
+		n := rapid.IntRange(1, 70).Draw(t, "n")
+		op := rapid.SampledFrom([]string{"nn", "tn", "nt"}).Draw(t, "op")
+		acc := rapid.Bool().Draw(t, "acc")
+		checkShape(t, New(), op, m, k, n, acc, uint64(m*k*n))
+	})
+}
+
+func TestFLOPsCounted(t *testing.T) {
+	kern := Generic()
+	a, b, c := make([]float32, 6), make([]float32, 12), make([]float32, 8)
+	kern.MulNN(c, a, b, 2, 3, 4, false)
+	kern.MulNT(c, a, b, 2, 3, 4, true)
+	require.Equal(t, 2*2*(2.0*3*4), kern.FLOPs())
+}
+
+func TestShortSlicePanics(t *testing.T) {
+	require.PanicsWithValue(t, "kernel: MulNN: shape 2×3·3×4 with len(a)=5 len(b)=12 len(c)=8", func() {
+		Generic().MulNN(make([]float32, 8), make([]float32, 5), make([]float32, 12), 2, 3, 4, false)
+	})
+}
+
+// Benchmark shapes are the default model's multiplies (batch 64, context·
+// embed 128, hidden 128, vocab 96; 768 = 8·96 for masked diffusion).
+var benchShapes = []struct {
+	op      string
+	m, k, n int
+}{
+	{"nn", 64, 128, 128}, {"nn", 64, 128, 96}, {"nn", 64, 128, 768}, {"nn", 256, 128, 128},
+	{"tn", 128, 64, 128}, {"tn", 128, 64, 96}, {"nt", 64, 128, 128}, {"nt", 64, 96, 128},
+}
+
+func BenchmarkKernel(b *testing.B) {
+	kernels := []*Kernel{Generic()}
+	if Default() != "go" {
+		kernels = append(kernels, New())
+	}
+	for _, kern := range kernels {
+		for _, s := range benchShapes {
+			b.Run(fmt.Sprintf("%s/%s/%dx%dx%d", kern.Name(), s.op, s.m, s.k, s.n), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				x, y := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n)
+				c := make([]float32, s.m*s.n)
+				for b.Loop() {
+					switch s.op {
+					case "nn":
+						kern.MulNN(c, x, y, s.m, s.k, s.n, false)
+					case "tn":
+						kern.MulTN(c, x, y, s.m, s.k, s.n, false)
+					case "nt":
+						kern.MulNT(c, x, y, s.m, s.k, s.n, false)
+					}
+				}
+				b.ReportMetric(2*float64(s.m*s.k*s.n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

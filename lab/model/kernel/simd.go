@@ -1,0 +1,161 @@
+//go:build goexperiment.simd && amd64
+
+package kernel
+
+import (
+	"simd/archsimd"
+	"unsafe"
+)
+
+func defaultImpl() impl {
+	if archsimd.X86.AVX512() {
+		return simdImpl{}
+	}
+	return goImpl{}
+}
+
+// simdImpl is the AVX-512 backend: a 4×32 register-blocked micro-kernel
+// (8 zmm accumulators, 2 loads of B and 4 broadcasts of A per 8 fused
+// multiply-adds); Aᵀ and Bᵀ operands are transposed into scratch first.
+type simdImpl struct{}
+
+func (simdImpl) name() string { return "simd" }
+
+func (simdImpl) nn(c, a, b []float32, m, k, n int, acc bool) {
+	nnSIMD(c, a, b, m, k, n, acc)
+	archsimd.ClearAVXUpperBits()
+}
+
+func (simdImpl) tn(c, a, b []float32, m, k, n int, acc bool, scratch *[]float32) {
+	at := grow(scratch, m*k)
+	transpose(at, a, k, m)
+	nnSIMD(c, at, b, m, k, n, acc)
+	archsimd.ClearAVXUpperBits()
+}
+
+func (simdImpl) nt(c, a, b []float32, m, k, n int, acc bool, scratch *[]float32) {
+	bt := grow(scratch, k*n)
+	transpose(bt, b, n, k)
+	nnSIMD(c, a, bt, m, k, n, acc)
+	archsimd.ClearAVXUpperBits()
+}
+
+// at16 returns the 16 floats of s starting at i without a bounds check;
+// callers guarantee i+16 ≤ len(s).
+func at16(s []float32, i int) *[16]float32 {
+	return (*[16]float32)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(s)), uintptr(i)*4))
+}
+
+func at(s []float32, i int) float32 {
+	return *(*float32)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(s)), uintptr(i)*4))
+}
+
+// nnSIMD: C[m×n] (+)= A[m×k]·B[k×n]. Shapes were checked by the caller.
+func nnSIMD(c, a, b []float32, m, k, n int, acc bool) {
+	j := 0
+	for ; j+32 <= n; j += 32 {
+		i := 0
+		for ; i+4 <= m; i += 4 {
+			block4x32(c, a, b, i, j, k, n, acc)
+		}
+		for ; i < m; i++ {
+			block1x32(c, a, b, i, j, k, n, acc)
+		}
+	}
+	for ; j+16 <= n; j += 16 {
+		for i := 0; i < m; i++ {
+			block1x16(c, a, b, i, j, k, n, acc)
+		}
+	}
+	if j < n {
+		tailCols(c, a, b, m, k, n, j, acc)
+	}
+}
+
+func block4x32(c, a, b []float32, i, j, k, n int, acc bool) {
+	var c00, c01, c10, c11, c20, c21, c30, c31 archsimd.Float32x16
+	r0, r1, r2, r3 := i*n+j, (i+1)*n+j, (i+2)*n+j, (i+3)*n+j
+	if acc {
+		c00, c01 = archsimd.LoadFloat32x16(at16(c, r0)), archsimd.LoadFloat32x16(at16(c, r0+16))
+		c10, c11 = archsimd.LoadFloat32x16(at16(c, r1)), archsimd.LoadFloat32x16(at16(c, r1+16))
+		c20, c21 = archsimd.LoadFloat32x16(at16(c, r2)), archsimd.LoadFloat32x16(at16(c, r2+16))
+		c30, c31 = archsimd.LoadFloat32x16(at16(c, r3)), archsimd.LoadFloat32x16(at16(c, r3+16))
+	}
+	a0, a1, a2, a3 := i*k, (i+1)*k, (i+2)*k, (i+3)*k
+	bo := j
+	for p := 0; p < k; p++ {
+		b0 := archsimd.LoadFloat32x16(at16(b, bo))
+		b1 := archsimd.LoadFloat32x16(at16(b, bo+16))
+		bo += n
+		x := archsimd.BroadcastFloat32x16(at(a, a0+p))
+		c00 = x.MulAdd(b0, c00)
+		c01 = x.MulAdd(b1, c01)
+		x = archsimd.BroadcastFloat32x16(at(a, a1+p))
+		c10 = x.MulAdd(b0, c10)
+		c11 = x.MulAdd(b1, c11)
+		x = archsimd.BroadcastFloat32x16(at(a, a2+p))
+		c20 = x.MulAdd(b0, c20)
+		c21 = x.MulAdd(b1, c21)
+		x = archsimd.BroadcastFloat32x16(at(a, a3+p))
+		c30 = x.MulAdd(b0, c30)
+		c31 = x.MulAdd(b1, c31)
+	}
+	c00.Store(at16(c, r0))
+	c01.Store(at16(c, r0+16))
+	c10.Store(at16(c, r1))
+	c11.Store(at16(c, r1+16))
+	c20.Store(at16(c, r2))
+	c21.Store(at16(c, r2+16))
+	c30.Store(at16(c, r3))
+	c31.Store(at16(c, r3+16))
+}
+
+func block1x32(c, a, b []float32, i, j, k, n int, acc bool) {
+	var c0, c1 archsimd.Float32x16
+	r := i*n + j
+	if acc {
+		c0, c1 = archsimd.LoadFloat32x16(at16(c, r)), archsimd.LoadFloat32x16(at16(c, r+16))
+	}
+	bo := j
+	for p := 0; p < k; p++ {
+		x := archsimd.BroadcastFloat32x16(at(a, i*k+p))
+		c0 = x.MulAdd(archsimd.LoadFloat32x16(at16(b, bo)), c0)
+		c1 = x.MulAdd(archsimd.LoadFloat32x16(at16(b, bo+16)), c1)
+		bo += n
+	}
+	c0.Store(at16(c, r))
+	c1.Store(at16(c, r+16))
+}
+
+func block1x16(c, a, b []float32, i, j, k, n int, acc bool) {
+	var c0 archsimd.Float32x16
+	r := i*n + j
+	if acc {
+		c0 = archsimd.LoadFloat32x16(at16(c, r))
+	}
+	bo := j
+	for p := 0; p < k; p++ {
+		x := archsimd.BroadcastFloat32x16(at(a, i*k+p))
+		c0 = x.MulAdd(archsimd.LoadFloat32x16(at16(b, bo)), c0)
+		bo += n
+	}
+	c0.Store(at16(c, r))
+}
+
+// tailCols handles the last n−j (< 16) columns with partial loads and
+// stores.
+func tailCols(c, a, b []float32, m, k, n, j int, acc bool) {
+	w := n - j
+	for i := 0; i < m; i++ {
+		var c0 archsimd.Float32x16
+		r := i*n + j
+		if acc {
+			c0 = archsimd.LoadFloat32x16SlicePart(c[r : r+w])
+		}
+		for p := 0; p < k; p++ {
+			x := archsimd.BroadcastFloat32x16(a[i*k+p])
+			c0 = x.MulAdd(archsimd.LoadFloat32x16SlicePart(b[p*n+j:p*n+n]), c0)
+		}
+		c0.StoreSlicePart(c[r : r+w])
+	}
+}

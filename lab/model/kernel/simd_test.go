@@ -1,0 +1,51 @@
+//go:build goexperiment.simd && amd64
+
+package kernel
+
+import (
+	"simd/archsimd"
+	"testing"
+)
+
+// fmaPeak runs iters rounds of 12 independent 16-lane fused multiply-adds
+// (enough chains to cover the FMA latency on both FMA pipes) and returns a
+// value depending on all of them.
+func fmaPeak(iters int) float32 {
+	x := archsimd.BroadcastFloat32x16(0.999)
+	y := archsimd.BroadcastFloat32x16(1e-3)
+	var c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11 archsimd.Float32x16
+	for range iters {
+		c0 = x.MulAdd(c0, y)
+		c1 = x.MulAdd(c1, y)
+		c2 = x.MulAdd(c2, y)
+		c3 = x.MulAdd(c3, y)
+		c4 = x.MulAdd(c4, y)
+		c5 = x.MulAdd(c5, y)
+		c6 = x.MulAdd(c6, y)
+		c7 = x.MulAdd(c7, y)
+		c8 = x.MulAdd(c8, y)
+		c9 = x.MulAdd(c9, y)
+		c10 = x.MulAdd(c10, y)
+		c11 = x.MulAdd(c11, y)
+	}
+	s := c0.Add(c1).Add(c2).Add(c3).Add(c4).Add(c5).Add(c6).Add(c7).Add(c8).Add(c9).Add(c10).Add(c11)
+	var out [16]float32
+	s.Store(&out)
+	archsimd.ClearAVXUpperBits()
+	return out[0]
+}
+
+var sink float32
+
+// BenchmarkPeakFMA measures the core's attainable float32 FMA throughput
+// (the denominator of the kernel's "fraction of peak").
+func BenchmarkPeakFMA(b *testing.B) {
+	if !archsimd.X86.AVX512() {
+		b.Skip("no AVX-512")
+	}
+	const iters = 1 << 16
+	for b.Loop() {
+		sink += fmaPeak(iters)
+	}
+	b.ReportMetric(float64(iters)*12*16*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}

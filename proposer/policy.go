@@ -1,0 +1,636 @@
+package proposer
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// Policy is the embedded trainable proposer: a log-linear (softmax) policy
+// over a mechanism catalogue (DESIGN.md, Embedded defaults). A proposal is
+// a short token sequence: first the card, then one choice for each of the
+// card's parameters in catalogue order. Token i is drawn from
+//
+//	π(k | s, tokens[:i]) = softmax_k(z / T),  z_k = b_k + Σ_f W[f, k] · x_f(s, tokens[:i])
+//
+// with one weight matrix W and bias b per decision ("head"): one head for
+// the card and one per (card, parameter), so every parameter token is
+// conditioned on its card exactly. The binary features x are:
+//
+//   - state: the task family (hashed one-hot, PolicyConfig.FamilyBuckets),
+//     the metric (bits per byte, nats per token, other), the budget (log₂
+//     bucket, 0 = unknown), the history length (0..records.MaxHistory), for
+//     each card of the catalogue whether the history holds it with a
+//     positive gain, a non-positive gain or an infeasible run, and the same
+//     three indicators for the most recent history record alone
+//     (METHOD.md §1 Vocabulary: research state s = (e, h));
+//   - previous tokens: for a parameter token, the choices already made for
+//     the card's earlier parameters.
+//
+// Per-token log-probs, their analytic gradients, Adam, DAPO updates
+// (Update) and supervised updates (Supervise) are implemented on this
+// structure; Marshal/Unmarshal (MarshalBinary, UnmarshalBinary) carry the
+// weights, the Adam state, the config and the catalogue.
+//
+// Policy is safe for concurrent use: Propose, Score and CardProbs share a
+// read lock; Update, Supervise, SetTemperature and UnmarshalBinary take the
+// write lock and so wait for, and exclude, everything else.
+type Policy struct {
+	mu    sync.RWMutex
+	cfg   PolicyConfig
+	cat   []records.Card
+	lay   layout
+	theta []float64 // parameters, laid out by lay
+	adamM []float64 // Adam first moments
+	adamV []float64 // Adam second moments
+	step  int       // Adam steps taken
+}
+
+var (
+	_ Trainable = (*Policy)(nil)
+	_ Scorer    = (*Policy)(nil)
+)
+
+// Outcome classes of a history record, for the history features.
+const (
+	outPositive = iota // gain > 0
+	outNonPositive
+	outInfeasible
+	numOutcomes
+)
+
+// Buckets of the budget feature: 0 = unknown, 1 + ⌊log₂ budget⌋ capped.
+const budgetBuckets = 17
+
+// Metric features: bits per byte, nats per token, anything else.
+const metricFeatures = 3
+
+// head is one softmax decision. Its weights are feature-major: W[f, k] is
+// theta[off + f*nOut + k]; the bias b_k is theta[off + dIn*nOut + k].
+type head struct {
+	off, dIn, nOut int
+}
+
+type paramLayout struct {
+	name    string // as in the catalogue
+	canon   string // canonical name
+	choices []string
+	canonCh []string // canonical choice values
+	head    int      // index into layout.heads
+	prevOff int      // offset of this parameter's one-hot block among the previous-choice features
+}
+
+type cardLayout struct {
+	mechanism string // as in the catalogue ("none" for the no-change token)
+	canon     string
+	params    []paramLayout
+}
+
+// layout maps the catalogue to heads and feature indices.
+type layout struct {
+	cards     []cardLayout // catalogue order; the no-change card last when enabled
+	byName    map[string]int
+	heads     []head // heads[0] is the card head
+	nParams   int    // len(theta)
+	dState    int    // number of state features
+	famOff    int
+	metricOff int
+	budgetOff int
+	histLen   int
+	histSet   int // offset of the (slot, outcome) indicators over the whole history
+	histLast  int // offset of the (slot, outcome) indicators of the last record
+	nSlots    int // catalogue cards + no-change + unknown
+}
+
+// NewPolicy returns the policy for catalogue under cfg. With cfg.InitStd = 0
+// all weights start at zero (the uniform policy) and rng may be nil;
+// otherwise rng draws the initial weights, so equal seeds give equal
+// policies. The catalogue is copied; it must be non-empty, with distinct,
+// non-empty mechanisms other than records.NoChange, distinct non-empty
+// parameter names within a card and at least one distinct choice per
+// parameter.
+func NewPolicy(catalogue []records.Card, cfg PolicyConfig, rng *rand.Rand) (*Policy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	lay, err := newLayout(catalogue, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Policy{
+		cfg:   cfg,
+		cat:   cloneCatalogue(catalogue),
+		lay:   lay,
+		theta: make([]float64, lay.nParams),
+		adamM: make([]float64, lay.nParams),
+		adamV: make([]float64, lay.nParams),
+	}
+	if cfg.InitStd > 0 {
+		if rng == nil {
+			return nil, fmt.Errorf("%w: InitStd = %g needs an rng", ErrConfig, cfg.InitStd)
+		}
+		for i := range p.theta {
+			p.theta[i] = cfg.InitStd * rng.NormFloat64()
+		}
+	}
+	return p, nil
+}
+
+func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
+	if len(catalogue) == 0 {
+		return layout{}, fmt.Errorf("%w: empty", ErrCatalogue)
+	}
+	lay := layout{byName: make(map[string]int, len(catalogue)+1)}
+	for i, c := range catalogue {
+		cl := cardLayout{mechanism: c.Mechanism, canon: canonName(c.Mechanism)}
+		switch {
+		case cl.canon == "":
+			return layout{}, fmt.Errorf("%w: card %d has an empty mechanism", ErrCatalogue, i)
+		case cl.canon == records.NoChange:
+			return layout{}, fmt.Errorf("%w: card %d is the no-change mechanism %q (use PolicyConfig.NoChange)", ErrCatalogue, i, c.Mechanism)
+		}
+		if j, dup := lay.byName[cl.canon]; dup {
+			return layout{}, fmt.Errorf("%w: cards %d and %d share mechanism %q", ErrCatalogue, j, i, cl.canon)
+		}
+		seen := map[string]bool{}
+		for j, ps := range c.Params {
+			pl := paramLayout{name: ps.Name, canon: canonName(ps.Name), choices: append([]string(nil), ps.Choices...)}
+			if pl.canon == "" {
+				return layout{}, fmt.Errorf("%w: card %s parameter %d has an empty name", ErrCatalogue, c.Mechanism, j)
+			}
+			if seen[pl.canon] {
+				return layout{}, fmt.Errorf("%w: card %s repeats parameter %q", ErrCatalogue, c.Mechanism, pl.canon)
+			}
+			seen[pl.canon] = true
+			if len(ps.Choices) == 0 {
+				return layout{}, fmt.Errorf("%w: card %s parameter %s has no choices", ErrCatalogue, c.Mechanism, ps.Name)
+			}
+			chSeen := map[string]bool{}
+			for _, ch := range ps.Choices {
+				cv := canonValue(ch)
+				if cv == "" {
+					return layout{}, fmt.Errorf("%w: card %s parameter %s has an empty choice", ErrCatalogue, c.Mechanism, ps.Name)
+				}
+				if chSeen[cv] {
+					return layout{}, fmt.Errorf("%w: card %s parameter %s repeats choice %q", ErrCatalogue, c.Mechanism, ps.Name, ch)
+				}
+				chSeen[cv] = true
+				pl.canonCh = append(pl.canonCh, cv)
+			}
+			cl.params = append(cl.params, pl)
+		}
+		lay.byName[cl.canon] = i
+		lay.cards = append(lay.cards, cl)
+	}
+	if cfg.NoChange {
+		lay.byName[records.NoChange] = len(lay.cards)
+		lay.cards = append(lay.cards, cardLayout{mechanism: records.NoChange, canon: records.NoChange})
+	}
+
+	// State features.
+	k := len(catalogue)
+	lay.nSlots = k + 2
+	off := 0
+	lay.famOff, off = off, off+cfg.FamilyBuckets
+	lay.metricOff, off = off, off+metricFeatures
+	lay.budgetOff, off = off, off+budgetBuckets
+	lay.histLen, off = off, off+records.MaxHistory+1
+	lay.histSet, off = off, off+lay.nSlots*numOutcomes
+	lay.histLast, off = off, off+lay.nSlots*numOutcomes
+	lay.dState = off
+
+	// Heads: the card head, then one per (card, parameter).
+	n := 0
+	add := func(dIn, nOut int) int {
+		lay.heads = append(lay.heads, head{off: n, dIn: dIn, nOut: nOut})
+		n += (dIn + 1) * nOut
+		return len(lay.heads) - 1
+	}
+	add(lay.dState, len(lay.cards))
+	for ci := range lay.cards {
+		prev := 0
+		for pi := range lay.cards[ci].params {
+			pl := &lay.cards[ci].params[pi]
+			pl.prevOff = prev
+			pl.head = add(lay.dState+prev, len(pl.choices))
+			prev += len(pl.choices)
+		}
+	}
+	lay.nParams = n
+	return lay, nil
+}
+
+// stateFeatures returns the active (value 1) state feature indices of s,
+// distinct and in increasing order within each block.
+func (l *layout) stateFeatures(s records.State, buckets int) []int {
+	f := make([]int, 0, 8+2*len(s.History))
+	h := fnv.New64a()
+	h.Write([]byte(canonName(s.Task.Family)))
+	f = append(f, l.famOff+int(h.Sum64()%uint64(buckets)))
+	switch s.Task.Metric {
+	case records.BitsPerByte:
+		f = append(f, l.metricOff)
+	case records.NatsPerToken:
+		f = append(f, l.metricOff+1)
+	default:
+		f = append(f, l.metricOff+2)
+	}
+	f = append(f, l.budgetOff+budgetBucket(s.Task.Budget))
+	hl := min(len(s.History), records.MaxHistory)
+	f = append(f, l.histLen+hl)
+	hist := s.History
+	if len(hist) > records.MaxHistory {
+		hist = hist[len(hist)-records.MaxHistory:]
+	}
+	start := len(f)
+	for _, r := range hist {
+		idx := l.histSet + l.slot(r.Proposal)*numOutcomes + outcome(r)
+		dup := false
+		for _, g := range f[start:] {
+			if g == idx {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			f = append(f, idx)
+		}
+	}
+	if len(hist) > 0 {
+		r := hist[len(hist)-1]
+		f = append(f, l.histLast+l.slot(r.Proposal)*numOutcomes+outcome(r))
+	}
+	return f
+}
+
+// slot is the history slot of a proposal's mechanism: its card index, then
+// the no-change slot, then the slot shared by unknown mechanisms.
+func (l *layout) slot(p records.Proposal) int {
+	c := canonName(p.Mechanism)
+	if c == records.NoChange {
+		return l.nSlots - 2
+	}
+	if i, ok := l.byName[c]; ok && i < l.nSlots-2 {
+		return i
+	}
+	return l.nSlots - 1
+}
+
+func outcome(r records.Record) int {
+	switch {
+	case r.Infeasible != "":
+		return outInfeasible
+	case r.Gain > 0:
+		return outPositive
+	default:
+		return outNonPositive
+	}
+}
+
+func budgetBucket(b int) int {
+	if b <= 0 {
+		return 0
+	}
+	return 1 + min(bits.Len(uint(b))-1, budgetBuckets-2)
+}
+
+// tokenFeatures returns the features of decision t of a sequence whose card
+// is card and whose earlier choices are toks[1:t]: the state features plus,
+// for a parameter token, the previous-choice indicators.
+func (l *layout) tokenFeatures(dst, state []int, card int, toks []int, t int) (head, []int) {
+	dst = append(dst[:0], state...)
+	if t == 0 {
+		return l.heads[0], dst
+	}
+	ps := l.cards[card].params
+	for i := 0; i < t-1; i++ {
+		dst = append(dst, l.dState+ps[i].prevOff+toks[i+1])
+	}
+	return l.heads[ps[t-1].head], dst
+}
+
+// logits writes z_k / T for head h and active features x into out.
+func (p *Policy) logits(out []float64, h head, x []int, temp float64) []float64 {
+	out = out[:0]
+	bias := p.theta[h.off+h.dIn*h.nOut : h.off+(h.dIn+1)*h.nOut]
+	out = append(out, bias...)
+	for _, f := range x {
+		row := p.theta[h.off+f*h.nOut : h.off+(f+1)*h.nOut]
+		for k, w := range row {
+			out[k] += w
+		}
+	}
+	for k := range out {
+		out[k] /= temp
+	}
+	return out
+}
+
+// logSoftmax turns z into log-probabilities in place and returns them.
+func logSoftmax(z []float64) []float64 {
+	m := math.Inf(-1)
+	for _, v := range z {
+		m = max(m, v)
+	}
+	var s float64
+	for _, v := range z {
+		s += math.Exp(v - m)
+	}
+	lse := m + math.Log(s)
+	for k := range z {
+		z[k] -= lse
+	}
+	return z
+}
+
+func entropy(logp []float64) float64 {
+	var h float64
+	for _, lp := range logp {
+		if lp > math.Inf(-1) {
+			h -= math.Exp(lp) * lp
+		}
+	}
+	return h
+}
+
+// draw samples an index from log-probabilities with one uniform variate.
+func draw(logp []float64, rng *rand.Rand) int {
+	u := rng.Float64()
+	var c float64
+	for k, lp := range logp {
+		c += math.Exp(lp)
+		if u < c {
+			return k
+		}
+	}
+	// Rounding left u above the total: take the last token with mass.
+	for k := len(logp) - 1; k > 0; k-- {
+		if logp[k] > math.Inf(-1) {
+			return k
+		}
+	}
+	return 0
+}
+
+// Propose samples n proposals for s at the policy's temperature. Every
+// sample carries its tokens (the card's mechanism, then "name=choice" per
+// parameter), their log-probs and the temperature. It fails for an invalid
+// state or n < 0 and returns a wrapped ctx.Err() on cancellation.
+func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.Rand) ([]Sample, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("proposer: propose: %w", err)
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("proposer: propose: n = %d < 0", n)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("proposer: propose: %w", err)
+	}
+	if n == 0 {
+		return []Sample{}, nil
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	temp := p.cfg.Temperature
+	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
+	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, temp))
+	var buf []float64
+	var x []int
+	out := make([]Sample, n)
+	for i := range out {
+		if i%256 == 255 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("proposer: propose: %w", err)
+			}
+		}
+		c := draw(cardLogp, rng)
+		cl := &p.lay.cards[c]
+		toks := make([]int, 1+len(cl.params))
+		toks[0] = c
+		smp := Sample{
+			Proposal:    records.Proposal{Mechanism: cl.mechanism},
+			Tokens:      make([]string, 1+len(cl.params)),
+			LogProbs:    make([]float64, 1+len(cl.params)),
+			Temperature: temp,
+		}
+		smp.Tokens[0] = cl.mechanism
+		smp.LogProbs[0] = cardLogp[c]
+		if len(cl.params) > 0 {
+			smp.Proposal.Params = make(map[string]string, len(cl.params))
+		}
+		for t := 1; t < len(toks); t++ {
+			var h head
+			h, x = p.lay.tokenFeatures(x, state, c, toks, t)
+			buf = logSoftmax(p.logits(buf, h, x, temp))
+			k := draw(buf, rng)
+			toks[t] = k
+			pl := &cl.params[t-1]
+			smp.Proposal.Params[pl.name] = pl.choices[k]
+			smp.Tokens[t] = pl.name + "=" + pl.choices[k]
+			smp.LogProbs[t] = buf[k]
+		}
+		out[i] = smp
+	}
+	return out, nil
+}
+
+// encode maps a sample to token indices: the card, then each parameter's
+// choice. The proposal decides; the sample's Tokens, when present, must be
+// the ones the policy would emit for it.
+func (l *layout) encode(smp Sample) ([]int, error) {
+	if smp.Invalid {
+		return nil, fmt.Errorf("%w: sample marked invalid (%s)", ErrBadItem, smp.Reason)
+	}
+	pr := smp.Proposal
+	c, ok := l.byName[canonName(pr.Mechanism)]
+	if !ok {
+		return nil, fmt.Errorf("%w: mechanism %q", ErrNotInCatalogue, pr.Mechanism)
+	}
+	cl := &l.cards[c]
+	if len(pr.Params) != len(cl.params) {
+		return nil, fmt.Errorf("%w: %s has %d parameters, card %s has %d", ErrNotInCatalogue, pr.Key(), len(pr.Params), cl.mechanism, len(cl.params))
+	}
+	vals := make(map[string]string, len(pr.Params))
+	for k, v := range pr.Params {
+		vals[canonName(k)] = canonValue(v)
+	}
+	toks := make([]int, 1+len(cl.params))
+	toks[0] = c
+	for i, pl := range cl.params {
+		v, ok := vals[pl.canon]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s lacks parameter %s", ErrNotInCatalogue, pr.Key(), pl.name)
+		}
+		k := -1
+		for j, ch := range pl.canonCh {
+			if ch == v {
+				k = j
+				break
+			}
+		}
+		if k < 0 {
+			return nil, fmt.Errorf("%w: %s: %s = %q is not one of %q", ErrNotInCatalogue, pr.Key(), pl.name, pr.Params[pl.name], pl.choices)
+		}
+		toks[i+1] = k
+	}
+	if len(smp.Tokens) > 0 {
+		if len(smp.Tokens) != len(toks) {
+			return nil, fmt.Errorf("%w: %d tokens for proposal %s, want %d", ErrBadItem, len(smp.Tokens), pr.Key(), len(toks))
+		}
+		if canonName(smp.Tokens[0]) != cl.canon {
+			return nil, fmt.Errorf("%w: token 0 %q does not match mechanism %q", ErrBadItem, smp.Tokens[0], pr.Mechanism)
+		}
+		for i, pl := range cl.params {
+			if smp.Tokens[i+1] == pl.name+"="+pl.choices[toks[i+1]] {
+				continue
+			}
+			name, val, ok := strings.Cut(smp.Tokens[i+1], "=")
+			if !ok || canonName(name) != pl.canon || canonValue(val) != pl.canonCh[toks[i+1]] {
+				return nil, fmt.Errorf("%w: token %d %q does not match %s = %q", ErrBadItem, i+1, smp.Tokens[i+1], pl.name, pl.choices[toks[i+1]])
+			}
+		}
+	}
+	return toks, nil
+}
+
+// sampleTemp is the temperature to score smp at: its own, or the policy's
+// when the sample does not say (Temperature ≤ 0 or not finite).
+func (p *Policy) sampleTemp(smp Sample) float64 {
+	if smp.Temperature > 0 && !math.IsInf(smp.Temperature, 0) {
+		return smp.Temperature
+	}
+	return p.cfg.Temperature
+}
+
+// Score returns the current per-token log-probs of smp's tokens for state
+// s at smp's temperature (the policy's when smp.Temperature ≤ 0). The
+// proposal must be in the catalogue (ErrNotInCatalogue otherwise).
+func (p *Policy) Score(ctx context.Context, s records.State, smp Sample) ([]float64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("proposer: score: %w", err)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	toks, err := p.lay.encode(smp)
+	if err != nil {
+		return nil, fmt.Errorf("proposer: score: %w", err)
+	}
+	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
+	lp := make([]float64, len(toks))
+	var buf []float64
+	var x []int
+	for t := range toks {
+		var h head
+		h, x = p.lay.tokenFeatures(x, state, toks[0], toks, t)
+		buf = logSoftmax(p.logits(buf, h, x, p.sampleTemp(smp)))
+		lp[t] = buf[toks[t]]
+	}
+	return lp, nil
+}
+
+// CardProbs returns the current probability of each card token for s at
+// the policy's temperature, in catalogue order, followed by the no-change
+// token when PolicyConfig.NoChange is set. The mechanism share of a
+// policy's proposals (METHOD.md §1 Headline results, the case study) can be
+// read from it directly.
+func (p *Policy) CardProbs(s records.State) []float64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
+	lp := logSoftmax(p.logits(nil, p.lay.heads[0], state, p.cfg.Temperature))
+	for k := range lp {
+		lp[k] = math.Exp(lp[k])
+	}
+	return lp
+}
+
+// Mechanisms returns the mechanisms of the card tokens in the order of
+// CardProbs.
+func (p *Policy) Mechanisms() []string {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := make([]string, len(p.lay.cards))
+	for i, c := range p.lay.cards {
+		out[i] = c.mechanism
+	}
+	return out
+}
+
+// Catalogue returns a copy of the policy's catalogue.
+func (p *Policy) Catalogue() []records.Card {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return cloneCatalogue(p.cat)
+}
+
+// Config returns the policy's configuration (with its current temperature).
+func (p *Policy) Config() PolicyConfig {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.cfg
+}
+
+// SetTemperature sets the sampling temperature T > 0 for later calls of
+// Propose (e.g. a lower temperature for evaluation).
+func (p *Policy) SetTemperature(t float64) error {
+	if !(t > 0) || math.IsInf(t, 0) {
+		return fmt.Errorf("%w: temperature %g, want finite and > 0", ErrConfig, t)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cfg.Temperature = t
+	return nil
+}
+
+// NumParams returns the number of trainable parameters.
+func (p *Policy) NumParams() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.lay.nParams
+}
+
+func canonName(s string) string {
+	return strings.ToLower(strings.Join(strings.Fields(s), " "))
+}
+
+// canonValue matches records.Proposal.Key's canonical value: numbers in
+// shortest round-trip form, other values lower-cased with white space
+// collapsed.
+func canonValue(v string) string {
+	t := strings.TrimSpace(v)
+	if f, err := strconv.ParseFloat(t, 64); err == nil {
+		if f == 0 {
+			f = 0
+		}
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return canonName(t)
+}
+
+func cloneCatalogue(cat []records.Card) []records.Card {
+	out := make([]records.Card, len(cat))
+	for i, c := range cat {
+		out[i] = c
+		out[i].Params = make([]records.ParamSpec, len(c.Params))
+		for j, ps := range c.Params {
+			out[i].Params[j] = ps
+			out[i].Params[j].Choices = append([]string(nil), ps.Choices...)
+		}
+		if c.Params == nil {
+			out[i].Params = nil
+		}
+		if c.Prior != nil {
+			pr := *c.Prior
+			out[i].Prior = &pr
+		}
+	}
+	return out
+}

@@ -1,0 +1,323 @@
+package records
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// FileConfig parameterises OpenFile.
+type FileConfig struct {
+	// ReadOnly opens an existing store for reading only: no lock is taken,
+	// the file is never modified (a torn tail is ignored, not truncated), the
+	// records are a snapshot of the file at open time, and Append returns
+	// ErrReadOnly. Default false. Library choice: lets a report or a second
+	// process read a store while its owner keeps appending.
+	ReadOnly bool
+	// Perm is the permission of a newly created store file. Default 0o644.
+	// Library choice: the usual mode for data files; records carry no
+	// secrets. Must include owner read and write unless ReadOnly.
+	Perm fs.FileMode
+}
+
+// DefaultFileConfig returns the configuration for a writable store.
+func DefaultFileConfig() FileConfig { return FileConfig{Perm: 0o644} }
+
+// Validate reports a configuration OpenFile cannot use.
+func (c FileConfig) Validate() error {
+	if c.Perm&^fs.ModePerm != 0 {
+		return fmt.Errorf("records: FileConfig.Perm = %v, want permission bits only", c.Perm)
+	}
+	if !c.ReadOnly && c.Perm&0o600 != 0o600 {
+		return fmt.Errorf("records: FileConfig.Perm = %#o, want owner read and write", uint32(c.Perm))
+	}
+	return nil
+}
+
+// CorruptError reports a store file that cannot be read: a line other than
+// a torn last one that does not decode. It matches both ErrCorrupt and its
+// cause under errors.Is.
+type CorruptError struct {
+	Path string // the store file
+	Line int    // 1-based line number
+	Err  error  // what is wrong with the line
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("records: corrupt store %s: line %d: %v", e.Path, e.Line, e.Err)
+}
+
+// Unwrap returns ErrCorrupt and the cause.
+func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// FileStore is a durable, append-only Store kept in one file, one record
+// per line with a checksum (the format is documented in line.go and in the
+// package README). Append returns only after the records are written and
+// fsynced; a crash at any byte loses at most the records of Appends that
+// had not returned, all or none of each. All records are also held in
+// memory, indexed by task and by proposal key, so Scan does no I/O.
+//
+// A writable FileStore holds an exclusive flock(2) on its file until Close:
+// a second writable open of the same file, from this process or another,
+// fails with ErrLocked. FileStore is safe for concurrent use.
+type FileStore struct {
+	path string
+	ro   bool
+
+	wmu    sync.Mutex // serialises writes and Close
+	f      *os.File   // guarded by wmu
+	size   int64      // bytes of complete batches; guarded by wmu
+	broken error      // a failed write left the file in doubt; guarded by wmu
+
+	mu     sync.RWMutex // guards idx and closed
+	idx    *index
+	closed bool
+
+	torn int64 // bytes dropped from the tail on open
+}
+
+// OpenFile opens the store at path, creating it (and fsyncing its
+// directory) when it does not exist and cfg is not ReadOnly. It reads every
+// record into memory. A torn tail left by a crash (a last fragment without
+// its newline, or a last batch cut short) is dropped and, unless ReadOnly,
+// truncated away so that later appends start clean; any other line that
+// does not decode makes OpenFile fail with a *CorruptError. OpenFile
+// returns an error wrapping ErrLocked when another FileStore holds the file.
+func OpenFile(path string, cfg FileConfig) (*FileStore, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &FileStore{path: path, ro: cfg.ReadOnly}
+	var f *os.File
+	var err error
+	if cfg.ReadOnly {
+		f, err = os.Open(path)
+	} else {
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, cfg.Perm)
+		switch {
+		case err == nil:
+			// A new file: make its directory entry durable too.
+			if err = syncDir(filepath.Dir(path)); err != nil {
+				f.Close()
+				return nil, fmt.Errorf("records: open %s: %w", path, err)
+			}
+		case errors.Is(err, fs.ErrExist):
+			f, err = os.OpenFile(path, os.O_RDWR, 0)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("records: open: %w", err)
+	}
+	if !cfg.ReadOnly {
+		if err := lockFile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("records: open %s: %w", path, err)
+		}
+	}
+	idx, good, end, err := load(f, path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	s.torn = end - good
+	if !cfg.ReadOnly && good < end {
+		if err := f.Truncate(good); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("records: open %s: drop torn tail: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("records: open %s: drop torn tail: %w", path, err)
+		}
+	}
+	s.f, s.size, s.idx = f, good, idx
+	return s, nil
+}
+
+// load reads a store file from its start. good is the end of the last
+// complete batch, end the size of the file.
+func load(f *os.File, path string) (idx *index, good, end int64, err error) {
+	idx = newIndex()
+	br := bufio.NewReaderSize(f, 1<<20)
+	var (
+		batch  []Record // lines of the current, incomplete batch
+		batchN int      // its size
+		lineNo int
+		off    int64
+		long   []byte
+	)
+	for {
+		chunk, rerr := br.ReadSlice('\n')
+		if rerr == bufio.ErrBufferFull {
+			long = append(long, chunk...)
+			off += int64(len(chunk))
+			continue
+		}
+		line := chunk
+		if long != nil {
+			line = append(long, chunk...)
+			long = nil
+		}
+		off += int64(len(chunk))
+		if rerr == io.EOF {
+			// A fragment without '\n' is a torn write: ignore it.
+			return idx, good, off, nil
+		}
+		if rerr != nil {
+			return nil, 0, 0, fmt.Errorf("records: read %s: %w", path, rerr)
+		}
+		lineNo++
+		r, i, n, derr := decodeLine(line[:len(line)-1])
+		if derr == nil {
+			switch {
+			case len(batch) == 0 && i != 1:
+				derr = fmt.Errorf("%w: batch line %d/%d without line 1", errLineFormat, i, n)
+			case len(batch) > 0 && (i != len(batch)+1 || n != batchN):
+				derr = fmt.Errorf("%w: batch line %d/%d after line %d/%d", errLineFormat, i, n, len(batch), batchN)
+			}
+		}
+		if derr != nil {
+			return nil, 0, 0, &CorruptError{Path: path, Line: lineNo, Err: derr}
+		}
+		batch, batchN = append(batch, r), n
+		if i == n {
+			idx.add(batch...)
+			batch = batch[:0]
+			good = off
+		}
+	}
+}
+
+// syncDir fsyncs a directory so that a new entry in it is durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Path returns the file the store was opened from.
+func (s *FileStore) Path() string { return s.path }
+
+// TornBytes returns how many bytes of a torn tail OpenFile dropped (0 for a
+// cleanly closed store).
+func (s *FileStore) TornBytes() int64 { return s.torn }
+
+// Len returns the number of records in the store.
+func (s *FileStore) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.idx.recs)
+}
+
+// Append validates every record of rs, writes all of them as one batch,
+// fsyncs the file and only then returns nil; when any record is invalid it
+// writes none (an error wrapping ErrInvalid). If a write or fsync fails the
+// records are not in the store; if the file cannot be restored after such a
+// failure, every later Append fails and the store must be reopened.
+// Concurrent Appends are serialised.
+func (s *FileStore) Append(ctx context.Context, rs ...Record) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("records: append: %w", err)
+	}
+	if s.ro {
+		return fmt.Errorf("records: append %s: %w", s.path, ErrReadOnly)
+	}
+	if err := validateBatch(rs); err != nil {
+		return err
+	}
+	var buf []byte
+	for i, r := range rs {
+		var err error
+		if buf, err = encodeLine(buf, r, i+1, len(rs)); err != nil {
+			return fmt.Errorf("records: append record %d of %d: %w", i, len(rs), err)
+		}
+	}
+
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.RLock()
+	closed := s.closed
+	s.mu.RUnlock()
+	switch {
+	case closed:
+		return fmt.Errorf("records: append: %w", ErrClosed)
+	case s.broken != nil:
+		return fmt.Errorf("records: append %s: store failed earlier: %w", s.path, s.broken)
+	case len(rs) == 0:
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("records: append: %w", err)
+	}
+	if err := s.write(buf); err != nil {
+		return fmt.Errorf("records: append %s: %w", s.path, err)
+	}
+	s.mu.Lock()
+	s.idx.add(rs...)
+	s.mu.Unlock()
+	return nil
+}
+
+// write writes buf at the end of the file and fsyncs it. On failure it
+// cuts the file back to its old size, or marks the store broken.
+func (s *FileStore) write(buf []byte) error {
+	_, err := s.f.WriteAt(buf, s.size)
+	if err == nil {
+		err = s.f.Sync()
+	}
+	if err == nil {
+		s.size += int64(len(buf))
+		return nil
+	}
+	if terr := s.f.Truncate(s.size); terr != nil {
+		s.broken = errors.Join(err, terr)
+	} else if serr := s.f.Sync(); serr != nil {
+		s.broken = errors.Join(err, serr)
+	}
+	return err
+}
+
+// Scan returns copies of the records that match f, in append order. A
+// filter with TaskID or Key is answered from an index.
+func (s *FileStore) Scan(ctx context.Context, f Filter) ([]Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("records: scan: %w", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, fmt.Errorf("records: scan: %w", ErrClosed)
+	}
+	return s.idx.scan(f), nil
+}
+
+// Close waits for a running Append, releases the lock and closes the file.
+// Later calls to Append and Scan return ErrClosed; closing twice returns
+// ErrClosed.
+func (s *FileStore) Close() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("records: close: %w", ErrClosed)
+	}
+	s.closed = true
+	s.idx = newIndex()
+	if err := s.f.Close(); err != nil {
+		return fmt.Errorf("records: close %s: %w", s.path, err)
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package rwm_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
+)
+
+// synthetic returns n real records over 20 tasks in 4 families and 10
+// mechanisms with one numeric and one categorical parameter, gains drawn
+// from a seeded generator.
+func synthetic(n int, seed uint64) records.Evidence {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	rs := make([]records.Record, n)
+	for i := range rs {
+		ti := rng.IntN(20)
+		tk := records.Task{ID: fmt.Sprintf("t%02d", ti), Family: fmt.Sprintf("f%d", ti%4), Split: records.Train,
+			Metric: records.BitsPerByte, RefLoss: 1.5, SeedNoise: 0.004 + 0.001*float64(ti%3)}
+		p := records.Proposal{Mechanism: fmt.Sprintf("m%d", rng.IntN(10)), Params: map[string]string{
+			"x": fmt.Sprint([]float64{0.25, 0.5, 1, 2, 4}[rng.IntN(5)]), "k": []string{"a", "b", "c"}[rng.IntN(3)]}}
+		g := rng.NormFloat64() * 3 * tk.SeedNoise
+		rs[i] = records.Record{Task: tk, Proposal: p, Gain: g, Loss: tk.RefLoss - g, Source: records.Real, Seeds: []uint64{uint64(i)}}
+	}
+	ev, err := records.NewEvidence(rs...)
+	if err != nil {
+		panic(err)
+	}
+	return ev
+}
+
+// BenchmarkEmbedded measures predictions per second against a context of n
+// records: "first" builds and factorises the Gram matrix (O(n³)) for every
+// prediction, "repeated" reuses the cached factorisation (O(n²)).
+func BenchmarkEmbedded(b *testing.B) {
+	for _, n := range []int{300, 3000} {
+		ev := synthetic(n, 7)
+		q := rwm.Query{Task: ev.At(0).Task, Proposal: records.Proposal{Mechanism: "m3", Params: map[string]string{"x": "3", "k": "b"}}, Evidence: ev}
+		b.Run(fmt.Sprintf("records=%d/first", n), func(b *testing.B) {
+			for b.Loop() {
+				m := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+				if _, err := m.Predict(context.Background(), q); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "predictions/s")
+		})
+		b.Run(fmt.Sprintf("records=%d/repeated", n), func(b *testing.B) {
+			m := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+			if _, err := m.Predict(context.Background(), q); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, err := m.Predict(context.Background(), q); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "predictions/s")
+		})
+	}
+}
+
+// BenchmarkCacheHit measures a Cache hit over the embedded model with 300
+// records (dominated by hashing the evidence fingerprint).
+func BenchmarkCacheHit(b *testing.B) {
+	ev := synthetic(300, 7)
+	q := rwm.Query{Task: ev.At(0).Task, Proposal: records.Proposal{Mechanism: "m3"}, Evidence: ev}
+	c := rwm.NewCache(rwm.NewEmbedded(rwm.DefaultEmbeddedConfig()), rwm.DefaultCacheConfig())
+	if _, err := c.Predict(context.Background(), q); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := c.Predict(context.Background(), q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "predictions/s")
+}

@@ -1,0 +1,232 @@
+package rwm
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+)
+
+// CacheConfig parameterises Cache.
+type CacheConfig struct {
+	// Size is the most predictions kept (least recently used are evicted
+	// first); default 4096. Library choice: a rollout scores a few thousand
+	// proposals against one context, so one rollout fits.
+	Size int
+	// Name is the model identity used in cache keys. Empty means the inner
+	// model's ID() when it implements Identifier, else its Go type. Give
+	// distinct names to distinct configurations of one backend type when
+	// they share a cache key space (e.g. two Caches over one store).
+	Name string
+}
+
+// DefaultCacheConfig returns the default cache configuration.
+func DefaultCacheConfig() CacheConfig { return CacheConfig{Size: 4096} }
+
+// Validate reports the first problem with c.
+func (c CacheConfig) Validate() error {
+	if c.Size <= 0 {
+		return fmt.Errorf("rwm: cache size %d, want > 0", c.Size)
+	}
+	return nil
+}
+
+// CacheStats counts what a Cache did.
+type CacheStats struct {
+	Hits      int64 // served from the cache
+	Coalesced int64 // served by joining an identical call in flight
+	Misses    int64 // passed to the inner model
+	Evictions int64 // entries dropped for size
+	Len       int   // entries held now
+}
+
+// Cache memoises a world model's predictions. A prediction is keyed by the
+// model identity, every field of the task (a prompt may show any of them),
+// the proposal's canonical key (Proposal.Key: the same change however
+// written; Proposal.Text is deliberately not part of the key, so a
+// rephrased duplicate gets the same prediction) and the Fingerprint of the
+// evidence in context. Since a world model changes only when its records
+// change (METHOD.md §1 Research World Model), a hit is exactly what the
+// model would answer again, for deterministic models.
+//
+// Identical queries in flight at the same time are coalesced into one inner
+// call; a waiter whose ctx ends stops waiting, and if the call's owner is
+// cancelled the waiters retry themselves. Errors are never cached. Served
+// predictions carry Usage{Cached: true}. A Cache is safe for concurrent
+// use.
+type Cache struct {
+	inner WorldModel
+	name  string
+	size  int
+
+	mu       sync.Mutex
+	lru      *list.List // of *cacheEntry, most recent first
+	entries  map[string]*list.Element
+	inflight map[string]*flight
+	stats    CacheStats
+}
+
+type cacheEntry struct {
+	key  string
+	pred Prediction
+}
+
+type flight struct {
+	done chan struct{}
+	pred Prediction
+	err  error
+}
+
+var (
+	_ WorldModel = (*Cache)(nil)
+	_ Identifier = (*Cache)(nil)
+)
+
+// NewCache returns a cache over inner. It panics on an invalid config (a
+// programmer error).
+func NewCache(inner WorldModel, cfg CacheConfig) *Cache {
+	if err := cfg.Validate(); err != nil {
+		panic(err.Error())
+	}
+	name := cfg.Name
+	if name == "" {
+		name = identity(inner)
+	}
+	return &Cache{
+		inner: inner, name: name, size: cfg.Size,
+		lru: list.New(), entries: map[string]*list.Element{}, inflight: map[string]*flight{},
+	}
+}
+
+// identity names m for cache keys.
+func identity(m WorldModel) string {
+	if id, ok := m.(Identifier); ok {
+		return id.ID()
+	}
+	return fmt.Sprintf("%T", m)
+}
+
+// ID returns the identity the cache keys by.
+func (c *Cache) ID() string { return c.name }
+
+// Stats returns a snapshot of the cache's counters.
+func (c *Cache) Stats() CacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.Len = c.lru.Len()
+	return s
+}
+
+// Key returns the cache key of q for a model named name: a hex digest that
+// changes with the name, any task field, the proposal key or the evidence
+// fingerprint.
+func Key(name string, q Query) string {
+	h := sha256.New()
+	str := func(s string) {
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	num := func(v float64) {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], math.Float64bits(v))
+		h.Write(b[:])
+	}
+	t := q.Task
+	str(name)
+	str(t.ID)
+	str(t.Family)
+	str(string(t.Split))
+	str(string(t.Metric))
+	num(t.RefLoss)
+	num(t.SeedNoise)
+	num(float64(t.Budget))
+	str(t.Description)
+	str(q.Proposal.Key())
+	str(q.Evidence.Fingerprint())
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Predict returns the cached prediction for q or asks the inner model.
+func (c *Cache) Predict(ctx context.Context, q Query) (Prediction, error) {
+	if err := ctx.Err(); err != nil {
+		return Prediction{}, fmt.Errorf("rwm: cache: %w", err)
+	}
+	if err := q.Validate(); err != nil {
+		return Prediction{}, err
+	}
+	key := Key(c.name, q)
+	for {
+		c.mu.Lock()
+		if el, ok := c.entries[key]; ok {
+			c.lru.MoveToFront(el)
+			c.stats.Hits++
+			p := el.Value.(*cacheEntry).pred
+			c.mu.Unlock()
+			p.Usage = Usage{Cached: true}
+			return p, nil
+		}
+		if f, ok := c.inflight[key]; ok {
+			c.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return Prediction{}, fmt.Errorf("rwm: cache: %w", ctx.Err())
+			case <-f.done:
+			}
+			if f.err != nil {
+				if isCtxErr(f.err) {
+					// The owner was cancelled, not us: try again.
+					continue
+				}
+				return Prediction{}, f.err
+			}
+			c.mu.Lock()
+			c.stats.Coalesced++
+			c.mu.Unlock()
+			p := f.pred
+			p.Usage = Usage{Cached: true}
+			return p, nil
+		}
+		f := &flight{done: make(chan struct{})}
+		c.inflight[key] = f
+		c.stats.Misses++
+		c.mu.Unlock()
+
+		f.pred, f.err = c.inner.Predict(ctx, q)
+		c.mu.Lock()
+		delete(c.inflight, key)
+		if f.err == nil {
+			c.put(key, f.pred)
+		}
+		c.mu.Unlock()
+		close(f.done)
+		return f.pred, f.err
+	}
+}
+
+// put stores p under key; c.mu is held.
+func (c *Cache) put(key string, p Prediction) {
+	if el, ok := c.entries[key]; ok {
+		el.Value.(*cacheEntry).pred = p
+		c.lru.MoveToFront(el)
+		return
+	}
+	c.entries[key] = c.lru.PushFront(&cacheEntry{key: key, pred: p})
+	for c.lru.Len() > c.size {
+		last := c.lru.Back()
+		c.lru.Remove(last)
+		delete(c.entries, last.Value.(*cacheEntry).key)
+		c.stats.Evictions++
+	}
+}
+
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,627 @@
+package rwm
+
+import (
+	"cmp"
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// Z90 is the standard normal quantile Φ⁻¹(0.9): a Gaussian's q10 and q90 lie
+// Z90 standard deviations either side of its mean.
+const Z90 = 1.2815515655446004
+
+// EmbeddedConfig parameterises the embedded in-context world model. All
+// gains inside the model are in units of the task's seed noise σ_e, so that
+// records of tasks with different scales and metrics share one kernel.
+//
+// The kernel between (task e, proposal a) and (e′, a′) is
+//
+//	k = amp(a)·amp(a′) · kTask(e, e′) · kMech(a, a′)
+//	kTask = 1 for the same task, CorrFamily for the same family,
+//	        CorrMetric for the same metric, CorrAny otherwise
+//	kMech = CorrOtherMech + [same mechanism]·((CorrMech − CorrOtherMech)
+//	        + (1 − CorrMech)·Π_params (Mismatch + (1 − Mismatch)·m))
+//
+// where m compares one named parameter: exp(−(φ(x)−φ(y))²/(2·Lengthscale²))
+// with φ(x) = asinh(x/NumericScale) for numbers (a log scale for values ≫
+// NumericScale, so factors 2 and 4 are as close as 0.1 and 0.2), equality
+// for other values, 1 when both proposals omit it and 0 when one omits it.
+// Each term is a positive semi-definite kernel (an indicator of a shared
+// attribute, a squared-exponential on a fixed feature, their sums and
+// products), so the Gram matrix is a covariance. The hyperparameters are
+// fixed (library choice: documented, reproducible and the same for every
+// host; see the defaults below), not fitted.
+type EmbeddedConfig struct {
+	// SignalSigmas is amp(a), the prior standard deviation of a gain in σ_e
+	// units for a mechanism without a prior; default 2.5. Library choice:
+	// METHOD.md §1 Headline results report gains of a few σ_e (7.29 σ_e for
+	// the best proposer's Avg@4, most base proposals below 0).
+	SignalSigmas float64
+	// MeanSigmas is the prior mean gain in σ_e units for a mechanism
+	// without a prior; default 0 (no opinion).
+	MeanSigmas float64
+	// NoiseSigmas is the observation noise of one record's gain in σ_e
+	// units; default 1: a gain measured against the reference differs from
+	// the expected gain by about one seed noise σ_e (METHOD.md §1
+	// Vocabulary).
+	NoiseSigmas float64
+	// CorrFamily, CorrMetric and CorrAny are kTask for tasks of the same
+	// family, of the same metric only, and of neither; defaults 0.8, 0.5,
+	// 0.3 (library choice: a mechanism's effect transfers best within a
+	// family, METHOD.md §1 Data and evaluation). Need 1 ≥ CorrFamily ≥
+	// CorrMetric ≥ CorrAny ≥ 0. An empty Family matches no other task.
+	CorrFamily, CorrMetric, CorrAny float64
+	// CorrMech is kMech for the same mechanism with unrelated parameters and
+	// CorrOtherMech for different mechanisms; defaults 0.6 and 0.1 (library
+	// choice: proposals of one mechanism direction behave alike, METHOD.md §1
+	// Vocabulary; a little shared strength across mechanisms lets the model
+	// learn that most changes lose). Need 1 ≥ CorrMech ≥ CorrOtherMech ≥ 0.
+	CorrMech, CorrOtherMech float64
+	// Lengthscale is the squared-exponential lengthscale of numeric
+	// parameters in φ units (natural log for large values); default ln 4,
+	// so values a factor 2 apart correlate 0.88 and a factor 10 apart 0.25.
+	Lengthscale float64
+	// NumericScale is the scale below which φ turns from logarithmic to
+	// linear, so zero and negative values are allowed; default 1e-6.
+	NumericScale float64
+	// Mismatch is the per-parameter kernel floor for different values;
+	// default 0.3 (library choice: one differing parameter keeps some
+	// similarity within a mechanism).
+	Mismatch float64
+	// InfeasibleSigmas is the gain in σ_e units that an infeasible real
+	// record counts as; default −6. Library choice: an infeasible proposal
+	// earns reward −c with c = 6 (METHOD.md §1 Reward 1–2), so treating it as
+	// an outcome of −c·σ_e makes the model predict about that reward for it
+	// and its neighbours, without a separate validity model.
+	InfeasibleSigmas float64
+	// Priors maps a mechanism (Proposal.Mechanism, canonical or not) to the
+	// expected gain N(Mean·σ_e, (Std·σ_e)²) of METHOD.md §1 Research World
+	// Model's "knowledge an LLM would bring" (records.Prior; a catalogue's
+	// cards carry them, see PriorsFromCards). A prior sets that mechanism's
+	// mean and amp(a); nil = none.
+	Priors map[string]records.Prior
+	// Cards, when set, is the catalogue that proposals must come from: a
+	// proposal with an unknown mechanism or parameter, a number outside
+	// [Min, Max] or an enum value outside Choices is predicted Valid=false
+	// (structurally invalid). Nil accepts any proposal.
+	Cards []records.Card
+	// CacheSize is the number of factorised contexts kept (keyed by
+	// Evidence.Fingerprint); default 4. Library choice: a training segment
+	// uses one fixed context (METHOD.md §1 On-policy calibration), so a few
+	// suffice.
+	CacheSize int
+	// Jitter is added to the Gram matrix's diagonal for numerical safety;
+	// default 1e-9.
+	Jitter float64
+}
+
+// DefaultEmbeddedConfig returns the documented defaults.
+func DefaultEmbeddedConfig() EmbeddedConfig {
+	return EmbeddedConfig{
+		SignalSigmas: 2.5, MeanSigmas: 0, NoiseSigmas: 1,
+		CorrFamily: 0.8, CorrMetric: 0.5, CorrAny: 0.3,
+		CorrMech: 0.6, CorrOtherMech: 0.1,
+		Lengthscale: math.Log(4), NumericScale: 1e-6, Mismatch: 0.3,
+		InfeasibleSigmas: -6, CacheSize: 4, Jitter: 1e-9,
+	}
+}
+
+// Validate reports the first problem with c.
+func (c EmbeddedConfig) Validate() error {
+	fin := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	in01 := func(v float64) bool { return v >= 0 && v <= 1 }
+	switch {
+	case !fin(c.SignalSigmas) || c.SignalSigmas <= 0:
+		return fmt.Errorf("rwm: embedded: SignalSigmas %g, want > 0", c.SignalSigmas)
+	case !fin(c.MeanSigmas):
+		return fmt.Errorf("rwm: embedded: MeanSigmas %g, want finite", c.MeanSigmas)
+	case !fin(c.NoiseSigmas) || c.NoiseSigmas <= 0:
+		return fmt.Errorf("rwm: embedded: NoiseSigmas %g, want > 0", c.NoiseSigmas)
+	case !in01(c.CorrFamily) || !in01(c.CorrMetric) || !in01(c.CorrAny) ||
+		c.CorrFamily < c.CorrMetric || c.CorrMetric < c.CorrAny:
+		return fmt.Errorf("rwm: embedded: task correlations %g, %g, %g, want 1 ≥ family ≥ metric ≥ any ≥ 0",
+			c.CorrFamily, c.CorrMetric, c.CorrAny)
+	case !in01(c.CorrMech) || !in01(c.CorrOtherMech) || c.CorrMech < c.CorrOtherMech:
+		return fmt.Errorf("rwm: embedded: mechanism correlations %g, %g, want 1 ≥ same ≥ other ≥ 0",
+			c.CorrMech, c.CorrOtherMech)
+	case !fin(c.Lengthscale) || c.Lengthscale <= 0:
+		return fmt.Errorf("rwm: embedded: Lengthscale %g, want > 0", c.Lengthscale)
+	case !fin(c.NumericScale) || c.NumericScale <= 0:
+		return fmt.Errorf("rwm: embedded: NumericScale %g, want > 0", c.NumericScale)
+	case !in01(c.Mismatch):
+		return fmt.Errorf("rwm: embedded: Mismatch %g, want in [0, 1]", c.Mismatch)
+	case !fin(c.InfeasibleSigmas):
+		return fmt.Errorf("rwm: embedded: InfeasibleSigmas %g, want finite", c.InfeasibleSigmas)
+	case c.CacheSize < 1:
+		return fmt.Errorf("rwm: embedded: CacheSize %d, want ≥ 1", c.CacheSize)
+	case !fin(c.Jitter) || c.Jitter < 0:
+		return fmt.Errorf("rwm: embedded: Jitter %g, want ≥ 0", c.Jitter)
+	}
+	for m, p := range c.Priors {
+		if !fin(p.Mean) || !fin(p.Std) || p.Std <= 0 {
+			return fmt.Errorf("rwm: embedded: prior of %q = %+v, want finite mean and std > 0", m, p)
+		}
+	}
+	return nil
+}
+
+// PriorsFromCards collects the priors of a catalogue's cards by mechanism.
+func PriorsFromCards(cards []records.Card) map[string]records.Prior {
+	out := map[string]records.Prior{}
+	for _, c := range cards {
+		if c.Prior != nil {
+			out[canon(c.Mechanism)] = *c.Prior
+		}
+	}
+	return out
+}
+
+// Embedded is the embedded in-context world model (METHOD.md §1 Research
+// World Model): a Gaussian process on gains in σ_e units over (task,
+// proposal) features, conditioned on the real records in the query's
+// evidence. Its prediction depends only on the query and its fixed config:
+// adding records is its only way to change. It reads only the generic
+// vocabulary (task ID, family and metric, σ_e, mechanism and named
+// parameters), so it serves any host's proposals.
+//
+// The predicted gain is the posterior mean times σ_e; Low and High are the
+// Gaussian q10 and q90 of a new measurement (posterior variance plus
+// observation noise), mean ∓ Z90·sd, in task units. The no-change proposal
+// and, with Cards set, proposals outside the catalogue are Valid=false.
+// Infeasible records count as outcomes of InfeasibleSigmas (see there).
+//
+// Factorisations of the Gram matrix are cached by Evidence.Fingerprint, so
+// repeated predictions against one context cost O(n²) each instead of
+// O(n³). The fingerprint identifies tasks by ID: a context must not hold two
+// different tasks with one ID. An *Embedded is safe for concurrent use.
+type Embedded struct {
+	cfg    EmbeddedConfig
+	priors map[string]records.Prior
+	cards  map[string]records.Card
+	id     string
+
+	mu      sync.Mutex
+	lru     *list.List // of *factor, most recent first
+	factors map[string]*list.Element
+}
+
+var (
+	_ WorldModel = (*Embedded)(nil)
+	_ Identifier = (*Embedded)(nil)
+)
+
+// NewEmbedded returns the embedded model. It panics on an invalid config (a
+// programmer error; call cfg.Validate first for configs from outside).
+func NewEmbedded(cfg EmbeddedConfig) *Embedded {
+	if err := cfg.Validate(); err != nil {
+		panic(err.Error())
+	}
+	e := &Embedded{cfg: cfg, priors: map[string]records.Prior{}, lru: list.New(), factors: map[string]*list.Element{}}
+	for m, p := range cfg.Priors {
+		e.priors[canon(m)] = p
+	}
+	if cfg.Cards != nil {
+		e.cards = map[string]records.Card{}
+		for _, c := range cfg.Cards {
+			e.cards[canon(c.Mechanism)] = c
+		}
+	}
+	e.id = "rwm.Embedded/" + configDigest(cfg, e.priors)
+	return e
+}
+
+// configDigest names a configuration for cache keys.
+func configDigest(c EmbeddedConfig, priors map[string]records.Prior) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%v %v %v %v %v %v %v %v %v %v %v %v %v\n", c.SignalSigmas, c.MeanSigmas, c.NoiseSigmas,
+		c.CorrFamily, c.CorrMetric, c.CorrAny, c.CorrMech, c.CorrOtherMech, c.Lengthscale, c.NumericScale,
+		c.Mismatch, c.InfeasibleSigmas, c.Jitter)
+	names := make([]string, 0, len(priors))
+	for m := range priors {
+		names = append(names, m)
+	}
+	slices.Sort(names)
+	for _, m := range names {
+		fmt.Fprintf(h, "prior %q %v %v\n", m, priors[m].Mean, priors[m].Std)
+	}
+	for _, card := range c.Cards {
+		fmt.Fprintf(h, "card %q", canon(card.Mechanism))
+		for _, p := range card.Params {
+			fmt.Fprintf(h, " %q %q %v %v %q", p.Name, p.Kind, p.Min, p.Max, p.Choices)
+		}
+		fmt.Fprintln(h)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// ID names the model and its configuration.
+func (e *Embedded) ID() string { return e.id }
+
+// Config returns the model's configuration.
+func (e *Embedded) Config() EmbeddedConfig { return e.cfg }
+
+// Predict returns the posterior predictive gain of q.Proposal on q.Task
+// given q.Evidence.
+func (e *Embedded) Predict(ctx context.Context, q Query) (Prediction, error) {
+	if err := ctx.Err(); err != nil {
+		return Prediction{}, fmt.Errorf("rwm: embedded: %w", err)
+	}
+	if err := q.Validate(); err != nil {
+		return Prediction{}, err
+	}
+	if q.Proposal.IsNoChange() {
+		return Prediction{Valid: false, Reason: "no change: the proposal changes nothing"}, nil
+	}
+	if reason := e.structural(q.Proposal); reason != "" {
+		return Prediction{Valid: false, Reason: "structurally invalid: " + reason}, nil
+	}
+	f, err := e.factor(ctx, q.Evidence)
+	if err != nil {
+		return Prediction{}, err
+	}
+	mean, variance, same := e.posterior(f, q.Task, q.Proposal)
+	sigma := q.Task.SeedNoise
+	sd := math.Sqrt(variance + e.cfg.NoiseSigmas*e.cfg.NoiseSigmas)
+	gain := mean * sigma
+	p := Prediction{
+		Gain: gain, Low: gain - Z90*sd*sigma, High: gain + Z90*sd*sigma, HasInterval: true, Valid: true,
+		Reason: fmt.Sprintf("Gaussian process on %d real records (%d of this task and proposal): %+.2f σ_e, q10–q90 ±%.2f σ_e",
+			len(f.feats), same, mean, Z90*sd),
+	}
+	if err := p.Validate(); err != nil {
+		return Prediction{}, fmt.Errorf("rwm: embedded: %w", err)
+	}
+	return p, nil
+}
+
+// structural returns why p does not fit the catalogue, or "".
+func (e *Embedded) structural(p records.Proposal) string {
+	if e.cards == nil {
+		return ""
+	}
+	card, ok := e.cards[canon(p.Mechanism)]
+	if !ok {
+		return fmt.Sprintf("mechanism %q is not in the catalogue", canon(p.Mechanism))
+	}
+	specs := map[string]records.ParamSpec{}
+	for _, s := range card.Params {
+		specs[canon(s.Name)] = s
+	}
+	names := make([]string, 0, len(p.Params))
+	for k := range p.Params {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		v := p.Params[k]
+		s, ok := specs[canon(k)]
+		if !ok {
+			return fmt.Sprintf("mechanism %s has no parameter %q", card.Mechanism, canon(k))
+		}
+		switch s.Kind {
+		case "float", "int":
+			x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return fmt.Sprintf("%s.%s = %q is not a number", card.Mechanism, s.Name, v)
+			}
+			if s.Kind == "int" && x != math.Trunc(x) {
+				return fmt.Sprintf("%s.%s = %q is not an integer", card.Mechanism, s.Name, v)
+			}
+			if s.Min < s.Max && (x < s.Min || x > s.Max) {
+				return fmt.Sprintf("%s.%s = %g is outside [%g, %g]", card.Mechanism, s.Name, x, s.Min, s.Max)
+			}
+		default:
+			if !slices.ContainsFunc(s.Choices, func(c string) bool { return canonValue(c) == canonValue(v) }) {
+				return fmt.Sprintf("%s.%s = %q is not one of %q", card.Mechanism, s.Name, v, s.Choices)
+			}
+		}
+	}
+	return ""
+}
+
+// feat is the kernel's view of one (task, proposal).
+type feat struct {
+	task, family, metric, mech int32 // interned; −1 = unknown to the context
+	params                     []pval
+	amp, mu                    float64
+}
+
+// pval is one parameter: numeric (x = φ(value)) or categorical (cat).
+type pval struct {
+	name int32
+	num  bool
+	x    float64
+	cat  string
+}
+
+// factor is a factorised context.
+type factor struct {
+	key  string
+	done chan struct{}
+	err  error
+
+	intern map[string]int32 // shared string table for ids
+	feats  []feat
+	keys   []string // "taskID\x00proposal key" per record
+	chol   mat.Cholesky
+	u      blas64.Triangular // upper Cholesky factor: K = UᵀU
+	alpha  []float64         // K⁻¹(y − μ)
+}
+
+func (e *Embedded) factor(ctx context.Context, ev records.Evidence) (*factor, error) {
+	key := ev.Fingerprint()
+	e.mu.Lock()
+	if el, ok := e.factors[key]; ok {
+		e.lru.MoveToFront(el)
+		f := el.Value.(*factor)
+		e.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("rwm: embedded: %w", ctx.Err())
+		}
+		if f.err != nil {
+			return nil, f.err
+		}
+		return f, nil
+	}
+	f := &factor{key: key, done: make(chan struct{})}
+	e.factors[key] = e.lru.PushFront(f)
+	for e.lru.Len() > e.cfg.CacheSize {
+		last := e.lru.Back()
+		e.lru.Remove(last)
+		delete(e.factors, last.Value.(*factor).key)
+	}
+	e.mu.Unlock()
+
+	f.err = e.build(f, ev)
+	if f.err != nil {
+		e.mu.Lock()
+		if el, ok := e.factors[key]; ok && el.Value.(*factor) == f {
+			e.lru.Remove(el)
+			delete(e.factors, key)
+		}
+		e.mu.Unlock()
+	}
+	close(f.done)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return f, nil
+}
+
+// recordOrder sorts records canonically, so a context's factorisation (and
+// so every floating-point result) is independent of the records' order.
+func recordOrder(a, b records.Record) int {
+	if c := cmp.Compare(a.Task.ID, b.Task.ID); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Proposal.Key(), b.Proposal.Key()); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Infeasible, b.Infeasible); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Gain, b.Gain); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Loss, b.Loss); c != 0 {
+		return c
+	}
+	return slices.Compare(a.Seeds, b.Seeds)
+}
+
+// build factorises the Gram matrix of ev's records.
+func (e *Embedded) build(f *factor, ev records.Evidence) error {
+	rs := ev.Records()
+	slices.SortStableFunc(rs, recordOrder)
+	n := len(rs)
+	f.intern = map[string]int32{}
+	f.feats = make([]feat, n)
+	f.keys = make([]string, n)
+	y := make([]float64, n)
+	for i, r := range rs {
+		f.feats[i] = e.features(f.intern, true, r.Task, r.Proposal)
+		f.keys[i] = r.Task.ID + "\x00" + r.Proposal.Key()
+		if r.Infeasible != "" {
+			y[i] = e.cfg.InfeasibleSigmas
+		} else {
+			y[i] = r.Gain / r.Task.SeedNoise
+		}
+		y[i] -= f.feats[i].mu
+	}
+	if n == 0 {
+		return nil
+	}
+	noise := e.cfg.NoiseSigmas*e.cfg.NoiseSigmas + e.cfg.Jitter
+	data := make([]float64, n*n)
+	for i := range n {
+		for j := 0; j <= i; j++ {
+			k := e.kernel(&f.feats[i], &f.feats[j])
+			data[i*n+j] = k
+			data[j*n+i] = k
+		}
+		data[i*n+i] += noise
+	}
+	if ok := f.chol.Factorize(mat.NewSymDense(n, data)); !ok {
+		return fmt.Errorf("rwm: embedded: Gram matrix of %d records is not positive definite", n)
+	}
+	f.u = f.chol.RawU().(*mat.TriDense).RawTriangular()
+	a := mat.NewVecDense(n, nil)
+	if err := f.chol.SolveVecTo(a, mat.NewVecDense(n, y)); err != nil {
+		return fmt.Errorf("rwm: embedded: solve: %w", err)
+	}
+	f.alpha = a.RawVector().Data
+	return nil
+}
+
+// posterior returns the posterior mean and variance of the latent gain (σ_e
+// units) of (t, p) and how many records share its task and proposal.
+func (e *Embedded) posterior(f *factor, t records.Task, p records.Proposal) (mean, variance float64, same int) {
+	q := e.features(f.intern, false, t, p)
+	n := len(f.feats)
+	// k(q, q) = amp²: every factor of the kernel is 1 for a point and
+	// itself (computed directly, since ids unknown to the context are −1).
+	prior := q.amp * q.amp
+	if n == 0 {
+		return q.mu, prior, 0
+	}
+	k := make([]float64, n)
+	mean = q.mu
+	key := t.ID + "\x00" + p.Key()
+	for i := range f.feats {
+		k[i] = e.kernel(&q, &f.feats[i])
+		mean += k[i] * f.alpha[i]
+		if f.keys[i] == key {
+			same++
+		}
+	}
+	// v = U⁻ᵀ k, so kᵀK⁻¹k = |v|².
+	blas64.Trsv(blas.Trans, f.u, blas64.Vector{N: n, Inc: 1, Data: k})
+	variance = prior - blas64.Dot(blas64.Vector{N: n, Inc: 1, Data: k}, blas64.Vector{N: n, Inc: 1, Data: k})
+	if variance < 0 {
+		variance = 0
+	}
+	return mean, variance, same
+}
+
+// features builds the kernel's view of (t, p). With add, new strings are
+// interned into tab; without, unknown strings get id −1 (never equal to a
+// record's) and tab is only read, so concurrent queries may share it.
+func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p records.Proposal) feat {
+	id := func(kind, s string) int32 {
+		if s == "" {
+			return -1
+		}
+		k := kind + "\x00" + s
+		if v, ok := tab[k]; ok {
+			return v
+		}
+		if !add {
+			return -1
+		}
+		v := int32(len(tab))
+		tab[k] = v
+		return v
+	}
+	mech := canon(p.Mechanism)
+	ft := feat{
+		task: id("t", t.ID), family: id("f", t.Family), metric: id("m", string(t.Metric)), mech: id("a", mech),
+		amp: e.cfg.SignalSigmas, mu: e.cfg.MeanSigmas,
+	}
+	if pr, ok := e.priors[mech]; ok {
+		ft.amp, ft.mu = pr.Std, pr.Mean
+	}
+	unknown := int32(-2)
+	for k, v := range p.Params {
+		name := canon(k)
+		nid := id("p", name)
+		if nid == -1 {
+			// A name no record uses: give it a distinct negative id.
+			nid = unknown
+			unknown--
+		}
+		pv := pval{name: nid}
+		if x, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+			pv.num, pv.x = true, math.Asinh(x/e.cfg.NumericScale)
+		} else {
+			pv.cat = canonValue(v)
+		}
+		ft.params = append(ft.params, pv)
+	}
+	slices.SortFunc(ft.params, func(a, b pval) int { return cmp.Compare(a.name, b.name) })
+	return ft
+}
+
+// Kernel returns the prior covariance k((ta, pa), (tb, pb)) of the two
+// gains in σ_e² units (EmbeddedConfig), without observation noise.
+func (e *Embedded) Kernel(ta records.Task, pa records.Proposal, tb records.Task, pb records.Proposal) float64 {
+	tab := map[string]int32{}
+	fa := e.features(tab, true, ta, pa)
+	fb := e.features(tab, true, tb, pb)
+	return e.kernel(&fa, &fb)
+}
+
+// kernel is k((e, a), (e′, a′)) of EmbeddedConfig without the noise.
+func (e *Embedded) kernel(a, b *feat) float64 {
+	c := &e.cfg
+	var kt float64
+	switch {
+	case a.task == b.task && a.task >= 0:
+		kt = 1
+	case a.family == b.family && a.family >= 0:
+		kt = c.CorrFamily
+	case a.metric == b.metric && a.metric >= 0:
+		kt = c.CorrMetric
+	default:
+		kt = c.CorrAny
+	}
+	km := c.CorrOtherMech
+	if a.mech == b.mech && a.mech >= 0 {
+		km = c.CorrMech + (1-c.CorrMech)*e.paramKernel(a.params, b.params)
+	}
+	return a.amp * b.amp * kt * km
+}
+
+// paramKernel is Π over the union of parameter names of
+// Mismatch + (1 − Mismatch)·m (see EmbeddedConfig).
+func (e *Embedded) paramKernel(a, b []pval) float64 {
+	g := e.cfg.Mismatch
+	inv := 1 / (2 * e.cfg.Lengthscale * e.cfg.Lengthscale)
+	k := 1.0
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && a[i].name < b[j].name):
+			k *= g // only a has it
+			i++
+		case i == len(a) || b[j].name < a[i].name:
+			k *= g // only b has it
+			j++
+		default:
+			var m float64
+			x, y := &a[i], &b[j]
+			switch {
+			case x.num && y.num:
+				d := x.x - y.x
+				m = math.Exp(-d * d * inv)
+			case !x.num && !y.num && x.cat == y.cat:
+				m = 1
+			}
+			k *= g + (1-g)*m
+			i++
+			j++
+		}
+	}
+	return k
+}
+
+// canon is records' canonical form of a name (trimmed, lower-case, inner
+// white space collapsed).
+func canon(s string) string { return strings.ToLower(strings.Join(strings.Fields(s), " ")) }
+
+// canonValue is records' canonical form of a parameter value.
+func canonValue(v string) string {
+	t := strings.TrimSpace(v)
+	if f, err := strconv.ParseFloat(t, 64); err == nil {
+		if f == 0 {
+			f = 0
+		}
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return canon(t)
+}

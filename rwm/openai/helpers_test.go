@@ -1,0 +1,140 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lm2lm/lm2lm/internal/oaitest"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// dataBlock is the decoded data block of a user message.
+type dataBlock struct {
+	Task     taskLine
+	Records  []recordLine
+	Proposal proposalLine
+	Fence    string
+}
+
+// parseDataBlock reads the fenced block of a user message as the prompt
+// documents it; it fails when the block is not exactly TASK, RECORD…,
+// PROPOSAL lines of JSON.
+func parseDataBlock(user string) (dataBlock, error) {
+	var d dataBlock
+	lines := strings.Split(user, "\n")
+	start := -1
+	for i, l := range lines {
+		if strings.HasPrefix(l, "<<<DATA-") {
+			start = i
+			d.Fence = strings.TrimPrefix(l, "<<<")
+			break
+		}
+	}
+	if start < 0 {
+		return d, fmt.Errorf("no opening fence")
+	}
+	end := -1
+	for i := start + 1; i < len(lines); i++ {
+		if lines[i] == d.Fence+">>>" {
+			end = i
+			break
+		}
+	}
+	if end < 0 {
+		return d, fmt.Errorf("no closing fence")
+	}
+	if n := strings.Count(user, d.Fence); n != 4 {
+		// fence lines plus the two mentions in the instructions
+		return d, fmt.Errorf("fence token occurs %d times, want 4", n)
+	}
+	body := lines[start+1 : end]
+	for i, l := range body {
+		kind, js, _ := strings.Cut(l, " ")
+		var err error
+		switch {
+		case kind == "TASK" && i == 0:
+			err = json.Unmarshal([]byte(js), &d.Task)
+		case kind == "RECORD" && i > 0 && i < len(body)-1:
+			var r recordLine
+			err = json.Unmarshal([]byte(js), &r)
+			d.Records = append(d.Records, r)
+		case kind == "PROPOSAL" && i == len(body)-1:
+			err = json.Unmarshal([]byte(js), &d.Proposal)
+		default:
+			return d, fmt.Errorf("unexpected data line %d: %q", i, l)
+		}
+		if err != nil {
+			return d, fmt.Errorf("data line %d: %w", i, err)
+		}
+	}
+	return d, nil
+}
+
+// fakeWorld is a deterministic in-context "LLM": it reads the data block and
+// predicts the shrunken mean of the records of the same task and proposal
+// key, ĝ = Σg/(n+1), or a tenth of the mean of same-mechanism records of the
+// task when there is none; q10/q90 = ĝ ∓ σ_e. Its answer depends on the
+// context, as the conformance suite demands.
+func fakeWorld(r oaitest.Request) oaitest.Reply {
+	d, err := parseDataBlock(r.Text("user"))
+	if err != nil {
+		return oaitest.Text("I could not read the data: " + err.Error())
+	}
+	key := records.Proposal{Mechanism: d.Proposal.Mechanism, Params: d.Proposal.Params}.Key()
+	var sum, mechSum float64
+	var n, mechN int
+	for _, rec := range d.Records {
+		if rec.Task != d.Task.ID || rec.Gain == nil {
+			continue
+		}
+		if (records.Proposal{Mechanism: rec.Mechanism, Params: rec.Params}).Key() == key {
+			sum += *rec.Gain
+			n++
+		} else if rec.Mechanism == d.Proposal.Mechanism {
+			mechSum += *rec.Gain
+			mechN++
+		}
+	}
+	var g float64
+	switch {
+	case n > 0:
+		g = sum / float64(n+1)
+	case mechN > 0:
+		g = 0.1 * mechSum / float64(mechN)
+	}
+	s := d.Task.SeedNoise
+	return oaitest.Text(fmt.Sprintf(`{"gain": %g, "q10": %g, "q90": %g, "valid": true, "reason": "%d matching records"}`, g, g-s, g+s, n))
+}
+
+// sleeps records injected sleeps.
+type sleeps struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (s *sleeps) sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
+	s.d = append(s.d, d)
+	s.mu.Unlock()
+	return ctx.Err()
+}
+
+func (s *sleeps) all() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Duration(nil), s.d...)
+}
+
+// testConfig points at srv with fast, recorded retries.
+func testConfig(srv *oaitest.Server, sl *sleeps) Config {
+	cfg := DefaultConfig()
+	cfg.BaseURL, cfg.Model, cfg.APIKey = srv.URL(), "fake-model", "test-key"
+	cfg.Timeout = 10 * time.Second
+	cfg.Sleep = sl.sleep
+	cfg.Getenv = func(string) string { return "" }
+	return cfg
+}

@@ -1,0 +1,294 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/lm2lm/lm2lm/internal/oaichat"
+	"github.com/lm2lm/lm2lm/rwm"
+)
+
+// Format selects the response_format a request asks for.
+type Format string
+
+const (
+	// FormatJSONSchema asks for structured output with ResponseSchema
+	// (response_format type "json_schema", strict).
+	FormatJSONSchema Format = "json_schema"
+	// FormatJSONObject asks for JSON mode (type "json_object").
+	FormatJSONObject Format = "json_object"
+	// FormatText sends no response_format; the prompt alone asks for JSON.
+	FormatText Format = "text"
+)
+
+// Config parameterises a Model. Endpoint fields left empty are read from
+// the environment when the model is built (an explicit field always wins).
+type Config struct {
+	// BaseURL of the OpenAI-compatible API, e.g. "http://localhost:8000/v1".
+	// Default "": $OPENAI_BASE_URL, else https://api.openai.com/v1 when an
+	// API key is known (library choice: the SDK's own convention).
+	BaseURL string
+	// APIKey sent as a bearer token. Default "": $OPENAI_API_KEY; empty
+	// sends none (local servers).
+	APIKey string
+	// Model name sent with every request. Default "": $LM2LM_MODEL;
+	// required.
+	Model string
+	// Temperature of the world model's sampling; default 0. Library choice:
+	// the paper's W is frozen (METHOD.md §1 Research World Model), so the
+	// same query should get the same answer.
+	Temperature float64
+	// Seed sent with every request; default 0 (library choice: servers that
+	// honour it answer a repeated query identically even above temperature 0).
+	Seed int64
+	// MaxTokens caps the answer (max_completion_tokens); default 0 = the
+	// server's limit (library choice: reasoning models need room).
+	MaxTokens int
+	// Format of the requested answer; default FormatJSONSchema. Whatever
+	// the format, the answer is parsed leniently (the first JSON object in
+	// the text), and a server that rejects json_schema with 400 is asked
+	// again, once, with FormatText for the rest of the model's life.
+	Format Format
+	// MaxRecords is the most records of M shown; default 64. ContextChars
+	// bounds their encoded size in bytes; default 24000 (library choice:
+	// about 6k tokens, room for the rest in an 8k context). The most
+	// relevant records come first and the list stops at the first record
+	// that does not fit.
+	MaxRecords, ContextChars int
+	// RecordTextChars truncates each record's proposal text; default 240.
+	// ProposalTextChars truncates the proposal's own text; default 2000; 0
+	// omits it, so that the prediction depends on the proposal key only (as
+	// rwm.Cache assumes when it keys by records.Proposal.Key).
+	RecordTextChars, ProposalTextChars int
+	// MaxRetries after the first attempt of a call; default 3 (library
+	// choice: rides out a short outage; rwm.Retry can add more).
+	MaxRetries int
+	// Timeout of one attempt; default 2m (library choice: a long reasoning
+	// answer fits, a hung connection does not stall a rollout). 0 = none.
+	Timeout time.Duration
+	// BaseDelay is the first backoff wait, doubled per retry and capped at
+	// MaxDelay; defaults 500ms and 30s (library choice: the usual HTTP
+	// client backoff). A Retry-After longer than MaxDelay ends the retries
+	// with an *rwm.TransientError carrying it.
+	BaseDelay, MaxDelay time.Duration
+	// HTTPClient carries the requests; nil = the SDK's default client.
+	HTTPClient *http.Client
+	// Sleep waits between retries; nil = a timer honouring ctx. Tests inject
+	// a recorder so that Retry-After is checked without waiting.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Getenv reads the environment; nil = os.Getenv.
+	Getenv func(string) string
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		Format:            FormatJSONSchema,
+		MaxRecords:        64,
+		ContextChars:      24000,
+		RecordTextChars:   240,
+		ProposalTextChars: 2000,
+		MaxRetries:        3,
+		Timeout:           2 * time.Minute,
+		BaseDelay:         500 * time.Millisecond,
+		MaxDelay:          30 * time.Second,
+	}
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	switch {
+	case math.IsNaN(c.Temperature) || c.Temperature < 0 || c.Temperature > 2:
+		return fmt.Errorf("rwm/openai: Temperature = %g, want in [0, 2]", c.Temperature)
+	case c.MaxTokens < 0:
+		return fmt.Errorf("rwm/openai: MaxTokens = %d, want ≥ 0", c.MaxTokens)
+	case c.Format != FormatJSONSchema && c.Format != FormatJSONObject && c.Format != FormatText:
+		return fmt.Errorf("rwm/openai: unknown Format %q", c.Format)
+	case c.MaxRecords < 0 || c.ContextChars < 0:
+		return fmt.Errorf("rwm/openai: MaxRecords = %d, ContextChars = %d, want ≥ 0", c.MaxRecords, c.ContextChars)
+	case c.RecordTextChars < 0 || c.ProposalTextChars < 0:
+		return fmt.Errorf("rwm/openai: RecordTextChars = %d, ProposalTextChars = %d, want ≥ 0", c.RecordTextChars, c.ProposalTextChars)
+	case c.MaxRetries < 0:
+		return fmt.Errorf("rwm/openai: MaxRetries = %d, want ≥ 0", c.MaxRetries)
+	case c.Timeout < 0 || c.BaseDelay < 0 || c.MaxDelay < 0:
+		return fmt.Errorf("rwm/openai: negative duration (Timeout %v, BaseDelay %v, MaxDelay %v)", c.Timeout, c.BaseDelay, c.MaxDelay)
+	}
+	return nil
+}
+
+// Model is an LLM world model. It is safe for concurrent use.
+type Model struct {
+	cfg      Config
+	client   *oaichat.Client
+	textOnly atomic.Bool // set after the server rejected json_schema
+	id       string
+}
+
+var (
+	_ rwm.WorldModel = (*Model)(nil)
+	_ rwm.Identifier = (*Model)(nil)
+)
+
+// New validates cfg, fills empty endpoint fields from the environment and
+// returns a model. It returns an error wrapping ErrNotConfigured when no
+// server or no model name is known.
+func New(cfg Config) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s, err := oaichat.Resolve(oaichat.Settings{
+		BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
+		MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, BaseDelay: cfg.BaseDelay, MaxDelay: cfg.MaxDelay,
+		HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
+	}, cfg.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("rwm/openai: %w", err)
+	}
+	cfg.BaseURL, cfg.APIKey, cfg.Model = s.BaseURL, s.APIKey, s.Model
+	m := &Model{cfg: cfg, client: oaichat.New(s)}
+	m.id = fmt.Sprintf("rwm/openai %s@%s temperature=%g seed=%d format=%s records=%d/%d text=%d/%d prompt=%s",
+		cfg.Model, cfg.BaseURL, cfg.Temperature, cfg.Seed, cfg.Format, cfg.MaxRecords, cfg.ContextChars,
+		cfg.RecordTextChars, cfg.ProposalTextChars, PromptVersion)
+	return m, nil
+}
+
+// ID names the model for caches: backend, model name, endpoint, the
+// settings that change answers and the prompt version. It holds no key.
+func (m *Model) ID() string { return m.id }
+
+// Config returns the model's configuration with the endpoint resolved.
+func (m *Model) Config() Config { return m.cfg }
+
+// Usage is the running total of a model's calls.
+type Usage struct {
+	Calls            int64 // completions received
+	Attempts         int64 // HTTP attempts, failed ones and retries included
+	PromptTokens     int64
+	CompletionTokens int64
+}
+
+// Usage returns the totals since the model was built.
+func (m *Model) Usage() Usage {
+	u := m.client.Total()
+	return Usage{Calls: u.Calls, Attempts: u.Attempts, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+}
+
+// ResponseSchema is the JSON schema of the answer sent with FormatJSONSchema.
+var ResponseSchema = map[string]any{
+	"type": "object",
+	"properties": map[string]any{
+		"gain":   map[string]any{"type": "number", "description": "predicted gain b_e - loss, in the task's metric units"},
+		"q10":    map[string]any{"type": "number", "description": "10% quantile of the gain"},
+		"q90":    map[string]any{"type": "number", "description": "90% quantile of the gain"},
+		"valid":  map[string]any{"type": "boolean", "description": "false if the proposal cannot be implemented or run"},
+		"reason": map[string]any{"type": "string", "description": "one short sentence"},
+	},
+	"required":             []string{"gain", "q10", "q90", "valid", "reason"},
+	"additionalProperties": false,
+}
+
+func (m *Model) params(system, user string) sdk.ChatCompletionNewParams {
+	p := sdk.ChatCompletionNewParams{
+		Model:       m.cfg.Model,
+		Messages:    []sdk.ChatCompletionMessageParamUnion{sdk.SystemMessage(system), sdk.UserMessage(user)},
+		Temperature: sdk.Float(m.cfg.Temperature),
+		Seed:        sdk.Int(m.cfg.Seed),
+	}
+	if m.cfg.MaxTokens > 0 {
+		p.MaxCompletionTokens = sdk.Int(int64(m.cfg.MaxTokens))
+	}
+	format := m.cfg.Format
+	if m.textOnly.Load() {
+		format = FormatText
+	}
+	switch format {
+	case FormatJSONSchema:
+		p.ResponseFormat = sdk.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{
+				Name:   "prediction",
+				Strict: sdk.Bool(true),
+				Schema: ResponseSchema,
+			},
+		}}
+	case FormatJSONObject:
+		p.ResponseFormat = sdk.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}
+	}
+	return p
+}
+
+// Predict asks the LLM for the gain of q.Proposal on q.Task given the
+// records q.Evidence. Errors: an invalid query wraps records.ErrInvalid; a
+// done ctx wraps ctx.Err(); exhausted transient failures are an
+// *rwm.TransientError; an unusable answer is a *PredictionError wrapping
+// rwm.ErrBadPrediction; other failures (401, 404, a 400 that is not about
+// the response format) are returned as they are, wrapped.
+func (m *Model) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error) {
+	if err := ctx.Err(); err != nil {
+		return rwm.Prediction{}, fmt.Errorf("rwm/openai: predict: %w", err)
+	}
+	if err := q.Validate(); err != nil {
+		return rwm.Prediction{}, fmt.Errorf("rwm/openai: predict: %w", err)
+	}
+	system, user, err := Prompt(q, m.cfg)
+	if err != nil {
+		return rwm.Prediction{}, err
+	}
+	comp, u, err := m.client.Complete(ctx, m.params(system, user))
+	if err != nil && m.cfg.Format != FormatText && !m.textOnly.Load() && isStatus(err, http.StatusBadRequest) {
+		// The server does not support the response format: fall back to
+		// JSON in text, which ParsePrediction reads anyway.
+		m.textOnly.Store(true)
+		var u2 oaichat.Usage
+		comp, u2, err = m.client.Complete(ctx, m.params(system, user))
+		u = u.Add(u2)
+	}
+	if err != nil {
+		return rwm.Prediction{}, m.callError(ctx, err)
+	}
+	usage := rwm.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+	ch := comp.Choices[0]
+	if ch.Message.Refusal != "" || ch.FinishReason == "content_filter" {
+		msg := ch.Message.Refusal
+		if msg == "" {
+			msg = "finish_reason content_filter"
+		}
+		return rwm.Prediction{Usage: usage}, &PredictionError{Content: clip(msg), Err: ErrRefused}
+	}
+	p, err := ParsePrediction(ch.Message.Content, q.Task)
+	p.Usage = usage
+	if err != nil {
+		if ch.FinishReason == "length" {
+			err = fmt.Errorf("%w (the answer was cut at the token limit)", err)
+		}
+		return p, err
+	}
+	return p, nil
+}
+
+func (m *Model) callError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("rwm/openai: predict: %w", err)
+	}
+	if errors.Is(err, oaichat.ErrTransient) {
+		te := &rwm.TransientError{Err: fmt.Errorf("rwm/openai: %s: %w", m.cfg.Model, err)}
+		var ae *oaichat.AttemptError
+		if errors.As(err, &ae) {
+			te.After = ae.RetryAfter
+		}
+		return te
+	}
+	return fmt.Errorf("rwm/openai: %s: %w", m.cfg.Model, err)
+}
+
+func isStatus(err error, status int) bool {
+	var ae *oaichat.AttemptError
+	return errors.As(err, &ae) && ae.Status == status
+}

@@ -1,0 +1,197 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/lm2lm/lm2lm/internal/oaichat"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
+)
+
+// MaxAbsGainSigmas bounds a believable gain: |gain| (and |q10|, |q90|) above
+// MaxAbsGainSigmas·σ_e is absurd. Library choice: the paper's best
+// proposals gained about 7σ_e on average (METHOD.md §1 Headline results);
+// 50σ_e leaves ample room for real surprises and rejects unit mistakes
+// (an answer in 10⁻³ BPB instead of BPB is 1000× too large).
+const MaxAbsGainSigmas = 50
+
+// Errors of the package. Every answer problem wraps rwm.ErrBadPrediction.
+var (
+	// ErrNotConfigured: no server or no model name is known.
+	ErrNotConfigured = oaichat.ErrNotConfigured
+	// ErrRefused: the model refused (message.refusal or a content filter).
+	ErrRefused = fmt.Errorf("rwm/openai: refusal: %w", rwm.ErrBadPrediction)
+	// ErrNoJSON: the answer holds no valid JSON object.
+	ErrNoJSON = fmt.Errorf("rwm/openai: no JSON object in the answer: %w", rwm.ErrBadPrediction)
+	// ErrMissingField: a required field is absent or null.
+	ErrMissingField = fmt.Errorf("rwm/openai: missing field: %w", rwm.ErrBadPrediction)
+	// ErrFieldType: a field has the wrong JSON type.
+	ErrFieldType = fmt.Errorf("rwm/openai: wrong field type: %w", rwm.ErrBadPrediction)
+	// ErrNotFinite: a number is NaN or infinite.
+	ErrNotFinite = fmt.Errorf("rwm/openai: non-finite number: %w", rwm.ErrBadPrediction)
+	// ErrAbsurd: a number is beyond MaxAbsGainSigmas·σ_e, or a gain above
+	// b_e (it would mean a negative loss).
+	ErrAbsurd = fmt.Errorf("rwm/openai: absurd magnitude: %w", rwm.ErrBadPrediction)
+	// ErrInterval: q10 ≤ gain ≤ q90 does not hold.
+	ErrInterval = fmt.Errorf("rwm/openai: inconsistent interval: %w", rwm.ErrBadPrediction)
+)
+
+// PredictionError is an unusable answer. Err is one of the package's
+// sentinels (so errors.Is(err, rwm.ErrBadPrediction) holds).
+type PredictionError struct {
+	Field   string // the offending field; "" for the whole answer
+	Detail  string // what was wrong, for people
+	Content string // the answer, clipped to 200 bytes
+	Err     error
+}
+
+func (e *PredictionError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Err.Error())
+	if e.Field != "" {
+		fmt.Fprintf(&b, ": field %q", e.Field)
+	}
+	if e.Detail != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Detail)
+	}
+	if e.Content != "" {
+		fmt.Fprintf(&b, " (answer %q)", e.Content)
+	}
+	return b.String()
+}
+
+// Unwrap returns Err.
+func (e *PredictionError) Unwrap() error { return e.Err }
+
+func clip(s string) string { return oaichat.Truncate(s, 200) }
+
+// ParsePrediction reads an answer in the format of UserTemplate: the first
+// balanced JSON object of content (the whole content for a server in JSON
+// mode, or an object inside prose or a code fence) with
+//
+//   - "valid": required, a boolean (the strings "true" and "false" are
+//     accepted);
+//   - "gain": required when valid; a JSON number (a numeric string is
+//     accepted);
+//   - "q10" and "q90": both or neither (then HasInterval is false); when
+//     present, q10 ≤ gain ≤ q90;
+//   - "reason": optional string, clipped to 500 bytes.
+//
+// Every number must be finite, within MaxAbsGainSigmas·σ_e of zero, and no
+// larger than b_e (a larger gain means a negative loss; checked when
+// b_e > 0). An invalid answer (valid false) needs no numbers and returns
+// Prediction{Valid: false, Reason}. Other fields are ignored. Every failure
+// is a *PredictionError wrapping rwm.ErrBadPrediction.
+func ParsePrediction(content string, task records.Task) (rwm.Prediction, error) {
+	obj, ok := oaichat.FirstJSONObject(content)
+	if !ok {
+		detail := "no balanced, valid JSON object"
+		if strings.TrimSpace(content) == "" {
+			detail = "empty answer"
+		}
+		return rwm.Prediction{}, &PredictionError{Detail: detail, Content: clip(content), Err: ErrNoJSON}
+	}
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader([]byte(obj)))
+	dec.UseNumber()
+	if err := dec.Decode(&fields); err != nil {
+		return rwm.Prediction{}, &PredictionError{Detail: err.Error(), Content: clip(obj), Err: ErrNoJSON}
+	}
+	bad := func(field, detail string, err error) (rwm.Prediction, error) {
+		return rwm.Prediction{}, &PredictionError{Field: field, Detail: detail, Content: clip(obj), Err: err}
+	}
+	var p rwm.Prediction
+	if raw, ok := present(fields, "reason"); ok {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return bad("reason", "want a string", ErrFieldType)
+		}
+		p.Reason = oaichat.Truncate(strings.TrimSpace(s), 500)
+	}
+	raw, ok := present(fields, "valid")
+	if !ok {
+		return bad("valid", "", ErrMissingField)
+	}
+	switch strings.ToLower(strings.Trim(string(raw), `"`)) {
+	case "true":
+		p.Valid = true
+	case "false":
+		p.Valid = false
+		return p, nil
+	default:
+		return bad("valid", "want true or false, got "+clip(string(raw)), ErrFieldType)
+	}
+	limit := MaxAbsGainSigmas * task.SeedNoise
+	number := func(name string) (float64, bool, error) {
+		raw, ok := present(fields, name)
+		if !ok {
+			return 0, false, nil
+		}
+		text := string(raw)
+		if strings.HasPrefix(text, `"`) {
+			if err := json.Unmarshal(raw, &text); err != nil {
+				return 0, false, &PredictionError{Field: name, Detail: err.Error(), Content: clip(obj), Err: ErrFieldType}
+			}
+		} else if text == "true" || text == "false" || strings.HasPrefix(text, "{") || strings.HasPrefix(text, "[") {
+			return 0, false, &PredictionError{Field: name, Detail: "want a number, got " + clip(text), Content: clip(obj), Err: ErrFieldType}
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(text), 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return 0, false, &PredictionError{Field: name, Detail: "want a number, got " + clip(text), Content: clip(obj), Err: ErrFieldType}
+		}
+		switch {
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			return 0, false, &PredictionError{Field: name, Detail: clip(text), Content: clip(obj), Err: ErrNotFinite}
+		case math.Abs(v) > limit:
+			return 0, false, &PredictionError{Field: name, Content: clip(obj), Err: ErrAbsurd,
+				Detail: fmt.Sprintf("|%g| > %d·σ_e = %g", v, MaxAbsGainSigmas, limit)}
+		case task.RefLoss > 0 && v > task.RefLoss:
+			return 0, false, &PredictionError{Field: name, Content: clip(obj), Err: ErrAbsurd,
+				Detail: fmt.Sprintf("%g > b_e = %g would mean a negative loss", v, task.RefLoss)}
+		}
+		return v, true, nil
+	}
+	gain, ok, err := number("gain")
+	if err != nil {
+		return rwm.Prediction{}, err
+	}
+	if !ok {
+		return bad("gain", "", ErrMissingField)
+	}
+	lo, hasLo, err := number("q10")
+	if err != nil {
+		return rwm.Prediction{}, err
+	}
+	hi, hasHi, err := number("q90")
+	if err != nil {
+		return rwm.Prediction{}, err
+	}
+	switch {
+	case hasLo != hasHi:
+		missing := "q90"
+		if !hasLo {
+			missing = "q10"
+		}
+		return bad(missing, "q10 and q90 come together", ErrMissingField)
+	case hasLo && !(lo <= gain && gain <= hi):
+		return bad("", fmt.Sprintf("q10 %g ≤ gain %g ≤ q90 %g does not hold", lo, gain, hi), ErrInterval)
+	}
+	p.Gain, p.Low, p.High, p.HasInterval = gain, lo, hi, hasLo
+	return p, nil
+}
+
+// present returns fields[name] unless it is absent or null.
+func present(fields map[string]json.RawMessage, name string) (json.RawMessage, bool) {
+	raw, ok := fields[name]
+	if !ok || string(bytes.TrimSpace(raw)) == "null" {
+		return nil, false
+	}
+	return raw, true
+}
