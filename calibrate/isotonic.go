@@ -38,7 +38,8 @@ func (f Isotonic) Apply(x float64) float64 {
 	}
 	j--
 	slope := (f.Y[j+1] - f.Y[j]) / (f.X[j+1] - f.X[j])
-	return slope*(x-f.X[j]) + f.Y[j]
+	// Clamping to the segment only matters for overflowing extremes.
+	return math.Min(f.Y[j+1], math.Max(f.Y[j], slope*(x-f.X[j])+f.Y[j]))
 }
 
 // FitIsotonic fits the weighted least-squares non-decreasing map from x to

@@ -22,6 +22,9 @@ var (
 	ErrBadItem = errors.New("proposer: bad batch item")
 	// ErrCheckpoint is returned by UnmarshalBinary for a malformed checkpoint.
 	ErrCheckpoint = errors.New("proposer: bad checkpoint")
+	// ErrNotInitialised is returned by the methods of a zero Policy that
+	// has not been filled by UnmarshalBinary.
+	ErrNotInitialised = errors.New("proposer: policy not initialised")
 )
 
 // AdamConfig parameterises the Adam optimiser of the embedded policy

@@ -40,7 +40,9 @@ import (
 // structure; Marshal/Unmarshal (MarshalBinary, UnmarshalBinary) carry the
 // weights, the Adam state, the config and the catalogue.
 //
-// Policy is safe for concurrent use: Propose, Score and CardProbs share a
+// A Policy is made by NewPolicy or by UnmarshalBinary on a zero Policy;
+// other methods of a zero Policy fail with ErrNotInitialised. It is safe
+// for concurrent use: Propose, Score and CardProbs share a
 // read lock; Update, Supervise, SetTemperature and UnmarshalBinary take the
 // write lock and so wait for, and exclude, everything else.
 type Policy struct {
@@ -399,6 +401,9 @@ func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
+	if err := p.ready(); err != nil {
+		return nil, fmt.Errorf("proposer: propose: %w", err)
+	}
 	temp := p.cfg.Temperature
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
 	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, temp))
@@ -519,6 +524,9 @@ func (p *Policy) Score(ctx context.Context, s records.State, smp Sample) ([]floa
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
+	if err := p.ready(); err != nil {
+		return nil, fmt.Errorf("proposer: score: %w", err)
+	}
 	toks, err := p.lay.encode(smp)
 	if err != nil {
 		return nil, fmt.Errorf("proposer: score: %w", err)
@@ -538,12 +546,15 @@ func (p *Policy) Score(ctx context.Context, s records.State, smp Sample) ([]floa
 
 // CardProbs returns the current probability of each card token for s at
 // the policy's temperature, in catalogue order, followed by the no-change
-// token when PolicyConfig.NoChange is set. The mechanism share of a
-// policy's proposals (METHOD.md §1 Headline results, the case study) can be
-// read from it directly.
+// token when PolicyConfig.NoChange is set (nil for a zero Policy). The
+// mechanism share of a policy's proposals (METHOD.md §1 Headline results,
+// the case study) can be read from it directly.
 func (p *Policy) CardProbs(s records.State) []float64 {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
+	if p.ready() != nil {
+		return nil
+	}
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
 	lp := logSoftmax(p.logits(nil, p.lay.heads[0], state, p.cfg.Temperature))
 	for k := range lp {
@@ -595,6 +606,14 @@ func (p *Policy) NumParams() int {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.lay.nParams
+}
+
+// ready reports ErrNotInitialised for a zero Policy.
+func (p *Policy) ready() error {
+	if len(p.lay.heads) == 0 {
+		return ErrNotInitialised
+	}
+	return nil
 }
 
 func canonName(s string) string {

@@ -340,3 +340,33 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestZeroAdvantagesChangeNothing(t *testing.T) {
+	// METHOD.md §1 Policy optimisation: ℓ = −min(ρA, clip(ρ)A) is 0 with a
+	// zero gradient when A = 0, so Adam's moments stay 0 and θ is unmoved;
+	// the k3 KL estimate is then (ρ − 1) − log ρ with ρ = π_new/π_old.
+	cfg := DefaultPolicyConfig()
+	cfg.InitStd = 0.3
+	p := newRandomPolicy(t, cfg, 41)
+	batch := dapoBatch(t, p, rand.New(rand.NewPCG(42, 43)), 16)
+	want := 0.0
+	n := 0
+	for i := range batch {
+		batch[i].Advantage = 0
+		cur, err := p.Score(context.Background(), batch[i].State, batch[i].Sample)
+		require.NoError(t, err)
+		for j, lp := range cur {
+			d := lp - batch[i].Sample.LogProbs[j]
+			want += math.Exp(d) - 1 - d
+			n++
+		}
+	}
+	before := append([]float64(nil), p.theta...)
+	st, err := p.Update(context.Background(), batch)
+	require.NoError(t, err)
+	require.Equal(t, before, p.theta)
+	require.Zero(t, st.Loss)
+	require.Equal(t, n, st.Tokens)
+	require.InDelta(t, want/float64(n), st.KL, 1e-12)
+	require.Positive(t, st.KL, "old log-probs were shifted, so KL(old‖new) > 0")
+}

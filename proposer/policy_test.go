@@ -221,6 +221,36 @@ func TestLearnsFamilyDependentBandit(t *testing.T) {
 	require.Greater(t, p1, 0.9, "after %d steps", steps)
 }
 
+func TestSuperviseLearnsRecords(t *testing.T) {
+	// The SFT baseline (METHOD.md §1 Data and evaluation): maximum
+	// likelihood on records concentrates the policy on their proposals.
+	ctx := context.Background()
+	p := newLabPolicy(t, nil)
+	rng := rand.New(rand.NewPCG(6, 6))
+	cat := p.Catalogue()
+	target := records.Proposal{Mechanism: "wsd", Params: map[string]string{}}
+	for _, c := range cat {
+		if c.Mechanism == "wsd" {
+			target.Params[c.Params[0].Name] = c.Params[0].Choices[1]
+		}
+	}
+	var examples []proposer.Item
+	for range 32 {
+		examples = append(examples, proposer.Item{State: randomLabState(rng, cat), Sample: proposer.Sample{Proposal: target}})
+	}
+	first, err := p.Supervise(ctx, examples)
+	require.NoError(t, err)
+	var last proposer.Stats
+	for range 30 {
+		last, err = p.Supervise(ctx, examples)
+		require.NoError(t, err)
+	}
+	require.Less(t, last.Loss, first.Loss/10, "mean NLL %g → %g", first.Loss, last.Loss)
+	lp, err := p.Score(ctx, randomLabState(rng, cat), proposer.Sample{Proposal: target})
+	require.NoError(t, err)
+	require.Greater(t, math.Exp(lp[0]+lp[1]), 0.9, "probability of the supervised proposal")
+}
+
 func TestMarshalRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	cat := lab.Catalogue()
@@ -455,4 +485,16 @@ func FuzzUnmarshalBinary(f *testing.F) {
 			t.Fatalf("re-reading a checkpoint: %v", err)
 		}
 	})
+}
+
+func TestZeroPolicy(t *testing.T) {
+	var p proposer.Policy
+	s := proposertest.DefaultStates(nil)[0]
+	_, err := p.Propose(context.Background(), s, 1, rand.New(rand.NewPCG(1, 1)))
+	require.ErrorIs(t, err, proposer.ErrNotInitialised)
+	_, err = p.Update(context.Background(), []proposer.Item{{State: s}})
+	require.ErrorIs(t, err, proposer.ErrNotInitialised)
+	_, err = p.Supervise(context.Background(), []proposer.Item{{State: s}})
+	require.ErrorIs(t, err, proposer.ErrNotInitialised)
+	require.Nil(t, p.CardProbs(s))
 }

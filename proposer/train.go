@@ -185,6 +185,9 @@ func (p *Policy) Update(ctx context.Context, batch []Item) (Stats, error) {
 // and the loss gradient with respect to the parameters. The caller holds
 // the lock.
 func (p *Policy) dapoGrad(ctx context.Context, batch []Item) ([]pass, float64, dapo.Result, []float64, error) {
+	if err := p.ready(); err != nil {
+		return nil, 0, dapo.Result{}, nil, fmt.Errorf("proposer: update: %w", err)
+	}
 	passes, ent, err := p.prepare(ctx, "update", batch, true)
 	if err != nil {
 		return nil, 0, dapo.Result{}, nil, err
@@ -218,6 +221,9 @@ func (p *Policy) Supervise(ctx context.Context, examples []Item) (Stats, error) 
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.ready(); err != nil {
+		return Stats{}, fmt.Errorf("proposer: supervise: %w", err)
+	}
 	passes, ent, err := p.prepare(ctx, "supervise", examples, false)
 	if err != nil {
 		return Stats{}, err
@@ -251,6 +257,9 @@ func (p *Policy) Supervise(ctx context.Context, examples []Item) (Stats, error) 
 func (p *Policy) Encode(pr records.Proposal) ([]string, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
+	if err := p.ready(); err != nil {
+		return nil, fmt.Errorf("proposer: encode: %w", err)
+	}
 	toks, err := p.lay.encode(Sample{Proposal: pr})
 	if err != nil {
 		return nil, fmt.Errorf("proposer: encode: %w", err)

@@ -22,13 +22,15 @@ import (
 
 const benchScanN = 100_000
 
-// benchRecord is fixture record i with one of 1000 proposal keys.
+// benchRecord is fixture record i with one of 1000 (task, proposal key)
+// pairs, k = i mod 1000.
 func benchRecord(i int) records.Record {
 	r := storetest.Record(i)
-	if r.Proposal.Mechanism == records.NoChange {
-		r.Proposal = records.Proposal{Mechanism: "lr-scale", Params: map[string]string{}}
-	}
-	r.Proposal.Params["n"] = strconv.Itoa(i % 1000)
+	k := i % 1000
+	r.Task = storetest.Tasks[k%len(storetest.Tasks)]
+	r.Loss = r.Task.RefLoss - r.Gain
+	r.Proposal.Mechanism = "lr-scale"
+	r.Proposal.Params = map[string]string{"factor": strconv.Itoa(k), "schedule": "cosine"}
 	return r
 }
 
@@ -208,7 +210,7 @@ func BenchmarkFileStoreScanTaskKey(b *testing.B) {
 	fs := make([]records.Filter, 1000)
 	for i := range fs {
 		r := benchRecord(i)
-		fs[i] = records.Filter{TaskID: r.Task.ID, Key: r.Proposal.Key(), Source: r.Source}
+		fs[i] = records.Filter{TaskID: r.Task.ID, Key: r.Proposal.Key()}
 	}
 	benchScan(b, func(i int) records.Filter { return fs[i%len(fs)] }, benchScanN/1000)
 }

@@ -357,8 +357,8 @@ type factor struct {
 	intern map[string]int32 // shared string table for ids
 	feats  []feat
 	keys   []string // "taskID\x00proposal key" per record
-	chol   mat.Cholesky
-	u      blas64.Triangular // upper Cholesky factor: K = UᵀU
+	chol   mat.Cholesky      // used while building only
+	l      blas64.Triangular // lower Cholesky factor: K = LLᵀ
 	alpha  []float64         // K⁻¹(y − μ)
 }
 
@@ -460,12 +460,22 @@ func (e *Embedded) build(f *factor, ev records.Evidence) error {
 	if ok := f.chol.Factorize(mat.NewSymDense(n, data)); !ok {
 		return fmt.Errorf("rwm: embedded: Gram matrix of %d records is not positive definite", n)
 	}
-	f.u = f.chol.RawU().(*mat.TriDense).RawTriangular()
 	a := mat.NewVecDense(n, nil)
 	if err := f.chol.SolveVecTo(a, mat.NewVecDense(n, y)); err != nil {
 		return fmt.Errorf("rwm: embedded: solve: %w", err)
 	}
 	f.alpha = a.RawVector().Data
+	// Keep L = Uᵀ row-major: the forward solve L·v = k then reads rows,
+	// several times faster than a transposed solve with U.
+	u := f.chol.RawU().(*mat.TriDense).RawTriangular()
+	l := make([]float64, n*n)
+	for i := range n {
+		for j := i; j < n; j++ {
+			l[j*n+i] = u.Data[i*u.Stride+j]
+		}
+	}
+	f.l = blas64.Triangular{Uplo: blas.Lower, Diag: blas.NonUnit, N: n, Stride: n, Data: l}
+	f.chol = mat.Cholesky{} // release U
 	return nil
 }
 
@@ -490,8 +500,8 @@ func (e *Embedded) posterior(f *factor, t records.Task, p records.Proposal) (mea
 			same++
 		}
 	}
-	// v = U⁻ᵀ k, so kᵀK⁻¹k = |v|².
-	blas64.Trsv(blas.Trans, f.u, blas64.Vector{N: n, Inc: 1, Data: k})
+	// v = L⁻¹k, so kᵀK⁻¹k = |v|².
+	blas64.Trsv(blas.NoTrans, f.l, blas64.Vector{N: n, Inc: 1, Data: k})
 	variance = prior - blas64.Dot(blas64.Vector{N: n, Inc: 1, Data: k}, blas64.Vector{N: n, Inc: 1, Data: k})
 	if variance < 0 {
 		variance = 0

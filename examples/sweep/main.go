@@ -47,11 +47,12 @@ func main() {
 		storeArg = flag.String("store", "", "records file caching reference runs and results (default: in memory)")
 		parallel = flag.Int("parallel", 2, "runs trained at once")
 		list     = flag.Bool("list", false, "list the tasks and exit")
+		refs     = flag.Bool("refs", false, "compute (or load from -store) every task's reference runs, print b_e, σ_e and seconds per run, and exit")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, os.Stdout, *taskID, *nSeeds, *out, *all, *storeArg, *parallel, *list); err != nil {
+	if err := run(ctx, os.Stdout, *taskID, *nSeeds, *out, *all, *storeArg, *parallel, *list, *refs); err != nil {
 		fmt.Fprintln(os.Stderr, "sweep:", err)
 		os.Exit(1)
 	}
@@ -87,7 +88,7 @@ func (r row) stderr() float64 {
 	return math.Sqrt(ss/(n-1)) / math.Sqrt(n)
 }
 
-func run(ctx context.Context, w io.Writer, taskID string, nSeeds int, out string, all bool, storePath string, parallel int, list bool) error {
+func run(ctx context.Context, w io.Writer, taskID string, nSeeds int, out string, all bool, storePath string, parallel int, list, refs bool) error {
 	if nSeeds < 1 {
 		return fmt.Errorf("-seeds %d, want ≥ 1", nSeeds)
 	}
@@ -111,6 +112,9 @@ func run(ctx context.Context, w io.Writer, taskID string, nSeeds int, out string
 			fmt.Fprintf(w, "%-34s %-9s %s\n", s.ID, s.Split, s.Metric())
 		}
 		return nil
+	}
+	if refs {
+		return printRefs(ctx, w, l)
 	}
 	start := time.Now()
 	task, err := l.Task(ctx, taskID)
@@ -196,6 +200,42 @@ func run(ctx context.Context, w io.Writer, taskID string, nSeeds int, out string
 			return err
 		}
 		fmt.Fprintf(w, "\nwrote %s\n", out)
+	}
+	return nil
+}
+
+// printRefs prints every task's reference loss, seed noise and the mean
+// CPU and wall seconds of its reference runs, then the mean per family.
+func printRefs(ctx context.Context, w io.Writer, l *lab.Lab) error {
+	fmt.Fprintf(w, "%-34s %-9s %-15s %8s %8s %7s %7s\n", "task", "split", "metric", "b_e", "σ_e", "CPU s", "wall s")
+	type acc struct{ cpu, wall, n float64 }
+	fam := map[string]*acc{}
+	var order []string
+	for _, s := range l.Specs() {
+		ref, err := l.Reference(ctx, s.ID)
+		if err != nil {
+			return err
+		}
+		var cpu, wall float64
+		for _, r := range ref.Runs {
+			cpu += r.Cost.DeviceSeconds
+			wall += r.Cost.WallSeconds
+		}
+		n := float64(len(ref.Runs))
+		t := ref.Task
+		fmt.Fprintf(w, "%-34s %-9s %-15s %8.4f %8.4f %7.2f %7.2f\n", t.ID, t.Split, t.Metric, t.RefLoss, t.SeedNoise, cpu/n, wall/n)
+		a := fam[s.Family]
+		if a == nil {
+			a = &acc{}
+			fam[s.Family] = a
+			order = append(order, s.Family)
+		}
+		a.cpu, a.wall, a.n = a.cpu+cpu, a.wall+wall, a.n+n
+	}
+	fmt.Fprintln(w)
+	for _, f := range order {
+		a := fam[f]
+		fmt.Fprintf(w, "family %-14s %.2f CPU s, %.2f wall s per reference run (%d runs)\n", f, a.cpu/a.n, a.wall/a.n, int(a.n))
 	}
 	return nil
 }

@@ -437,3 +437,16 @@ func Truncate(s string, n int) string {
 }
 
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// Plain makes a short trusted field (a task ID, family or metric) safe to
+// print outside a data block: line breaks, control characters and angle
+// brackets become spaces, and the result is at most 100 bytes.
+func Plain(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f || r == '<' || r == '>' || r == 0x2028 || r == 0x2029 {
+			return ' '
+		}
+		return r
+	}, s)
+	return Truncate(s, 100)
+}

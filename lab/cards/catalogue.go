@@ -68,7 +68,7 @@ func buildCatalogue() []def {
 			fparam("warmup_frac", 0, 0.5, "fraction of the steps spent warming up", 0.05, 0.1)),
 		card("optimizer", "Swap the optimiser, keeping the learning rate and every other setting.",
 			prior(-1, 5), func(c *model.Config, v values) { c.Optimizer = v.s("name") },
-			eparam("name", "optimiser", "adamw", "lion", "momentum", "sgd", "adam")),
+			eparam("name", "optimiser", "lion", "momentum", "sgd", "adamw", "adam")),
 		card("lion", "Switch to the Lion optimiser (sign updates, β1 0.9, β2 0.99) with a smaller learning rate, as Lion needs.",
 			prior(-0.5, 5), func(c *model.Config, v values) {
 				c.Optimizer, c.Beta1, c.Beta2 = "lion", 0.9, 0.99

@@ -183,7 +183,7 @@ func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 	}
 	var b strings.Builder
 	err = userTmpl.Execute(&b, promptData{
-		TaskID: plain(t.ID), Family: plain(t.Family), Metric: plain(string(t.Metric)), RefLoss: num(t.RefLoss), Sigma: num(t.SeedNoise), Budget: budget,
+		TaskID: oaichat.Plain(t.ID), Family: oaichat.Plain(t.Family), Metric: oaichat.Plain(string(t.Metric)), RefLoss: num(t.RefLoss), Sigma: num(t.SeedNoise), Budget: budget,
 		Fence: oaichat.Fence(data), Data: data, Shown: shown, Total: q.Evidence.Len(),
 	})
 	if err != nil {
@@ -193,15 +193,3 @@ func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-
-// plain makes a short task field safe to print outside the data block: no
-// line breaks, control characters or angle brackets, at most 100 bytes.
-func plain(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f || r == '<' || r == '>' || r == 0x2028 || r == 0x2029 {
-			return ' '
-		}
-		return r
-	}, s)
-	return oaichat.Truncate(s, 100)
-}

@@ -16,27 +16,27 @@ func defaultImpl() impl {
 
 // simdImpl is the AVX-512 backend: a 4×32 register-blocked micro-kernel
 // (8 zmm accumulators, 2 loads of B and 4 broadcasts of A per 8 fused
-// multiply-adds); Aᵀ and Bᵀ operands are transposed into scratch first.
+// multiply-adds); Aᵀ is read through strides and Bᵀ is transposed into
+// scratch first.
 type simdImpl struct{}
 
 func (simdImpl) name() string { return "simd" }
 
 func (simdImpl) nn(c, a, b []float32, m, k, n int, acc bool) {
-	nnSIMD(c, a, b, m, k, n, acc)
+	gemmSIMD(c, a, b, m, k, n, k, 1, acc)
 	archsimd.ClearAVXUpperBits()
 }
 
-func (simdImpl) tn(c, a, b []float32, m, k, n int, acc bool, scratch *[]float32) {
-	at := grow(scratch, m*k)
-	transpose(at, a, k, m)
-	nnSIMD(c, at, b, m, k, n, acc)
+// tn needs no transpose: A(i,p) = a[p·m+i] is addressed through strides.
+func (simdImpl) tn(c, a, b []float32, m, k, n int, acc bool, _ *[]float32) {
+	gemmSIMD(c, a, b, m, k, n, 1, m, acc)
 	archsimd.ClearAVXUpperBits()
 }
 
 func (simdImpl) nt(c, a, b []float32, m, k, n int, acc bool, scratch *[]float32) {
 	bt := grow(scratch, k*n)
 	transpose(bt, b, n, k)
-	nnSIMD(c, a, bt, m, k, n, acc)
+	gemmSIMD(c, a, bt, m, k, n, k, 1, acc)
 	archsimd.ClearAVXUpperBits()
 }
 
@@ -50,29 +50,33 @@ func at(s []float32, i int) float32 {
 	return *(*float32)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(s)), uintptr(i)*4))
 }
 
-// nnSIMD: C[m×n] (+)= A[m×k]·B[k×n]. Shapes were checked by the caller.
-func nnSIMD(c, a, b []float32, m, k, n int, acc bool) {
+// gemmSIMD: C[m×n] (+)= A·B[k×n] where A(i,p) = a[i·sa + p·sp] (sa = k,
+// sp = 1 for A; sa = 1, sp = m for Aᵀ). Shapes were checked by the caller.
+func gemmSIMD(c, a, b []float32, m, k, n, sa, sp int, acc bool) {
 	j := 0
 	for ; j+32 <= n; j += 32 {
 		i := 0
+		for ; i+6 <= m; i += 6 {
+			block6x32(c, a, b, i, j, k, n, sa, sp, acc)
+		}
 		for ; i+4 <= m; i += 4 {
-			block4x32(c, a, b, i, j, k, n, acc)
+			block4x32(c, a, b, i, j, k, n, sa, sp, acc)
 		}
 		for ; i < m; i++ {
-			block1x32(c, a, b, i, j, k, n, acc)
+			block1x32(c, a, b, i, j, k, n, sa, sp, acc)
 		}
 	}
 	for ; j+16 <= n; j += 16 {
 		for i := 0; i < m; i++ {
-			block1x16(c, a, b, i, j, k, n, acc)
+			block1x16(c, a, b, i, j, k, n, sa, sp, acc)
 		}
 	}
 	if j < n {
-		tailCols(c, a, b, m, k, n, j, acc)
+		tailCols(c, a, b, m, k, n, j, sa, sp, acc)
 	}
 }
 
-func block4x32(c, a, b []float32, i, j, k, n int, acc bool) {
+func block4x32(c, a, b []float32, i, j, k, n, sa, sp int, acc bool) {
 	var c00, c01, c10, c11, c20, c21, c30, c31 archsimd.Float32x16
 	r0, r1, r2, r3 := i*n+j, (i+1)*n+j, (i+2)*n+j, (i+3)*n+j
 	if acc {
@@ -81,24 +85,25 @@ func block4x32(c, a, b []float32, i, j, k, n int, acc bool) {
 		c20, c21 = archsimd.LoadFloat32x16(at16(c, r2)), archsimd.LoadFloat32x16(at16(c, r2+16))
 		c30, c31 = archsimd.LoadFloat32x16(at16(c, r3)), archsimd.LoadFloat32x16(at16(c, r3+16))
 	}
-	a0, a1, a2, a3 := i*k, (i+1)*k, (i+2)*k, (i+3)*k
+	ao := i * sa
 	bo := j
 	for p := 0; p < k; p++ {
 		b0 := archsimd.LoadFloat32x16(at16(b, bo))
 		b1 := archsimd.LoadFloat32x16(at16(b, bo+16))
 		bo += n
-		x := archsimd.BroadcastFloat32x16(at(a, a0+p))
+		x := archsimd.BroadcastFloat32x16(at(a, ao))
 		c00 = x.MulAdd(b0, c00)
 		c01 = x.MulAdd(b1, c01)
-		x = archsimd.BroadcastFloat32x16(at(a, a1+p))
+		x = archsimd.BroadcastFloat32x16(at(a, ao+sa))
 		c10 = x.MulAdd(b0, c10)
 		c11 = x.MulAdd(b1, c11)
-		x = archsimd.BroadcastFloat32x16(at(a, a2+p))
+		x = archsimd.BroadcastFloat32x16(at(a, ao+2*sa))
 		c20 = x.MulAdd(b0, c20)
 		c21 = x.MulAdd(b1, c21)
-		x = archsimd.BroadcastFloat32x16(at(a, a3+p))
+		x = archsimd.BroadcastFloat32x16(at(a, ao+3*sa))
 		c30 = x.MulAdd(b0, c30)
 		c31 = x.MulAdd(b1, c31)
+		ao += sp
 	}
 	c00.Store(at16(c, r0))
 	c01.Store(at16(c, r0+16))
@@ -110,7 +115,58 @@ func block4x32(c, a, b []float32, i, j, k, n int, acc bool) {
 	c31.Store(at16(c, r3+16))
 }
 
-func block1x32(c, a, b []float32, i, j, k, n int, acc bool) {
+func block6x32(c, a, b []float32, i, j, k, n, sa, sp int, acc bool) {
+	var c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51 archsimd.Float32x16
+	r0 := i*n + j
+	if acc {
+		c00, c01 = archsimd.LoadFloat32x16(at16(c, r0)), archsimd.LoadFloat32x16(at16(c, r0+16))
+		c10, c11 = archsimd.LoadFloat32x16(at16(c, r0+n)), archsimd.LoadFloat32x16(at16(c, r0+n+16))
+		c20, c21 = archsimd.LoadFloat32x16(at16(c, r0+2*n)), archsimd.LoadFloat32x16(at16(c, r0+2*n+16))
+		c30, c31 = archsimd.LoadFloat32x16(at16(c, r0+3*n)), archsimd.LoadFloat32x16(at16(c, r0+3*n+16))
+		c40, c41 = archsimd.LoadFloat32x16(at16(c, r0+4*n)), archsimd.LoadFloat32x16(at16(c, r0+4*n+16))
+		c50, c51 = archsimd.LoadFloat32x16(at16(c, r0+5*n)), archsimd.LoadFloat32x16(at16(c, r0+5*n+16))
+	}
+	ao := i * sa
+	bo := j
+	for p := 0; p < k; p++ {
+		b0 := archsimd.LoadFloat32x16(at16(b, bo))
+		b1 := archsimd.LoadFloat32x16(at16(b, bo+16))
+		bo += n
+		x := archsimd.BroadcastFloat32x16(at(a, ao))
+		c00 = x.MulAdd(b0, c00)
+		c01 = x.MulAdd(b1, c01)
+		x = archsimd.BroadcastFloat32x16(at(a, ao+sa))
+		c10 = x.MulAdd(b0, c10)
+		c11 = x.MulAdd(b1, c11)
+		x = archsimd.BroadcastFloat32x16(at(a, ao+2*sa))
+		c20 = x.MulAdd(b0, c20)
+		c21 = x.MulAdd(b1, c21)
+		x = archsimd.BroadcastFloat32x16(at(a, ao+3*sa))
+		c30 = x.MulAdd(b0, c30)
+		c31 = x.MulAdd(b1, c31)
+		x = archsimd.BroadcastFloat32x16(at(a, ao+4*sa))
+		c40 = x.MulAdd(b0, c40)
+		c41 = x.MulAdd(b1, c41)
+		x = archsimd.BroadcastFloat32x16(at(a, ao+5*sa))
+		c50 = x.MulAdd(b0, c50)
+		c51 = x.MulAdd(b1, c51)
+		ao += sp
+	}
+	c00.Store(at16(c, r0))
+	c01.Store(at16(c, r0+16))
+	c10.Store(at16(c, r0+n))
+	c11.Store(at16(c, r0+n+16))
+	c20.Store(at16(c, r0+2*n))
+	c21.Store(at16(c, r0+2*n+16))
+	c30.Store(at16(c, r0+3*n))
+	c31.Store(at16(c, r0+3*n+16))
+	c40.Store(at16(c, r0+4*n))
+	c41.Store(at16(c, r0+4*n+16))
+	c50.Store(at16(c, r0+5*n))
+	c51.Store(at16(c, r0+5*n+16))
+}
+
+func block1x32(c, a, b []float32, i, j, k, n, sa, sp int, acc bool) {
 	var c0, c1 archsimd.Float32x16
 	r := i*n + j
 	if acc {
@@ -118,7 +174,7 @@ func block1x32(c, a, b []float32, i, j, k, n int, acc bool) {
 	}
 	bo := j
 	for p := 0; p < k; p++ {
-		x := archsimd.BroadcastFloat32x16(at(a, i*k+p))
+		x := archsimd.BroadcastFloat32x16(at(a, i*sa+p*sp))
 		c0 = x.MulAdd(archsimd.LoadFloat32x16(at16(b, bo)), c0)
 		c1 = x.MulAdd(archsimd.LoadFloat32x16(at16(b, bo+16)), c1)
 		bo += n
@@ -127,7 +183,7 @@ func block1x32(c, a, b []float32, i, j, k, n int, acc bool) {
 	c1.Store(at16(c, r+16))
 }
 
-func block1x16(c, a, b []float32, i, j, k, n int, acc bool) {
+func block1x16(c, a, b []float32, i, j, k, n, sa, sp int, acc bool) {
 	var c0 archsimd.Float32x16
 	r := i*n + j
 	if acc {
@@ -135,7 +191,7 @@ func block1x16(c, a, b []float32, i, j, k, n int, acc bool) {
 	}
 	bo := j
 	for p := 0; p < k; p++ {
-		x := archsimd.BroadcastFloat32x16(at(a, i*k+p))
+		x := archsimd.BroadcastFloat32x16(at(a, i*sa+p*sp))
 		c0 = x.MulAdd(archsimd.LoadFloat32x16(at16(b, bo)), c0)
 		bo += n
 	}
@@ -144,7 +200,7 @@ func block1x16(c, a, b []float32, i, j, k, n int, acc bool) {
 
 // tailCols handles the last n−j (< 16) columns with partial loads and
 // stores.
-func tailCols(c, a, b []float32, m, k, n, j int, acc bool) {
+func tailCols(c, a, b []float32, m, k, n, j, sa, sp int, acc bool) {
 	w := n - j
 	for i := 0; i < m; i++ {
 		var c0 archsimd.Float32x16
@@ -153,7 +209,7 @@ func tailCols(c, a, b []float32, m, k, n, j int, acc bool) {
 			c0 = archsimd.LoadFloat32x16SlicePart(c[r : r+w])
 		}
 		for p := 0; p < k; p++ {
-			x := archsimd.BroadcastFloat32x16(a[i*k+p])
+			x := archsimd.BroadcastFloat32x16(a[i*sa+p*sp])
 			c0 = x.MulAdd(archsimd.LoadFloat32x16SlicePart(b[p*n+j:p*n+n]), c0)
 		}
 		c0.StoreSlicePart(c[r : r+w])

@@ -1,0 +1,278 @@
+package lm2lm
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/proposer"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// EvalConfig parameterises Evaluate (METHOD.md §1 Data and evaluation).
+type EvalConfig struct {
+	// StatesPerTask is the number of research states drawn per held-out
+	// task; default 4.
+	StatesPerTask int
+	// K is the number of proposals per state, each executed for real;
+	// default 4 (Avg@4, Best@4).
+	K int
+	// MaxHistory is the longest history drawn for a state from the pool;
+	// default records.MaxHistory.
+	MaxHistory int
+	// Parallel bounds concurrent real runs; default 2.
+	Parallel int
+	// Seed fixes the states and the proposals' random source, so two
+	// policies evaluated with one seed see the same states; default 1.
+	Seed uint64
+}
+
+// DefaultEvalConfig returns 4 states per task, 4 proposals per state.
+func DefaultEvalConfig() EvalConfig {
+	return EvalConfig{StatesPerTask: 4, K: 4, MaxHistory: records.MaxHistory, Parallel: 2, Seed: 1}
+}
+
+// Validate reports the first problem with c, wrapping ErrConfig.
+func (c EvalConfig) Validate() error {
+	switch {
+	case c.StatesPerTask < 1:
+		return fmt.Errorf("%w: StatesPerTask = %d, want ≥ 1", ErrConfig, c.StatesPerTask)
+	case c.K < 1:
+		return fmt.Errorf("%w: K = %d, want ≥ 1", ErrConfig, c.K)
+	case c.MaxHistory < 0 || c.MaxHistory > records.MaxHistory:
+		return fmt.Errorf("%w: MaxHistory = %d, want 0..%d", ErrConfig, c.MaxHistory, records.MaxHistory)
+	case c.Parallel < 1:
+		return fmt.Errorf("%w: Parallel = %d, want ≥ 1", ErrConfig, c.Parallel)
+	}
+	return nil
+}
+
+// StateEval is the real outcome of the K proposals for one state.
+type StateEval struct {
+	State records.State
+	// Records holds one real record per proposal that was measured
+	// (feasible or infeasible), in sampling order.
+	Records []records.Record
+	// Avg and Best are the mean and the maximum gain of the feasible
+	// proposals in σ_e units; NaN when none was feasible.
+	Avg, Best float64
+}
+
+// EvalReport summarises an evaluation. Gains are in units of each task's
+// σ_e so that tasks of different metrics can be averaged (METHOD.md §1
+// Headline results: seed-normalised gains); Family holds the same in the
+// metric's own units per family.
+type EvalReport struct {
+	States []StateEval
+	// AvgK and BestK are the means over states of Avg@K and Best@K, in σ_e
+	// units, over states with at least one feasible proposal.
+	AvgK, BestK float64
+	// NegativeRate is the fraction of measured proposals with gain ≤ 0;
+	// an infeasible proposal counts as negative (library choice: it cost a
+	// run and improved nothing).
+	NegativeRate float64
+	// Above2Sigma is the fraction of measured proposals with gain > 2σ_e.
+	Above2Sigma float64
+	// InfeasibleRate is the fraction of measured proposals that were
+	// infeasible.
+	InfeasibleRate float64
+	// Invalid counts sampled proposals that could not be parsed (never run).
+	Invalid int
+	// Family breaks AvgK and BestK down by family, in metric units.
+	Family []FamilyEval
+	// Cost sums the real runs; Runs counts them.
+	Cost records.Cost
+	Runs int
+}
+
+// FamilyEval is Avg@K and Best@K of one family in its metric's units.
+type FamilyEval struct {
+	Family     string
+	Metric     records.Metric
+	States     int
+	Avg, Best  float64 // metric units (b_e − ℓ)
+	AvgSigma   float64 // σ_e units
+	BestSigma  float64
+	Infeasible int
+}
+
+// Evaluate draws StatesPerTask research states of each task, samples K
+// proposals per state from p and executes every one for real (METHOD.md §1
+// Data and evaluation). pool supplies histories (nil = empty histories).
+func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builder.Builder, e builder.Executor, tasks []records.Task, pool *records.Pool) (EvalReport, error) {
+	var rep EvalReport
+	if err := cfg.Validate(); err != nil {
+		return rep, err
+	}
+	if pool == nil {
+		pool = &records.Pool{}
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6576616c))
+	var states []StateEval
+	var samples [][]proposer.Sample
+	for _, t := range tasks {
+		for i := 0; i < cfg.StatesPerTask; i++ {
+			s := pool.Sample(rng, t, cfg.MaxHistory)
+			srng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+			smp, err := p.Propose(ctx, s, cfg.K, srng)
+			if err != nil {
+				return rep, fmt.Errorf("lm2lm: evaluate: propose for %s: %w", t.ID, err)
+			}
+			states = append(states, StateEval{State: s})
+			samples = append(samples, smp)
+		}
+	}
+	recs := make([][]records.Record, len(states))
+	got := make([][]bool, len(states))
+	ran := make([][]bool, len(states))
+	for i := range states {
+		recs[i] = make([]records.Record, len(samples[i]))
+		got[i] = make([]bool, len(samples[i]))
+		ran[i] = make([]bool, len(samples[i]))
+	}
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(cfg.Parallel)
+	for si := range states {
+		for k, smp := range samples[si] {
+			if smp.Invalid {
+				rep.Invalid++
+				continue
+			}
+			task := states[si].State.Task
+			eg.Go(func() error {
+				rec, r, err := RunReal(ectx, b, e, task, smp.Proposal)
+				if err != nil {
+					return err
+				}
+				recs[si][k], got[si][k], ran[si][k] = rec, rec.Task.ID != "", r
+				return nil
+			})
+		}
+	}
+	if err := eg.Wait(); err != nil {
+		return rep, err
+	}
+	var measured, neg, above, infeasible int
+	var sumAvg, sumBest float64
+	var nAvg int
+	type famAcc struct {
+		metric                         records.Metric
+		states, infeasible             int
+		avg, best, avgSigma, bestSigma float64
+	}
+	fam := map[string]*famAcc{}
+	for si := range states {
+		st := &states[si]
+		st.Avg, st.Best = math.NaN(), math.NaN()
+		sigma := st.State.Task.SeedNoise
+		var sum, best float64
+		n := 0
+		for k := range recs[si] {
+			if ran[si][k] {
+				rep.Runs++
+			}
+			if !got[si][k] {
+				continue
+			}
+			r := recs[si][k]
+			st.Records = append(st.Records, r)
+			measured++
+			rep.Cost = addCost(rep.Cost, r.Cost)
+			if r.Infeasible != "" {
+				infeasible++
+				neg++
+				continue
+			}
+			g := r.Gain / sigma
+			if r.Gain <= 0 {
+				neg++
+			}
+			if g > 2 {
+				above++
+			}
+			if n == 0 || g > best {
+				best = g
+			}
+			sum += g
+			n++
+		}
+		f := fam[st.State.Task.Family]
+		if f == nil {
+			f = &famAcc{metric: st.State.Task.Metric}
+			fam[st.State.Task.Family] = f
+		}
+		f.infeasible += len(st.Records) - n
+		if n == 0 {
+			continue
+		}
+		st.Avg, st.Best = sum/float64(n), best
+		sumAvg += st.Avg
+		sumBest += st.Best
+		nAvg++
+		f.states++
+		f.avgSigma += st.Avg
+		f.bestSigma += st.Best
+		f.avg += st.Avg * sigma
+		f.best += st.Best * sigma
+	}
+	rep.States = states
+	if nAvg > 0 {
+		rep.AvgK, rep.BestK = sumAvg/float64(nAvg), sumBest/float64(nAvg)
+	} else {
+		rep.AvgK, rep.BestK = math.NaN(), math.NaN()
+	}
+	if measured > 0 {
+		rep.NegativeRate = float64(neg) / float64(measured)
+		rep.Above2Sigma = float64(above) / float64(measured)
+		rep.InfeasibleRate = float64(infeasible) / float64(measured)
+	}
+	names := make([]string, 0, len(fam))
+	for n := range fam {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		f := fam[n]
+		fe := FamilyEval{Family: n, Metric: f.metric, States: f.states, Infeasible: f.infeasible,
+			Avg: math.NaN(), Best: math.NaN(), AvgSigma: math.NaN(), BestSigma: math.NaN()}
+		if f.states > 0 {
+			d := float64(f.states)
+			fe.Avg, fe.Best, fe.AvgSigma, fe.BestSigma = f.avg/d, f.best/d, f.avgSigma/d, f.bestSigma/d
+		}
+		rep.Family = append(rep.Family, fe)
+	}
+	return rep, nil
+}
+
+// WinRate returns the fraction of states where a's Avg beats b's, over the
+// states both measured (METHOD.md §1 Data and evaluation: win rate vs Base
+// per state). a and b must come from Evaluate with the same seed and tasks,
+// so that their states match; a tie counts half.
+func WinRate(a, b EvalReport) float64 {
+	n, w := 0, 0.0
+	for i := range a.States {
+		if i >= len(b.States) {
+			break
+		}
+		x, y := a.States[i].Avg, b.States[i].Avg
+		if math.IsNaN(x) || math.IsNaN(y) {
+			continue
+		}
+		n++
+		switch {
+		case x > y:
+			w++
+		case x == y:
+			w += 0.5
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return w / float64(n)
+}

@@ -1,0 +1,325 @@
+package lm2lm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/proposer"
+	"github.com/lm2lm/lm2lm/proposer/proposertest"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
+	"github.com/lm2lm/lm2lm/rwm/rwmtest"
+)
+
+// oracle is a synthetic research world with known true gains: each card's
+// gain in σ_e units depends on its "level" parameter, and the "trap" card
+// looks good to a world model with the wrong prior but really hurts.
+type oracle struct{}
+
+var truth = map[string]map[string]float64{
+	"wider":  {"1": 1, "2": 3},
+	"deeper": {"1": 0.5, "2": -1},
+	"lr":     {"1": -2, "2": -4},
+	"trap":   {"1": -5, "2": -6},
+	"decay":  {"1": 0, "2": 0.5},
+	"smooth": {"1": -1, "2": -0.5},
+}
+
+func catalogue() []records.Card {
+	var cs []records.Card
+	for _, m := range []string{"wider", "deeper", "lr", "trap", "decay", "smooth"} {
+		cs = append(cs, records.Card{Mechanism: m, Description: m,
+			Params: []records.ParamSpec{{Name: "level", Kind: "int", Choices: []string{"1", "2"}, Min: 1, Max: 2}}})
+	}
+	return cs
+}
+
+func (oracle) Build(ctx context.Context, t records.Task, p records.Proposal) (builder.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return builder.Job{}, err
+	}
+	if _, ok := truth[p.Mechanism][p.Params["level"]]; !ok {
+		return builder.Job{}, fmt.Errorf("oracle: %s: %w", p.Key(), builder.ErrInfeasible)
+	}
+	return builder.Job{Task: t, Proposal: p, Seed: 7}, nil
+}
+
+func (oracle) Execute(ctx context.Context, j builder.Job) (builder.Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return builder.Outcome{}, fmt.Errorf("%w: %w", builder.ErrCancelled, err)
+	}
+	g := truth[j.Proposal.Mechanism][j.Proposal.Params["level"]] * j.Task.SeedNoise
+	return builder.Outcome{Loss: j.Task.RefLoss - g, Gain: g, Seeds: []uint64{j.Seed},
+		Cost: records.Cost{DeviceSeconds: 1, WallSeconds: 1}}, nil
+}
+
+func tasks() []records.Task {
+	var ts []records.Task
+	for i := 0; i < 3; i++ {
+		ts = append(ts, records.Task{ID: fmt.Sprintf("t%d", i), Family: "f", Split: records.Train,
+			Metric: records.BitsPerByte, RefLoss: 3, SeedNoise: 0.02, Budget: 100})
+	}
+	return ts
+}
+
+// m0 executes the given proposals on the first task for real.
+func m0(t *testing.T, mechs ...string) records.Evidence {
+	t.Helper()
+	var rs []records.Record
+	for _, m := range mechs {
+		p := records.Proposal{Mechanism: m, Params: map[string]string{"level": "1"}}
+		rec, _, err := lm2lm.RunReal(context.Background(), oracle{}, oracle{}, tasks()[0], p)
+		require.NoError(t, err)
+		rs = append(rs, rec)
+	}
+	ev, err := records.NewEvidence(rs...)
+	require.NoError(t, err)
+	return ev
+}
+
+func smallConfig() lm2lm.Config {
+	cfg := lm2lm.DefaultConfig()
+	cfg.Steps = 32
+	cfg.States = 24
+	cfg.DAPO.Quota = 16
+	cfg.Schedule = calibrate.Schedule{Steps: []int{8, 16}, Budgets: []int{4, 4}}
+	return cfg
+}
+
+func newTrainer(t *testing.T, cfg lm2lm.Config, world rwm.WorldModel) (*lm2lm.Trainer, *proposer.Policy) {
+	t.Helper()
+	pcfg := proposer.DefaultPolicyConfig()
+	pcfg.Adam.LR = 0.05
+	pol, err := proposer.NewPolicy(catalogue(), pcfg, nil)
+	require.NoError(t, err)
+	tr, err := lm2lm.New(cfg, lm2lm.Components{
+		Policy: pol, World: world, Builder: oracle{}, Executor: oracle{},
+		Tasks: tasks(), Evidence: m0(t, "wider", "lr", "decay"),
+	})
+	require.NoError(t, err)
+	return tr, pol
+}
+
+// expectedTruth is the policy's expected true gain (σ_e units) on a state
+// with no history, from its card probabilities and uniform parameters.
+func expectedTruth(pol *proposer.Policy) float64 {
+	probs := pol.CardProbs(records.State{Task: tasks()[0]})
+	var e float64
+	for i, m := range pol.Mechanisms() {
+		e += probs[i] * (truth[m]["1"] + truth[m]["2"]) / 2
+	}
+	return e
+}
+
+func TestTrainerCalibratesAndImproves(t *testing.T) {
+	// METHOD.md §1 On-policy calibration: real executions = Σ B_u, and the
+	// records join M; METHOD.md §1 Objective: J_train rises.
+	cfg := smallConfig()
+	// A world model with a wrong belief: "trap" predicted at +5σ (the
+	// paper's over-predicted optimiser change), "wider" at +1σ.
+	tr, pol := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	before := expectedTruth(pol)
+	var cals []*lm2lm.CalibrationReport
+	reps, err := tr.Run(context.Background(), func(r lm2lm.StepReport) {
+		if r.Calibration != nil {
+			cals = append(cals, r.Calibration)
+		}
+	})
+	require.NoError(t, err)
+	require.Len(t, reps, cfg.Steps)
+	require.Len(t, cals, 2)
+	require.Equal(t, 0, cals[0].Step%cfg.RolloutEvery)
+	_, runs := tr.Cost()
+	require.Equal(t, 8, runs, "Σ B_u real runs")
+	require.Equal(t, 3+8, tr.Evidence().Len(), "M_0 plus the calibration records")
+	for _, c := range cals {
+		require.Equal(t, 4, c.Executed)
+		require.Len(t, c.Records, 4)
+	}
+	// The first calibration executes what W rates highest: the trap.
+	trapRuns := 0
+	for _, r := range cals[0].Records {
+		if r.Proposal.Mechanism == "trap" {
+			trapRuns++
+		}
+	}
+	require.Greater(t, trapRuns, 0, "top-rated calibration should execute the over-predicted trap")
+	after := expectedTruth(pol)
+	t.Logf("expected true gain: before %.3f after %.3f", before, after)
+	require.Greater(t, after, before+0.5, "expected true gain before %.3f after %.3f", before, after)
+}
+
+// embeddedWithTrap is a world model whose prior over-predicts "trap".
+func embeddedWithTrap() rwm.EmbeddedConfig {
+	cfg := rwm.DefaultEmbeddedConfig()
+	cfg.Priors = map[string]records.Prior{"trap": {Mean: 5, Std: 1}, "wider": {Mean: 1, Std: 1}}
+	cfg.Cards = catalogue()
+	return cfg
+}
+
+func TestTrainerStaticNeverExecutes(t *testing.T) {
+	cfg := smallConfig()
+	cfg.Steps = 16
+	cfg.Calibration = lm2lm.Static
+	tr, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	_, err := tr.Run(context.Background(), nil)
+	require.NoError(t, err)
+	_, runs := tr.Cost()
+	require.Zero(t, runs)
+	require.Equal(t, 3, tr.Evidence().Len())
+	// Synthetic state expansion grew the pool, but not the evidence.
+	require.Greater(t, tr.Pool().Len(), 3)
+	ev, err := tr.Pool().Evidence()
+	require.NoError(t, err)
+	require.Equal(t, 3, ev.Len())
+}
+
+func TestTrainerDeterministic(t *testing.T) {
+	run := func() ([]float64, []string) {
+		cfg := smallConfig()
+		cfg.Steps = 16
+		tr, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		reps, err := tr.Run(context.Background(), nil)
+		require.NoError(t, err)
+		var loss []float64
+		for _, r := range reps {
+			loss = append(loss, r.Update.Loss)
+		}
+		var keys []string
+		for i := 0; i < tr.Evidence().Len(); i++ {
+			keys = append(keys, tr.Evidence().At(i).Proposal.Key())
+		}
+		return loss, keys
+	}
+	l1, k1 := run()
+	l2, k2 := run()
+	require.Equal(t, l1, l2)
+	require.Equal(t, k1, k2)
+}
+
+func TestTrainerFlatWorldHasNoSignal(t *testing.T) {
+	// METHOD.md §1 Policy optimisation: groups whose rewards are all equal
+	// carry no signal. A world model that rejects every proposal gives every
+	// one −c (METHOD.md §1 Reward 2), so every group is flat and the step
+	// fails with ErrNoSignal instead of updating on nothing.
+	cfg := smallConfig()
+	pol := proposertest.FromProposals(records.Proposal{Mechanism: "wider", Params: map[string]string{"level": "1"}})
+	w := &rwmtest.Fixed{Default: rwm.Prediction{Valid: false, Reason: "rejected"}}
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: w, Builder: oracle{}, Executor: oracle{}, Tasks: tasks()})
+	require.NoError(t, err)
+	_, err = tr.StepOnce(context.Background())
+	require.ErrorIs(t, err, lm2lm.ErrNoSignal)
+	require.Empty(t, pol.Updates())
+
+	// A world that tells the changes apart gives signal and an update.
+	w = &rwmtest.Fixed{Default: rwm.Prediction{Gain: 0.01, Valid: true}}
+	pol = proposertest.FromProposals(
+		records.Proposal{Mechanism: "wider", Params: map[string]string{"level": "1"}},
+		records.Proposal{Mechanism: "lr", Params: map[string]string{"level": "1"}})
+	w.ByKey = map[string]rwm.Prediction{pol.Script[1].Proposal.Key(): {Gain: -0.05, Valid: true}}
+	tr, err = lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: w, Builder: oracle{}, Executor: oracle{}, Tasks: tasks()})
+	require.NoError(t, err)
+	rep, err := tr.StepOnce(context.Background())
+	require.NoError(t, err)
+	require.Len(t, pol.Updates(), 1)
+	require.NotNil(t, rep.Rollout)
+	require.Equal(t, cfg.States, rep.Rollout.Groups)
+}
+
+func TestConfigValidate(t *testing.T) {
+	for name, mut := range map[string]func(*lm2lm.Config){
+		"steps":    func(c *lm2lm.Config) { c.Steps = 0 },
+		"rollout":  func(c *lm2lm.Config) { c.RolloutEvery = 0 },
+		"quota":    func(c *lm2lm.Config) { c.DAPO.Quota = c.States + 1 },
+		"history":  func(c *lm2lm.Config) { c.MaxHistory = 9 },
+		"schedule": func(c *lm2lm.Config) { c.Schedule.Steps = []int{12, 40, 64} },
+		"parallel": func(c *lm2lm.Config) { c.Parallel = 0 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := lm2lm.DefaultConfig()
+			mut(&cfg)
+			require.ErrorIs(t, cfg.Validate(), lm2lm.ErrConfig)
+		})
+	}
+	require.NoError(t, lm2lm.DefaultConfig().Validate())
+	_, err := lm2lm.New(lm2lm.DefaultConfig(), lm2lm.Components{})
+	require.ErrorIs(t, err, lm2lm.ErrConfig)
+}
+
+func TestEvaluate(t *testing.T) {
+	// METHOD.md §1 Data and evaluation: Avg@4, Best@4, negative rate,
+	// fraction above 2σ_e, all from real runs. A scripted proposer that
+	// always proposes wider/2 (+3σ) and lr/1 (−2σ) alternately by rng.
+	pol := proposertest.FromProposals(
+		records.Proposal{Mechanism: "wider", Params: map[string]string{"level": "2"}},
+		records.Proposal{Mechanism: "lr", Params: map[string]string{"level": "1"}},
+		records.Proposal{Mechanism: "nope", Params: map[string]string{"level": "1"}},
+	)
+	cfg := lm2lm.DefaultEvalConfig()
+	cfg.StatesPerTask = 2
+	rep, err := lm2lm.Evaluate(context.Background(), cfg, pol, oracle{}, oracle{}, tasks(), nil)
+	require.NoError(t, err)
+	require.Len(t, rep.States, 6)
+	var n, neg, above, infeasible int
+	var sumAvg, sumBest float64
+	var states int
+	for _, s := range rep.States {
+		require.Len(t, s.Records, 4)
+		var sum, best float64
+		k := 0
+		for _, r := range s.Records {
+			n++
+			if r.Infeasible != "" {
+				infeasible++
+				neg++
+				continue
+			}
+			g := r.Gain / r.Task.SeedNoise
+			if g <= 0 {
+				neg++
+			}
+			if g > 2 {
+				above++
+			}
+			if k == 0 || g > best {
+				best = g
+			}
+			sum += g
+			k++
+		}
+		if k > 0 {
+			states++
+			sumAvg += sum / float64(k)
+			sumBest += best
+			require.InDelta(t, sum/float64(k), s.Avg, 1e-9)
+		} else {
+			require.True(t, math.IsNaN(s.Avg))
+		}
+	}
+	require.InDelta(t, sumAvg/float64(states), rep.AvgK, 1e-9)
+	require.InDelta(t, sumBest/float64(states), rep.BestK, 1e-9)
+	require.InDelta(t, float64(neg)/float64(n), rep.NegativeRate, 1e-12)
+	require.InDelta(t, float64(above)/float64(n), rep.Above2Sigma, 1e-12)
+	require.InDelta(t, float64(infeasible)/float64(n), rep.InfeasibleRate, 1e-12)
+	require.Greater(t, infeasible, 0)
+	require.Equal(t, n-infeasible, rep.Runs, "infeasible builds never reach the executor")
+	// Same seed, same states: a policy against itself wins half.
+	require.InDelta(t, 0.5, lm2lm.WinRate(rep, rep), 1e-12)
+}
+
+func TestEvaluateCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	pol := proposertest.FromProposals(records.Proposal{Mechanism: "wider", Params: map[string]string{"level": "2"}})
+	_, err := lm2lm.Evaluate(ctx, lm2lm.DefaultEvalConfig(), pol, oracle{}, oracle{}, tasks(), nil)
+	require.Error(t, err)
+	require.True(t, errors.Is(err, context.Canceled), "got %v", err)
+}
