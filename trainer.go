@@ -283,8 +283,9 @@ type CalibrationReport struct {
 	// Records are the new real records added to M.
 	Records []records.Record
 	// Predicted and Real are the predicted (under M_u, before the new
-	// records) and real normalised rewards of the executed proposals,
-	// grouped by state, as the reliability monitors see them.
+	// records) and real normalised rewards (clip(g/τ_e, −c, c), −c when
+	// infeasible) of the executed proposals, grouped by task in order of
+	// first appearance, as the reliability monitors see them.
 	Predicted, Real [][]float64
 	// Monitors are the reliability monitors on exactly those proposals.
 	Monitors calibrate.Monitors
@@ -612,8 +613,10 @@ func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, budget int) (C
 		return rep, err
 	}
 	// Monitors: predicted (under M_u) vs real normalised rewards, grouped
-	// by state.
-	byState := map[int]int{}
+	// by task (library choice: greedy top-B rarely takes two proposals of
+	// one state, so within-state groups would leave the cosine and the
+	// pairwise accuracy undefined; proposals of one task share b_e and σ_e).
+	byTask := map[string]int{}
 	var newRecs []records.Record
 	var sumGain float64
 	var nGain int
@@ -632,10 +635,10 @@ func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, budget int) (C
 			sumGain += rec.Gain / g.state.Task.SeedNoise
 			nGain++
 		}
-		slot, seen := byState[c.g]
+		slot, seen := byTask[g.state.Task.ID]
 		if !seen {
 			slot = len(rep.Predicted)
-			byState[c.g] = slot
+			byTask[g.state.Task.ID] = slot
 			rep.Predicted = append(rep.Predicted, nil)
 			rep.Real = append(rep.Real, nil)
 		}

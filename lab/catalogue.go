@@ -25,3 +25,18 @@ func Render(p records.Proposal) string { return cards.Render(p) }
 func ApplyProposal(ref model.Config, p records.Proposal) (model.Config, error) {
 	return cards.Apply(ref, p)
 }
+
+// Representative returns the card's representative proposal for a task:
+// the first of the card's proposals (cards.Proposals order, most typical
+// choice first) that changes the task's reference configuration, so that a
+// sweep never spends runs on a no-op (e.g. "batch-size batch=32" on a
+// reference that already uses 32). It falls back to cards.Representative
+// when every choice is a no-op or infeasible.
+func Representative(spec TaskSpec, c records.Card) records.Proposal {
+	for _, p := range cards.Proposals(c) {
+		if cfg, err := cards.Apply(spec.Config, p); err == nil && cfg != spec.Config {
+			return p
+		}
+	}
+	return cards.Representative(c)
+}

@@ -494,3 +494,20 @@ func ExampleRender() {
 	// warmup-cosine{min_frac=0,warmup_frac=0.1} <nil>
 	// true cards: depth layers: 12 outside int in [0, 6]
 }
+
+func TestRepresentativeChangesTheReference(t *testing.T) {
+	for _, s := range lab.DefaultTasks() {
+		for _, c := range lab.Catalogue() {
+			p := lab.Representative(s, c)
+			cfg, err := lab.ApplyProposal(s.Config, p)
+			require.NoError(t, err)
+			require.NotEqual(t, s.Config, cfg, "%s on %s", p.Key(), s.ID)
+		}
+	}
+	// The mdm references already use batch 32, the card's first choice.
+	mdm := lab.DefaultTasks()[12]
+	require.Equal(t, 32, mdm.Config.Batch)
+	c, ok := cards.Lookup("batch-size")
+	require.True(t, ok)
+	require.Equal(t, "batch-size{batch=128}", lab.Representative(mdm, c).Key())
+}

@@ -262,13 +262,18 @@ func runAndKill(t *testing.T, k int, path string, waitReady bool, delay time.Dur
 		case <-ready:
 		case <-time.After(time.Minute):
 			cmd.Process.Kill()
-			t.Fatalf("crash child %d never became ready", k)
+			wg.Wait()
+			cmd.Wait()
+			t.Fatalf("crash child %d never became ready; stderr:\n%s", k, errBuf.String())
 		}
 	}
 	time.Sleep(delay)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL), "kill child %d (stderr: %s)", k, errBuf.String())
+	killErr := cmd.Process.Signal(syscall.SIGKILL)
 	wg.Wait()
 	err = cmd.Wait()
+	if killErr != nil {
+		t.Fatalf("kill child %d: %v; it ended with %v; stderr:\n%s", k, killErr, err, errBuf.String())
+	}
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("crash child %d ended with %v, not by SIGKILL; stderr:\n%s", k, err, errBuf.String())

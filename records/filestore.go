@@ -56,16 +56,39 @@ func (e *CorruptError) Error() string {
 // Unwrap returns ErrCorrupt and the cause.
 func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
 
-// FileStore is a durable, append-only Store kept in one file, one record
-// per line with a checksum (the format is documented in line.go and in the
-// package README). Append returns only after the records are written and
-// fsynced; a crash at any byte loses at most the records of Appends that
-// had not returned, all or none of each. All records are also held in
-// memory, indexed by task and by proposal key, so Scan does no I/O.
+// FileStore is a durable, append-only Store kept in one file. Append
+// returns only after the records are written and fsynced; a crash at any
+// byte loses at most the records of Appends that had not returned, all or
+// none of each. All records are also held in memory, indexed by task and by
+// proposal key, so Scan does no I/O.
 //
 // A writable FileStore holds an exclusive flock(2) on its file until Close:
 // a second writable open of the same file, from this process or another,
-// fails with ErrLocked. FileStore is safe for concurrent use.
+// fails with ErrLocked. (flock is advisory and may not work across NFS.)
+// FileStore is safe for concurrent use.
+//
+// # File format (version 1)
+//
+// The file holds one record per line, each line ending in '\n':
+//
+//	<crc> SP <i>/<n> SP <json> LF
+//
+// <json> is the Record as encoding/json writes it (compact, so it holds no
+// raw newline). <i>/<n> place the line in the Append call that wrote it: a
+// call with n records writes lines 1/n … n/n back to back in one write, so
+// a reader can tell a complete batch from one cut short by a crash. <i> and
+// <n> are decimal without sign or leading zeros, 1 ≤ i ≤ n. <crc> is the
+// CRC-32C (Castagnoli) of the bytes from <i> to the end of <json>, as 8
+// lower-case hex digits. For example (JSON shortened):
+//
+//	9f0c2e51 1/1 {"task":{"id":"ar-prose/0",...},"proposal":{"mechanism":"lr-scale","params":{"factor":"2"}},"gain":0.03125,...}
+//
+// On open, a last fragment without its '\n', and a last batch with fewer
+// than n lines, are the trace of an Append that never returned: they are
+// dropped and the file is truncated to the end of the last complete batch.
+// Any other line that does not decode, including a bad checksum on a
+// complete last line, is corruption: OpenFile fails with a *CorruptError
+// naming the line, and the file is left untouched for a person to inspect.
 type FileStore struct {
 	path string
 	ro   bool
@@ -185,9 +208,15 @@ func load(f *os.File, path string) (idx *index, good, end int64, err error) {
 		if derr != nil {
 			return nil, 0, 0, &CorruptError{Path: path, Line: lineNo, Err: derr}
 		}
+		if len(r.Proposal.Params) == 0 {
+			r.Proposal.Params = nil // as cloneRecord gives
+		}
+		if len(r.Seeds) == 0 {
+			r.Seeds = nil
+		}
 		batch, batchN = append(batch, r), n
 		if i == n {
-			idx.add(batch...)
+			idx.addOwned(batch...) // freshly decoded: no copy needed
 			batch = batch[:0]
 			good = off
 		}

@@ -12,27 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// The file format of FileStore, version 1.
-//
-// A store file is a sequence of lines, one record per line, each ending in
-// '\n':
-//
-//	<crc> SP <i>/<n> SP <json> LF
-//
-// <json> is the record as encoding/json writes it (compact, so it holds no
-// raw newline). <i>/<n> place the line in the Append call that wrote it: a
-// call of n records writes lines 1/n … n/n back to back, which lets a reader
-// tell a complete batch from one cut short by a crash. <i> and <n> are
-// decimal without leading zeros, 1 ≤ i ≤ n. <crc> is the CRC-32C
-// (Castagnoli) of the bytes from <i> to the end of <json>, as 8 lower-case
-// hex digits. For example:
-//
-//	5b1f00c2 1/1 {"task":{"id":"t1",...},"proposal":{"mechanism":"lr-scale",...},...}
-//
-// On open, a final fragment without its '\n' and a final batch with fewer
-// than n lines are the trace of an Append that never returned: they are
-// dropped and the file is truncated. Anything else that does not decode is
-// corruption (a *CorruptError naming the line).
+// The file format is documented on FileStore.
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 

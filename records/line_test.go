@@ -2,6 +2,7 @@ package records
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
@@ -241,6 +242,50 @@ func FuzzDecodeLine(f *testing.F) {
 		l2, _ := encodeLine(nil, r2, i2, n2)
 		if !bytes.Equal(l1, l2) {
 			t.Fatalf("encoding is not a fixed point:\n%q\n%q", l1, l2)
+		}
+	})
+}
+
+// FuzzDecodePayload fuzzes what follows the checksum, with a correct
+// checksum computed here, so that the position and JSON decoding (not only
+// the checksum test) meet arbitrary input.
+func FuzzDecodePayload(f *testing.F) {
+	good := mustLine(f, lineRecord(), 1, 1)
+	payload := string(good[9 : len(good)-1])
+	js := payload[4:]
+	f.Add(payload)                                                          // valid
+	f.Add("2/5 " + js)                                                      // valid, within a batch
+	f.Add(payload[:len(payload)/2])                                         // torn
+	f.Add("1/1 " + js[:len(js)-3])                                          // bad JSON
+	f.Add("1/1 " + strings.Replace(js, "0.03125", "NaN", 1))                // NaN gain
+	f.Add("1/1 " + strings.Replace(js, "0.03125", "1e400", 1))              // overflow
+	f.Add("1/1 " + strings.Replace(js, `"lr-scale"`, `"  "`, 1))            // empty mechanism
+	f.Add("1/1 " + strings.Replace(js, `"2"`, `"inf"`, 1))                  // infinite parameter
+	f.Add("1/1 " + strings.Replace(js, `"train"`, `"held-out"`, 1))         // valid, other split
+	f.Add("1/1 " + strings.Replace(js, `"seeds":[1,2]`, `"seeds":[-1]`, 1)) // negative seed
+	f.Add("0/0 {}")
+	f.Fuzz(func(t *testing.T, payload string) {
+		line := withSum(payload)
+		r, i, n, err := decodeLine(line)
+		if err != nil {
+			if !errors.Is(err, errLineFormat) && !errors.Is(err, errLineShort) && !errors.Is(err, ErrInvalid) {
+				t.Fatalf("decodeLine(%q): unclassified error %v", line, err)
+			}
+			return
+		}
+		if err := checkStorable(r); err != nil {
+			t.Fatalf("decodeLine(%q) accepted an unstorable record: %v", line, err)
+		}
+		l, err := encodeLine(nil, r, i, n)
+		if err != nil {
+			t.Fatalf("re-encode %+v: %v", r, err)
+		}
+		r2, _, _, err := decodeLine(l[:len(l)-1])
+		if err != nil {
+			t.Fatalf("re-decode %q: %v", l, err)
+		}
+		if diff := cmp.Diff(r, r2, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("re-decode of %q (-first +second):\n%s", line, diff)
 		}
 	})
 }

@@ -22,9 +22,16 @@ func newIndex() *index {
 // add appends copies of rs, which must be valid.
 func (x *index) add(rs ...Record) {
 	for _, r := range rs {
+		x.addOwned(cloneRecord(r))
+	}
+}
+
+// addOwned appends r itself: the caller hands over its maps and slices.
+func (x *index) addOwned(rs ...Record) {
+	for _, r := range rs {
 		j := len(x.recs)
 		k := r.Proposal.Key()
-		x.recs = append(x.recs, cloneRecord(r))
+		x.recs = append(x.recs, r)
 		x.keys = append(x.keys, k)
 		x.byTask[r.Task.ID] = append(x.byTask[r.Task.ID], j)
 		x.byKey[k] = append(x.byKey[k], j)

@@ -356,7 +356,7 @@ type factor struct {
 
 	intern map[string]int32 // shared string table for ids
 	feats  []feat
-	keys   []string // "taskID\x00proposal key" per record
+	keys   []string          // "taskID\x00proposal key" per record
 	chol   mat.Cholesky      // used while building only
 	l      blas64.Triangular // lower Cholesky factor: K = LLᵀ
 	alpha  []float64         // K⁻¹(y − μ)

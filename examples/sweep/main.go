@@ -134,8 +134,12 @@ func run(ctx context.Context, w io.Writer, taskID string, nSeeds int, out string
 	var jobs []builder.Job
 	var owner []*row
 	var cached []records.Record
+	spec, err := l.Spec(task.ID)
+	if err != nil {
+		return err
+	}
 	for _, c := range lab.Catalogue() {
-		ps := []records.Proposal{cards.Representative(c)}
+		ps := []records.Proposal{lab.Representative(spec, c)}
 		if all {
 			ps = cards.Proposals(c)
 		}

@@ -44,6 +44,7 @@ type ProposalError struct {
 	Err       error
 }
 
+// Error returns "cards: <card> [<param>]: <reason>".
 func (e *ProposalError) Error() string {
 	s := "cards: " + e.Mechanism
 	if e.Param != "" {

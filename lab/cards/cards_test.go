@@ -86,7 +86,7 @@ func TestApplyEdits(t *testing.T) {
 		{"lr-warmup-boost factor=4 warmup_frac=0.05", func(c *model.Config) { c.LR, c.Warmup = 8e-3, 50 }},
 		{"batch-size batch=32", func(c *model.Config) { c.Batch, c.Steps = 32, 2000 }},
 		{"batch-size batch=256", func(c *model.Config) { c.Batch, c.Steps = 256, 250 }},
-		{"batch-size-sqrt-lr batch=128", func(c *model.Config) { c.Batch, c.Steps, c.LR = 128, 500, 2e-3 * math.Sqrt2 }},
+		{"batch-size-sqrt-lr batch=128", func(c *model.Config) { c.Batch, c.Steps, c.LR = 128, 500, 2e-3*math.Sqrt2 }},
 		{"model-scale factor=1.5", func(c *model.Config) { c.Embed, c.Hidden = 24, 192 }},
 		{"warmup-cosine warmup_frac=0.1 min_frac=0", func(c *model.Config) { c.Warmup, c.Schedule, c.MinLRFrac = 100, "cosine", 0 }},
 		{"wsd decay_frac=0.2", func(c *model.Config) { c.Schedule, c.DecayFrac, c.MinLRFrac = "wsd", 0.2, 0 }},
@@ -112,13 +112,10 @@ func TestApplyEdits(t *testing.T) {
 }
 
 func TestApplyRejectsInvalidResult(t *testing.T) {
+	// Every choice is valid on the lab's references (TestEveryChoiceApplies);
+	// on a reference the model rejects, Apply reports the model's reason as
+	// an infeasible proposal instead of returning a broken configuration.
 	ref := model.DefaultConfig()
-	ref.Objective = model.CentreMasked
-	ref.Steps = 10
-	ref.Warmup = 10
-	// A reference that the model accepts, then a card that breaks it: a
-	// batch of 16 at a fixed token budget cannot break it, but a
-	// configuration already invalid surfaces the model's reason.
 	ref.Embed = 0
 	_, err := cards.Apply(ref, records.Proposal{Mechanism: "lr-scale", Params: map[string]string{"factor": "2"}})
 	require.ErrorIs(t, err, cards.ErrInvalidConfig)

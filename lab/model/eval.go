@@ -29,6 +29,8 @@ func (m *net) evaluate(ctx context.Context, val []byte) (float64, error) {
 	C, V := cfg.Context, cfg.Vocab
 	starts := evalStarts(cfg, len(val), cfg.EvalWindows)
 	var total float64
+	masked := make([]bool, m.maxB*C)
+	best, bestP, bestNLL := make([]int, m.maxB), make([]float32, m.maxB), make([]float64, m.maxB)
 	for lo := 0; lo < len(starts); lo += m.maxB {
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("model: evaluate: %w", err)
@@ -51,6 +53,7 @@ func (m *net) evaluate(ctx context.Context, val []byte) (float64, error) {
 		}
 		switch cfg.Objective {
 		case Autoregressive, CentreMasked:
+			m.setRows(B, nil)
 			m.forward(B, nil)
 			for b, st := range chunk {
 				t := int(val[st+C])
@@ -61,25 +64,31 @@ func (m *net) evaluate(ctx context.Context, val []byte) (float64, error) {
 			}
 		case MaskedDiffusion:
 			for round := 0; round < C; round++ {
+				for i, v := range m.sym[:B*C] {
+					masked[i] = v == int32(V)
+				}
+				m.setRows(B, masked)
 				m.forward(B, nil)
-				for b, st := range chunk {
-					best, bestP, bestNLL := -1, float32(-1), 0.0
-					for i := 0; i < C; i++ {
-						if m.sym[b*C+i] != int32(V) {
-							continue
-						}
-						row := m.logits[(b*C+i)*V : (b*C+i+1)*V]
-						nll := softmaxNLL(m.k, row, int(val[st+i]))
-						pmax := row[0]
-						for _, p := range row[1:] {
-							pmax = max(pmax, p)
-						}
-						if best < 0 || pmax > bestP {
-							best, bestP, bestNLL = i, pmax, nll
-						}
+				// Rows are ordered by position, so the first row of a
+				// window with the highest confidence has the lowest index.
+				for b := range bestP[:B] {
+					best[b], bestP[b] = -1, -1
+				}
+				for r := 0; r < m.nrows; r++ {
+					b, i := int(m.rowB[r]), int(m.rowP[r])
+					row := m.logits[r*V : (r+1)*V]
+					nll := softmaxNLL(m.k, row, int(val[chunk[b]+i]))
+					pmax := row[0]
+					for _, p := range row[1:] {
+						pmax = max(pmax, p)
 					}
-					total += bestNLL
-					m.sym[b*C+best] = int32(val[st+best])
+					if best[b] < 0 || pmax > bestP[b] || (pmax == bestP[b] && i < best[b]) {
+						best[b], bestP[b], bestNLL[b] = i, pmax, nll
+					}
+				}
+				for b, st := range chunk {
+					total += bestNLL[b]
+					m.sym[b*C+best[b]] = int32(val[st+best[b]])
 				}
 			}
 		}

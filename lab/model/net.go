@@ -40,29 +40,43 @@ type layer struct {
 // net is the MLP LM of one Config with its parameters, gradients and
 // activation buffers for up to maxB windows. Not safe for concurrent use.
 type net struct {
-	cfg       Config
-	k         *kernel.Kernel
-	params    []float32
-	grads     []float32
-	tensors   []tensor
-	emb       tensor
-	layers    []layer
-	wo, bo    tensor
-	inW, outW int // Context·Embed and outPositions·Vocab
-	lastW     int // width feeding the output layer
-	maxB      int
+	cfg     Config
+	k       *kernel.Kernel
+	params  []float32
+	grads   []float32
+	tensors []tensor
+	emb     tensor
+	layers  []layer
+	wo, bo  tensor
+	inW     int // Context·Embed
+	P       int // predicted positions per window (outPositions)
+	lastW   int // width feeding the output layer
+	maxB    int
 
-	sym    []int32   // B×Context input symbols
-	x0     []float32 // gathered embeddings, B×inW
-	logits []float32 // B×outW; softmax probabilities after loss
-	dlog   []float32 // B×outW
+	sym []int32   // B×Context input symbols
+	x0  []float32 // gathered embeddings, B×inW
+
+	// The output layer works on "rows": (window, position) pairs whose
+	// prediction is needed, ordered by position then window, so that each
+	// position's rows are contiguous and share that position's output
+	// matrix. With P = 1 the rows are the windows themselves. For masked
+	// diffusion only masked positions are rows, which skips the output
+	// work of visible positions.
+	nrows  int
+	rowB   []int32   // row → window
+	rowP   []int32   // row → position
+	posOff []int     // position p's rows are posOff[p]..posOff[p+1]−1
+	hg     []float32 // rows' hidden vectors gathered (P > 1), rows×lastW
+	dhg    []float32 // their gradients (P > 1)
+	logits []float32 // rows×Vocab; softmax probabilities after loss
+	dlog   []float32 // rows×Vocab
 	dlast  []float32 // gradient w.r.t. the output layer's input, B×lastW
 }
 
 func newNet(cfg Config, k *kernel.Kernel, maxB int, rng *rand.Rand) *net {
 	m := &net{cfg: cfg, k: k, maxB: maxB}
 	m.inW = cfg.Context * cfg.Embed
-	m.outW = cfg.outPositions() * cfg.Vocab
+	m.P = cfg.outPositions()
 	total := 0
 	alloc := func(n int, decay bool) tensor {
 		t := tensor{off: total, n: n, decay: decay}
@@ -86,8 +100,8 @@ func newNet(cfg Config, k *kernel.Kernel, maxB int, rng *rand.Rand) *net {
 		width = cfg.Hidden
 	}
 	m.lastW = width
-	m.wo = alloc(width*m.outW, true)
-	m.bo = alloc(m.outW, false)
+	m.wo = alloc(m.P*width*cfg.Vocab, true) // P blocks of lastW×Vocab
+	m.bo = alloc(m.P*cfg.Vocab, false)
 	m.params = make([]float32, total)
 	m.grads = make([]float32, total)
 
@@ -115,8 +129,13 @@ func newNet(cfg Config, k *kernel.Kernel, maxB int, rng *rand.Rand) *net {
 	// Buffers.
 	m.sym = make([]int32, maxB*cfg.Context)
 	m.x0 = make([]float32, maxB*m.inW)
-	m.logits = make([]float32, maxB*m.outW)
-	m.dlog = make([]float32, maxB*m.outW)
+	rows := maxB * m.P
+	m.rowB, m.rowP, m.posOff = make([]int32, rows), make([]int32, rows), make([]int, m.P+1)
+	if m.P > 1 {
+		m.hg, m.dhg = make([]float32, rows*m.lastW), make([]float32, rows*m.lastW)
+	}
+	m.logits = make([]float32, rows*cfg.Vocab)
+	m.dlog = make([]float32, rows*cfg.Vocab)
 	m.dlast = make([]float32, maxB*m.lastW)
 	for i := range m.layers {
 		ly := &m.layers[i]
@@ -157,8 +176,9 @@ func (m *net) lastH() []float32 {
 	return m.layers[len(m.layers)-1].h
 }
 
-// forward computes the logits of the first B windows of m.sym. With drop
-// non-nil, dropout is applied (training).
+// forward computes the logits of the output rows (see setRows) of the
+// first B windows of m.sym. With drop non-nil, dropout is applied
+// (training).
 func (m *net) forward(B int, drop *rand.Rand) {
 	cfg := m.cfg
 	E, C := cfg.Embed, cfg.Context
@@ -218,27 +238,80 @@ func (m *net) forward(B int, drop *rand.Rand) {
 			addTo(h, ly.x[:B*H])
 		}
 	}
-	lo := m.logits[:B*m.outW]
-	m.k.MulNN(lo, m.lastH()[:B*m.lastW], m.wo.of(m.params), B, m.lastW, m.outW, false)
-	bo := m.bo.of(m.params)
-	for b := 0; b < B; b++ {
-		addTo(lo[b*m.outW:(b+1)*m.outW], bo)
+	V, W := cfg.Vocab, m.lastW
+	h := m.lastH()
+	if m.P > 1 {
+		for r := 0; r < m.nrows; r++ {
+			b := int(m.rowB[r])
+			copy(m.hg[r*W:(r+1)*W], h[b*W:(b+1)*W])
+		}
+		h = m.hg
+	}
+	wo, bo := m.wo.of(m.params), m.bo.of(m.params)
+	for p := 0; p < m.P; p++ {
+		r0, r1 := m.posOff[p], m.posOff[p+1]
+		if r0 == r1 {
+			continue
+		}
+		lo := m.logits[r0*V : r1*V]
+		m.k.MulNN(lo, h[r0*W:r1*W], wo[p*W*V:(p+1)*W*V], r1-r0, W, V, false)
+		bp := bo[p*V : (p+1)*V]
+		for r := 0; r < r1-r0; r++ {
+			addTo(lo[r*V:(r+1)*V], bp)
+		}
 	}
 }
 
+// setRows makes the output rows the (window, position) pairs with
+// active[b·P+p] among the first B windows (all windows when active is nil
+// and P = 1).
+func (m *net) setRows(B int, active []bool) {
+	n := 0
+	for p := 0; p < m.P; p++ {
+		m.posOff[p] = n
+		for b := 0; b < B; b++ {
+			if active == nil || active[b*m.P+p] {
+				m.rowB[n], m.rowP[n] = int32(b), int32(p)
+				n++
+			}
+		}
+	}
+	m.posOff[m.P] = n
+	m.nrows = n
+}
+
 // backward accumulates into m.grads the gradient of the loss whose
-// gradient w.r.t. the logits is in m.dlog, for the B windows of the last
-// forward pass.
+// gradient w.r.t. the output rows' logits is in m.dlog, for the B windows
+// of the last forward pass.
 func (m *net) backward(B int) {
 	cfg := m.cfg
-	dl := m.dlog[:B*m.outW]
-	m.k.MulTN(m.wo.of(m.grads), m.lastH()[:B*m.lastW], dl, m.lastW, B, m.outW, true)
-	gbo := m.bo.of(m.grads)
-	for b := 0; b < B; b++ {
-		addTo(gbo, dl[b*m.outW:(b+1)*m.outW])
+	V, W := cfg.Vocab, m.lastW
+	h, dhr := m.lastH(), m.dlast
+	if m.P > 1 {
+		h, dhr = m.hg, m.dhg
 	}
-	dh := m.dlast[:B*m.lastW]
-	m.k.MulNT(dh, dl, m.wo.of(m.params), B, m.outW, m.lastW, false)
+	wo, gwo, gbo := m.wo.of(m.params), m.wo.of(m.grads), m.bo.of(m.grads)
+	for p := 0; p < m.P; p++ {
+		r0, r1 := m.posOff[p], m.posOff[p+1]
+		if r0 == r1 {
+			continue
+		}
+		dl := m.dlog[r0*V : r1*V]
+		m.k.MulTN(gwo[p*W*V:(p+1)*W*V], h[r0*W:r1*W], dl, W, r1-r0, V, true)
+		gb := gbo[p*V : (p+1)*V]
+		for r := 0; r < r1-r0; r++ {
+			addTo(gb, dl[r*V:(r+1)*V])
+		}
+		m.k.MulNT(dhr[r0*W:r1*W], dl, wo[p*W*V:(p+1)*W*V], r1-r0, V, W, false)
+	}
+	dh := m.dlast[:B*W]
+	if m.P > 1 {
+		clear(dh)
+		for r := 0; r < m.nrows; r++ {
+			b := int(m.rowB[r])
+			addTo(dh[b*W:(b+1)*W], m.dhg[r*W:(r+1)*W])
+		}
+	}
 	for li := len(m.layers) - 1; li >= 0; li-- {
 		ly := &m.layers[li]
 		H := ly.out

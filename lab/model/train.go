@@ -96,8 +96,9 @@ func train(ctx context.Context, cfg Config, d Data, seed uint64, k *kernel.Kerne
 			}
 		}
 		fillBatch(cfg, d.Train, m.sym, target, include, B, dataRng, maskRng)
+		m.setRows(B, include)
 		m.forward(B, dropRng)
-		nll, ok := m.loss(B, target, include, cfg.LabelSmoothing)
+		nll, ok := m.loss(target, cfg.LabelSmoothing)
 		clear(m.grads)
 		m.backward(B)
 		clipGrads(m.grads, cfg.ClipNorm)
@@ -203,43 +204,30 @@ func fillBatch(cfg Config, text []byte, sym, target []int32, include []bool, B i
 	}
 }
 
-// loss turns m.logits of B windows into softmax probabilities, returns the
-// mean NLL (nats, without smoothing) over included rows, and writes into
-// m.dlog the gradient of the mean label-smoothed cross-entropy
-// −Σ q·log p with q = (1−ε)·onehot + ε/V. ok is false when no row counts
-// (the gradient is then zero).
-func (m *net) loss(B int, target []int32, include []bool, eps float64) (nll float64, ok bool) {
-	V := m.cfg.Vocab
-	rows := B * m.cfg.outPositions()
-	count := 0
-	for _, in := range include[:rows] {
-		if in {
-			count++
-		}
-	}
-	dl := m.dlog[:rows*V]
-	if count == 0 {
-		clear(dl)
+// loss turns the output rows' logits into softmax probabilities, returns
+// the mean NLL (nats, without smoothing) over the rows (target[b·P+p] is
+// row (b,p)'s symbol), and writes into m.dlog the gradient of the mean
+// label-smoothed cross-entropy −Σ q·log p with q = (1−ε)·onehot + ε/V.
+// ok is false when there are no rows (nothing to learn from this batch).
+func (m *net) loss(target []int32, eps float64) (nll float64, ok bool) {
+	V, rows := m.cfg.Vocab, m.nrows
+	if rows == 0 {
 		return 0, false
 	}
-	inv := float32(1 / float64(count))
+	inv := float32(1 / float64(rows))
 	off := float32(eps / float64(V))
 	on := float32(1-eps) + off
 	for r := 0; r < rows; r++ {
-		d := dl[r*V : (r+1)*V]
-		if !include[r] {
-			clear(d)
-			continue
-		}
+		d := m.dlog[r*V : (r+1)*V]
 		p := m.logits[r*V : (r+1)*V]
-		t := int(target[r])
+		t := int(target[int(m.rowB[r])*m.P+int(m.rowP[r])])
 		nll += softmaxNLL(m.k, p, t)
 		for i := range d {
 			d[i] = (p[i] - off) * inv
 		}
 		d[t] = (p[t] - on) * inv
 	}
-	return nll / float64(count), true
+	return nll / float64(rows), true
 }
 
 // softmaxNLL replaces the logits row z by its softmax probabilities and

@@ -106,19 +106,25 @@ func (k *Kernel) MulNT(c, a, b []float32, m, kk, n int, acc bool) {
 	k.impl.nt(c[:m*n], a[:m*kk], b[:kk*n], m, kk, n, acc, &k.scratch)
 }
 
-// transpose writes the r×c row-major matrix src into dst as c×r.
+// transpose writes the r×c row-major matrix src into dst as c×r. Four
+// source rows are read together so that each write fills four consecutive
+// destination floats.
 func transpose(dst, src []float32, r, c int) {
-	const blk = 16
-	for i0 := 0; i0 < r; i0 += blk {
-		i1 := min(i0+blk, r)
-		for j0 := 0; j0 < c; j0 += blk {
-			j1 := min(j0+blk, c)
-			for i := i0; i < i1; i++ {
-				row := src[i*c : i*c+c]
-				for j := j0; j < j1; j++ {
-					dst[j*r+i] = row[j]
-				}
-			}
+	dst, src = dst[:r*c], src[:r*c]
+	i := 0
+	for ; i+4 <= r; i += 4 {
+		s0 := src[i*c : i*c+c]
+		s1 := src[(i+1)*c : (i+1)*c+c]
+		s2 := src[(i+2)*c : (i+2)*c+c]
+		s3 := src[(i+3)*c : (i+3)*c+c]
+		for j := range s0 {
+			d := dst[j*r+i : j*r+i+4 : j*r+i+4]
+			d[0], d[1], d[2], d[3] = s0[j], s1[j], s2[j], s3[j]
+		}
+	}
+	for ; i < r; i++ {
+		for j, v := range src[i*c : i*c+c] {
+			dst[j*r+i] = v
 		}
 	}
 }

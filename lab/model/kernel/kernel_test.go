@@ -142,8 +142,32 @@ func BenchmarkKernel(b *testing.B) {
 						kern.MulNT(c, x, y, s.m, s.k, s.n, false)
 					}
 				}
-				b.ReportMetric(2*float64(s.m*s.k*s.n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				flop := 2 * float64(s.m*s.k*s.n) * float64(b.N)
+				b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
+		}
+	}
+}
+
+func BenchmarkTranspose(b *testing.B) {
+	src, dst := make([]float32, 128*128), make([]float32, 128*128)
+	for b.Loop() {
+		transpose(dst, src, 128, 128)
+	}
+}
+
+func TestTranspose(t *testing.T) {
+	for _, s := range [][2]int{{1, 1}, {3, 5}, {17, 9}, {128, 96}, {33, 70}} {
+		r, c := s[0], s[1]
+		src, dst := make([]float32, r*c), make([]float32, r*c)
+		for i := range src {
+			src[i] = float32(i)
+		}
+		transpose(dst, src, r, c)
+		for i := 0; i < r; i++ {
+			for j := 0; j < c; j++ {
+				require.Equal(t, src[i*c+j], dst[j*r+i])
+			}
 		}
 	}
 }

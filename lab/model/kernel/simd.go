@@ -56,9 +56,6 @@ func gemmSIMD(c, a, b []float32, m, k, n, sa, sp int, acc bool) {
 	j := 0
 	for ; j+32 <= n; j += 32 {
 		i := 0
-		for ; i+6 <= m; i += 6 {
-			block6x32(c, a, b, i, j, k, n, sa, sp, acc)
-		}
 		for ; i+4 <= m; i += 4 {
 			block4x32(c, a, b, i, j, k, n, sa, sp, acc)
 		}
@@ -85,25 +82,28 @@ func block4x32(c, a, b []float32, i, j, k, n, sa, sp int, acc bool) {
 		c20, c21 = archsimd.LoadFloat32x16(at16(c, r2)), archsimd.LoadFloat32x16(at16(c, r2+16))
 		c30, c31 = archsimd.LoadFloat32x16(at16(c, r3)), archsimd.LoadFloat32x16(at16(c, r3+16))
 	}
-	ao := i * sa
-	bo := j
-	for p := 0; p < k; p++ {
-		b0 := archsimd.LoadFloat32x16(at16(b, bo))
-		b1 := archsimd.LoadFloat32x16(at16(b, bo+16))
-		bo += n
-		x := archsimd.BroadcastFloat32x16(at(a, ao))
+	// Pointer walks instead of indices: the Go compiler keeps them in
+	// registers, which indexing with four row offsets did not.
+	pa := unsafe.Pointer(&a[i*sa])
+	pb := unsafe.Pointer(&b[j])
+	sa4, sp4, n4 := uintptr(sa)*4, uintptr(sp)*4, uintptr(n)*4
+	for range k {
+		b0 := archsimd.LoadFloat32x16((*[16]float32)(pb))
+		b1 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(pb, 64)))
+		pb = unsafe.Add(pb, n4)
+		x := archsimd.BroadcastFloat32x16(*(*float32)(pa))
 		c00 = x.MulAdd(b0, c00)
 		c01 = x.MulAdd(b1, c01)
-		x = archsimd.BroadcastFloat32x16(at(a, ao+sa))
+		x = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, sa4)))
 		c10 = x.MulAdd(b0, c10)
 		c11 = x.MulAdd(b1, c11)
-		x = archsimd.BroadcastFloat32x16(at(a, ao+2*sa))
+		x = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, 2*sa4)))
 		c20 = x.MulAdd(b0, c20)
 		c21 = x.MulAdd(b1, c21)
-		x = archsimd.BroadcastFloat32x16(at(a, ao+3*sa))
+		x = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, 3*sa4)))
 		c30 = x.MulAdd(b0, c30)
 		c31 = x.MulAdd(b1, c31)
-		ao += sp
+		pa = unsafe.Add(pa, sp4)
 	}
 	c00.Store(at16(c, r0))
 	c01.Store(at16(c, r0+16))
@@ -113,57 +113,6 @@ func block4x32(c, a, b []float32, i, j, k, n, sa, sp int, acc bool) {
 	c21.Store(at16(c, r2+16))
 	c30.Store(at16(c, r3))
 	c31.Store(at16(c, r3+16))
-}
-
-func block6x32(c, a, b []float32, i, j, k, n, sa, sp int, acc bool) {
-	var c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51 archsimd.Float32x16
-	r0 := i*n + j
-	if acc {
-		c00, c01 = archsimd.LoadFloat32x16(at16(c, r0)), archsimd.LoadFloat32x16(at16(c, r0+16))
-		c10, c11 = archsimd.LoadFloat32x16(at16(c, r0+n)), archsimd.LoadFloat32x16(at16(c, r0+n+16))
-		c20, c21 = archsimd.LoadFloat32x16(at16(c, r0+2*n)), archsimd.LoadFloat32x16(at16(c, r0+2*n+16))
-		c30, c31 = archsimd.LoadFloat32x16(at16(c, r0+3*n)), archsimd.LoadFloat32x16(at16(c, r0+3*n+16))
-		c40, c41 = archsimd.LoadFloat32x16(at16(c, r0+4*n)), archsimd.LoadFloat32x16(at16(c, r0+4*n+16))
-		c50, c51 = archsimd.LoadFloat32x16(at16(c, r0+5*n)), archsimd.LoadFloat32x16(at16(c, r0+5*n+16))
-	}
-	ao := i * sa
-	bo := j
-	for p := 0; p < k; p++ {
-		b0 := archsimd.LoadFloat32x16(at16(b, bo))
-		b1 := archsimd.LoadFloat32x16(at16(b, bo+16))
-		bo += n
-		x := archsimd.BroadcastFloat32x16(at(a, ao))
-		c00 = x.MulAdd(b0, c00)
-		c01 = x.MulAdd(b1, c01)
-		x = archsimd.BroadcastFloat32x16(at(a, ao+sa))
-		c10 = x.MulAdd(b0, c10)
-		c11 = x.MulAdd(b1, c11)
-		x = archsimd.BroadcastFloat32x16(at(a, ao+2*sa))
-		c20 = x.MulAdd(b0, c20)
-		c21 = x.MulAdd(b1, c21)
-		x = archsimd.BroadcastFloat32x16(at(a, ao+3*sa))
-		c30 = x.MulAdd(b0, c30)
-		c31 = x.MulAdd(b1, c31)
-		x = archsimd.BroadcastFloat32x16(at(a, ao+4*sa))
-		c40 = x.MulAdd(b0, c40)
-		c41 = x.MulAdd(b1, c41)
-		x = archsimd.BroadcastFloat32x16(at(a, ao+5*sa))
-		c50 = x.MulAdd(b0, c50)
-		c51 = x.MulAdd(b1, c51)
-		ao += sp
-	}
-	c00.Store(at16(c, r0))
-	c01.Store(at16(c, r0+16))
-	c10.Store(at16(c, r0+n))
-	c11.Store(at16(c, r0+n+16))
-	c20.Store(at16(c, r0+2*n))
-	c21.Store(at16(c, r0+2*n+16))
-	c30.Store(at16(c, r0+3*n))
-	c31.Store(at16(c, r0+3*n+16))
-	c40.Store(at16(c, r0+4*n))
-	c41.Store(at16(c, r0+4*n+16))
-	c50.Store(at16(c, r0+5*n))
-	c51.Store(at16(c, r0+5*n+16))
 }
 
 func block1x32(c, a, b []float32, i, j, k, n, sa, sp int, acc bool) {

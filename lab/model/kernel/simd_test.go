@@ -47,5 +47,6 @@ func BenchmarkPeakFMA(b *testing.B) {
 	for b.Loop() {
 		sink += fmaPeak(iters)
 	}
-	b.ReportMetric(float64(iters)*12*16*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	flop := float64(iters) * 12 * 16 * 2 * float64(b.N)
+	b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }

@@ -1,0 +1,365 @@
+// Command lm2lm runs the full LM2LM method (METHOD.md §1) on the embedded
+// lab: real tiny-LM training runs on CPU supply the initial records M_0,
+// the embedded in-context world model predicts gains from them, the
+// embedded log-linear policy is trained with DAPO on those predictions,
+// and at the calibration points the top-rated proposals of the current
+// policy are trained for real and added to M. Before and after training
+// the policy is evaluated on held-out tasks with real runs (Avg@4, Best@4).
+//
+//	go run ./examples/lm2lm                       # the default profile, a few minutes on 2 cores
+//	go run ./examples/lm2lm -profile short        # about a minute
+//	go run ./examples/lm2lm -calibration static   # the static-RWM ablation
+//
+// Real runs are kept in a durable records file (-store, default
+// out/lm2lm-records.jsonl) through an idempotent builder.Pool, so a second
+// invocation reuses every run it already paid for. A JSON report is written
+// to -report.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/proposer"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
+)
+
+// profile is a scaled-down version of the paper's schedule (METHOD.md §1:
+// 96 steps, 277 states of 8 proposals per rollout, calibration at 16, 40,
+// 64 with budgets 31, 38, 31, 100 initial records).
+type profile struct {
+	steps, states, quota, m0, evalStates int
+	schedule                             calibrate.Schedule
+}
+
+var profiles = map[string]profile{
+	"short":   {steps: 24, states: 48, quota: 32, m0: 24, evalStates: 2, schedule: calibrate.Schedule{Steps: []int{8, 16}, Budgets: []int{8, 8}}},
+	"default": {steps: 48, states: 96, quota: 64, m0: 48, evalStates: 4, schedule: calibrate.Schedule{Steps: []int{8, 24, 40}, Budgets: []int{12, 16, 12}}},
+	"paper":   {steps: 96, states: 277, quota: 256, m0: 100, evalStates: 8, schedule: calibrate.DefaultSchedule()},
+}
+
+type options struct {
+	profile, calibration, store, report string
+	seed                                uint64
+	parallel                            int
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.profile, "profile", "default", "short | default | paper")
+	flag.StringVar(&o.calibration, "calibration", "top-rated", "top-rated | random | static")
+	flag.StringVar(&o.store, "store", "out/lm2lm-records.jsonl", "durable records file for real runs (reused across invocations)")
+	flag.StringVar(&o.report, "report", "out/lm2lm-report.json", "JSON report to write; empty = none")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the trainer, the initial records and the evaluation")
+	flag.IntVar(&o.parallel, "parallel", 2, "real runs trained at once")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Stdout, o); err != nil {
+		fmt.Fprintln(os.Stderr, "lm2lm:", err)
+		os.Exit(1)
+	}
+}
+
+// Report is what the program writes as JSON. Undefined numbers (a
+// monitor over too few pairs, an average over no feasible run) are null.
+type Report struct {
+	Profile      string             `json:"profile"`
+	Calibration  string             `json:"calibration"`
+	Seed         uint64             `json:"seed"`
+	M0           int                `json:"m0_records"`
+	Base         Summary            `json:"base"`
+	Trained      Summary            `json:"trained"`
+	WinRate      *float64           `json:"win_rate_vs_base"`
+	Steps        []Step             `json:"steps"`
+	Calibrations []Calibration      `json:"calibrations"`
+	RealRuns     map[string]int     `json:"real_runs"`
+	CPUSeconds   map[string]float64 `json:"cpu_seconds"`
+	Predictions  int64              `json:"world_model_predictions"`
+}
+
+// Summary is one evaluation: Avg@K and Best@K in σ_e units, rates, and the
+// same per family in the metric's units.
+type Summary struct {
+	AvgK, BestK                               *float64
+	NegativeRate, Above2Sigma, InfeasibleRate float64
+	Family                                    []Family
+}
+
+// Family is one family's Avg@K and Best@K in its metric's units.
+type Family struct {
+	Family    string
+	Metric    records.Metric
+	Avg, Best *float64
+}
+
+// Calibration is one calibration point's headline numbers.
+type Calibration struct {
+	Step, Executed, Infeasible        int
+	MeanRealGainSigmas                *float64
+	JHat, JBar, Delta, Gap            *float64
+	AdvantageCosine, PairwiseAccuracy *float64
+	Runs                              []string `json:"runs"`
+}
+
+// Step is one training step's headline numbers.
+type Step struct {
+	Step       int     `json:"step"`
+	Loss       float64 `json:"loss"`
+	Entropy    float64 `json:"entropy"`
+	MeanReward float64 `json:"mean_reward,omitempty"`
+	MeanGain   float64 `json:"mean_predicted_gain_sigmas,omitempty"`
+	TopShare   string  `json:"top_mechanism,omitempty"`
+}
+
+// num returns nil for a NaN or infinite x, so that JSON can hold it.
+func num(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
+}
+
+func summary(r lm2lm.EvalReport) Summary {
+	s := Summary{AvgK: num(r.AvgK), BestK: num(r.BestK), NegativeRate: r.NegativeRate,
+		Above2Sigma: r.Above2Sigma, InfeasibleRate: r.InfeasibleRate}
+	for _, f := range r.Family {
+		s.Family = append(s.Family, Family{f.Family, f.Metric, num(f.Avg), num(f.Best)})
+	}
+	return s
+}
+
+func calibration(c *lm2lm.CalibrationReport) Calibration {
+	out := Calibration{Step: c.Step, Executed: c.Executed, Infeasible: c.Infeasible,
+		MeanRealGainSigmas: num(c.MeanRealGain), JHat: num(c.Monitors.Bias.JHat), JBar: num(c.Monitors.Bias.JBar),
+		Delta: num(c.Monitors.Bias.Delta), Gap: num(calibrate.Gap(c.Predicted, c.Real)),
+		AdvantageCosine: num(c.Monitors.Cosine), PairwiseAccuracy: num(c.Monitors.Accuracy)}
+	for _, r := range c.Records {
+		g := fmt.Sprintf("%s %s: %+.2f σ_e", r.Task.ID, r.Proposal.Key(), r.Gain/r.Task.SeedNoise)
+		if r.Infeasible != "" {
+			g = fmt.Sprintf("%s %s: infeasible", r.Task.ID, r.Proposal.Key())
+		}
+		out.Runs = append(out.Runs, g)
+	}
+	return out
+}
+
+func run(ctx context.Context, w io.Writer, o options) error {
+	prof, ok := profiles[o.profile]
+	if !ok {
+		return fmt.Errorf("unknown -profile %q", o.profile)
+	}
+	calib := map[string]lm2lm.Calibration{"top-rated": lm2lm.TopRated, "random": lm2lm.RandomCalibration, "static": lm2lm.Static}
+	mode, ok := calib[o.calibration]
+	if !ok {
+		return fmt.Errorf("unknown -calibration %q", o.calibration)
+	}
+	start := time.Now()
+	if dir := filepath.Dir(o.store); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	store, err := records.OpenFile(o.store, records.DefaultFileConfig())
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	lcfg := lab.DefaultConfig()
+	lcfg.Parallel = o.parallel
+	l, err := lab.New(lcfg, store)
+	if err != nil {
+		return err
+	}
+	pool, err := builder.NewPool(l, builder.PoolConfig{Slots: int64(o.parallel), MaxAttempts: 1, Store: store})
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(w, "LM2LM on the embedded lab: profile %s, calibration %s, seed %d\n", o.profile, mode, o.seed)
+	fmt.Fprintf(w, "reference runs (b_e, σ_e from %d seeds per task; cached in %s) ...\n", len(lcfg.RefSeeds), o.store)
+	tasks, err := l.Tasks(ctx)
+	if err != nil {
+		return err
+	}
+	var train, held []records.Task
+	for _, t := range tasks {
+		if t.Split == records.Train {
+			train = append(train, t)
+		} else {
+			held = append(held, t)
+		}
+	}
+	fmt.Fprintf(w, "%d training and %d held-out tasks ready (%.0f s)\n", len(train), len(held), time.Since(start).Seconds())
+
+	// M_0: real records of catalogue proposals drawn uniformly (METHOD.md §1
+	// Data and evaluation: mechanism-library sampling).
+	cat := lab.Catalogue()
+	m0, err := initialRecords(ctx, l, pool, train, cat, prof.m0, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "M_0: %d real records (%.0f s)\n", m0.Len(), time.Since(start).Seconds())
+
+	wcfg := rwm.DefaultEmbeddedConfig()
+	wcfg.Priors = rwm.PriorsFromCards(cat)
+	wcfg.Cards = cat
+	world := rwm.NewLedger(rwm.NewEmbedded(wcfg))
+
+	pcfg := proposer.DefaultPolicyConfig()
+	pol, err := proposer.NewPolicy(cat, pcfg, nil)
+	if err != nil {
+		return err
+	}
+	ecfg := lm2lm.DefaultEvalConfig()
+	ecfg.StatesPerTask = prof.evalStates
+	ecfg.Parallel = o.parallel
+	ecfg.Seed = o.seed
+
+	rep := Report{Profile: o.profile, Calibration: mode.String(), Seed: o.seed, M0: m0.Len(),
+		RealRuns: map[string]int{}, CPUSeconds: map[string]float64{}}
+
+	fmt.Fprintf(w, "\nevaluating the untrained policy (Base) on held-out tasks: %d states × %d proposals, real runs ...\n", len(held)*ecfg.StatesPerTask, ecfg.K)
+	base, err := lm2lm.Evaluate(ctx, ecfg, pol, l, pool, held, nil)
+	if err != nil {
+		return err
+	}
+	rep.Base = summary(base)
+	rep.RealRuns["eval_base"], rep.CPUSeconds["eval_base"] = base.Runs, base.Cost.DeviceSeconds
+
+	cfg := lm2lm.DefaultConfig()
+	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
+	cfg.Calibration = mode
+	cfg.Parallel = o.parallel
+	cfg.Seed = o.seed
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: l, Executor: pool, Tasks: train, Evidence: m0})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\ntraining: %d steps, %d states × %d proposals per rollout, calibration %v budgets %v\n",
+		cfg.Steps, cfg.States, cfg.DAPO.GroupSize, cfg.Schedule.Steps, cfg.Schedule.Budgets)
+	fmt.Fprintf(w, "%5s %9s %8s %9s %9s  %s\n", "step", "loss", "entropy", "reward", "ĝ/σ_e", "top mechanism (share)")
+	_, err = tr.Run(ctx, func(s lm2lm.StepReport) {
+		st := Step{Step: s.Step, Loss: s.Update.Loss, Entropy: s.Update.Entropy}
+		if c := s.Calibration; c != nil {
+			rep.Calibrations = append(rep.Calibrations, calibration(c))
+			fmt.Fprintf(w, "  calibration at step %d: %d real runs (%d infeasible), mean real gain %+.2f σ_e; "+
+				"predicted vs real reward: Ĵ_M %+.2f, J̄ %+.2f, Δ_M %+.2f, cosine %.2f, pairwise accuracy %.2f\n",
+				c.Step, c.Executed, c.Infeasible, c.MeanRealGain, c.Monitors.Bias.JHat, c.Monitors.Bias.JBar,
+				c.Monitors.Bias.Delta, c.Monitors.Cosine, c.Monitors.Accuracy)
+		}
+		if r := s.Rollout; r != nil {
+			st.MeanReward, st.MeanGain = r.MeanReward, r.MeanGain
+			if len(r.Share) > 0 {
+				st.TopShare = fmt.Sprintf("%s (%.0f%%)", r.Share[0].Mechanism, 100*r.Share[0].Fraction)
+			}
+			fmt.Fprintf(w, "%5d %9.4f %8.3f %+9.3f %+9.3f  %s   [kept %d of %d groups]\n",
+				s.Step, st.Loss, st.Entropy, st.MeanReward, st.MeanGain, st.TopShare, r.Kept, r.Groups)
+		}
+		rep.Steps = append(rep.Steps, st)
+	})
+	if err != nil {
+		return err
+	}
+	cost, runs := tr.Cost()
+	rep.RealRuns["calibration"], rep.CPUSeconds["calibration"] = runs, cost.DeviceSeconds
+
+	fmt.Fprintf(w, "\nevaluating the trained policy on the same held-out states ...\n")
+	trained, err := lm2lm.Evaluate(ctx, ecfg, pol, l, pool, held, nil)
+	if err != nil {
+		return err
+	}
+	rep.Trained = summary(trained)
+	rep.WinRate = num(lm2lm.WinRate(trained, base))
+	rep.RealRuns["eval_trained"], rep.CPUSeconds["eval_trained"] = trained.Runs, trained.Cost.DeviceSeconds
+	rep.Predictions = world.Stats().Calls
+
+	fmt.Fprintf(w, "\nheld-out evaluation (gains in σ_e units; real runs)\n")
+	fmt.Fprintf(w, "%-10s %8s %8s %10s %10s %11s\n", "policy", "Avg@4", "Best@4", "neg. rate", "> 2σ_e", "infeasible")
+	for _, x := range []struct {
+		name string
+		r    lm2lm.EvalReport
+	}{{"Base", base}, {"LM2LM", trained}} {
+		fmt.Fprintf(w, "%-10s %+8.2f %+8.2f %9.1f%% %9.1f%% %10.1f%%\n", x.name, x.r.AvgK, x.r.BestK,
+			100*x.r.NegativeRate, 100*x.r.Above2Sigma, 100*x.r.InfeasibleRate)
+	}
+	fmt.Fprintf(w, "win rate of LM2LM vs Base per state: %.2f\n", lm2lm.WinRate(trained, base))
+	fmt.Fprintf(w, "\nper family (Avg@4 / Best@4 in the metric's units ×10³)\n")
+	for i, f := range trained.Family {
+		b := base.Family[i]
+		fmt.Fprintf(w, "  %-16s %-15s Base %+7.2f / %+7.2f   LM2LM %+7.2f / %+7.2f\n", f.Family, f.Metric,
+			1e3*b.Avg, 1e3*b.Best, 1e3*f.Avg, 1e3*f.Best)
+	}
+	ws := world.Stats()
+	fmt.Fprintf(w, "\ncost: %d world-model predictions; real runs: M_0 %d, calibration %d, evaluation %d + %d; "+
+		"CPU seconds of measured runs %.0f; wall %.0f s\n", ws.Calls, m0.Len(), runs, base.Runs, trained.Runs,
+		cost.DeviceSeconds+base.Cost.DeviceSeconds+trained.Cost.DeviceSeconds, time.Since(start).Seconds())
+
+	if o.report != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.report, b, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "report written to %s\n", o.report)
+	}
+	return nil
+}
+
+// initialRecords executes n uniformly drawn catalogue proposals on the
+// training tasks and returns their real records as M_0.
+func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train []records.Task, cat []records.Card, n int, o options) (records.Evidence, error) {
+	rng := rand.New(rand.NewPCG(o.seed, 0x6d30))
+	type item struct {
+		t records.Task
+		p records.Proposal
+	}
+	var items []item
+	for i := 0; i < n; i++ {
+		t := train[rng.IntN(len(train))]
+		c := cat[rng.IntN(len(cat))]
+		p := records.Proposal{Mechanism: c.Mechanism, Params: map[string]string{}}
+		for _, ps := range c.Params {
+			p.Params[ps.Name] = ps.Choices[rng.IntN(len(ps.Choices))]
+		}
+		items = append(items, item{t, p})
+	}
+	recs := make([]records.Record, len(items))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(o.parallel)
+	for i, it := range items {
+		eg.Go(func() error {
+			rec, _, err := lm2lm.RunReal(ectx, l, ex, it.t, it.p)
+			recs[i] = rec
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return records.Evidence{}, err
+	}
+	var keep []records.Record
+	for _, r := range recs {
+		if r.Task.ID != "" {
+			keep = append(keep, r)
+		}
+	}
+	return records.NewEvidence(keep...)
+}
