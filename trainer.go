@@ -188,6 +188,7 @@ type Components struct {
 type Trainer struct {
 	cfg  Config
 	c    Components
+	src  *rand.PCG
 	rng  *rand.Rand
 	m    records.Evidence
 	pool *records.Pool
@@ -226,10 +227,12 @@ func New(cfg Config, c Components) (*Trainer, error) {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
+	src := rand.NewPCG(cfg.Seed, 0x6c6d326c6d)
 	return &Trainer{
 		cfg:  cfg,
 		c:    c,
-		rng:  rand.New(rand.NewPCG(cfg.Seed, 0x6c6d326c6d)),
+		src:  src,
+		rng:  rand.New(src),
 		m:    c.Evidence,
 		pool: pool,
 	}, nil

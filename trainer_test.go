@@ -323,3 +323,49 @@ func TestEvaluateCancelled(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, errors.Is(err, context.Canceled), "got %v", err)
 }
+
+func TestCheckpointResume(t *testing.T) {
+	// Stopping after any step and resuming from a checkpoint continues
+	// exactly as an uninterrupted run.
+	cfg := smallConfig()
+	cfg.Steps = 20
+	straight, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	want, err := straight.Run(context.Background(), nil)
+	require.NoError(t, err)
+
+	for _, stopAt := range []int{5, 8, 13} {
+		first, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		var got []lm2lm.StepReport
+		for first.Step() < stopAt {
+			r, err := first.StepOnce(context.Background())
+			require.NoError(t, err)
+			got = append(got, r)
+		}
+		cp, err := first.MarshalBinary()
+		require.NoError(t, err)
+
+		resumed, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		require.NoError(t, resumed.UnmarshalBinary(cp))
+		require.Equal(t, stopAt, resumed.Step())
+		rest, err := resumed.Run(context.Background(), nil)
+		require.NoError(t, err)
+		got = append(got, rest...)
+		require.Len(t, got, len(want))
+		for i := range want {
+			require.Equal(t, want[i].Update.Loss, got[i].Update.Loss, "stop at %d, step %d", stopAt, i+1)
+		}
+		require.Equal(t, straight.Evidence().Fingerprint(), resumed.Evidence().Fingerprint())
+		c1, r1 := straight.Cost()
+		c2, r2 := resumed.Cost()
+		require.Equal(t, c1, c2)
+		require.Equal(t, r1, r2)
+	}
+
+	other := cfg
+	other.Seed = 99
+	tr, _ := newTrainer(t, other, rwm.NewEmbedded(embeddedWithTrap()))
+	cp, err := straight.MarshalBinary()
+	require.NoError(t, err)
+	require.ErrorIs(t, tr.UnmarshalBinary(cp), lm2lm.ErrCheckpoint)
+	require.ErrorIs(t, tr.UnmarshalBinary([]byte("{")), lm2lm.ErrCheckpoint)
+}

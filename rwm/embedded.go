@@ -30,7 +30,7 @@ const Z90 = 1.2815515655446004
 //
 // The kernel between (task e, proposal a) and (e′, a′) is
 //
-//	k = amp(a)·amp(a′) · kTask(e, e′) · kMech(a, a′)
+//	k = c · (amp(a)·amp(a′) · kTask(e, e′) · kMech(a, a′) + Offset² · kTask(e, e′))
 //	kTask = 1 for the same task, CorrFamily for the same family,
 //	        CorrMetric for the same metric, CorrAny otherwise
 //	kMech = CorrOtherMech + [same mechanism]·((CorrMech − CorrOtherMech)
@@ -40,11 +40,22 @@ const Z90 = 1.2815515655446004
 // with φ(x) = asinh(x/NumericScale) for numbers (a log scale for values ≫
 // NumericScale, so factors 2 and 4 are as close as 0.1 and 0.2), equality
 // for other values, 1 when both proposals omit it and 0 when one omits it.
-// Each term is a positive semi-definite kernel (an indicator of a shared
-// attribute, a squared-exponential on a fixed feature, their sums and
-// products), so the Gram matrix is a covariance. The hyperparameters are
-// fixed (library choice: documented, reproducible and the same for every
-// host; see the defaults below), not fitted.
+// The Offset term is a task-level shift shared by all proposals of related
+// tasks (on a well-tuned reference most changes lose). Each term is a
+// positive semi-definite kernel (an indicator of a shared attribute, a
+// squared-exponential on a fixed feature, their sums and products), so the
+// Gram matrix is a covariance. Observation noise c·NoiseSigmas² is added on
+// the diagonal.
+//
+// Hyperparameters are fixed (library choice: documented, reproducible, the
+// same for every host; see the defaults below) except one overall scale c,
+// "simply tuned" from the records in closed form: with K₁ the Gram matrix
+// at c = 1 and r = y − μ the records' deviations from the prior mean, c is
+// the posterior mean of an inverse-gamma prior worth ScalePseudoRecords
+// records at c = 1, c = (ν₀ + rᵀK₁⁻¹r)/(ν₀ + n). c leaves the posterior
+// mean unchanged and scales every variance, so q10/q90 stay calibrated on a
+// host whose gains are far larger (or smaller) than a few σ_e. With no
+// records c = 1.
 type EmbeddedConfig struct {
 	// SignalSigmas is amp(a), the prior standard deviation of a gain in σ_e
 	// units for a mechanism without a prior; default 2.5. Library choice:
@@ -59,6 +70,18 @@ type EmbeddedConfig struct {
 	// the expected gain by about one seed noise σ_e (METHOD.md §1
 	// Vocabulary).
 	NoiseSigmas float64
+	// OffsetSigmas is the prior standard deviation (σ_e units) of a shift
+	// shared by every proposal on a task and, through kTask, on related
+	// tasks; default 2. Library choice: lets the model learn from a few
+	// records that most changes on a task win or lose. 0 disables it.
+	OffsetSigmas float64
+	// FitScale enables the closed-form scale c (see above); default true.
+	// With false, c = 1.
+	FitScale bool
+	// ScalePseudoRecords is ν₀, the weight in records of the prior c = 1;
+	// default 4 (library choice: a handful of records already move c, one
+	// outlier does not).
+	ScalePseudoRecords float64
 	// CorrFamily, CorrMetric and CorrAny are kTask for tasks of the same
 	// family, of the same metric only, and of neither; defaults 0.8, 0.5,
 	// 0.3 (library choice: a mechanism's effect transfers best within a
@@ -112,7 +135,8 @@ type EmbeddedConfig struct {
 // DefaultEmbeddedConfig returns the documented defaults.
 func DefaultEmbeddedConfig() EmbeddedConfig {
 	return EmbeddedConfig{
-		SignalSigmas: 2.5, MeanSigmas: 0, NoiseSigmas: 1,
+		SignalSigmas: 2.5, MeanSigmas: 0, NoiseSigmas: 1, OffsetSigmas: 2,
+		FitScale: true, ScalePseudoRecords: 4,
 		CorrFamily: 0.8, CorrMetric: 0.5, CorrAny: 0.3,
 		CorrMech: 0.6, CorrOtherMech: 0.1,
 		Lengthscale: math.Log(4), NumericScale: 1e-6, Mismatch: 0.3,
@@ -127,6 +151,10 @@ func (c EmbeddedConfig) Validate() error {
 	switch {
 	case !fin(c.SignalSigmas) || c.SignalSigmas <= 0:
 		return fmt.Errorf("rwm: embedded: SignalSigmas %g, want > 0", c.SignalSigmas)
+	case !fin(c.OffsetSigmas) || c.OffsetSigmas < 0:
+		return fmt.Errorf("rwm: embedded: OffsetSigmas %g, want ≥ 0", c.OffsetSigmas)
+	case !fin(c.ScalePseudoRecords) || c.ScalePseudoRecords < 0 || (c.FitScale && c.ScalePseudoRecords == 0):
+		return fmt.Errorf("rwm: embedded: ScalePseudoRecords %g, want > 0 (≥ 0 without FitScale)", c.ScalePseudoRecords)
 	case !fin(c.MeanSigmas):
 		return fmt.Errorf("rwm: embedded: MeanSigmas %g, want finite", c.MeanSigmas)
 	case !fin(c.NoiseSigmas) || c.NoiseSigmas <= 0:
@@ -227,6 +255,7 @@ func NewEmbedded(cfg EmbeddedConfig) *Embedded {
 // configDigest names a configuration for cache keys.
 func configDigest(c EmbeddedConfig, priors map[string]records.Prior) string {
 	h := sha256.New()
+	fmt.Fprintf(h, "%v %v %v ", c.OffsetSigmas, c.FitScale, c.ScalePseudoRecords)
 	fmt.Fprintf(h, "%v %v %v %v %v %v %v %v %v %v %v %v %v\n", c.SignalSigmas, c.MeanSigmas, c.NoiseSigmas,
 		c.CorrFamily, c.CorrMetric, c.CorrAny, c.CorrMech, c.CorrOtherMech, c.Lengthscale, c.NumericScale,
 		c.Mismatch, c.InfeasibleSigmas, c.Jitter)
@@ -275,12 +304,12 @@ func (e *Embedded) Predict(ctx context.Context, q Query) (Prediction, error) {
 	}
 	mean, variance, same := e.posterior(f, q.Task, q.Proposal)
 	sigma := q.Task.SeedNoise
-	sd := math.Sqrt(variance + e.cfg.NoiseSigmas*e.cfg.NoiseSigmas)
+	sd := math.Sqrt(f.scale * (variance + e.cfg.NoiseSigmas*e.cfg.NoiseSigmas))
 	gain := mean * sigma
 	p := Prediction{
 		Gain: gain, Low: gain - Z90*sd*sigma, High: gain + Z90*sd*sigma, HasInterval: true, Valid: true,
-		Reason: fmt.Sprintf("Gaussian process on %d real records (%d of this task and proposal): %+.2f σ_e, q10–q90 ±%.2f σ_e",
-			len(f.feats), same, mean, Z90*sd),
+		Reason: fmt.Sprintf("Gaussian process on %d real records (%d of this task and proposal; scale %.3g): %+.2f σ_e, q10–q90 ±%.2f σ_e",
+			len(f.feats), same, f.scale, mean, Z90*sd),
 	}
 	if err := p.Validate(); err != nil {
 		return Prediction{}, fmt.Errorf("rwm: embedded: %w", err)
@@ -359,7 +388,8 @@ type factor struct {
 	keys   []string          // "taskID\x00proposal key" per record
 	chol   mat.Cholesky      // used while building only
 	l      blas64.Triangular // lower Cholesky factor: K = LLᵀ
-	alpha  []float64         // K⁻¹(y − μ)
+	alpha  []float64         // K₁⁻¹(y − μ)
+	scale  float64           // c
 }
 
 func (e *Embedded) factor(ctx context.Context, ev records.Evidence) (*factor, error) {
@@ -444,6 +474,7 @@ func (e *Embedded) build(f *factor, ev records.Evidence) error {
 		}
 		y[i] -= f.feats[i].mu
 	}
+	f.scale = 1
 	if n == 0 {
 		return nil
 	}
@@ -465,6 +496,10 @@ func (e *Embedded) build(f *factor, ev records.Evidence) error {
 		return fmt.Errorf("rwm: embedded: solve: %w", err)
 	}
 	f.alpha = a.RawVector().Data
+	if e.cfg.FitScale {
+		nu := e.cfg.ScalePseudoRecords
+		f.scale = (nu + blas64.Dot(blas64.Vector{N: n, Inc: 1, Data: y}, blas64.Vector{N: n, Inc: 1, Data: f.alpha})) / (nu + float64(n))
+	}
 	// Keep L = Uᵀ row-major: the forward solve L·v = k then reads rows,
 	// several times faster than a transposed solve with U.
 	u := f.chol.RawU().(*mat.TriDense).RawTriangular()
@@ -486,7 +521,7 @@ func (e *Embedded) posterior(f *factor, t records.Task, p records.Proposal) (mea
 	n := len(f.feats)
 	// k(q, q) = amp²: every factor of the kernel is 1 for a point and
 	// itself (computed directly, since ids unknown to the context are −1).
-	prior := q.amp * q.amp
+	prior := q.amp*q.amp + e.cfg.OffsetSigmas*e.cfg.OffsetSigmas
 	if n == 0 {
 		return q.mu, prior, 0
 	}
@@ -584,7 +619,7 @@ func (e *Embedded) kernel(a, b *feat) float64 {
 	if a.mech == b.mech && a.mech >= 0 {
 		km = c.CorrMech + (1-c.CorrMech)*e.paramKernel(a.params, b.params)
 	}
-	return a.amp * b.amp * kt * km
+	return (a.amp*b.amp*km + e.cfg.OffsetSigmas*e.cfg.OffsetSigmas) * kt
 }
 
 // paramKernel is Π over the union of parameter names of

@@ -39,11 +39,14 @@ func evidence(t *testing.T, rs ...records.Record) records.Evidence {
 	return ev
 }
 
-// exact is the default config without the diagonal jitter, so that
-// hand-derived posteriors match to rounding.
+// exact is the default config without the diagonal jitter, the task
+// offset and the fitted scale, so that hand-derived posteriors of the core
+// kernel match to rounding; the offset and the scale have their own tests.
 func exact() rwm.EmbeddedConfig {
 	c := rwm.DefaultEmbeddedConfig()
 	c.Jitter = 0
+	c.OffsetSigmas = 0
+	c.FitScale = false
 	return c
 }
 
@@ -57,8 +60,9 @@ func predict(t *testing.T, m rwm.WorldModel, q rwm.Query) rwm.Prediction {
 func TestKernelHandDerived(t *testing.T) {
 	// EmbeddedConfig's kernel with the defaults: amp² = 2.5² = 6.25,
 	// kTask 1 / 0.8 / 0.5 / 0.3, kMech 0.6 + 0.4·Π(0.3 + 0.7·m), 0.1 across
-	// mechanisms; numeric m = exp(−Δφ²/(2·ln²4)).
-	m := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	// mechanisms; numeric m = exp(−Δφ²/(2·ln²4)). Offset 0 here (see
+	// TestKernelOffset).
+	m := rwm.NewEmbedded(exact())
 	a := task("a", "fam", records.BitsPerByte)
 	a2 := task("a2", "fam", records.BitsPerByte)
 	b := task("b", "other", records.BitsPerByte)
@@ -103,12 +107,53 @@ func TestKernelHandDerived(t *testing.T) {
 
 func TestKernelPriorScalesAmplitude(t *testing.T) {
 	// A mechanism prior N(Mean·σ_e, (Std·σ_e)²) sets amp(a) = Std.
-	cfg := rwm.DefaultEmbeddedConfig()
+	cfg := exact()
 	cfg.Priors = map[string]records.Prior{"LR-scale": {Mean: -1, Std: 2}}
 	m := rwm.NewEmbedded(cfg)
 	a := task("a", "fam", records.BitsPerByte)
 	require.InDelta(t, 4.0, m.Kernel(a, prop("lr-scale"), a, prop("lr-scale")), 1e-12)
 	require.InDelta(t, 2*2.5*0.1, m.Kernel(a, prop("lr-scale"), a, prop("warmup")), 1e-12)
+}
+
+func TestKernelOffset(t *testing.T) {
+	// The default task offset adds Offset²·kTask = 4·kTask to every pair.
+	m := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	a := task("a", "fam", records.BitsPerByte)
+	a2 := task("a2", "fam", records.BitsPerByte)
+	c := task("c", "diff", records.NatsPerToken)
+	lr := prop("lr-scale", "factor", "2")
+	wu := prop("warmup")
+	require.InDelta(t, 6.25+4, m.Kernel(a, lr, a, lr), 1e-12)
+	require.InDelta(t, 0.625+4, m.Kernel(a, lr, a, wu), 1e-12)
+	require.InDelta(t, (0.625+4)*0.8, m.Kernel(a, lr, a2, wu), 1e-12)
+	require.InDelta(t, (6.25+4)*0.3, m.Kernel(a, lr, c, lr), 1e-12)
+}
+
+func TestScaleHandDerived(t *testing.T) {
+	// EmbeddedConfig: c = (ν₀ + rᵀK₁⁻¹r)/(ν₀ + n). One record y = 3 of the
+	// same task and proposal: K₁ = 7.25, rᵀK₁⁻¹r = 9/7.25 = 1.2413793,
+	// c = (4 + 1.2413793)/5 = 1.0482759. The mean is unchanged (2.5862069);
+	// the predictive sd is √(c·(0.8620690 + 1)) = 1.3971264.
+	cfg := exact()
+	cfg.FitScale = true
+	m := rwm.NewEmbedded(cfg)
+	a := task("a", "fam", records.BitsPerByte)
+	p := prop("lr-scale", "factor", "2")
+	got := predict(t, m, rwm.Query{Task: a, Proposal: p, Evidence: evidence(t, real(a, p, 3, 1))})
+	c := (4 + 9/7.25) / 5
+	sd := math.Sqrt(c * (6.25/7.25 + 1))
+	require.InDelta(t, 1.3971264, sd, 1e-7)
+	require.InDelta(t, 2.586206896551724*0.004, got.Gain, 1e-12)
+	require.InDelta(t, (2.586206896551724+rwm.Z90*sd)*0.004, got.High, 1e-12)
+	// Records far larger than the prior expects widen the interval: 3
+	// records at y = 30: K₁ = 6.25·J + I, rᵀK₁⁻¹r = 3·900/(1 + 3·6.25) =
+	// 136.71, c = (4 + 136.71)/7 = 20.10, so the interval is √c = 4.48
+	// times wider than with c = 1.
+	ev := evidence(t, real(a, p, 30, 1), real(a, p, 30, 2), real(a, p, 30, 3))
+	big := predict(t, m, rwm.Query{Task: a, Proposal: p, Evidence: ev})
+	fixed := predict(t, rwm.NewEmbedded(exact()), rwm.Query{Task: a, Proposal: p, Evidence: ev})
+	require.InDelta(t, fixed.Gain, big.Gain, 1e-12)
+	require.InDelta(t, math.Sqrt((4+2700/19.75)/7), (big.High-big.Low)/(fixed.High-fixed.Low), 1e-9)
 }
 
 func TestPosteriorHandDerived(t *testing.T) {
@@ -286,19 +331,14 @@ func genRecord(t *rapid.T, label string) records.Record {
 }
 
 func TestPropertyMoreEvidenceNarrows(t *testing.T) {
-	// Conditioning a Gaussian never increases the posterior variance: adding
-	// any record (in particular one of the same task and proposal) keeps the
-	// q10–q90 interval as narrow or narrower.
-	m := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	// Conditioning a Gaussian never increases the posterior variance: with
+	// the scale c fixed, adding any record (in particular one of the same
+	// task and proposal) keeps the q10–q90 interval as narrow or narrower.
+	cfg := rwm.DefaultEmbeddedConfig()
+	cfg.FitScale = false
+	m := rwm.NewEmbedded(cfg)
 	rapid.Check(t, func(t *rapid.T) {
-		n := rapid.IntRange(0, 12).Draw(t, "n")
-		var rs []records.Record
-		for i := range n {
-			rs = append(rs, genRecord(t, fmt.Sprint(i)))
-		}
-		q := genRecord(t, "query")
-		ev, err := records.NewEvidence(rs...)
-		require.NoError(t, err)
+		q, ev := genContext(t)
 		p0, err := m.Predict(context.Background(), rwm.Query{Task: q.Task, Proposal: q.Proposal, Evidence: ev})
 		require.NoError(t, err)
 		extra := genRecord(t, "extra")
@@ -314,6 +354,43 @@ func TestPropertyMoreEvidenceNarrows(t *testing.T) {
 			t.Fatalf("interval widened from %g to %g after adding %s/%s", w0, w1, extra.Task.ID, extra.Proposal.Key())
 		}
 	})
+}
+
+func TestPropertyConfirmingEvidenceNarrows(t *testing.T) {
+	// With the fitted scale (the default), a record of the same task and
+	// proposal that lands on the predicted gain narrows the interval: rᵀK⁻¹r
+	// grows by the squared standardised prediction error, here 0, while n
+	// grows by one, so c shrinks, and so does the posterior variance.
+	m := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	rapid.Check(t, func(t *rapid.T) {
+		q, ev := genContext(t)
+		p0, err := m.Predict(context.Background(), rwm.Query{Task: q.Task, Proposal: q.Proposal, Evidence: ev})
+		require.NoError(t, err)
+		r := q
+		r.Gain, r.Loss, r.Infeasible = p0.Gain, q.Task.RefLoss-p0.Gain, ""
+		ev2, err := ev.Add(r)
+		require.NoError(t, err)
+		p1, err := m.Predict(context.Background(), rwm.Query{Task: q.Task, Proposal: q.Proposal, Evidence: ev2})
+		require.NoError(t, err)
+		require.InDelta(t, p0.Gain, p1.Gain, 1e-9)
+		w0, w1 := p0.High-p0.Low, p1.High-p1.Low
+		if w1 > w0*(1+1e-9) {
+			t.Fatalf("interval widened from %g to %g after a confirming record", w0, w1)
+		}
+	})
+}
+
+// genContext draws up to 12 records and a query record.
+func genContext(t *rapid.T) (records.Record, records.Evidence) {
+	n := rapid.IntRange(0, 12).Draw(t, "n")
+	var rs []records.Record
+	for i := range n {
+		rs = append(rs, genRecord(t, fmt.Sprint(i)))
+	}
+	q := genRecord(t, "query")
+	ev, err := records.NewEvidence(rs...)
+	require.NoError(t, err)
+	return q, ev
 }
 
 func TestPropertySameProposalShrinksStrictly(t *testing.T) {
@@ -414,7 +491,7 @@ func ExampleEmbedded() {
 		fmt.Printf("%-22s gain %+.4f  q10 %+.4f  q90 %+.4f\n", p.Key(), pred.Gain, pred.Low, pred.High)
 	}
 	// Output:
-	// lr-scale{factor=2}     gain +0.0089  q10 -0.0008  q90 +0.0185
-	// lr-scale{factor=4}     gain +0.0086  q10 -0.0014  q90 +0.0186
-	// warmup{}               gain +0.0009  q10 -0.0129  q90 +0.0147
+	// lr-scale{factor=2}     gain +0.0092  q10 -0.0017  q90 +0.0200
+	// lr-scale{factor=4}     gain +0.0090  q10 -0.0021  q90 +0.0200
+	// warmup{}               gain +0.0041  q10 -0.0111  q90 +0.0194
 }

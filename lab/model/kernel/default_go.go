@@ -1,4 +1,4 @@
-//go:build !goexperiment.simd && !openblas
+//go:build !(goexperiment.simd && amd64) && !(openblas && cgo)
 
 package kernel
 

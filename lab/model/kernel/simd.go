@@ -7,13 +7,6 @@ import (
 	"unsafe"
 )
 
-func defaultImpl() impl {
-	if archsimd.X86.AVX512() {
-		return simdImpl{}
-	}
-	return goImpl{}
-}
-
 // simdImpl is the AVX-512 backend: a 4×32 register-blocked micro-kernel
 // (8 zmm accumulators, 2 loads of B and 4 broadcasts of A per 8 fused
 // multiply-adds); Aᵀ is read through strides and Bᵀ is transposed into

@@ -1,0 +1,111 @@
+package lm2lm
+
+import (
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/lm2lm/lm2lm/proposer"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// ErrCheckpoint marks a checkpoint that cannot be written or restored.
+var ErrCheckpoint = errors.New("lm2lm: checkpoint")
+
+const checkpointVersion = 1
+
+// checkpoint is the JSON form of a trainer's state between steps.
+type checkpoint struct {
+	Version  int                         `json:"version"`
+	Seed     uint64                      `json:"seed"`
+	Step     int                         `json:"step"`
+	RNG      []byte                      `json:"rng"`
+	Evidence []records.Record            `json:"evidence"`
+	Pool     map[string][]records.Record `json:"pool"`
+	Batches  [][]proposer.Item           `json:"batches"`
+	Cost     records.Cost                `json:"cost"`
+	Runs     int                         `json:"runs"`
+	Policy   []byte                      `json:"policy"`
+}
+
+// MarshalBinary returns a checkpoint of the trainer between steps: the
+// step, the random source, the evidence M, the pool of the training tasks,
+// the rest of the current rollout, the cost so far and the policy. The
+// policy must implement encoding.BinaryMarshaler (the embedded policy
+// does). Restore it into a trainer built with the same Config and
+// Components by UnmarshalBinary; training then continues exactly as if it
+// had not stopped.
+func (t *Trainer) MarshalBinary() ([]byte, error) {
+	pm, ok := t.c.Policy.(encoding.BinaryMarshaler)
+	if !ok {
+		return nil, fmt.Errorf("%w: policy %T cannot be marshalled", ErrCheckpoint, t.c.Policy)
+	}
+	pol, err := pm.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("%w: policy: %w", ErrCheckpoint, err)
+	}
+	rng, err := t.src.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("%w: rng: %w", ErrCheckpoint, err)
+	}
+	cp := checkpoint{Version: checkpointVersion, Seed: t.cfg.Seed, Step: t.step, RNG: rng,
+		Evidence: t.m.Records(), Pool: map[string][]records.Record{}, Batches: t.batches, Policy: pol}
+	cp.Cost, cp.Runs = t.Cost()
+	for _, task := range t.c.Tasks {
+		cp.Pool[task.ID] = t.pool.Records(task.ID)
+	}
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	return b, nil
+}
+
+// UnmarshalBinary restores a checkpoint written by MarshalBinary. The
+// trainer must have been built with the same Config (the seed is checked)
+// and a policy that implements encoding.BinaryUnmarshaler. On error the
+// trainer is unchanged.
+func (t *Trainer) UnmarshalBinary(data []byte) error {
+	var cp checkpoint
+	if err := json.Unmarshal(data, &cp); err != nil {
+		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	if cp.Version != checkpointVersion {
+		return fmt.Errorf("%w: version %d, want %d", ErrCheckpoint, cp.Version, checkpointVersion)
+	}
+	if cp.Seed != t.cfg.Seed {
+		return fmt.Errorf("%w: written with seed %d, trainer has seed %d", ErrCheckpoint, cp.Seed, t.cfg.Seed)
+	}
+	if cp.Step < 0 || cp.Step > t.cfg.Steps {
+		return fmt.Errorf("%w: step %d outside 0..%d", ErrCheckpoint, cp.Step, t.cfg.Steps)
+	}
+	pu, ok := t.c.Policy.(encoding.BinaryUnmarshaler)
+	if !ok {
+		return fmt.Errorf("%w: policy %T cannot be unmarshalled", ErrCheckpoint, t.c.Policy)
+	}
+	m, err := records.NewEvidence(cp.Evidence...)
+	if err != nil {
+		return fmt.Errorf("%w: evidence: %w", ErrCheckpoint, err)
+	}
+	pool := &records.Pool{}
+	for _, task := range t.c.Tasks {
+		if err := pool.Add(cp.Pool[task.ID]...); err != nil {
+			return fmt.Errorf("%w: pool: %w", ErrCheckpoint, err)
+		}
+	}
+	src := &rand.PCG{}
+	if err := src.UnmarshalBinary(cp.RNG); err != nil {
+		return fmt.Errorf("%w: rng: %w", ErrCheckpoint, err)
+	}
+	if err := pu.UnmarshalBinary(cp.Policy); err != nil {
+		return fmt.Errorf("%w: policy: %w", ErrCheckpoint, err)
+	}
+	t.step, t.m, t.pool, t.batches = cp.Step, m, pool, cp.Batches
+	t.src, t.rng = src, rand.New(src)
+	t.mu.Lock()
+	t.cost, t.runs = cp.Cost, cp.Runs
+	t.mu.Unlock()
+	return nil
+}
