@@ -37,7 +37,15 @@ type checkpoint struct {
 // does). Restore it into a trainer built with the same Config and
 // Components by UnmarshalBinary; training then continues exactly as if it
 // had not stopped.
+//
+// Checkpoints of a trainer with WMRL on are not supported yet: the
+// debiaser's fit history cannot be restored exactly, so MarshalBinary
+// returns an error wrapping ErrCheckpoint rather than a checkpoint that
+// would resume differently.
 func (t *Trainer) MarshalBinary() ([]byte, error) {
+	if t.wmrl != nil {
+		return nil, fmt.Errorf("%w: trainers with WMRL on cannot be checkpointed", ErrCheckpoint)
+	}
 	pm, ok := t.c.Policy.(encoding.BinaryMarshaler)
 	if !ok {
 		return nil, fmt.Errorf("%w: policy %T cannot be marshalled", ErrCheckpoint, t.c.Policy)

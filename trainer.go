@@ -102,6 +102,11 @@ type Config struct {
 	// Now stamps synthetic records; default a zero time (library choice:
 	// keeps runs reproducible byte for byte).
 	Now func() time.Time
+	// WMRL, when set, adds WMRL's anchor groups, online debiasing and
+	// inverse-variance weighting (METHOD.md §2) to every rollout; nil = off
+	// (default). It combines with any Calibration mode: LM2LM's context
+	// calibration and WMRL's numeric correction can run alone or together.
+	WMRL *WMRLConfig
 }
 
 // DefaultConfig returns the paper's configuration (METHOD.md §1).
@@ -137,6 +142,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: PerTask = %d, want ≥ 0", ErrConfig, c.PerTask)
 	case c.Calibration < TopRated || c.Calibration > Static:
 		return fmt.Errorf("%w: unknown calibration %d", ErrConfig, int(c.Calibration))
+	}
+	if c.WMRL != nil {
+		if err := c.WMRL.Validate(); err != nil {
+			return err
+		}
 	}
 	if c.DAPO.Quota > c.States {
 		return fmt.Errorf("%w: DAPO.Quota = %d exceeds States = %d", ErrConfig, c.DAPO.Quota, c.States)
@@ -195,6 +205,7 @@ type Trainer struct {
 	step int
 
 	batches [][]proposer.Item // the current rollout's mini-batches
+	wmrl    *wmrlState        // nil unless Config.WMRL is set
 
 	mu   sync.Mutex // guards cost and runs, summed by concurrent real runs
 	cost records.Cost
@@ -209,8 +220,8 @@ func New(cfg Config, c Components) (*Trainer, error) {
 	if c.Policy == nil || c.World == nil {
 		return nil, fmt.Errorf("%w: Policy and World are required", ErrConfig)
 	}
-	if cfg.Calibration != Static && (c.Builder == nil || c.Executor == nil) {
-		return nil, fmt.Errorf("%w: Builder and Executor are required unless Calibration is Static", ErrConfig)
+	if (cfg.Calibration != Static || cfg.WMRL != nil) && (c.Builder == nil || c.Executor == nil) {
+		return nil, fmt.Errorf("%w: Builder and Executor are required unless Calibration is Static and WMRL is off", ErrConfig)
 	}
 	if len(c.Tasks) == 0 {
 		return nil, fmt.Errorf("%w: no training tasks", ErrConfig)
@@ -228,14 +239,18 @@ func New(cfg Config, c Components) (*Trainer, error) {
 		}
 	}
 	src := rand.NewPCG(cfg.Seed, 0x6c6d326c6d)
-	return &Trainer{
+	t := &Trainer{
 		cfg:  cfg,
 		c:    c,
 		src:  src,
 		rng:  rand.New(src),
 		m:    c.Evidence,
 		pool: pool,
-	}, nil
+	}
+	if cfg.WMRL != nil {
+		t.wmrl = newWMRL(*cfg.WMRL)
+	}
+	return t, nil
 }
 
 // Evidence returns the current M (M_0 plus every calibration record).
@@ -276,6 +291,8 @@ type RolloutReport struct {
 	// Share is each mechanism direction's share of the sampled proposals,
 	// most frequent first (METHOD.md §1 On-policy calibration, case study).
 	Share []calibrate.Share
+	// Anchors is set when WMRL is on.
+	Anchors *AnchorReport
 }
 
 // CalibrationReport describes one calibration point.
@@ -338,7 +355,7 @@ func (t *Trainer) StepOnce(ctx context.Context) (StepReport, error) {
 				}
 			}
 		}
-		rr, err := t.prepare(ro)
+		rr, err := t.prepare(ctx, ro)
 		if err != nil {
 			return rep, err
 		}
@@ -364,6 +381,7 @@ type group struct {
 	rewards []float64
 	scaled  []float64 // normalised reward before bonus (for monitors)
 	tau     float64   // τ_e of the group's task in this rollout
+	gains   []float64 // the gains shaped (debiased under WMRL)
 }
 
 type rolloutData struct {
@@ -446,13 +464,22 @@ func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 		g.tau = tau
 		cands := make([]reward.Candidate, len(g.samples))
 		g.scaled = make([]float64, len(g.samples))
+		g.gains = make([]float64, len(g.samples))
 		for i, s := range g.samples {
-			c := reward.NewCandidate(g.state, s.Proposal, g.preds[i].Gain, g.ok[i])
+			gain, low := g.preds[i].Gain, g.preds[i].Low
+			if t.wmrl != nil {
+				// WMRL's online debiasing (METHOD.md §2) maps the score
+				// before shaping.
+				gain = t.wmrl.debiasGain(gain, tau, t.cfg.Reward)
+				low = t.wmrl.debiasGain(low, tau, t.cfg.Reward)
+			}
+			c := reward.NewCandidate(g.state, s.Proposal, gain, g.ok[i])
 			if g.ok[i] && g.preds[i].HasInterval {
-				c.Low, c.HasLow = g.preds[i].Low, true
+				c.Low, c.HasLow = low, true
 			}
 			cands[i] = c
-			g.scaled[i] = realReward(t.cfg.Reward, g.ok[i], g.preds[i].Gain, tau)
+			g.gains[i] = gain
+			g.scaled[i] = realReward(t.cfg.Reward, g.ok[i], gain, tau)
 		}
 		g.rewards = reward.Shape(t.cfg.Reward, tau, cands)
 	}
@@ -471,7 +498,7 @@ func realReward(cfg reward.Config, valid bool, gain, tau float64) float64 {
 // kept groups into mini-batches and adds the rollout to the pool as
 // synthetic records (METHOD.md §1 Policy optimisation and Synthetic state
 // expansion).
-func (t *Trainer) prepare(ro *rolloutData) (RolloutReport, error) {
+func (t *Trainer) prepare(ctx context.Context, ro *rolloutData) (RolloutReport, error) {
 	rewards := make([][]float64, len(ro.groups))
 	var rep RolloutReport
 	var mechs []string
@@ -520,10 +547,22 @@ func (t *Trainer) prepare(ro *rolloutData) (RolloutReport, error) {
 	if len(kept) == 0 {
 		return rep, fmt.Errorf("%w: step %d: all %d groups flat", ErrNoSignal, t.step+1, len(ro.groups))
 	}
+	var anchor map[int]bool
+	weight := 1.0
+	if t.wmrl != nil {
+		var ar AnchorReport
+		if anchor, ar, err = t.anchors(ctx, ro, kept); err != nil {
+			return rep, err
+		}
+		rep.Anchors, weight = &ar, ar.Weight
+	}
 	var items []proposer.Item
 	for _, gi := range kept {
 		g := ro.groups[gi]
 		adv := dapo.Advantages(g.rewards, t.cfg.DAPO.Norm, t.cfg.DAPO.Eps)
+		if anchor[gi] {
+			weightAnchors(adv, weight)
+		}
 		for i, s := range g.samples {
 			items = append(items, proposer.Item{State: g.state, Sample: s, Advantage: adv[i]})
 		}

@@ -369,3 +369,57 @@ func TestCheckpointResume(t *testing.T) {
 	require.ErrorIs(t, tr.UnmarshalBinary(cp), lm2lm.ErrCheckpoint)
 	require.ErrorIs(t, tr.UnmarshalBinary([]byte("{")), lm2lm.ErrCheckpoint)
 }
+
+func wmrlConfig() *lm2lm.WMRLConfig {
+	w := lm2lm.DefaultWMRLConfig()
+	w.AnchorFraction = 0.25
+	w.MinPairs, w.RefitEvery, w.Capacity = 16, 8, 500
+	w.HalfLife, w.Warmup = 4, 2
+	return &w
+}
+
+func TestTrainerWMRL(t *testing.T) {
+	// METHOD.md §2: anchor groups (here 25% of the kept groups) are executed
+	// for real and trained on real rewards; the isotonic map fitted on their
+	// pairs debiases the world model; anchor advantages are up-weighted.
+	// The world model over-predicts "trap" and calibration is Static, so
+	// only WMRL's corrections can stop the policy chasing it.
+	train := func(w *lm2lm.WMRLConfig) (float64, []lm2lm.StepReport, int) {
+		cfg := smallConfig()
+		cfg.Calibration = lm2lm.Static
+		cfg.WMRL = w
+		tr, pol := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		reps, err := tr.Run(context.Background(), nil)
+		require.NoError(t, err)
+		_, runs := tr.Cost()
+		require.Equal(t, 3, tr.Evidence().Len(), "WMRL's anchors never enter the world model's context")
+		return expectedTruth(pol), reps, runs
+	}
+	static, _, runs := train(nil)
+	require.Zero(t, runs)
+	withWMRL, reps, runs := train(wmrlConfig())
+	t.Logf("expected true gain after training: static %.3f, static + WMRL %.3f (%d real runs)", static, withWMRL, runs)
+	var anchors, fitted int
+	for _, r := range reps {
+		if r.Rollout == nil {
+			continue
+		}
+		a := r.Rollout.Anchors
+		require.NotNil(t, a)
+		require.Equal(t, calibrate.AnchorCount(r.Rollout.Kept, 0.25, 1, 0), a.Groups)
+		require.GreaterOrEqual(t, a.Weight, 1.0)
+		require.LessOrEqual(t, a.Weight, 4.0)
+		anchors += a.Runs
+		if a.Fitted {
+			fitted++
+		}
+	}
+	require.Equal(t, anchors, runs)
+	require.Greater(t, fitted, 0, "the debiaser should fit once it has 16 pairs")
+	require.Greater(t, withWMRL, static+0.5)
+
+	cfg := smallConfig()
+	cfg.WMRL = wmrlConfig()
+	cfg.WMRL.AnchorFraction = 2
+	require.ErrorIs(t, cfg.Validate(), lm2lm.ErrConfig)
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/lab/corpus"
 	"github.com/lm2lm/lm2lm/lab/model"
+	"github.com/lm2lm/lm2lm/lab/model/kernel"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -252,14 +253,16 @@ func (l *Lab) corpusDigest(spec TaskSpec) string {
 	return l.corpora[spec.Corpus].c.Digest
 }
 
-// refTag identifies the reference configuration, corpus and split that a
-// stored reference run belongs to; stored runs with another tag (an edited
-// configuration, a different Go installation's source) are ignored.
+// refTag identifies the reference configuration, corpus, split and matrix
+// kernel backend that a stored reference run belongs to; stored runs with
+// another tag (an edited configuration, a different Go installation's
+// source, another backend, whose losses agree only to about 1e-4) are
+// ignored.
 func (l *Lab) refTag(spec TaskSpec) string {
 	cfgJSON, _ := json.Marshal(spec.Config) // a struct of plain fields cannot fail
 	h := sha256.New()
 	h.Write(cfgJSON)
-	fmt.Fprintf(h, "|%s|%d|%d", l.corpusDigest(spec), l.cfg.Corpus.BlockSize, l.cfg.Corpus.ValEvery)
+	fmt.Fprintf(h, "|%s|%d|%d|%s", l.corpusDigest(spec), l.cfg.Corpus.BlockSize, l.cfg.Corpus.ValEvery, kernel.Default())
 	return "lab reference run " + hex.EncodeToString(h.Sum(nil)[:12])
 }
 
@@ -275,8 +278,8 @@ func (l *Lab) entry(id string) *refEntry {
 }
 
 // Reference returns task id's reference runs, b_e and σ_e. They are
-// computed once: runs found in the store (same configuration, corpus and
-// seed) are reused and missing ones are trained (up to Config.Parallel at a
+// computed once: runs found in the store (same configuration, corpus,
+// kernel backend and seed) are reused and missing ones are trained (up to Config.Parallel at a
 // time) and appended to the store as real no-change records, so a second
 // call, or a second process sharing a durable store, does not retrain.
 func (l *Lab) Reference(ctx context.Context, id string) (Reference, error) {

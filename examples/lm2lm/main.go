@@ -9,6 +9,7 @@
 //	go run ./examples/lm2lm                       # the default profile, a few minutes on 2 cores
 //	go run ./examples/lm2lm -profile short        # about a minute
 //	go run ./examples/lm2lm -calibration static   # the static-RWM ablation
+//	go run ./examples/lm2lm -calibration static -wmrl   # WMRL's corrections instead (METHOD.md §2)
 //
 // Real runs are kept in a durable records file (-store, default
 // out/lm2lm-records.jsonl) through an idempotent builder.Pool, so a second
@@ -58,6 +59,7 @@ type options struct {
 	profile, calibration, store, report string
 	seed                                uint64
 	parallel                            int
+	wmrl                                bool
 }
 
 func main() {
@@ -68,6 +70,7 @@ func main() {
 	flag.StringVar(&o.report, "report", "out/lm2lm-report.json", "JSON report to write; empty = none")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the trainer, the initial records and the evaluation")
 	flag.IntVar(&o.parallel, "parallel", 2, "real runs trained at once")
+	flag.BoolVar(&o.wmrl, "wmrl", false, "add WMRL's anchor groups, online isotonic debiasing and inverse-variance weighting (METHOD.md §2)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -82,6 +85,7 @@ func main() {
 type Report struct {
 	Profile      string             `json:"profile"`
 	Calibration  string             `json:"calibration"`
+	WMRL         bool               `json:"wmrl"`
 	Seed         uint64             `json:"seed"`
 	M0           int                `json:"m0_records"`
 	Base         Summary            `json:"base"`
@@ -192,7 +196,7 @@ func run(ctx context.Context, w io.Writer, o options) error {
 		return err
 	}
 
-	fmt.Fprintf(w, "LM2LM on the embedded lab: profile %s, calibration %s, seed %d\n", o.profile, mode, o.seed)
+	fmt.Fprintf(w, "LM2LM on the embedded lab: profile %s, calibration %s, WMRL %v, seed %d\n", o.profile, mode, o.wmrl, o.seed)
 	fmt.Fprintf(w, "reference runs (b_e, σ_e from %d seeds per task; cached in %s) ...\n", len(lcfg.RefSeeds), o.store)
 	tasks, err := l.Tasks(ctx)
 	if err != nil {
@@ -232,7 +236,7 @@ func run(ctx context.Context, w io.Writer, o options) error {
 	ecfg.Parallel = o.parallel
 	ecfg.Seed = o.seed
 
-	rep := Report{Profile: o.profile, Calibration: mode.String(), Seed: o.seed, M0: m0.Len(),
+	rep := Report{Profile: o.profile, Calibration: mode.String(), WMRL: o.wmrl, Seed: o.seed, M0: m0.Len(),
 		RealRuns: map[string]int{}, CPUSeconds: map[string]float64{}}
 
 	fmt.Fprintf(w, "\nevaluating the untrained policy (Base) on held-out tasks: %d states × %d proposals, real runs ...\n", len(held)*ecfg.StatesPerTask, ecfg.K)
@@ -248,6 +252,13 @@ func run(ctx context.Context, w io.Writer, o options) error {
 	cfg.Calibration = mode
 	cfg.Parallel = o.parallel
 	cfg.Seed = o.seed
+	if o.wmrl {
+		// WMRL's defaults wait for 200 anchor pairs before the first fit;
+		// a laptop-sized run has fewer, so the example fits sooner.
+		w := lm2lm.DefaultWMRLConfig()
+		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
+		cfg.WMRL = &w
+	}
 	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: l, Executor: pool, Tasks: train, Evidence: m0})
 	if err != nil {
 		return err
@@ -271,6 +282,10 @@ func run(ctx context.Context, w io.Writer, o options) error {
 			}
 			fmt.Fprintf(w, "%5d %9.4f %8.3f %+9.3f %+9.3f  %s   [kept %d of %d groups]\n",
 				s.Step, st.Loss, st.Entropy, st.MeanReward, st.MeanGain, st.TopShare, r.Kept, r.Groups)
+			if a := r.Anchors; a != nil {
+				fmt.Fprintf(w, "  WMRL: %d anchor groups, %d real runs, debiaser fitted %v, anchor weight %.2f (D %.2f)\n",
+					a.Groups, a.Runs, a.Fitted, a.Weight, a.Disagree)
+			}
 		}
 		rep.Steps = append(rep.Steps, st)
 	})
@@ -278,7 +293,7 @@ func run(ctx context.Context, w io.Writer, o options) error {
 		return err
 	}
 	cost, runs := tr.Cost()
-	rep.RealRuns["calibration"], rep.CPUSeconds["calibration"] = runs, cost.DeviceSeconds
+	rep.RealRuns["training"], rep.CPUSeconds["training"] = runs, cost.DeviceSeconds
 
 	fmt.Fprintf(w, "\nevaluating the trained policy on the same held-out states ...\n")
 	trained, err := lm2lm.Evaluate(ctx, ecfg, pol, l, pool, held, nil)
@@ -307,7 +322,7 @@ func run(ctx context.Context, w io.Writer, o options) error {
 			1e3*b.Avg, 1e3*b.Best, 1e3*f.Avg, 1e3*f.Best)
 	}
 	ws := world.Stats()
-	fmt.Fprintf(w, "\ncost: %d world-model predictions; real runs: M_0 %d, calibration %d, evaluation %d + %d; "+
+	fmt.Fprintf(w, "\ncost: %d world-model predictions; real runs: M_0 %d, training (calibration and anchors) %d, evaluation %d + %d; "+
 		"CPU seconds of measured runs %.0f; wall %.0f s\n", ws.Calls, m0.Len(), runs, base.Runs, trained.Runs,
 		cost.DeviceSeconds+base.Cost.DeviceSeconds+trained.Cost.DeviceSeconds, time.Since(start).Seconds())
 

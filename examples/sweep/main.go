@@ -157,7 +157,8 @@ func run(ctx context.Context, w io.Writer, taskID string, nSeeds int, out string
 			for _, jj := range lab.WithSeeds(j, seeds...) {
 				if rec, ok, err := records.Seen(ctx, store, task.ID, p.Key(), jj.Seed); err != nil {
 					return err
-				} else if ok {
+				} else if ok && rec.Task.RefLoss == task.RefLoss {
+					// Recorded against the same reference runs.
 					addResult(r, rec)
 					continue
 				}

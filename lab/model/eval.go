@@ -56,9 +56,11 @@ func (m *net) evaluate(ctx context.Context, val []byte) (float64, error) {
 			m.setRows(B, nil)
 			m.forward(B, nil)
 			for b, st := range chunk {
-				t := int(val[st+C])
+				var t int
 				if cfg.Objective == CentreMasked {
 					t = int(val[st+C/2])
+				} else {
+					t = int(val[st+C])
 				}
 				total += softmaxNLL(m.k, m.logits[b*V:(b+1)*V], t)
 			}

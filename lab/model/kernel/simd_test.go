@@ -3,8 +3,12 @@
 package kernel
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"simd/archsimd"
 	"testing"
+	"time"
 )
 
 // fmaPeak runs iters rounds of 12 independent 16-lane fused multiply-adds
@@ -49,4 +53,44 @@ func BenchmarkPeakFMA(b *testing.B) {
 	}
 	flop := float64(iters) * 12 * 16 * 2 * float64(b.N)
 	b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// BenchmarkFractionOfPeak reports, for each benchmark shape, the best
+// (least disturbed) kernel throughput and the same for the FMA-peak loop,
+// measured alternately in one loop so that both see the same load on a
+// shared machine; %peak is their ratio.
+func BenchmarkFractionOfPeak(b *testing.B) {
+	if !archsimd.X86.AVX512() {
+		b.Skip("no AVX-512")
+	}
+	for _, s := range benchShapes {
+		b.Run(fmt.Sprintf("%s/%dx%dx%d", s.op, s.m, s.k, s.n), func(b *testing.B) {
+			kern := New()
+			rng := rand.New(rand.NewPCG(1, 2))
+			x, y := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n)
+			c := make([]float32, s.m*s.n)
+			const peakIters = 1 << 12
+			bestK, bestP := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+			for b.Loop() {
+				t0 := time.Now()
+				switch s.op {
+				case "nn":
+					kern.MulNN(c, x, y, s.m, s.k, s.n, false)
+				case "tn":
+					kern.MulTN(c, x, y, s.m, s.k, s.n, false)
+				case "nt":
+					kern.MulNT(c, x, y, s.m, s.k, s.n, false)
+				}
+				t1 := time.Now()
+				sink += fmaPeak(peakIters)
+				t2 := time.Now()
+				bestK, bestP = min(bestK, t1.Sub(t0)), min(bestP, t2.Sub(t1))
+			}
+			kg := 2 * float64(s.m*s.k*s.n) / bestK.Seconds() / 1e9
+			pg := peakIters * 12 * 16 * 2 / bestP.Seconds() / 1e9
+			b.ReportMetric(kg, "best-GFLOP/s")
+			b.ReportMetric(pg, "peak-GFLOP/s")
+			b.ReportMetric(100*kg/pg, "%peak")
+		})
+	}
 }

@@ -1,0 +1,203 @@
+package lm2lm
+
+import (
+	"context"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/dapo"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/reward"
+)
+
+// WMRLConfig switches on WMRL's corrections (METHOD.md §2): in every
+// rollout a fraction of the kept groups (anchor groups) is also executed for
+// real and trained on real rewards; an isotonic map from world-model score
+// to real score is refitted online on the anchor pairs and applied to every
+// world-model reward (Online Debiasing); anchor groups' advantages are
+// up-weighted by the inverse-variance weight of the measured disagreement
+// (Inverse-Variance Denoising).
+//
+// Scores are the normalised rewards clip(g/τ_e, −c, c) (−c when invalid)
+// mapped affinely onto [0, 1] so that WMRL's binned isotonic fit on [0, 1]
+// applies unchanged (library choice).
+type WMRLConfig struct {
+	// AnchorFraction is the fraction of kept groups that are anchor groups;
+	// default 0.10 (METHOD.md §2: about 10%). AnchorMin and AnchorMax bound
+	// the count (defaults 1 and 0 = no cap); see calibrate.AnchorCount.
+	AnchorFraction       float64
+	AnchorMin, AnchorMax int
+	// Debias applies the online isotonic map; default true. MinPairs,
+	// RefitEvery, Bins and Capacity parameterise calibrate.NewOnlineDebiaser;
+	// defaults 200, 64, 10, 5000 (WMRL's).
+	Debias                               bool
+	MinPairs, RefitEvery, Bins, Capacity int
+	// Weight up-weights anchor groups; default true. HalfLife, Warmup,
+	// MaxWeight and Target parameterise calibrate.NewWeighter; defaults 64,
+	// 32, 4, 2 (WMRL's).
+	Weight            bool
+	HalfLife, Warmup  int
+	MaxWeight, Target float64
+}
+
+// DefaultWMRLConfig returns WMRL's defaults (METHOD.md §2).
+func DefaultWMRLConfig() WMRLConfig {
+	return WMRLConfig{
+		AnchorFraction: 0.10, AnchorMin: 1,
+		Debias: true, MinPairs: 200, RefitEvery: 64, Bins: 10, Capacity: 5000,
+		Weight: true, HalfLife: 64, Warmup: 32, MaxWeight: 4, Target: 2,
+	}
+}
+
+// Validate reports the first problem with c, wrapping ErrConfig.
+func (c WMRLConfig) Validate() error {
+	switch {
+	case !(c.AnchorFraction >= 0 && c.AnchorFraction <= 1):
+		return fmt.Errorf("%w: WMRL AnchorFraction = %g, want in [0, 1]", ErrConfig, c.AnchorFraction)
+	case c.AnchorMin < 0 || c.AnchorMax < 0:
+		return fmt.Errorf("%w: WMRL anchor bounds %d, %d, want ≥ 0", ErrConfig, c.AnchorMin, c.AnchorMax)
+	case c.Debias && (c.MinPairs < 1 || c.RefitEvery < 1 || c.Bins < 0 || c.Capacity < c.MinPairs):
+		return fmt.Errorf("%w: WMRL debiaser (min pairs %d, refit every %d, bins %d, capacity %d)", ErrConfig, c.MinPairs, c.RefitEvery, c.Bins, c.Capacity)
+	case c.Weight && (c.HalfLife < 1 || c.Warmup < 0 || !(c.MaxWeight >= 1) || !(c.Target >= 1)):
+		return fmt.Errorf("%w: WMRL weighter (half-life %d, warm-up %d, max %g, target %g)", ErrConfig, c.HalfLife, c.Warmup, c.MaxWeight, c.Target)
+	}
+	return nil
+}
+
+// AnchorReport describes the anchor groups of one rollout.
+type AnchorReport struct {
+	Groups   int     // anchor groups executed
+	Runs     int     // real runs (records obtained)
+	Pairs    int     // (world-model score, real score) pairs added
+	Fitted   bool    // the debiasing map has been fitted at least once
+	Weight   float64 // weight applied to the anchor groups' advantages
+	Disagree float64 // the weighter's current EWMA disagreement D
+}
+
+// wmrlState is the trainer's WMRL state.
+type wmrlState struct {
+	cfg      WMRLConfig
+	debiaser *calibrate.OnlineDebiaser
+	weighter *calibrate.Weighter
+}
+
+func newWMRL(cfg WMRLConfig) *wmrlState {
+	return &wmrlState{
+		cfg:      cfg,
+		debiaser: calibrate.NewOnlineDebiaser(cfg.MinPairs, cfg.RefitEvery, cfg.Bins, cfg.Capacity),
+		weighter: calibrate.NewWeighter(cfg.HalfLife, cfg.Warmup, cfg.MaxWeight, cfg.Target),
+	}
+}
+
+// toUnit and fromUnit map a normalised reward in [−c, c] onto [0, 1] and back.
+func toUnit(r, c float64) float64   { return (r + c) / (2 * c) }
+func fromUnit(u, c float64) float64 { return u*2*c - c }
+
+// debiasGain maps a predicted gain through the isotonic map: the gain whose
+// normalised score is the mapped score of ĝ's.
+func (w *wmrlState) debiasGain(gain, tau float64, rc reward.Config) float64 {
+	if !w.cfg.Debias || !w.debiaser.Calibrated() || !(tau > 0) {
+		return gain
+	}
+	r := reward.Normalise(gain, tau, rc)
+	return fromUnit(w.debiaser.Apply(toUnit(r, rc.Clip)), rc.Clip) * tau
+}
+
+// anchors executes the anchor groups among kept for real, replaces their
+// rewards by rewards shaped from the real gains, feeds the debiaser and the
+// weighter, and returns the anchor groups' indices with the weight for their
+// advantages (METHOD.md §2).
+func (t *Trainer) anchors(ctx context.Context, ro *rolloutData, kept []int) (map[int]bool, AnchorReport, error) {
+	w := t.wmrl
+	n := calibrate.AnchorCount(len(kept), w.cfg.AnchorFraction, w.cfg.AnchorMin, w.cfg.AnchorMax)
+	rep := AnchorReport{Groups: n}
+	perm := t.rng.Perm(len(kept))
+	anchor := map[int]bool{}
+	for _, k := range perm[:n] {
+		anchor[kept[k]] = true
+	}
+	ids := make([]int, 0, n)
+	for _, gi := range kept {
+		if anchor[gi] {
+			ids = append(ids, gi)
+		}
+	}
+	type run struct {
+		rec records.Record
+		ok  bool
+	}
+	runs := make([][]run, len(ro.groups))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(t.cfg.Parallel)
+	for _, gi := range ids {
+		g := ro.groups[gi]
+		runs[gi] = make([]run, len(g.samples))
+		for i, s := range g.samples {
+			if s.Invalid || s.Proposal.IsNoChange() {
+				continue
+			}
+			eg.Go(func() error {
+				rec, ok, err := t.execute(ectx, g.state.Task, s.Proposal)
+				runs[gi][i] = run{rec, ok}
+				return err
+			})
+		}
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, rep, fmt.Errorf("lm2lm: step %d: anchor groups: %w", t.step+1, err)
+	}
+	var real []records.Record
+	for _, gi := range ids {
+		g := ro.groups[gi]
+		cands := make([]reward.Candidate, len(g.samples))
+		var pred, obs []float64
+		for i, s := range g.samples {
+			r := runs[gi][i]
+			feasible := r.ok && r.rec.Infeasible == ""
+			// A sample that was not measured (unparseable, no change, or a
+			// run that failed for infrastructure reasons) keeps the world
+			// model's verdict and its debiased gain.
+			gain, valid := g.gains[i], g.ok[i]
+			if r.ok {
+				gain, valid = 0, feasible
+				if feasible {
+					gain = r.rec.Gain
+				}
+			}
+			cands[i] = reward.NewCandidate(g.state, s.Proposal, gain, valid)
+			if r.ok {
+				real = append(real, r.rec)
+				rep.Runs++
+				raw := realReward(t.cfg.Reward, g.ok[i], g.preds[i].Gain, g.tau)
+				y := realReward(t.cfg.Reward, feasible, gain, g.tau)
+				w.debiaser.Push(toUnit(raw, t.cfg.Reward.Clip), toUnit(y, t.cfg.Reward.Clip))
+				rep.Pairs++
+				pred = append(pred, g.scaled[i])
+				obs = append(obs, y)
+			}
+		}
+		g.rewards = reward.Shape(t.cfg.Reward, g.tau, cands)
+		if w.cfg.Weight && len(pred) > 1 {
+			w.weighter.ObserveGroup(pred, obs)
+		}
+	}
+	if err := t.pool.Add(real...); err != nil {
+		return nil, rep, fmt.Errorf("lm2lm: step %d: anchor records: %w", t.step+1, err)
+	}
+	rep.Fitted = w.debiaser.Calibrated()
+	rep.Weight = 1
+	if w.cfg.Weight {
+		rep.Weight = w.weighter.Weight()
+	}
+	rep.Disagree = w.weighter.Disagreement()
+	return anchor, rep, nil
+}
+
+// weightAnchors scales the advantages of anchor items in place.
+func weightAnchors(adv []float64, weight float64) {
+	if weight != 1 {
+		dapo.ScaleAdvantages(adv, weight)
+	}
+}
