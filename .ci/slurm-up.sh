@@ -3,7 +3,8 @@
 # the builder/slurm tests. Debian's slurmctld/slurmd/slurm-client and munge
 # are started without systemd; daemons write pid files under /run so that
 # .ci/slurm-down.sh stops them by PID, never by name. Idempotent: returns at
-# once when the cluster already answers with an idle node. Needs root.
+# once when the cluster already answers with an idle node. Needs root (re-runs
+# itself with sudo -n when not root). Jobs then run as the submitting user.
 set -euo pipefail
 
 log() { printf 'slurm-up: %s\n' "$*" >&2; }
@@ -13,10 +14,15 @@ STATE=/var/lib/slurm
 LOGS=/var/log/slurm
 
 if [ "$(id -u)" != 0 ]; then
-	log "must run as root"; exit 1
+	if command -v sudo >/dev/null 2>&1; then
+		exec sudo -n bash "$0" "$@"
+	fi
+	log "must run as root (or with passwordless sudo)"; exit 1
 fi
 
-if command -v sinfo >/dev/null 2>&1 && timeout 5 sinfo -h -o '%T' 2>/dev/null | grep -q '^idle'; then
+# A node that answers idle, mixed, allocated or completing is up.
+UP='^(idle|mixed|allocated|completing)'
+if command -v sinfo >/dev/null 2>&1 && timeout 5 sinfo -h -o '%T' 2>/dev/null | grep -Eq "$UP"; then
 	log "already up: $(sinfo -h -o '%N %T %c CPUs %m MB' | head -1)"; exit 0
 fi
 
@@ -100,12 +106,14 @@ fi
 
 for i in $(seq 120); do
 	state=$(timeout 5 sinfo -h -o '%T' 2>/dev/null | head -1 || true)
+	if echo "$state" | grep -Eq "$UP"; then
+		log "up after ${i} polls: $(sinfo -h -o '%N %T %c CPUs %m MB' | head -1)"; exit 0
+	fi
 	case "$state" in
-	idle*) log "up after ${i} polls: $(sinfo -h -o '%N %T %c CPUs %m MB' | head -1)"; exit 0 ;;
 	down*|drain*) scontrol update NodeName="$host" State=RESUME 2>/dev/null || true ;;
 	esac
 	sleep 0.5
 done
-log "node did not become idle; state=${state:-none}"
+log "node did not come up; state=${state:-none}"
 tail -n 30 "$LOGS/slurmctld.log" "$LOGS/slurmd.log" >&2 || true
 exit 1

@@ -66,8 +66,9 @@ type Builder interface {
 // A run that diverges or otherwise fails through the proposal's fault
 // returns its Outcome (Infeasible set, cost and log filled) together with an
 // error wrapping ErrInfeasible. Infrastructure failures wrap ErrTransient; a
-// run stopped because ctx was done wraps ErrCancelled and ctx.Err(). Execute
-// may be called concurrently.
+// run stopped because ctx was done wraps ErrCancelled and ctx.Err(), unless
+// ctx's cause is ErrTimedOut (see WithTimeout), which is a timeout. Failures
+// whose cause is unknown wrap ErrFailed. Execute may be called concurrently.
 type Executor interface {
 	Execute(ctx context.Context, j Job) (Outcome, error)
 }

@@ -151,6 +151,9 @@ func (s *Subprocess) Execute(ctx context.Context, j Job) (Outcome, error) {
 	cmd.Env = MinimalEnv(os.Environ(), s.cfg.PassEnv, s.cfg.Env)
 	cmd.Stdout, cmd.Stderr = tail, tail
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A child that outlives the script and holds its output open must not
+	// keep Wait from returning; the group kill below then ends it.
+	cmd.WaitDelay = s.cfg.KillGrace
 	start := s.now()
 	if err := cmd.Start(); err != nil {
 		return Outcome{}, &RunError{Class: ErrFailed, Reason: "start " + s.cfg.Command[0], Err: err}
@@ -177,6 +180,9 @@ func (s *Subprocess) Execute(ctx context.Context, j Job) (Outcome, error) {
 	}
 	// Whatever the script left behind in its group goes with it.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	if errors.Is(werr, exec.ErrWaitDelay) {
+		werr = nil // the script itself exited 0; only its output was held open
+	}
 	wall := s.now().Sub(start).Seconds()
 	measured := records.Cost{WallSeconds: wall, DeviceSeconds: wall * float64(j.slots())}
 	log := tail.String()

@@ -196,3 +196,21 @@ func TestTail(t *testing.T) {
 	fmt.Fprint(tl, "0123456789")
 	require.Equal(t, "…56789", tl.String())
 }
+
+// A background child that keeps the script's stderr open neither blocks
+// the run nor survives it.
+func TestSubprocessChildHoldingOutput(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "bg.pid")
+	s := newSubprocess(t, func(c *builder.SubprocessConfig) {
+		c.Command = []string{"/bin/sh", "-c", `sleep 300 >&2 & echo $! > "$0"; printf '{"loss": 1}' > "$2"`, pidFile}
+		c.KillGrace = 200 * time.Millisecond
+	})
+	out, err := s.Execute(context.Background(), buildertest.Job(buildertest.Spec{}))
+	require.NoError(t, err)
+	require.Equal(t, 1.0, out.Loss)
+	b, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 10*time.Millisecond)
+}

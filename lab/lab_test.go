@@ -511,3 +511,34 @@ func TestRepresentativeChangesTheReference(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "batch-size{batch=128}", lab.Representative(mdm, c).Key())
 }
+
+// FuzzParseProposal: whatever text an LLM writes, ParseProposal either
+// rejects it as infeasible or accepts a proposal that renders and parses
+// back to itself and that the lab can build (or reject as infeasible).
+func FuzzParseProposal(f *testing.F) {
+	f.Add("embed-dim embed=32")
+	f.Add("lr-scale(factor=10)\nlarger steps")
+	f.Add("none")
+	f.Add("batch-size: batch = 16")
+	f.Add("wsd{decay_frac=0.9}")
+	l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := lab.ParseProposal(s)
+		if err != nil {
+			if !errors.Is(err, builder.ErrInfeasible) {
+				t.Fatalf("ParseProposal(%q) = %v, not infeasible", s, err)
+			}
+			return
+		}
+		q, err := lab.ParseProposal(lab.Render(p))
+		if err != nil || q.Key() != p.Key() || q.Text != p.Text {
+			t.Fatalf("round trip of %q: %v, %#v vs %#v", s, err, p, q)
+		}
+		if _, err := l.Build(context.Background(), records.Task{ID: "ar-code/go-source/hot-300"}, p); err != nil && !errors.Is(err, builder.ErrInfeasible) {
+			t.Fatalf("Build(%s) = %v", p.Key(), err)
+		}
+	})
+}

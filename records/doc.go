@@ -8,5 +8,14 @@
 // The vocabulary types are plain values. Validation is explicit: call
 // Validate before trusting a value that came from outside the process.
 // Stores do I/O and are safe for concurrent use; everything else in the
-// package is pure. The package imports the standard library only.
+// package is pure (Pool is also safe for concurrent use, and draws
+// randomness only from the *rand.Rand it is given). The package imports the
+// standard library only.
+//
+// MemStore keeps records in memory; FileStore keeps them in an append-only
+// file, one checksummed line per record, fsynced before Append returns, with
+// a torn tail dropped on open and any other damage reported as a
+// *CorruptError naming the line (the format is documented on FileStore).
+// Seen lets an executor skip a run that already has a real record. The
+// conformance suite for any Store is records/storetest.
 package records

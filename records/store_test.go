@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -211,7 +212,7 @@ func TestFileStoreCorrupt(t *testing.T) {
 		{"missing batch line", join(lines[0], lines[1], lines[3], lines[4]), 3, "without line 1"},
 		{"batch interrupted", join(lines[0], lines[2], lines[4]), 3, "after line 1/2"},
 		{"record fails validation", join(lines[0], invalidLine), 2, "unknown source"},
-		{"torn line in the middle", join(lines[0], lines[1][:30], []byte("\n"), lines[4]), 2, ""},
+		{"torn line in the middle", join(lines[0], lines[1][:30], []byte("\n"), lines[4]), 2, "checksum"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -353,5 +354,73 @@ func TestSeen(t *testing.T) {
 			_, _, err := records.Seen(cctx, s, base.Task.ID, p.Key(), 7)
 			require.ErrorIs(t, err, context.Canceled)
 		})
+	}
+}
+
+// TestFileStoreCloseDuringAppends: Appends racing with Close either succeed
+// (and their records are on disk) or fail with ErrClosed.
+func TestFileStoreCloseDuringAppends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.jsonl")
+	s, err := records.OpenFile(path, records.DefaultFileConfig())
+	require.NoError(t, err)
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+		ok int
+	)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				err := s.Append(context.Background(), storetest.Record(w*100+i))
+				if err != nil {
+					if !errors.Is(err, records.ErrClosed) {
+						t.Errorf("Append during Close = %v, want nil or ErrClosed", err)
+					}
+					return
+				}
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+wait:
+	for s.Len() < 20 {
+		select {
+		case <-done:
+			break wait
+		default:
+			runtime.Gosched()
+		}
+	}
+	require.NoError(t, s.Close())
+	<-done
+	require.ErrorIs(t, s.Close(), records.ErrClosed, "second Close")
+	s = openFile(t, path)
+	require.Equal(t, ok, s.Len(), "every successful Append is on disk, nothing else")
+}
+
+// TestFileStoreLongLine: a record longer than the reader's 1 MiB buffer
+// reads back intact, also when it is the torn tail.
+func TestFileStoreLongLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.jsonl")
+	big := storetest.Record(1)
+	big.Proposal.Text = strings.Repeat("long rationale ✓ ", 200_000) // ≈ 3.6 MB
+	want := []records.Record{storetest.Record(0), big, storetest.Record(2)}
+	data := writeStore(t, path, want[:1], want[1:2], want[2:])
+	s := openFile(t, path)
+	if diff := cmp.Diff(want, scanAll(t, s), cmpOpts...); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	require.NoError(t, s.Close())
+
+	lines := bytes.SplitAfter(data, []byte{'\n'})
+	require.NoError(t, os.WriteFile(path, append(bytes.Clone(lines[0]), lines[1][:len(lines[1])-1]...), 0o644))
+	s = openFile(t, path)
+	require.Equal(t, int64(len(lines[1])-1), s.TornBytes())
+	if diff := cmp.Diff(want[:1], scanAll(t, s), cmpOpts...); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
 	}
 }

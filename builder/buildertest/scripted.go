@@ -43,7 +43,9 @@ func (s *Scripted) CallsFor(j builder.Job) int {
 	return s.seen[id(j)]
 }
 
-func id(j builder.Job) string { return fmt.Sprintf("%s\x00%s\x00%d", j.Task.ID, j.Proposal.Key(), j.Seed) }
+func id(j builder.Job) string {
+	return fmt.Sprintf("%s\x00%s\x00%d", j.Task.ID, j.Proposal.Key(), j.Seed)
+}
 
 // Execute implements builder.Executor.
 func (s *Scripted) Execute(ctx context.Context, j builder.Job) (builder.Outcome, error) {

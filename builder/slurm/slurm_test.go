@@ -211,3 +211,29 @@ func TestQuote(t *testing.T) {
 		require.Equal(t, s, string(out))
 	}
 }
+
+// BenchmarkSlurmSubmitToResult reports submit-to-result latency of a job
+// that does nothing (ms/job), polled every 50 ms; see
+// TestSlurmSubmitToResultLatency for what to compare it with.
+func BenchmarkSlurmSubmitToResult(b *testing.B) {
+	if _, err := exec.LookPath("sbatch"); err != nil {
+		b.Skip("slurm: sbatch is not on PATH")
+	}
+	cfg := slurm.DefaultConfig()
+	cfg.Command = []string{trainscript}
+	cfg.WorkDir = b.TempDir()
+	cfg.PollInterval = 50 * time.Millisecond
+	x, err := slurm.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	n := 0
+	for b.Loop() {
+		if _, err := x.Execute(context.Background(), buildertest.Job(buildertest.Spec{})); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64(time.Since(start).Milliseconds())/float64(n), "ms/job")
+}

@@ -10,10 +10,10 @@ import (
 type Action int
 
 const (
-	Wait      Action = iota // the job is not finished: poll again
-	ReadResult              // COMPLETED: read the result file under the protocol
-	ReadExit                // FAILED: classify the exit code under the protocol
-	Fail                    // finished without a result: return the error
+	Wait       Action = iota // the job is not finished: poll again
+	ReadResult               // COMPLETED: read the result file under the protocol
+	ReadExit                 // FAILED: classify the exit code under the protocol
+	Fail                     // finished without a result: return the error
 )
 
 // fatalPending are the pending reasons under which a job can never start

@@ -310,15 +310,15 @@ func run(ctx context.Context, w io.Writer, o options) error {
 	for _, x := range []struct {
 		name string
 		r    lm2lm.EvalReport
-	}{{"Base", base}, {"LM2LM", trained}} {
+	}{{"Base", base}, {"trained", trained}} {
 		fmt.Fprintf(w, "%-10s %+8.2f %+8.2f %9.1f%% %9.1f%% %10.1f%%\n", x.name, x.r.AvgK, x.r.BestK,
 			100*x.r.NegativeRate, 100*x.r.Above2Sigma, 100*x.r.InfeasibleRate)
 	}
-	fmt.Fprintf(w, "win rate of LM2LM vs Base per state: %.2f\n", lm2lm.WinRate(trained, base))
+	fmt.Fprintf(w, "win rate of the trained policy vs Base per state: %.2f\n", lm2lm.WinRate(trained, base))
 	fmt.Fprintf(w, "\nper family (Avg@4 / Best@4 in the metric's units ×10³)\n")
 	for i, f := range trained.Family {
 		b := base.Family[i]
-		fmt.Fprintf(w, "  %-16s %-15s Base %+7.2f / %+7.2f   LM2LM %+7.2f / %+7.2f\n", f.Family, f.Metric,
+		fmt.Fprintf(w, "  %-16s %-15s Base %+7.2f / %+7.2f   trained %+7.2f / %+7.2f\n", f.Family, f.Metric,
 			1e3*b.Avg, 1e3*b.Best, 1e3*f.Avg, 1e3*f.Best)
 	}
 	ws := world.Stats()

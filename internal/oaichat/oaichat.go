@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -131,6 +132,17 @@ func (c *Client) Model() string { return c.s.Model }
 // BaseURL returns the server's base URL.
 func (c *Client) BaseURL() string { return c.s.BaseURL }
 
+// RedactURL returns u without user information (credentials), for
+// identities and logs.
+func RedactURL(u string) string {
+	pu, err := url.Parse(u)
+	if err != nil || pu.User == nil {
+		return u
+	}
+	pu.User = nil
+	return pu.String()
+}
+
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
@@ -239,7 +251,7 @@ func (c *Client) Complete(ctx context.Context, params openai.ChatCompletionNewPa
 		}
 		delay := max(Backoff(c.s.BaseDelay, c.s.MaxDelay, attempt), aerr.RetryAfter)
 		if err := c.s.Sleep(ctx, delay); err != nil {
-			return nil, u, fmt.Errorf("cancelled while waiting to retry: %w", err)
+			return nil, u, fmt.Errorf("cancelled while waiting to retry after (%v): %w", last, err)
 		}
 	}
 }

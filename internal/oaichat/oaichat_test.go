@@ -249,3 +249,8 @@ func TestCompleteCancelledWhileHung(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.False(t, errors.Is(err, ErrTransient))
 }
+
+func TestRedactURL(t *testing.T) {
+	require.Equal(t, "http://host:8000/v1", RedactURL("http://user:secret@host:8000/v1"))
+	require.Equal(t, "http://host/v1", RedactURL("http://host/v1"))
+}

@@ -45,7 +45,8 @@ const ctxEvery = 16
 
 // Train trains cfg on d.Train from seed and evaluates it on d.Val (see
 // Result.Loss for the metric). The same (cfg, d, seed) gives the same Result
-// bit for bit with the same kernel backend; backends agree to about 1e-4.
+// bit for bit with the same kernel backend; backends agree to about 1e-4 on
+// stable recipes (see the package doc).
 // Initialisation, batch positions, mask draws and dropout use separate
 // random streams derived from seed, so two configurations trained from the
 // same seed see the same batches (common random numbers).

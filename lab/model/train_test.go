@@ -125,6 +125,7 @@ func TestBackendsAgree(t *testing.T) {
 			require.NoError(t, err)
 			fast, err := train(context.Background(), cfg, d, 5, kernel.New())
 			require.NoError(t, err)
+			t.Logf("%s: go %.6f, %s %.6f", obj, ref.Loss, kernel.Default(), fast.Loss)
 			require.InDelta(t, ref.Loss, fast.Loss, 5e-5)
 			require.Equal(t, ref.FLOPs, fast.FLOPs)
 		})

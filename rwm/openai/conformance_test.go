@@ -3,6 +3,8 @@ package openai
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/lm2lm/lm2lm/internal/oaitest"
 	"github.com/lm2lm/lm2lm/rwm"
 	"github.com/lm2lm/lm2lm/rwm/rwmtest"
@@ -25,4 +27,25 @@ func TestWithWrappers(t *testing.T) {
 	rwmtest.Run(t, func(t *testing.T) rwm.WorldModel {
 		return rwm.NewLedger(rwm.NewCache(rwm.NewLimit(m, 2), rwm.DefaultCacheConfig()))
 	}, rwmtest.Options{Deterministic: true})
+}
+
+// rwm.Ledger reads the tokens each prediction reports.
+func TestLedgerCountsTokens(t *testing.T) {
+	srv := oaitest.New(t, fakeWorld)
+	srv.Push(oaitest.Text("no json here"))
+	m := newTestModel(t, srv, &sleeps{}, nil)
+	l := rwm.NewLedger(m)
+	ctx := t.Context()
+	q := query()
+	_, err := l.Predict(ctx, q)
+	require.ErrorIs(t, err, rwm.ErrBadPrediction)
+	_, err = l.Predict(ctx, q)
+	require.NoError(t, err)
+	st := l.Stats()
+	u := m.Usage()
+	require.Equal(t, int64(2), st.Calls)
+	require.Equal(t, int64(1), st.Errors)
+	require.Equal(t, u.PromptTokens, st.PromptTokens, "tokens of the bad answer are counted too")
+	require.Equal(t, u.CompletionTokens, st.CompletionTokens)
+	require.Greater(t, st.PromptTokens, int64(0))
 }

@@ -155,7 +155,7 @@ func New(cfg Config) (*Model, error) {
 	cfg.BaseURL, cfg.APIKey, cfg.Model = s.BaseURL, s.APIKey, s.Model
 	m := &Model{cfg: cfg, client: oaichat.New(s)}
 	m.id = fmt.Sprintf("rwm/openai %s@%s temperature=%g seed=%d format=%s records=%d/%d text=%d/%d prompt=%s",
-		cfg.Model, cfg.BaseURL, cfg.Temperature, cfg.Seed, cfg.Format, cfg.MaxRecords, cfg.ContextChars,
+		cfg.Model, oaichat.RedactURL(cfg.BaseURL), cfg.Temperature, cfg.Seed, cfg.Format, cfg.MaxRecords, cfg.ContextChars,
 		cfg.RecordTextChars, cfg.ProposalTextChars, PromptVersion)
 	return m, nil
 }

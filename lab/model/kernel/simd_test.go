@@ -17,7 +17,11 @@ import (
 func fmaPeak(iters int) float32 {
 	x := archsimd.BroadcastFloat32x16(0.999)
 	y := archsimd.BroadcastFloat32x16(1e-3)
-	var c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11 archsimd.Float32x16
+	// Distinct starting values keep the compiler from merging the chains.
+	c0, c1, c2 := archsimd.BroadcastFloat32x16(0), archsimd.BroadcastFloat32x16(1), archsimd.BroadcastFloat32x16(2)
+	c3, c4, c5 := archsimd.BroadcastFloat32x16(3), archsimd.BroadcastFloat32x16(4), archsimd.BroadcastFloat32x16(5)
+	c6, c7, c8 := archsimd.BroadcastFloat32x16(6), archsimd.BroadcastFloat32x16(7), archsimd.BroadcastFloat32x16(8)
+	c9, c10, c11 := archsimd.BroadcastFloat32x16(9), archsimd.BroadcastFloat32x16(10), archsimd.BroadcastFloat32x16(11)
 	for range iters {
 		c0 = x.MulAdd(c0, y)
 		c1 = x.MulAdd(c1, y)
