@@ -12,7 +12,9 @@
 //     process on gains in units of σ_e whose kernel shares strength across
 //     tasks of a family and proposals of a mechanism, with optional
 //     per-mechanism priors from a catalogue and Gaussian q10/q90
-//     (EmbeddedConfig documents the kernel and its fixed hyperparameters);
+//     (EmbeddedConfig documents the kernel and its fixed hyperparameters;
+//     Tune picks them from a small grid by marginal likelihood on the
+//     records, LogMarginal scores one configuration);
 //   - wrappers any backend can use, each a WorldModel itself: Cache (LRU,
 //     keyed by model identity, task, proposal key and evidence fingerprint,
 //     with coalescing of identical calls in flight), Limit (concurrency

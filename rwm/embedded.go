@@ -215,7 +215,9 @@ func PriorsFromCards(cards []records.Card) map[string]records.Prior {
 // Factorisations of the Gram matrix are cached by Evidence.Fingerprint, so
 // repeated predictions against one context cost O(n²) each instead of
 // O(n³). The fingerprint identifies tasks by ID: a context must not hold two
-// different tasks with one ID. An *Embedded is safe for concurrent use.
+// different tasks with one ID. A factorisation in progress is not
+// interrupted by ctx (callers waiting for it are); for 3,000 records it takes
+// seconds. An *Embedded is safe for concurrent use.
 type Embedded struct {
 	cfg    EmbeddedConfig
 	priors map[string]records.Prior
@@ -390,6 +392,8 @@ type factor struct {
 	l      blas64.Triangular // lower Cholesky factor: K = LLᵀ
 	alpha  []float64         // K₁⁻¹(y − μ)
 	scale  float64           // c
+	logDet float64           // log |K₁|
+	quad   float64           // rᵀK₁⁻¹r
 }
 
 func (e *Embedded) factor(ctx context.Context, ev records.Evidence) (*factor, error) {
@@ -434,39 +438,52 @@ func (e *Embedded) factor(ctx context.Context, ev records.Evidence) (*factor, er
 	return f, nil
 }
 
-// recordOrder sorts records canonically, so a context's factorisation (and
-// so every floating-point result) is independent of the records' order.
-func recordOrder(a, b records.Record) int {
-	if c := cmp.Compare(a.Task.ID, b.Task.ID); c != 0 {
-		return c
+// sortRecords sorts records canonically (task ID, proposal key,
+// infeasibility, gain, loss, seeds), so that a context's factorisation, and
+// so every floating-point result, is independent of the records' order. It
+// returns the sorted records with their "task ID NUL proposal key" keys.
+func sortRecords(rs []records.Record) ([]records.Record, []string) {
+	type kr struct {
+		key string
+		r   records.Record
 	}
-	if c := cmp.Compare(a.Proposal.Key(), b.Proposal.Key()); c != 0 {
-		return c
+	ks := make([]kr, len(rs))
+	for i, r := range rs {
+		ks[i] = kr{r.Task.ID + "\x00" + r.Proposal.Key(), r}
 	}
-	if c := cmp.Compare(a.Infeasible, b.Infeasible); c != 0 {
-		return c
+	slices.SortStableFunc(ks, func(a, b kr) int {
+		if c := cmp.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.r.Infeasible, b.r.Infeasible); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.r.Gain, b.r.Gain); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.r.Loss, b.r.Loss); c != 0 {
+			return c
+		}
+		return slices.Compare(a.r.Seeds, b.r.Seeds)
+	})
+	out := make([]records.Record, len(rs))
+	keys := make([]string, len(rs))
+	for i, k := range ks {
+		out[i], keys[i] = k.r, k.key
 	}
-	if c := cmp.Compare(a.Gain, b.Gain); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.Loss, b.Loss); c != 0 {
-		return c
-	}
-	return slices.Compare(a.Seeds, b.Seeds)
+	return out, keys
 }
 
 // build factorises the Gram matrix of ev's records.
 func (e *Embedded) build(f *factor, ev records.Evidence) error {
-	rs := ev.Records()
-	slices.SortStableFunc(rs, recordOrder)
+	rs, keys := sortRecords(ev.Records())
 	n := len(rs)
 	f.intern = map[string]int32{}
 	f.feats = make([]feat, n)
-	f.keys = make([]string, n)
+	f.keys = keys
 	y := make([]float64, n)
 	for i, r := range rs {
 		f.feats[i] = e.features(f.intern, true, r.Task, r.Proposal)
-		f.keys[i] = r.Task.ID + "\x00" + r.Proposal.Key()
 		if r.Infeasible != "" {
 			y[i] = e.cfg.InfeasibleSigmas
 		} else {
@@ -510,6 +527,8 @@ func (e *Embedded) build(f *factor, ev records.Evidence) error {
 		}
 	}
 	f.l = blas64.Triangular{Uplo: blas.Lower, Diag: blas.NonUnit, N: n, Stride: n, Data: l}
+	f.logDet = f.chol.LogDet()
+	f.quad = blas64.Dot(blas64.Vector{N: n, Inc: 1, Data: y}, blas64.Vector{N: n, Inc: 1, Data: f.alpha})
 	f.chol = mat.Cholesky{} // release U
 	return nil
 }

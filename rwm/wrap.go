@@ -103,8 +103,8 @@ func (c RetryConfig) Backoff(n int) time.Duration {
 // RetryError is returned when every attempt failed transiently. It wraps
 // the last failure, so errors.Is(err, ErrTransient) still holds.
 type RetryError struct {
-	Attempts int
-	Err      error
+	Attempts int   // calls made, all failed transiently
+	Err      error // the last failure
 }
 
 // Error implements error.

@@ -10,8 +10,8 @@
 // names) and the two file paths; every word in it comes from configuration
 // and is shell-quoted, and nothing comes from the proposal, which the
 // training script reads from job.json as data. The job is submitted with
-// `sbatch --parsable --export=NONE --no-requeue` (the pool, not Slurm,
-// owns retries) and its state is polled with `scontrol show job -o`
+// `sbatch --parsable --no-requeue` (the pool, not Slurm, owns retries),
+// sbatch itself running with a minimal environment (SubmitEnv), and its state is polled with `scontrol show job -o`
 // (falling back to `squeue`) every Config.PollInterval; `sbatch --wait` is
 // not used, since it polls at growing intervals and can exit 0 for a job
 // whose state is TIMEOUT. When ctx is done the job is scancelled.

@@ -176,7 +176,7 @@ func TestSbatchArgs(t *testing.T) {
 	j.Slots = 2
 	j.Proposal.Text = "--partition=evil"
 	got := x.SbatchArgs(j, "/w/d")
-	require.Equal(t, []string{"--parsable", "--job-name=lm2lm", "--output=/w/d/slurm.log", "--chdir=/w/d", "--export=NONE",
+	require.Equal(t, []string{"--parsable", "--job-name=lm2lm", "--output=/w/d/slurm.log", "--chdir=/w/d", "--export=ALL",
 		"--no-requeue", "--ntasks=1", "--partition=gpu", "--account=lab", "--mem=8G", "--gres=gpu:2", "--cpus-per-task=4",
 		"--time=2", "--constraint=a100", "/w/d/job.sh"}, got)
 }
@@ -236,4 +236,53 @@ func BenchmarkSlurmSubmitToResult(b *testing.B) {
 		n++
 	}
 	b.ReportMetric(float64(time.Since(start).Milliseconds())/float64(n), "ms/job")
+}
+
+// A node that goes down under a running job ends it NODE_FAIL, which is
+// transient. The test downs the (only) node, so it runs without -short
+// only and needs the right to run scontrol update.
+func TestSlurmNodeFailIsTransient(t *testing.T) {
+	requireSlurm(t)
+	if testing.Short() {
+		t.Skip("downs the cluster's node; skipped with -short")
+	}
+	name := fmt.Sprintf("lm2lm-nodefail-%d", os.Getpid())
+	x := newSlurm(t, func(c *slurm.Config) { c.JobName = name })
+	res := make(chan error, 1)
+	go func() {
+		_, err := x.Execute(context.Background(), buildertest.Job(buildertest.Spec{Behaviour: buildertest.Hang}))
+		res <- err
+	}()
+	var node string
+	require.Eventually(t, func() bool {
+		out, err := exec.Command("squeue", "-h", "-n", name, "-t", "RUNNING", "-o", "%N").Output()
+		node = strings.TrimSpace(string(out))
+		return err == nil && node != ""
+	}, time.Minute, 100*time.Millisecond, "the job never ran")
+	if out, err := exec.Command("scontrol", "update", "NodeName="+node, "State=DOWN", "Reason=lm2lm-test").CombinedOutput(); err != nil {
+		t.Skipf("cannot down node %s (%v: %s); NODE_FAIL is covered by TestClassify", node, err, out)
+	}
+	defer func() {
+		// ReturnToService=2 brings a responding node back by itself; RESUME
+		// covers clusters configured otherwise.
+		_ = exec.Command("scontrol", "update", "NodeName="+node, "State=RESUME").Run()
+		require.Eventually(t, func() bool {
+			out, _ := exec.Command("sinfo", "-h", "-n", node, "-o", "%T").Output()
+			return strings.HasPrefix(strings.TrimSpace(string(out)), "idle") || strings.HasPrefix(strings.TrimSpace(string(out)), "mix")
+		}, time.Minute, 250*time.Millisecond, "node %s did not come back", node)
+	}()
+	err := <-res
+	require.ErrorIs(t, err, builder.ErrTransient)
+	require.Contains(t, err.Error(), "NODE_FAIL")
+}
+
+func TestSubmitEnv(t *testing.T) {
+	cfg := slurm.DefaultConfig()
+	cfg.Command = []string{"/bin/true"}
+	cfg.PassEnv = []string{"CUDA_HOME"}
+	x, err := slurm.New(cfg)
+	require.NoError(t, err)
+	got := x.SubmitEnv([]string{"PATH=/bin", "OPENAI_API_KEY=sk-x", "SLURM_CONF=/etc/slurm/slurm.conf",
+		"SBATCH_ACCOUNT=lab", "CUDA_HOME=/cuda", "USER=me", "AWS_SECRET_ACCESS_KEY=y"})
+	require.Equal(t, []string{"PATH=/bin", "CUDA_HOME=/cuda", "USER=me", "SLURM_CONF=/etc/slurm/slurm.conf", "SBATCH_ACCOUNT=lab"}, got)
 }

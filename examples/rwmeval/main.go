@@ -148,9 +148,15 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	train, test := rs[:len(rs)-o.test], rs[len(rs)-o.test:]
 	fmt.Fprintf(w, "\n## Accuracy on %d held-out real records (%d feasible) as the context grows\n", len(test), len(test)-countInfeasible(test))
 	fmt.Fprintln(w, "gains in σ_e units; pairwise = within-task pairwise ranking accuracy; coverage = share of real gains inside q10–q90 (target 0.80)")
-	for _, priors := range []bool{true, false} {
-		m := newModel(cat, priors)
-		fmt.Fprintf(w, "\npriors from the cards: %v\n", priors)
+	for _, v := range []struct {
+		name         string
+		priors, tune bool
+	}{
+		{"default config, priors from the cards", true, false},
+		{"default config, no priors", false, false},
+		{"priors, hyperparameters tuned by marginal likelihood on the context (rwm.Tune)", true, true},
+	} {
+		fmt.Fprintf(w, "\n%s\n", v.name)
 		fmt.Fprintf(w, "%8s %9s %9s %9s %9s %9s\n", "context", "spearman", "pairwise", "coverage", "MAE", "bias")
 		for _, n := range o.sizes {
 			if n > len(train) {
@@ -161,17 +167,27 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 			if err != nil {
 				return err
 			}
-			s, err := score(ctx, m, ev, test)
+			cfg := modelConfig(cat, v.priors)
+			tuned := ""
+			if v.tune {
+				if cfg, _, err = rwm.Tune(ctx, cfg, ev, nil); err != nil {
+					return err
+				}
+				tuned = fmt.Sprintf("   noise %.2g, task corr %.2g/%.2g/%.2g, mech corr %.2g, lengthscale %.2g",
+					cfg.NoiseSigmas, cfg.CorrFamily, cfg.CorrMetric, cfg.CorrAny, cfg.CorrMech, cfg.Lengthscale)
+			}
+			s, err := score(ctx, rwm.NewEmbedded(cfg), ev, test)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(w, "%8d %9.3f %9.3f %9.3f %9.2f %+9.2f\n", n, s.spearman, s.pairwise, s.coverage, s.mae, s.bias)
+			fmt.Fprintf(w, "%8d %9.3f %9.3f %9.3f %9.2f %+9.2f%s\n", n, s.spearman, s.pairwise, s.coverage, s.mae, s.bias, tuned)
 		}
 	}
 
 	// Part 3: does a static context get exploited?
 	n0 := min(100, len(train))
 	fmt.Fprintf(w, "\n## Exploitation of a static context (%d records), %d rounds of the top %d\n", n0, o.rounds, o.top)
+	fmt.Fprintln(w, "model: priors from the cards, hyperparameters tuned (rwm.Tune) on the context at the start of each round")
 	ctxRecs := slices.Clone(train[:n0])
 	seen := map[string]bool{}
 	for _, it := range plan {
@@ -179,15 +195,21 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	}
 	prng := rand.New(rand.NewPCG(o.seed, 0x9001))
 	pool := planItems(prng, tasks, cat, o.pool*len(tasks), seen)
-	m := newModel(cat, true)
 	var prevScores []float64
 	var prevTop []int
 	executed := map[int]bool{} // pool items already in context are not picked again
+	var m *rwm.Embedded
 	for round := 1; round <= o.rounds; round++ {
 		ev, err := records.NewEvidence(ctxRecs...)
 		if err != nil {
 			return err
 		}
+		// Retune at each calibration point, then keep the model frozen.
+		cfg, _, err := rwm.Tune(ctx, modelConfig(cat, true), ev, nil)
+		if err != nil {
+			return err
+		}
+		m = rwm.NewEmbedded(cfg)
 		preds, err := predictAll(ctx, m, ev, pool)
 		if err != nil {
 			return err
@@ -251,7 +273,10 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 		ctxRecs = append(ctxRecs, got...)
 		prevScores, prevTop = scores, top
 	}
-	// The last round's effect on the ranking.
+	if o.rounds < 1 {
+		return nil
+	}
+	// The last round's effect on the ranking (same tuned model, more records).
 	ev, err := records.NewEvidence(ctxRecs...)
 	if err != nil {
 		return err
@@ -280,13 +305,13 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	return nil
 }
 
-func newModel(cat []records.Card, priors bool) *rwm.Embedded {
+func modelConfig(cat []records.Card, priors bool) rwm.EmbeddedConfig {
 	cfg := rwm.DefaultEmbeddedConfig()
 	cfg.Cards = cat
 	if priors {
 		cfg.Priors = rwm.PriorsFromCards(cat)
 	}
-	return rwm.NewEmbedded(cfg)
+	return cfg
 }
 
 // item is one planned experiment.

@@ -183,6 +183,7 @@ type AttemptError struct {
 	Err        error
 }
 
+// Error implements error.
 func (e *AttemptError) Error() string {
 	var b strings.Builder
 	if e.Status != 0 {
@@ -200,6 +201,7 @@ func (e *AttemptError) Error() string {
 	return b.String()
 }
 
+// Unwrap returns Err and, for a transient failure, ErrTransient.
 func (e *AttemptError) Unwrap() []error {
 	if e.Transient {
 		return []error{e.Err, ErrTransient}

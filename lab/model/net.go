@@ -197,7 +197,7 @@ func (m *net) forward(B int, drop *rand.Rand) {
 		m.k.MulNN(z, ly.x[:B*ly.in], ly.w.of(m.params), B, ly.in, H, false)
 		bias := ly.b.of(m.params)
 		for b := 0; b < B; b++ {
-			addTo(z[b*H:(b+1)*H], bias)
+			m.k.AddTo(z[b*H:(b+1)*H], bias)
 		}
 		n := ly.n[:B*H]
 		switch cfg.Norm {
@@ -235,7 +235,7 @@ func (m *net) forward(B int, drop *rand.Rand) {
 			if cfg.Dropout == 0 {
 				copy(h, a)
 			}
-			addTo(h, ly.x[:B*H])
+			m.k.AddTo(h, ly.x[:B*H])
 		}
 	}
 	V, W := cfg.Vocab, m.lastW
@@ -257,7 +257,7 @@ func (m *net) forward(B int, drop *rand.Rand) {
 		m.k.MulNN(lo, h[r0*W:r1*W], wo[p*W*V:(p+1)*W*V], r1-r0, W, V, false)
 		bp := bo[p*V : (p+1)*V]
 		for r := 0; r < r1-r0; r++ {
-			addTo(lo[r*V:(r+1)*V], bp)
+			m.k.AddTo(lo[r*V:(r+1)*V], bp)
 		}
 	}
 }
@@ -300,7 +300,7 @@ func (m *net) backward(B int) {
 		m.k.MulTN(gwo[p*W*V:(p+1)*W*V], h[r0*W:r1*W], dl, W, r1-r0, V, true)
 		gb := gbo[p*V : (p+1)*V]
 		for r := 0; r < r1-r0; r++ {
-			addTo(gb, dl[r*V:(r+1)*V])
+			m.k.AddTo(gb, dl[r*V:(r+1)*V])
 		}
 		m.k.MulNT(dhr[r0*W:r1*W], dl, wo[p*W*V:(p+1)*W*V], r1-r0, V, W, false)
 	}
@@ -309,7 +309,7 @@ func (m *net) backward(B int) {
 		clear(dh)
 		for r := 0; r < m.nrows; r++ {
 			b := int(m.rowB[r])
-			addTo(dh[b*W:(b+1)*W], m.dhg[r*W:(r+1)*W])
+			m.k.AddTo(dh[b*W:(b+1)*W], m.dhg[r*W:(r+1)*W])
 		}
 	}
 	for li := len(m.layers) - 1; li >= 0; li-- {
@@ -337,13 +337,13 @@ func (m *net) backward(B int) {
 		}
 		gb := ly.b.of(m.grads)
 		for b := 0; b < B; b++ {
-			addTo(gb, dz[b*H:(b+1)*H])
+			m.k.AddTo(gb, dz[b*H:(b+1)*H])
 		}
 		m.k.MulTN(ly.w.of(m.grads), ly.x[:B*ly.in], dz, ly.in, B, H, true)
 		dx := ly.dx[:B*ly.in]
 		m.k.MulNT(dx, dz, ly.w.of(m.params), B, H, ly.in, false)
 		if ly.residual {
-			addTo(dx, dh)
+			m.k.AddTo(dx, dh)
 		}
 		dh = dx
 	}
@@ -354,16 +354,8 @@ func (m *net) backward(B int) {
 		row := dh[b*m.inW : (b+1)*m.inW]
 		for i := 0; i < C; i++ {
 			s := int(m.sym[b*C+i])
-			addTo(gemb[s*E:(s+1)*E], row[i*E:(i+1)*E])
+			m.k.AddTo(gemb[s*E:(s+1)*E], row[i*E:(i+1)*E])
 		}
-	}
-}
-
-// addTo sets dst += src elementwise.
-func addTo(dst, src []float32) {
-	src = src[:len(dst)]
-	for i := range dst {
-		dst[i] += src[i]
 	}
 }
 
@@ -457,7 +449,7 @@ func actFwd(name string, a, n []float32) {
 	switch name {
 	case "tanh":
 		for i, v := range n {
-			a[i] = tanh32(v)
+			a[i] = kernel.Tanh32(v)
 		}
 	case "relu":
 		for i, v := range n {
@@ -506,5 +498,3 @@ func actBwd(name string, d, n, a []float32) {
 		}
 	}
 }
-
-func tanh32(x float32) float32 { return kernel.Tanh32(x) }

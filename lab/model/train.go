@@ -246,5 +246,3 @@ func softmaxNLL(k *kernel.Kernel, z []float32, t int) float64 {
 	}
 	return math.Log(sum) - zt
 }
-
-func exp32(x float32) float32 { return kernel.Exp32(x) }

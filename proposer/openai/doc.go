@@ -10,7 +10,8 @@
 // becomes a proposer.Sample: the parsed proposal (ParseProposal: a JSON object
 // {mechanism, params, rationale}, prose around it tolerated), the completion
 // tokens and their log-probs when the server reports them, and the sampling
-// temperature. An answer that cannot be parsed, a refusal or a proposal
+// temperature. Proposal.Text holds the whole completion (the LLM's wording),
+// so that an exported batch carries the exact text that was sampled. An answer that cannot be parsed, a refusal or a proposal
 // outside the catalogue is a Sample marked Invalid with a Reason (it earns
 // −c, METHOD.md §1 Reward 2), never an error; only transport failures that
 // outlive the retries (429 honouring Retry-After, 5xx, timeouts, broken

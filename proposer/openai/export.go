@@ -3,7 +3,6 @@ package openai
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -53,9 +52,6 @@ type ExportLine struct {
 	Reason           string            `json:"reason,omitempty"`
 	Proposal         *records.Proposal `json:"proposal,omitempty"`
 }
-
-// ErrBadBatch marks a batch that cannot be exported or decoded.
-var ErrBadBatch = errors.New("proposer/openai: bad batch")
 
 // ExportBatch writes items as JSON lines (ExportLine), one per item in
 // order, rendering each item's prompt with p's configuration. See

@@ -3,25 +3,12 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/lm2lm/lm2lm/internal/oaichat"
 	"github.com/lm2lm/lm2lm/records"
-)
-
-// Parse errors; ParseProposal wraps one of them in a *ParseError.
-var (
-	// ErrNoJSON: the answer holds no valid JSON object.
-	ErrNoJSON = errors.New("proposer/openai: no JSON object in the answer")
-	// ErrBadField: a field is missing or has the wrong type.
-	ErrBadField = errors.New("proposer/openai: bad field")
-	// ErrNotInCatalogue: the proposal does not instantiate a card.
-	ErrNotInCatalogue = errors.New("proposer/openai: not in the catalogue")
-	// ErrInvalidProposal: the proposal fails records.Proposal.Validate.
-	ErrInvalidProposal = errors.New("proposer/openai: invalid proposal")
 )
 
 // ParseError is an answer that is not a usable proposal.
@@ -31,6 +18,7 @@ type ParseError struct {
 	Err    error // one of the package's parse errors
 }
 
+// Error implements error.
 func (e *ParseError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Err.Error())

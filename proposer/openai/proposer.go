@@ -2,6 +2,7 @@ package openai
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -22,6 +23,17 @@ var (
 	ErrNotConfigured = oaichat.ErrNotConfigured
 	// ErrTransient marks transport failures that outlived the retries.
 	ErrTransient = oaichat.ErrTransient
+	// ErrBadBatch marks a batch that cannot be exported or decoded.
+	ErrBadBatch = errors.New("proposer/openai: bad batch")
+	// ParseProposal wraps one of the next four in a *ParseError.
+	// ErrNoJSON: the answer holds no valid JSON object.
+	ErrNoJSON = errors.New("proposer/openai: no JSON object in the answer")
+	// ErrBadField: a field is missing or has the wrong type.
+	ErrBadField = errors.New("proposer/openai: bad field")
+	// ErrNotInCatalogue: the proposal does not instantiate a card.
+	ErrNotInCatalogue = errors.New("proposer/openai: not in the catalogue")
+	// ErrInvalidProposal: the proposal fails records.Proposal.Validate.
+	ErrInvalidProposal = errors.New("proposer/openai: invalid proposal")
 )
 
 // Config parameterises a Proposer. Endpoint fields left empty are read from

@@ -246,3 +246,22 @@ func TestConformance(t *testing.T) {
 		}, proposertest.Options{Deterministic: true, RequireLogProbs: true})
 	})
 }
+
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, DefaultConfig().Validate())
+	for name, edit := range map[string]func(*Config){
+		"temperature":  func(c *Config) { c.Temperature = -0.1 },
+		"top logprobs": func(c *Config) { c.TopLogprobs = 21 },
+		"history text": func(c *Config) { c.HistoryTextChars = -1 },
+		"retries":      func(c *Config) { c.MaxRetries = -1 },
+		"delay":        func(c *Config) { c.MaxDelay = -time.Second },
+		"empty card":   func(c *Config) { c.Catalogue = []records.Card{{Mechanism: " "}} },
+		"no choices": func(c *Config) {
+			c.Catalogue = []records.Card{{Mechanism: "m", Params: []records.ParamSpec{{Name: "p", Kind: "enum"}}}}
+		},
+	} {
+		c := DefaultConfig()
+		edit(&c)
+		require.Error(t, c.Validate(), name)
+	}
+}

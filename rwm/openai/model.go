@@ -54,8 +54,8 @@ type Config struct {
 	MaxTokens int
 	// Format of the requested answer; default FormatJSONSchema. Whatever
 	// the format, the answer is parsed leniently (the first JSON object in
-	// the text), and a server that rejects json_schema with 400 is asked
-	// again, once, with FormatText for the rest of the model's life.
+	// the text), and a server that rejects the format with 400 is asked
+	// again without it; if that succeeds, the model keeps to FormatText.
 	Format Format
 	// MaxRecords is the most records of M shown; default 64. ContextChars
 	// bounds their encoded size in bytes; default 24000 (library choice:
@@ -66,7 +66,8 @@ type Config struct {
 	// RecordTextChars truncates each record's proposal text; default 240.
 	// ProposalTextChars truncates the proposal's own text; default 2000; 0
 	// omits it, so that the prediction depends on the proposal key only (as
-	// rwm.Cache assumes when it keys by records.Proposal.Key).
+	// rwm.Cache assumes when it keys by records.Proposal.Key) and a trained
+	// proposer cannot sway the world model with its wording.
 	RecordTextChars, ProposalTextChars int
 	// MaxRetries after the first attempt of a call; default 3 (library
 	// choice: rides out a short outage; rwm.Retry can add more).
@@ -195,7 +196,16 @@ var ResponseSchema = map[string]any{
 	"additionalProperties": false,
 }
 
-func (m *Model) params(system, user string) sdk.ChatCompletionNewParams {
+// format returns the response format in use: Config.Format until the
+// server has rejected it, FormatText after.
+func (m *Model) format() Format {
+	if m.textOnly.Load() {
+		return FormatText
+	}
+	return m.cfg.Format
+}
+
+func (m *Model) params(system, user string, format Format) sdk.ChatCompletionNewParams {
 	p := sdk.ChatCompletionNewParams{
 		Model:       m.cfg.Model,
 		Messages:    []sdk.ChatCompletionMessageParamUnion{sdk.SystemMessage(system), sdk.UserMessage(user)},
@@ -204,10 +214,6 @@ func (m *Model) params(system, user string) sdk.ChatCompletionNewParams {
 	}
 	if m.cfg.MaxTokens > 0 {
 		p.MaxCompletionTokens = sdk.Int(int64(m.cfg.MaxTokens))
-	}
-	format := m.cfg.Format
-	if m.textOnly.Load() {
-		format = FormatText
 	}
 	switch format {
 	case FormatJSONSchema:
@@ -241,14 +247,17 @@ func (m *Model) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error
 	if err != nil {
 		return rwm.Prediction{}, err
 	}
-	comp, u, err := m.client.Complete(ctx, m.params(system, user))
-	if err != nil && m.cfg.Format != FormatText && !m.textOnly.Load() && isStatus(err, http.StatusBadRequest) {
-		// The server does not support the response format: fall back to
-		// JSON in text, which ParsePrediction reads anyway.
-		m.textOnly.Store(true)
+	comp, u, err := m.client.Complete(ctx, m.params(system, user, m.format()))
+	if err != nil && m.format() != FormatText && isStatus(err, http.StatusBadRequest) {
+		// The server may not support the response format: ask for JSON in
+		// text, which ParsePrediction reads anyway, and keep doing so if
+		// that works.
 		var u2 oaichat.Usage
-		comp, u2, err = m.client.Complete(ctx, m.params(system, user))
+		comp, u2, err = m.client.Complete(ctx, m.params(system, user, FormatText))
 		u = u.Add(u2)
+		if err == nil {
+			m.textOnly.Store(true)
+		}
 	}
 	if err != nil {
 		return rwm.Prediction{}, m.callError(ctx, err)

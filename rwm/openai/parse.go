@@ -51,6 +51,7 @@ type PredictionError struct {
 	Err     error
 }
 
+// Error implements error.
 func (e *PredictionError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Err.Error())

@@ -15,6 +15,7 @@ import (
 // real model, and counts its calls. Set the fields before first use; a
 // *Fixed is then safe for concurrent use.
 type Fixed struct {
+	// Default answers every proposal that ByKey does not name.
 	Default rwm.Prediction
 	// ByKey maps a canonical proposal key (records.Proposal.Key) to its
 	// prediction.

@@ -76,16 +76,38 @@ var IgnoreUsage = cmpopts.IgnoreFields(rwm.Prediction{}, "Usage")
 //     pass.
 func Run(t *testing.T, newModel func(t *testing.T) rwm.WorldModel, opts Options) {
 	t.Helper()
-	t.Run("Validity", func(t *testing.T) { testValidity(t, newModel(t), opts) })
-	t.Run("InvalidQuery", func(t *testing.T) { testInvalid(t, newModel(t), opts) })
-	t.Run("Cancellation", func(t *testing.T) { testCancel(t, newModel(t), opts) })
+	for _, c := range checks(opts) {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, newModel(t), opts) })
+	}
+}
+
+// tb is the part of testing.TB the checks use, so that the suite's own
+// tests can run a check against a broken model and see it fail.
+type tb interface {
+	Helper()
+	Errorf(format string, args ...any)
+	FailNow()
+}
+
+type check struct {
+	name string
+	fn   func(t tb, m rwm.WorldModel, opts Options)
+}
+
+// checks lists the checks that opts enables, in order.
+func checks(opts Options) []check {
+	cs := []check{
+		{"Validity", testValidity},
+		{"InvalidQuery", testInvalid},
+		{"Cancellation", testCancel},
+	}
 	if opts.Deterministic {
-		t.Run("Determinism", func(t *testing.T) { testDeterminism(t, newModel(t), opts) })
+		cs = append(cs, check{"Determinism", testDeterminism})
 	}
 	if !opts.SkipContext {
-		t.Run("ContextSensitivity", func(t *testing.T) { testContext(t, newModel(t), opts) })
+		cs = append(cs, check{"ContextSensitivity", testContext})
 	}
-	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newModel(t), opts) })
+	return append(cs, check{"Concurrent", testConcurrent})
 }
 
 // Task returns a valid training task of the suite, numbered i: tasks share
@@ -137,7 +159,7 @@ func Evidence(n int) records.Evidence {
 	return ev
 }
 
-func predict(t *testing.T, m rwm.WorldModel, opts Options, q rwm.Query) rwm.Prediction {
+func predict(t tb, m rwm.WorldModel, opts Options, q rwm.Query) rwm.Prediction {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opts.timeout())
 	defer cancel()
@@ -147,7 +169,7 @@ func predict(t *testing.T, m rwm.WorldModel, opts Options, q rwm.Query) rwm.Pred
 	return p
 }
 
-func testValidity(t *testing.T, m rwm.WorldModel, opts Options) {
+func testValidity(t tb, m rwm.WorldModel, opts Options) {
 	for _, n := range []int{0, 1, 12} {
 		ev := Evidence(n)
 		for i, p := range Proposals() {
@@ -165,7 +187,7 @@ func testValidity(t *testing.T, m rwm.WorldModel, opts Options) {
 	}
 }
 
-func testInvalid(t *testing.T, m rwm.WorldModel, opts Options) {
+func testInvalid(t tb, m rwm.WorldModel, opts Options) {
 	good := rwm.Query{Task: Task(0), Proposal: Proposals()[0], Evidence: Evidence(3)}
 	noID := good
 	noID.Task.ID = ""
@@ -188,7 +210,7 @@ func testInvalid(t *testing.T, m rwm.WorldModel, opts Options) {
 	}
 }
 
-func testCancel(t *testing.T, m rwm.WorldModel, opts Options) {
+func testCancel(t tb, m rwm.WorldModel, opts Options) {
 	q := rwm.Query{Task: Task(1), Proposal: Proposals()[2], Evidence: Evidence(5)}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -208,7 +230,7 @@ func testCancel(t *testing.T, m rwm.WorldModel, opts Options) {
 	require.ErrorIs(t, err, context.Canceled)
 }
 
-func testDeterminism(t *testing.T, m rwm.WorldModel, opts Options) {
+func testDeterminism(t tb, m rwm.WorldModel, opts Options) {
 	ev := Evidence(10)
 	for i, p := range Proposals() {
 		q := rwm.Query{Task: Task(i), Proposal: p, Evidence: ev}
@@ -220,7 +242,7 @@ func testDeterminism(t *testing.T, m rwm.WorldModel, opts Options) {
 	}
 }
 
-func testContext(t *testing.T, m rwm.WorldModel, opts Options) {
+func testContext(t tb, m rwm.WorldModel, opts Options) {
 	task := Task(2)
 	prop := Proposals()[3]
 	base := Evidence(8)
@@ -247,7 +269,7 @@ func testContext(t *testing.T, m rwm.WorldModel, opts Options) {
 	}
 }
 
-func testConcurrent(t *testing.T, m rwm.WorldModel, opts Options) {
+func testConcurrent(t tb, m rwm.WorldModel, opts Options) {
 	var queries []rwm.Query
 	evs := []records.Evidence{Evidence(0), Evidence(6), Evidence(15)}
 	for i, p := range Proposals() {

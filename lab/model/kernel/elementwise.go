@@ -92,6 +92,16 @@ func (k *Kernel) Adam(p, g, m, v []float32, a, ivc2, b1, b2, eps float32) {
 	k.impl.adam(p, g[:len(p)], m[:len(p)], v[:len(p)], a, ivc2, b1, b2, eps)
 }
 
+// AddTo sets dst[i] += src[i].
+func (k *Kernel) AddTo(dst, src []float32) { k.impl.addTo(dst, src[:len(dst)]) }
+
+func addToGo(dst, src []float32) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
 func tanhGo(dst, src []float32) {
 	src = src[:len(dst)]
 	for i, v := range src {
@@ -128,6 +138,7 @@ func adamGo(p, g, m, v []float32, a, ivc2, b1, b2, eps float32) {
 	}
 }
 
+func (goImpl) addTo(dst, src []float32)                { addToGo(dst, src) }
 func (goImpl) tanh(dst, src []float32)                 { tanhGo(dst, src) }
 func (goImpl) tanhBwd(d, a []float32)                  { tanhBwdGo(d, a) }
 func (goImpl) expShift(z []float32, s float32) float64 { return expShiftGo(z, s) }

@@ -61,6 +61,11 @@ func TestElementwiseBackendsAgree(t *testing.T) {
 		f.Tanh(got, src)
 		requireBitEqual(t, want, got)
 
+		x1, x2 := append([]float32(nil), src...), append([]float32(nil), src...)
+		g.AddTo(x1, want)
+		f.AddTo(x2, want)
+		requireBitEqual(t, x1, x2)
+
 		d1, d2 := append([]float32(nil), src...), append([]float32(nil), src...)
 		g.TanhBackward(d1, want)
 		f.TanhBackward(d2, want)

@@ -55,14 +55,14 @@ func sgemm(tA, tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
 	}
 }
 
-func (goImpl) nn(c, a, b []float32, m, k, n int, acc bool) {
+func (goImpl) nn(c, a, b []float32, m, k, n int, acc bool, _ *scratch) {
 	sgemm(false, false, m, n, k, a, k, b, n, c, acc)
 }
 
-func (goImpl) tn(c, a, b []float32, m, k, n int, acc bool, _ *[]float32) {
+func (goImpl) tn(c, a, b []float32, m, k, n int, acc bool, _ *scratch) {
 	sgemm(true, false, m, n, k, a, m, b, n, c, acc)
 }
 
-func (goImpl) nt(c, a, b []float32, m, k, n int, acc bool, _ *[]float32) {
+func (goImpl) nt(c, a, b []float32, m, k, n int, acc bool, _ *scratch) {
 	sgemm(false, true, m, n, k, a, k, b, k, c, acc)
 }

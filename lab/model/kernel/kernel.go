@@ -8,12 +8,13 @@ import "fmt"
 type impl interface {
 	name() string
 	// nn: C[m×n] (+)= A[m×k]·B[k×n].
-	nn(c, a, b []float32, m, k, n int, acc bool)
+	nn(c, a, b []float32, m, k, n int, acc bool, sc *scratch)
 	// tn: C[m×n] (+)= Aᵀ·B with A stored k×m.
-	tn(c, a, b []float32, m, k, n int, acc bool, scratch *[]float32)
+	tn(c, a, b []float32, m, k, n int, acc bool, sc *scratch)
 	// nt: C[m×n] (+)= A·Bᵀ with B stored n×k.
-	nt(c, a, b []float32, m, k, n int, acc bool, scratch *[]float32)
+	nt(c, a, b []float32, m, k, n int, acc bool, sc *scratch)
 	// element-wise kernels, see the Kernel methods of the same names.
+	addTo(dst, src []float32)
 	tanh(dst, src []float32)
 	tanhBwd(d, a []float32)
 	expShift(z []float32, shift float32) float64
@@ -25,8 +26,14 @@ type impl interface {
 // Generic. A Kernel is not safe for concurrent use.
 type Kernel struct {
 	impl    impl
-	scratch []float32
+	scratch scratch
 	flops   float64
+}
+
+// scratch is a Kernel's reusable working memory.
+type scratch struct {
+	t    []float32 // a transposed operand
+	tail []float32 // zero-padded last columns of B
 }
 
 // New returns a Kernel using the fastest backend compiled into this build
@@ -69,7 +76,7 @@ func (k *Kernel) MulNN(c, a, b []float32, m, kk, n int, acc bool) {
 		}
 		return
 	}
-	k.impl.nn(c[:m*n], a[:m*kk], b[:kk*n], m, kk, n, acc)
+	k.impl.nn(c[:m*n], a[:m*kk], b[:kk*n], m, kk, n, acc, &k.scratch)
 }
 
 // MulTN sets C (or adds to it when acc) to Aᵀ·B, with A stored k×m, B k×n

@@ -43,14 +43,14 @@ func cgemm(tA, tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
 		ptr(a), C.blasint(lda), ptr(b), C.blasint(ldb), beta, ptr(c), C.blasint(n))
 }
 
-func (openblasImpl) nn(c, a, b []float32, m, k, n int, acc bool) {
+func (openblasImpl) nn(c, a, b []float32, m, k, n int, acc bool, _ *scratch) {
 	cgemm(false, false, m, n, k, a, k, b, n, c, acc)
 }
 
-func (openblasImpl) tn(c, a, b []float32, m, k, n int, acc bool, _ *[]float32) {
+func (openblasImpl) tn(c, a, b []float32, m, k, n int, acc bool, _ *scratch) {
 	cgemm(true, false, m, n, k, a, m, b, n, c, acc)
 }
 
-func (openblasImpl) nt(c, a, b []float32, m, k, n int, acc bool, _ *[]float32) {
+func (openblasImpl) nt(c, a, b []float32, m, k, n int, acc bool, _ *scratch) {
 	cgemm(false, true, m, n, k, a, k, b, k, c, acc)
 }

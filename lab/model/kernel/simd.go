@@ -15,21 +15,21 @@ type simdImpl struct{}
 
 func (simdImpl) name() string { return "simd" }
 
-func (simdImpl) nn(c, a, b []float32, m, k, n int, acc bool) {
-	gemmSIMD(c, a, b, m, k, n, k, 1, acc)
+func (simdImpl) nn(c, a, b []float32, m, k, n int, acc bool, sc *scratch) {
+	gemmSIMD(c, a, b, m, k, n, k, 1, acc, sc)
 	archsimd.ClearAVXUpperBits()
 }
 
 // tn needs no transpose: A(i,p) = a[p·m+i] is addressed through strides.
-func (simdImpl) tn(c, a, b []float32, m, k, n int, acc bool, _ *[]float32) {
-	gemmSIMD(c, a, b, m, k, n, 1, m, acc)
+func (simdImpl) tn(c, a, b []float32, m, k, n int, acc bool, sc *scratch) {
+	gemmSIMD(c, a, b, m, k, n, 1, m, acc, sc)
 	archsimd.ClearAVXUpperBits()
 }
 
-func (simdImpl) nt(c, a, b []float32, m, k, n int, acc bool, scratch *[]float32) {
-	bt := grow(scratch, k*n)
+func (simdImpl) nt(c, a, b []float32, m, k, n int, acc bool, sc *scratch) {
+	bt := grow(&sc.t, k*n)
 	transpose(bt, b, n, k)
-	gemmSIMD(c, a, bt, m, k, n, k, 1, acc)
+	gemmSIMD(c, a, bt, m, k, n, k, 1, acc, sc)
 	archsimd.ClearAVXUpperBits()
 }
 
@@ -45,7 +45,7 @@ func at(s []float32, i int) float32 {
 
 // gemmSIMD: C[m×n] (+)= A·B[k×n] where A(i,p) = a[i·sa + p·sp] (sa = k,
 // sp = 1 for A; sa = 1, sp = m for Aᵀ). Shapes were checked by the caller.
-func gemmSIMD(c, a, b []float32, m, k, n, sa, sp int, acc bool) {
+func gemmSIMD(c, a, b []float32, m, k, n, sa, sp int, acc bool, sc *scratch) {
 	j := 0
 	for ; j+32 <= n; j += 32 {
 		i := 0
@@ -62,7 +62,7 @@ func gemmSIMD(c, a, b []float32, m, k, n, sa, sp int, acc bool) {
 		}
 	}
 	if j < n {
-		tailCols(c, a, b, m, k, n, j, sa, sp, acc)
+		tailCols(c, a, b, m, k, n, j, sa, sp, acc, sc)
 	}
 }
 
@@ -75,15 +75,16 @@ func block4x32(c, a, b []float32, i, j, k, n, sa, sp int, acc bool) {
 		c20, c21 = archsimd.LoadFloat32x16(at16(c, r2)), archsimd.LoadFloat32x16(at16(c, r2+16))
 		c30, c31 = archsimd.LoadFloat32x16(at16(c, r3)), archsimd.LoadFloat32x16(at16(c, r3+16))
 	}
-	// Pointer walks instead of indices: the Go compiler keeps them in
-	// registers, which indexing with four row offsets did not.
+	// Pointer walks instead of slice indices: the Go compiler keeps them in
+	// registers, which indexing with four row offsets did not. They advance
+	// only while another iteration follows, so they never point past the
+	// operands (checkptr rejects that).
 	pa := unsafe.Pointer(&a[i*sa])
 	pb := unsafe.Pointer(&b[j])
 	sa4, sp4, n4 := uintptr(sa)*4, uintptr(sp)*4, uintptr(n)*4
-	for range k {
+	for p := 1; ; p++ {
 		b0 := archsimd.LoadFloat32x16((*[16]float32)(pb))
 		b1 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(pb, 64)))
-		pb = unsafe.Add(pb, n4)
 		x := archsimd.BroadcastFloat32x16(*(*float32)(pa))
 		c00 = x.MulAdd(b0, c00)
 		c01 = x.MulAdd(b1, c01)
@@ -96,7 +97,11 @@ func block4x32(c, a, b []float32, i, j, k, n, sa, sp int, acc bool) {
 		x = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, 3*sa4)))
 		c30 = x.MulAdd(b0, c30)
 		c31 = x.MulAdd(b1, c31)
+		if p == k {
+			break
+		}
 		pa = unsafe.Add(pa, sp4)
+		pb = unsafe.Add(pb, n4)
 	}
 	c00.Store(at16(c, r0))
 	c01.Store(at16(c, r0+16))
@@ -140,20 +145,31 @@ func block1x16(c, a, b []float32, i, j, k, n, sa, sp int, acc bool) {
 	c0.Store(at16(c, r))
 }
 
-// tailCols handles the last n−j (< 16) columns with partial loads and
-// stores.
-func tailCols(c, a, b []float32, m, k, n, j, sa, sp int, acc bool) {
+// tailCols handles the last w = n−j (< 16) columns: B's tail is copied,
+// zero-padded, into 16-wide rows of scratch and each C row's tail goes
+// through a 16-float buffer, so every vector access stays inside its slice.
+func tailCols(c, a, b []float32, m, k, n, j, sa, sp int, acc bool, sc *scratch) {
 	w := n - j
+	bt := grow(&sc.tail, k*16)
+	for p := 0; p < k; p++ {
+		row := bt[p*16 : p*16+16]
+		copy(row, b[p*n+j:p*n+n])
+		clear(row[w:])
+	}
+	var buf [16]float32
 	for i := 0; i < m; i++ {
-		var c0 archsimd.Float32x16
 		r := i*n + j
 		if acc {
-			c0 = archsimd.LoadFloat32x16SlicePart(c[r : r+w])
+			copy(buf[:w], c[r:r+w])
+		} else {
+			buf = [16]float32{}
 		}
+		c0 := archsimd.LoadFloat32x16(&buf)
 		for p := 0; p < k; p++ {
 			x := archsimd.BroadcastFloat32x16(a[i*sa+p*sp])
-			c0 = x.MulAdd(archsimd.LoadFloat32x16SlicePart(b[p*n+j:p*n+n]), c0)
+			c0 = x.MulAdd(archsimd.LoadFloat32x16(at16(bt, p*16)), c0)
 		}
-		c0.StoreSlicePart(c[r : r+w])
+		c0.Store(&buf)
+		copy(c[r:r+w], buf[:w])
 	}
 }

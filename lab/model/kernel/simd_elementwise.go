@@ -44,6 +44,15 @@ func (simdImpl) tanh(dst, src []float32) {
 	tanhGo(dst[n:], src[n:len(dst)])
 }
 
+func (simdImpl) addTo(dst, src []float32) {
+	n := len(dst) &^ 15
+	for i := 0; i < n; i += 16 {
+		archsimd.LoadFloat32x16(at16(dst, i)).Add(archsimd.LoadFloat32x16(at16(src, i))).Store(at16(dst, i))
+	}
+	archsimd.ClearAVXUpperBits()
+	addToGo(dst[n:], src[n:len(dst)])
+}
+
 func (simdImpl) tanhBwd(d, a []float32) {
 	n := len(d) &^ 15
 	one := archsimd.BroadcastFloat32x16(1)

@@ -1,0 +1,89 @@
+package rwm
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// LogMarginal returns the log marginal likelihood of ev's records (their
+// gains in σ_e units, infeasible ones at InfeasibleSigmas) under the
+// embedded model with cfg: log N(y; μ, c·K₁), with the scale c as the model
+// uses it (fitted or 1). Higher is a better explanation of the records. It
+// factorises the Gram matrix: O(n³).
+func LogMarginal(ctx context.Context, cfg EmbeddedConfig, ev records.Evidence) (float64, error) {
+	if err := cfg.Validate(); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("rwm: log marginal: %w", err)
+	}
+	e := NewEmbedded(cfg)
+	f := &factor{}
+	if err := e.build(f, ev); err != nil {
+		return 0, err
+	}
+	n := float64(len(f.feats))
+	if n == 0 {
+		return 0, nil
+	}
+	c := f.scale
+	return -0.5 * (f.quad/c + n*math.Log(c) + f.logDet + n*math.Log(2*math.Pi)), nil
+}
+
+// TuneGrid returns the documented grid that Tune searches around base:
+// NoiseSigmas × {0.5, 1, 2}, task correlations (family, metric, any) in
+// {(0.5, 0.25, 0.1), (0.8, 0.5, 0.3), (0.95, 0.8, 0.6)}, CorrMech in
+// {0.3, 0.6, 0.9} and Lengthscale in {ln 2, ln 4, ln 16}: 81 configurations,
+// every other field as in base.
+func TuneGrid(base EmbeddedConfig) []EmbeddedConfig {
+	var out []EmbeddedConfig
+	for _, noise := range []float64{0.5, 1, 2} {
+		for _, tc := range [][3]float64{{0.5, 0.25, 0.1}, {0.8, 0.5, 0.3}, {0.95, 0.8, 0.6}} {
+			for _, mech := range []float64{0.3, 0.6, 0.9} {
+				for _, ls := range []float64{math.Log(2), math.Log(4), math.Log(16)} {
+					c := base
+					c.NoiseSigmas = base.NoiseSigmas * noise
+					c.CorrFamily, c.CorrMetric, c.CorrAny = tc[0], tc[1], tc[2]
+					c.CorrMech = max(mech, c.CorrOtherMech)
+					c.Lengthscale = ls
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Tune returns the configuration of grid (TuneGrid(base) when nil) with the
+// highest LogMarginal on ev, and that value: type-II maximum likelihood, the
+// "simply tuned" option of the embedded model. It reads the records only,
+// so a tuned model is still a function of (task, proposal, records); retune
+// when the records change (at a calibration point, METHOD.md §1 On-policy
+// calibration), not between predictions. With fewer than 10 records it
+// returns base: too few to choose. Ties go to the earlier configuration.
+func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []EmbeddedConfig) (EmbeddedConfig, float64, error) {
+	if err := base.Validate(); err != nil {
+		return base, 0, err
+	}
+	if ev.Len() < 10 {
+		lm, err := LogMarginal(ctx, base, ev)
+		return base, lm, err
+	}
+	if grid == nil {
+		grid = TuneGrid(base)
+	}
+	best, bestLM := base, math.Inf(-1)
+	for _, c := range grid {
+		lm, err := LogMarginal(ctx, c, ev)
+		if err != nil {
+			return base, 0, err
+		}
+		if lm > bestLM {
+			best, bestLM = c, lm
+		}
+	}
+	return best, bestLM, nil
+}
