@@ -8,6 +8,7 @@
 //
 //	go run ./examples/lm2lm                       # the default profile, a few minutes on 2 cores
 //	go run ./examples/lm2lm -profile short        # about a minute
+//	go run ./examples/lm2lm -profile paper        # 277 states → 256 groups per rollout
 //	go run ./examples/lm2lm -calibration static   # the static-RWM ablation
 //	go run ./examples/lm2lm -calibration static -wmrl   # WMRL's corrections instead (METHOD.md §2)
 //
@@ -50,9 +51,13 @@ type profile struct {
 }
 
 var profiles = map[string]profile{
-	"short":   {steps: 24, states: 48, quota: 32, m0: 24, evalStates: 2, schedule: calibrate.Schedule{Steps: []int{8, 16}, Budgets: []int{8, 8}}},
-	"default": {steps: 48, states: 96, quota: 64, m0: 48, evalStates: 4, schedule: calibrate.Schedule{Steps: []int{8, 24, 40}, Budgets: []int{12, 16, 12}}},
-	"paper":   {steps: 96, states: 277, quota: 256, m0: 100, evalStates: 8, schedule: calibrate.DefaultSchedule()},
+	// short: about a minute; a smoke test of the whole loop.
+	"short": {steps: 24, states: 48, quota: 32, m0: 24, evalStates: 2, schedule: calibrate.Schedule{Steps: []int{8, 16}, Budgets: []int{8, 8}}},
+	// default: the paper's step count, schedule and real-run budget (100
+	// initial + 100 calibration records), with 128 states per rollout.
+	"default": {steps: 96, states: 128, quota: 96, m0: 100, evalStates: 8, schedule: calibrate.DefaultSchedule()},
+	// paper: also the paper's 277 states → 256 kept groups per rollout.
+	"paper": {steps: 96, states: 277, quota: 256, m0: 100, evalStates: 8, schedule: calibrate.DefaultSchedule()},
 }
 
 type options struct {
