@@ -93,8 +93,10 @@ type Report struct {
 	WMRL         bool               `json:"wmrl"`
 	Seed         uint64             `json:"seed"`
 	M0           int                `json:"m0_records"`
-	Base         Summary            `json:"base"`
-	Trained      Summary            `json:"trained"`
+	Base         Summary            `json:"base"`          // held-out tasks
+	Trained      Summary            `json:"trained"`       // held-out tasks
+	BaseTrain    Summary            `json:"base_train"`    // training tasks, one state each
+	TrainedTrain Summary            `json:"trained_train"` // training tasks, one state each
 	WinRate      *float64           `json:"win_rate_vs_base"`
 	Steps        []Step             `json:"steps"`
 	Calibrations []Calibration      `json:"calibrations"`
@@ -207,15 +209,15 @@ func run(ctx context.Context, w io.Writer, o options) error {
 	if err != nil {
 		return err
 	}
-	var train, held []records.Task
+	var train, heldTasks []records.Task
 	for _, t := range tasks {
 		if t.Split == records.Train {
 			train = append(train, t)
 		} else {
-			held = append(held, t)
+			heldTasks = append(heldTasks, t)
 		}
 	}
-	fmt.Fprintf(w, "%d training and %d held-out tasks ready (%.0f s)\n", len(train), len(held), time.Since(start).Seconds())
+	fmt.Fprintf(w, "%d training and %d held-out tasks ready (%.0f s)\n", len(train), len(heldTasks), time.Since(start).Seconds())
 
 	// M_0: real records of catalogue proposals drawn uniformly (METHOD.md §1
 	// Data and evaluation: mechanism-library sampling).
@@ -244,13 +246,27 @@ func run(ctx context.Context, w io.Writer, o options) error {
 	rep := Report{Profile: o.profile, Calibration: mode.String(), WMRL: o.wmrl, Seed: o.seed, M0: m0.Len(),
 		RealRuns: map[string]int{}, CPUSeconds: map[string]float64{}}
 
-	fmt.Fprintf(w, "\nevaluating the untrained policy (Base) on held-out tasks: %d states × %d proposals, real runs ...\n", len(held)*ecfg.StatesPerTask, ecfg.K)
-	base, err := lm2lm.Evaluate(ctx, ecfg, pol, l, pool, held, nil)
+	// J_test on held-out tasks and J_train on one state of each training
+	// task (METHOD.md §1 Objective), with empty histories and fixed seeds, so
+	// that both policies see the same states.
+	tcfg := ecfg
+	tcfg.StatesPerTask = 1
+	evaluate := func(name string) (held, trainRep lm2lm.EvalReport, err error) {
+		fmt.Fprintf(w, "\nevaluating the %s policy: %d held-out and %d training states × %d proposals, real runs ...\n",
+			name, len(heldTasks)*ecfg.StatesPerTask, len(train), ecfg.K)
+		if held, err = lm2lm.Evaluate(ctx, ecfg, pol, l, pool, heldTasks, nil); err != nil {
+			return held, trainRep, err
+		}
+		trainRep, err = lm2lm.Evaluate(ctx, tcfg, pol, l, pool, train, nil)
+		rep.RealRuns["eval_"+name] = held.Runs + trainRep.Runs
+		rep.CPUSeconds["eval_"+name] = held.Cost.DeviceSeconds + trainRep.Cost.DeviceSeconds
+		return held, trainRep, err
+	}
+	base, baseTrain, err := evaluate("untrained")
 	if err != nil {
 		return err
 	}
-	rep.Base = summary(base)
-	rep.RealRuns["eval_base"], rep.CPUSeconds["eval_base"] = base.Runs, base.Cost.DeviceSeconds
+	rep.Base, rep.BaseTrain = summary(base), summary(baseTrain)
 
 	cfg := lm2lm.DefaultConfig()
 	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
@@ -300,36 +316,39 @@ func run(ctx context.Context, w io.Writer, o options) error {
 	cost, runs := tr.Cost()
 	rep.RealRuns["training"], rep.CPUSeconds["training"] = runs, cost.DeviceSeconds
 
-	fmt.Fprintf(w, "\nevaluating the trained policy on the same held-out states ...\n")
-	trained, err := lm2lm.Evaluate(ctx, ecfg, pol, l, pool, held, nil)
+	trained, trainedTrain, err := evaluate("trained")
 	if err != nil {
 		return err
 	}
-	rep.Trained = summary(trained)
+	rep.Trained, rep.TrainedTrain = summary(trained), summary(trainedTrain)
 	rep.WinRate = num(lm2lm.WinRate(trained, base))
-	rep.RealRuns["eval_trained"], rep.CPUSeconds["eval_trained"] = trained.Runs, trained.Cost.DeviceSeconds
 	rep.Predictions = world.Stats().Calls
 
-	fmt.Fprintf(w, "\nheld-out evaluation (gains in σ_e units; real runs)\n")
-	fmt.Fprintf(w, "%-10s %8s %8s %10s %10s %11s\n", "policy", "Avg@4", "Best@4", "neg. rate", "> 2σ_e", "infeasible")
-	for _, x := range []struct {
-		name string
-		r    lm2lm.EvalReport
-	}{{"Base", base}, {"trained", trained}} {
-		fmt.Fprintf(w, "%-10s %+8.2f %+8.2f %9.1f%% %9.1f%% %10.1f%%\n", x.name, x.r.AvgK, x.r.BestK,
-			100*x.r.NegativeRate, 100*x.r.Above2Sigma, 100*x.r.InfeasibleRate)
+	for _, tab := range []struct {
+		title         string
+		base, trained lm2lm.EvalReport
+	}{{"held-out tasks (J_test)", base, trained}, {"training tasks (J_train)", baseTrain, trainedTrain}} {
+		fmt.Fprintf(w, "\n%s: gains in σ_e units, real runs\n", tab.title)
+		fmt.Fprintf(w, "%-10s %8s %8s %10s %10s %11s\n", "policy", "Avg@4", "Best@4", "neg. rate", "> 2σ_e", "infeasible")
+		for _, x := range []struct {
+			name string
+			r    lm2lm.EvalReport
+		}{{"Base", tab.base}, {"trained", tab.trained}} {
+			fmt.Fprintf(w, "%-10s %+8.2f %+8.2f %9.1f%% %9.1f%% %10.1f%%\n", x.name, x.r.AvgK, x.r.BestK,
+				100*x.r.NegativeRate, 100*x.r.Above2Sigma, 100*x.r.InfeasibleRate)
+		}
+		fmt.Fprintf(w, "win rate of the trained policy vs Base per state: %.2f\n", lm2lm.WinRate(tab.trained, tab.base))
 	}
-	fmt.Fprintf(w, "win rate of the trained policy vs Base per state: %.2f\n", lm2lm.WinRate(trained, base))
-	fmt.Fprintf(w, "\nper family (Avg@4 / Best@4 in the metric's units ×10³)\n")
+	fmt.Fprintf(w, "\nheld-out tasks per family (Avg@4 / Best@4 in the metric's units ×10³)\n")
 	for i, f := range trained.Family {
 		b := base.Family[i]
 		fmt.Fprintf(w, "  %-16s %-15s Base %+7.2f / %+7.2f   trained %+7.2f / %+7.2f\n", f.Family, f.Metric,
 			1e3*b.Avg, 1e3*b.Best, 1e3*f.Avg, 1e3*f.Best)
 	}
 	ws := world.Stats()
-	fmt.Fprintf(w, "\ncost: %d world-model predictions; real runs: M_0 %d, training (calibration and anchors) %d, evaluation %d + %d; "+
-		"CPU seconds of measured runs %.0f; wall %.0f s\n", ws.Calls, m0.Len(), runs, base.Runs, trained.Runs,
-		cost.DeviceSeconds+base.Cost.DeviceSeconds+trained.Cost.DeviceSeconds, time.Since(start).Seconds())
+	fmt.Fprintf(w, "\ncost: %d world-model predictions; real runs: M_0 %d, training (calibration and anchors) %d "+
+		"(%.0f CPU s), evaluation %d + %d; wall %.0f s\n", ws.Calls, m0.Len(), runs, cost.DeviceSeconds,
+		rep.RealRuns["eval_untrained"], rep.RealRuns["eval_trained"], time.Since(start).Seconds())
 
 	if o.report != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
