@@ -51,6 +51,8 @@ type profile struct {
 }
 
 var profiles = map[string]profile{
+	// tiny: the end-to-end test's profile (examples/lm2lm/main_test.go).
+	"tiny": {steps: 16, states: 12, quota: 8, m0: 8, evalStates: 1, schedule: calibrate.Schedule{Steps: []int{8}, Budgets: []int{4}}},
 	// short: about a minute; a smoke test of the whole loop.
 	"short": {steps: 24, states: 48, quota: 32, m0: 24, evalStates: 2, schedule: calibrate.Schedule{Steps: []int{8, 16}, Budgets: []int{8, 8}}},
 	// default: the paper's step count, schedule and real-run budget (100

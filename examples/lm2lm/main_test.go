@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestMainJobEndToEnd runs the whole method on the real lab with the tiny
+// profile: reference runs, M_0, training with one calibration, and the
+// evaluation before and after, all with real CPU training runs. A second
+// invocation on the same store reuses every run and reproduces the report.
+func TestMainJobEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains about 200 tiny models; runs without -short")
+	}
+	dir := t.TempDir()
+	o := options{profile: "tiny", calibration: "top-rated", store: filepath.Join(dir, "records.jsonl"),
+		report: filepath.Join(dir, "report.json"), seed: 3, parallel: 2}
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), &out, o))
+	t.Log(out.String())
+	first, err := os.ReadFile(o.report)
+	require.NoError(t, err)
+	var rep Report
+	require.NoError(t, json.Unmarshal(first, &rep))
+	require.Equal(t, 8, rep.M0)
+	require.Len(t, rep.Steps, 16)
+	require.Len(t, rep.Calibrations, 1)
+	require.Equal(t, 4, rep.Calibrations[0].Executed)
+	require.Equal(t, 4, rep.RealRuns["training"])
+	require.NotNil(t, rep.Base.AvgK)
+	require.NotNil(t, rep.Trained.AvgK)
+	require.NotNil(t, rep.WinRate)
+	require.Len(t, rep.Base.Family, 4)
+
+	// Same seed, same store: every run is already recorded, the report is
+	// identical.
+	out.Reset()
+	o.report = filepath.Join(dir, "again.json")
+	require.NoError(t, run(context.Background(), &out, o))
+	again, err := os.ReadFile(o.report)
+	require.NoError(t, err)
+	require.JSONEq(t, string(first), string(again))
+}
+
+func TestUnknownFlags(t *testing.T) {
+	var out bytes.Buffer
+	require.ErrorContains(t, run(context.Background(), &out, options{profile: "huge"}), "unknown -profile")
+	require.ErrorContains(t, run(context.Background(), &out, options{profile: "tiny", calibration: "best"}), "unknown -calibration")
+}
