@@ -7,9 +7,11 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -30,7 +32,8 @@ import (
 //     bucket, 0 = unknown), the history length (0..records.MaxHistory), for
 //     each card of the catalogue whether the history holds it with a
 //     positive gain, a non-positive gain or an infeasible run, and the same
-//     three indicators for the most recent history record alone
+//     three indicators for the most recent history record alone, and the
+//     hashed words of the task's description (PolicyConfig.DescriptionBuckets)
 //     (METHOD.md §1 Vocabulary: research state s = (e, h));
 //   - previous tokens: for a parameter token, the choices already made for
 //     the card's earlier parameters.
@@ -109,6 +112,8 @@ type layout struct {
 	histLen   int
 	histSet   int // offset of the (slot, outcome) indicators over the whole history
 	histLast  int // offset of the (slot, outcome) indicators of the last record
+	descOff   int // offset of the hashed description words
+	descN     int // number of description buckets (0 = none)
 	nSlots    int // catalogue cards + no-change + unknown
 }
 
@@ -207,6 +212,7 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 	lay.histLen, off = off, off+records.MaxHistory+1
 	lay.histSet, off = off, off+lay.nSlots*numOutcomes
 	lay.histLast, off = off, off+lay.nSlots*numOutcomes
+	lay.descOff, lay.descN, off = off, cfg.DescriptionBuckets, off+cfg.DescriptionBuckets
 	lay.dState = off
 
 	// Heads: the card head, then one per (card, parameter).
@@ -270,7 +276,37 @@ func (l *layout) stateFeatures(s records.State, buckets int) []int {
 		r := hist[len(hist)-1]
 		f = append(f, l.histLast+l.slot(r.Proposal)*numOutcomes+outcome(r))
 	}
-	return f
+	return append(f, l.descriptionFeatures(s.Task.Description)...)
+}
+
+// descriptionFeatures returns the distinct hashed-word indices of a task
+// description in increasing order. A word is a maximal run of letters,
+// digits and the characters . - + (so "8e-3" and "0.008" stay whole), with
+// trailing dots removed and letters lower-cased.
+func (l *layout) descriptionFeatures(desc string) []int {
+	if l.descN == 0 || desc == "" {
+		return nil
+	}
+	words := strings.FieldsFunc(strings.ToLower(desc), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '.' && r != '-' && r != '+'
+	})
+	seen := make(map[int]bool, len(words))
+	var out []int
+	for _, w := range words {
+		w = strings.TrimRight(w, ".")
+		if w == "" {
+			continue
+		}
+		h := fnv.New64a()
+		h.Write([]byte(w))
+		i := l.descOff + int(h.Sum64()%uint64(l.descN))
+		if !seen[i] {
+			seen[i] = true
+			out = append(out, i)
+		}
+	}
+	sort.Ints(out)
+	return out
 }
 
 // slot is the history slot of a proposal's mechanism: its card index, then

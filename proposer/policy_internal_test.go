@@ -3,8 +3,10 @@ package proposer
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -369,4 +371,30 @@ func TestZeroAdvantagesChangeNothing(t *testing.T) {
 	require.Equal(t, n, st.Tokens)
 	require.InDelta(t, want/float64(n), st.KL, 1e-12)
 	require.Positive(t, st.KL, "old log-probs were shifted, so KL(old‖new) > 0")
+}
+
+func TestDescriptionFeatures(t *testing.T) {
+	// Hashed words of the task description: distinct, sorted, inside the
+	// block; numbers stay whole ("0.008" and "8e-3" are words).
+	l := layout{descOff: 100, descN: 64}
+	hash := func(w string) int {
+		h := fnv.New64a()
+		h.Write([]byte(w))
+		return 100 + int(h.Sum64()%64)
+	}
+	want := map[int]bool{}
+	for _, w := range []string{"adam", "lr", "0.008", "batch", "32", "8e-3"} {
+		want[hash(w)] = true
+	}
+	got := l.descriptionFeatures("Adam lr 0.008, batch 32; Adam LR 8e-3.")
+	require.Len(t, got, len(want))
+	require.True(t, sort.IntsAreSorted(got))
+	for _, f := range got {
+		require.True(t, want[f], "feature %d", f)
+		require.GreaterOrEqual(t, f, 100)
+		require.Less(t, f, 164)
+	}
+	require.NotEqual(t, l.descriptionFeatures("lr 0.008"), l.descriptionFeatures("lr 0.002"))
+	require.Empty(t, l.descriptionFeatures(""))
+	require.Empty(t, (&layout{descOff: 100}).descriptionFeatures("lr 0.008"), "0 buckets = off")
 }
