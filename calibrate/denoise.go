@@ -10,12 +10,14 @@ const DisagreementFloor = 1e-9
 // the world model and by real execution (METHOD.md §2: about 10%):
 // max(min, round(fraction·groups)) with round half to even, then at most
 // groups, then at most max when max > 0 (max 0 = no cap). groups ≤ 0
-// gives 0; the result is never negative.
+// gives 0; the result is never negative. The product is rounded as the
+// decimal it stands for: a float product within a relative 1e-9 of a half
+// (0.7·45 = 31.499999999999996) counts as that half (31.5 → 32).
 func AnchorCount(groups int, fraction float64, min, max int) int {
 	if groups <= 0 {
 		return 0
 	}
-	want := math.RoundToEven(fraction * float64(groups))
+	want := math.RoundToEven(snapHalf(fraction * float64(groups)))
 	if math.IsNaN(want) {
 		want = 0
 	}
@@ -25,6 +27,16 @@ func AnchorCount(groups int, fraction float64, min, max int) int {
 		want = math.Min(want, float64(max))
 	}
 	return int(math.Max(want, 0))
+}
+
+// snapHalf returns k + 0.5 when p is within a relative 1e-9 of it, and p
+// otherwise, so float residue does not decide a round-half-to-even tie.
+func snapHalf(p float64) float64 {
+	h := math.Floor(p) + 0.5
+	if math.Abs(p-h) <= 1e-9*math.Max(1, math.Abs(p)) {
+		return h
+	}
+	return p
 }
 
 // Disagreement returns the normalised within-group disagreement between

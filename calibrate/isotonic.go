@@ -129,8 +129,10 @@ func pava(v, w []float64) []float64 {
 // FitBinned is WMRL's binned isotonic fit (METHOD.md §2 Online Debiasing):
 // bins equal-width bins over [0, 1] with edges i·(1/bins), left-closed
 // (x in [edge_i, edge_{i+1}) falls in bin i; x = 1 falls in the last bin);
-// x below 0 or above 1 is clamped into the end bins (the bin index is
-// clamped; the knot still uses the raw x). Each populated bin contributes
+// x below 0 or above 1 is clamped to 0 or 1, so it falls in an end bin
+// and enters that bin's mean x as 0 or 1: one wild score cannot drag a
+// knot far outside [0, 1] and flatten the map inside it. Each populated
+// bin contributes
 // the mean x and mean y of its pairs and its count; pool-adjacent-violators
 // over the bin means, weighted by count, merges only on strict violation.
 // The knots are the bins' mean x with their pooled values. Non-finite
@@ -158,8 +160,9 @@ func TryFitBinned(x, y []float64, bins int) (f Isotonic, ok bool) {
 		if !finite(x[i]) || !finite(y[i]) {
 			continue
 		}
-		b := binOf(x[i], bins, width)
-		sx[b] += x[i]
+		xi := math.Min(1, math.Max(0, x[i]))
+		b := binOf(xi, bins, width)
+		sx[b] += xi
 		sy[b] += y[i]
 		cnt[b]++
 	}

@@ -162,13 +162,25 @@ func TestFitBinnedEdges(t *testing.T) {
 	if diff := cmp.Diff(want, f, cmpopts.EquateApprox(0, 1e-15)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	// Outside [0, 1]: clamped into the end bins, knots keep the raw x.
-	// Bin means .5, .3, .1 pool to .3.
+	// Outside [0, 1]: clamped to 0 and 1, into the end bins (issue 3,
+	// METHOD.md §2). Bin means .5, .3, .1 pool to .3.
 	f = FitBinned([]float64{-1, .5, 2}, []float64{.5, .3, .1}, 10)
-	want = Isotonic{X: []float64{-1, .5, 2}, Y: []float64{.3, .3, .3}}
+	want = Isotonic{X: []float64{0, .5, 1}, Y: []float64{.3, .3, .3}}
 	if diff := cmp.Diff(want, f, cmpopts.EquateApprox(0, 1e-15)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
+	// A clamped score shares its end bin: bin 0 holds x 0 (from −5) and
+	// .06, mean x .03, mean y (0 + .2)/2 = .1; bin 9 holds 1 (from 7) and
+	// .9, mean x .95, mean y (1 + .8)/2 = .9. Apply(.5) interpolates:
+	// .1 + .8·(.47/.92).
+	f = FitBinned([]float64{-5, .06, .9, 7}, []float64{0, .2, .8, 1}, 10)
+	want = Isotonic{X: []float64{.03, .95}, Y: []float64{.1, .9}}
+	if diff := cmp.Diff(want, f, cmpopts.EquateApprox(0, 1e-15)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	require.InDelta(t, .1+.8*(.47/.92), f.Apply(.5), 1e-15)
+	require.Equal(t, .1, f.Apply(-5))
+	require.Equal(t, .9, f.Apply(7))
 	// x = 1 is in the last bin, with 0.95.
 	f = FitBinned([]float64{0, 1, .95}, []float64{0, 1, 0.5}, 10)
 	want = Isotonic{X: []float64{0, .975}, Y: []float64{0, .75}}

@@ -147,6 +147,12 @@ func TestAnchorCount(t *testing.T) {
 		{0, 0.10, 1, 0, 0},
 		{-3, 0.10, 1, 0, 0},
 		{10, math.NaN(), 1, 0, 1},
+		// Float residue must not decide a tie: 0.7·45 is 31.499999999999996
+		// in float64 but stands for 31.5 → 32 (even); 0.7·85 = 59.5 → 60.
+		{45, 0.7, 0, 0, 32},
+		{85, 0.7, 0, 0, 60},
+		{55, 0.3, 0, 0, 16}, // 16.5 → 16 (even)
+		{44, 0.7, 0, 0, 31}, // 30.8, no tie
 	}
 	for _, tt := range tests {
 		require.Equal(t, tt.want, AnchorCount(tt.groups, tt.fraction, tt.min, tt.max), "%+v", tt)

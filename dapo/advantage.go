@@ -13,7 +13,8 @@ import "math"
 //     as WMRL.
 //
 // A single reward has advantage 0 under every norm (its sample std is
-// taken as 0). An empty group returns an empty slice. Non-finite rewards
+// taken as 0), and so does every reward of a flat group when std + eps is
+// 0 (eps 0). An empty group returns an empty slice. Non-finite rewards
 // propagate. An unknown norm panics.
 func Advantages(rewards []float64, norm Norm, eps float64) []float64 {
 	out := make([]float64, len(rewards))
@@ -62,6 +63,11 @@ func advantagesInto(dst, r []float64, norm Norm, eps float64) {
 		panic("dapo: Advantages: unknown Norm " + norm.String())
 	}
 	d := std + eps
+	if d == 0 {
+		// A flat group with eps 0: no signal, not 0/0 = NaN.
+		clear(dst)
+		return
+	}
 	for i, x := range r {
 		dst[i] = (x - mean) / d
 	}
@@ -70,9 +76,11 @@ func advantagesInto(dst, r []float64, norm Norm, eps float64) {
 // Informative reports whether a group carries signal for the policy
 // gradient: max(R) − min(R) > tol (METHOD.md §1 Policy optimisation,
 // dynamic sampling drops groups whose rewards are all equal). The tolerance
-// is absolute, so float residue such as [0.7, 7·0.1, 0.7] counts as flat
-// for any tol ≥ 1e-15. Groups with fewer than two rewards, or with a NaN
-// reward, are not informative.
+// is absolute. Whatever tol is (even 0), a spread of at most
+// ResidueUlps·ε·max(|min R|, |max R|) (ε the float64 machine epsilon) is
+// float residue and counts as flat, so [0.7, 7·0.1, 0.7] is flat for every
+// tol ≥ 0. Groups with fewer than two rewards, or with a NaN reward, are
+// not informative.
 func Informative(rewards []float64, tol float64) bool {
 	if len(rewards) < 2 {
 		return false
@@ -84,5 +92,15 @@ func Informative(rewards []float64, tol float64) bool {
 		}
 		lo, hi = math.Min(lo, x), math.Max(hi, x)
 	}
-	return hi-lo > tol
+	spread := hi - lo
+	residue := ResidueUlps * epsilon * math.Max(math.Abs(lo), math.Abs(hi))
+	return spread > tol && (math.IsInf(spread, 1) || spread > residue)
 }
+
+// ResidueUlps is how many machine epsilons of relative spread Informative
+// always treats as float residue (library choice: sums and products of a
+// few terms stay well inside it; any real reward difference is far above).
+const ResidueUlps = 64
+
+// epsilon is the float64 machine epsilon, 2⁻⁵².
+const epsilon = 0x1p-52

@@ -38,6 +38,10 @@ func TestAdvantagesReference(t *testing.T) {
 		{"single reward population", []float64{3}, ZScorePopulation, 1e-6, []float64{0}, 0},
 		{"empty", nil, ZScore, 1e-6, []float64{}, 0},
 		{"flat zscore", []float64{2, 2, 2}, ZScore, 1e-6, []float64{0, 0, 0}, 0},
+		// std + ε = 0: 0, not 0/0 = NaN.
+		{"flat zscore eps 0", []float64{2, 2, 2}, ZScore, 0, []float64{0, 0, 0}, 0},
+		{"flat population eps 0", []float64{-1, -1}, ZScorePopulation, 0, []float64{0, 0}, 0},
+		{"single reward eps 0", []float64{3}, ZScore, 0, []float64{0}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,6 +95,14 @@ func TestInformative(t *testing.T) {
 	}{
 		{"float residue is flat", []float64{0.7, residue, 0.7}, 1e-9, false},
 		{"exactly flat, tol 0", []float64{0.7, 0.7, 0.7}, 0, false},
+		// Residue is flat even with tol 0: 7·0.1 is one ulp (2⁻⁵³ ≈ 1.1e-16)
+		// above 0.7, far below 64·2⁻⁵²·0.7 ≈ 9.9e-15.
+		{"float residue is flat, tol 0", []float64{0.7, residue, 0.7}, 0, false},
+		{"sum residue is flat, tol 0", []float64{0.1 * 3, a + a + a, 0.3}, 0, false},
+		// A real difference far above residue is signal with tol 0.
+		{"tiny signal, tol 0", []float64{1, 1 + 1e-12}, 0, true},
+		{"zeros flat, tol 0", []float64{0, 0}, 0, false},
+		{"near zero signal, tol 0", []float64{0, 1e-300}, 0, true},
 		{"signal", []float64{0, 1, 0}, 1e-9, true},
 		{"below tol", []float64{1, 1 + 1e-12}, 1e-9, false},
 		{"above tol", []float64{1, 1 + 1e-6}, 1e-9, true},
@@ -98,6 +110,8 @@ func TestInformative(t *testing.T) {
 		{"empty", nil, 0, false},
 		{"nan", []float64{0, math.NaN(), 1}, 1e-9, false},
 		{"inf spread", []float64{0, math.Inf(1)}, 1e-9, true},
+		{"inf spread, tol 0", []float64{math.Inf(-1), math.Inf(1)}, 0, true},
+		{"all inf flat", []float64{math.Inf(1), math.Inf(1)}, 0, false},
 	}
 	require.NotEqual(t, residue, 0.7) // the residue case is real
 	for _, tt := range tests {
@@ -412,6 +426,70 @@ func TestAggregationsAgreeOnEqualLengths(t *testing.T) {
 		r := Evaluate(cfg, seqs)
 		if r.Loss != b || r.Tokens != n*len(seqs) {
 			t.Fatalf("Evaluate %+v disagrees with Loss %g", r, b)
+		}
+	})
+}
+
+func TestTokenLossAtClipBoundaries(t *testing.T) {
+	// METHOD.md §1 Policy optimisation, ε_low 0.2, ε_high 0.28, dual clip 3.
+	// Exactly on a kink the unclipped term counts as active (the subgradient
+	// PyTorch's clamp passes), so ∂ℓ/∂ρ = −A; just past it the clip holds
+	// and the derivative is 0. The loss is continuous across each kink.
+	cfg := DefaultLossConfig()
+	cfg.DualClip = 3
+	const h = 1e-9
+	tests := []struct {
+		name            string
+		adv, rho        float64
+		wantLoss, wantD float64 // at the kink
+		pastRho         float64 // just inside the clipped region
+	}{
+		{"1+ε_high, A>0", 1, 1.28, -1.28, -1, 1.28 + h},
+		{"1−ε_low, A<0", -1, 0.8, 0.8, 1, 0.8 - h},
+		{"dual clip c, A<0", -1, 3, 3, 1, 3 + h},
+		{"1+ε_high, A=2", 2, 1.28, -2.56, -2, 1.28 + h},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, d := TokenLoss(cfg, tt.adv, tt.rho)
+			require.Equal(t, tt.wantLoss, l)
+			require.Equal(t, tt.wantD, d)
+			lp, dp := TokenLoss(cfg, tt.adv, tt.pastRho)
+			require.Zero(t, dp, "clipped past the kink")
+			require.InDelta(t, l, lp, 1e-8, "continuous at the kink")
+		})
+	}
+	// A < 0 between 1+ε_high and c is not clipped: ρ·|A|, slope −A.
+	l, d := TokenLoss(cfg, -2, 2)
+	require.Equal(t, 4.0, l)
+	require.Equal(t, 2.0, d)
+	// A = 0 contributes nothing anywhere.
+	l, d = TokenLoss(cfg, 0, 7)
+	require.Zero(t, l)
+	require.Zero(t, d)
+}
+
+func TestInformativeResidueProperty(t *testing.T) {
+	// METHOD.md §1 Policy optimisation (issue 3): float residue counts as
+	// flat for every tol ≥ 0, while a relative spread of 1e-12 is signal.
+	rapid.Check(t, func(t *rapid.T) {
+		// Residue is relative to the rewards' magnitude; at exactly 0 any
+		// non-zero spread is signal, so x stays away from 0.
+		x := rapid.Float64Range(1e-3, 10).Draw(t, "x")
+		if rapid.Bool().Draw(t, "neg") {
+			x = -x
+		}
+		ulps := rapid.IntRange(0, 8).Draw(t, "ulps")
+		y := x
+		for range ulps {
+			y = math.Nextafter(y, math.Inf(1))
+		}
+		tol := rapid.SampledFrom([]float64{0, 1e-12, 1e-9}).Draw(t, "tol")
+		if Informative([]float64{x, y, x}, tol) {
+			t.Fatalf("Informative([%v %v %v], %g) = true, want flat", x, y, x, tol)
+		}
+		if !Informative([]float64{x, x + 1e-12*math.Abs(x) + 1e-12}, 0) {
+			t.Fatalf("spread 1e-12 at %v not informative with tol 0", x)
 		}
 	})
 }
