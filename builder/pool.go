@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,7 +34,9 @@ type PoolConfig struct {
 	// Store, when set, makes runs idempotent: a (task, proposal key, seed)
 	// that already has a real record there is not run again, and every
 	// finished run (feasible or infeasible) is appended before Execute
-	// returns it. Default nil.
+	// returns it, its seeds always including the job's seed. A job whose
+	// record the store would reject (records.Storable) is refused with
+	// ErrFailed before it runs. Default nil.
 	Store records.Store
 	// Ledger receives the pool's totals; nil = a new ledger (see
 	// Pool.Ledger).
@@ -151,6 +154,11 @@ func (p *Pool) Execute(ctx context.Context, j Job) (Outcome, error) {
 		return DoneOutcome(ctx, j, records.Cost{}, "")
 	}
 	if p.cfg.Store != nil {
+		// Refuse, before paying for it, a run whose record the store
+		// would reject.
+		if err := records.Storable(Outcome{Seeds: []uint64{j.Seed}}.Record(j)); err != nil {
+			return Outcome{}, &RunError{Class: ErrFailed, Reason: "job cannot be recorded", Err: err}
+		}
 		if o, err, ok := p.lookup(ctx, j); ok {
 			return o, err
 		}
@@ -222,10 +230,22 @@ func (p *Pool) lookup(ctx context.Context, j Job) (Outcome, error, bool) {
 // to the store before removing the call from the in-flight map, so that a
 // later identical request finds either the call or the record.
 func (p *Pool) run(ctx context.Context, k callKey, c *call, j Job) {
+	// Look again now that c is in flight: an identical run that finished
+	// between the requester's lookup and c's registration had appended its
+	// record before it left the in-flight map, so the record is visible
+	// here, and running j again would pay for it twice.
+	if p.cfg.Store != nil {
+		if out, err, ok := p.lookup(ctx, j); ok {
+			p.publish(k, c, out, err)
+			return
+		}
+	}
 	out, err := p.attempts(ctx, j)
 	if err == nil || (errors.Is(err, ErrInfeasible) && !errors.Is(err, ErrCancelled)) {
-		if len(out.Seeds) == 0 {
-			out.Seeds = []uint64{j.Seed}
+		if !slices.Contains(out.Seeds, j.Seed) {
+			// The record must carry the job's seed, or lookup would
+			// never find it and every later request would pay again.
+			out.Seeds = append([]uint64{j.Seed}, out.Seeds...)
 		}
 		if err != nil {
 			out.Loss, out.Gain = 0, 0
@@ -242,6 +262,12 @@ func (p *Pool) run(ctx context.Context, k callKey, c *call, j Job) {
 			}
 		}
 	}
+	p.publish(k, c, out, err)
+}
+
+// publish hands c's result to its requesters and removes c from the
+// in-flight map.
+func (p *Pool) publish(k callKey, c *call, out Outcome, err error) {
 	p.mu.Lock()
 	if p.inflight[k] == c {
 		delete(p.inflight, k)

@@ -302,3 +302,89 @@ func TestPoolLedgerPricesDeviceHours(t *testing.T) {
 	require.InDelta(t, 1800, tot.Cost.WallSeconds, 1e-9)
 	require.InDelta(t, 2.5, tot.Cost.Money, 1e-12)
 }
+
+// hookStore calls hook (once) after a Scan has read the store and before it
+// returns, to widen a race window deterministically.
+type hookStore struct {
+	records.Store
+	mu   sync.Mutex
+	hook func()
+}
+
+func (s *hookStore) Scan(ctx context.Context, f records.Filter) ([]records.Record, error) {
+	rs, err := s.Store.Scan(ctx, f)
+	s.mu.Lock()
+	h := s.hook
+	s.hook = nil
+	s.mu.Unlock()
+	if h != nil {
+		h()
+	}
+	return rs, err
+}
+
+// A run that finishes between a request's store lookup and its joining the
+// in-flight map is recorded by then: the request must reuse its record, not
+// pay for the run again.
+func TestPoolDoesNotRunTwiceAfterStaleLookup(t *testing.T) {
+	var calls atomic.Int64
+	x := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
+		calls.Add(1)
+		return builder.Outcome{Loss: 1, Seeds: []uint64{j.Seed}}, nil
+	})
+	store := &hookStore{Store: records.NewMemStore()}
+	p := newPool(t, x, func(c *builder.PoolConfig) { c.Store = store })
+	j := buildertest.Job(buildertest.Spec{})
+	ctx := context.Background()
+	var otherErr error
+	// The first request's lookup finds nothing; before it goes on, an
+	// identical request runs to completion and records its run.
+	store.hook = func() { _, otherErr = p.Execute(ctx, j) }
+	out, err := p.Execute(ctx, j)
+	require.NoError(t, otherErr)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, out.Loss)
+	require.EqualValues(t, 1, calls.Load(), "a recorded (task, key, seed) ran twice")
+	rs, err := store.Store.Scan(ctx, records.Filter{TaskID: j.Task.ID})
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+	tot := p.Ledger().Totals()
+	require.Equal(t, 1, tot.Runs)
+	require.Equal(t, 1, tot.Reused)
+}
+
+// An executor that reports its own seeds, without the job's, still leaves a
+// record that the job's seed finds: the run is paid for once.
+func TestPoolRecordsJobSeed(t *testing.T) {
+	var calls atomic.Int64
+	x := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
+		calls.Add(1)
+		return builder.Outcome{Loss: 1, Seeds: []uint64{j.Seed + 100, j.Seed + 101}}, nil
+	})
+	store := records.NewMemStore()
+	p := newPool(t, x, func(c *builder.PoolConfig) { c.Store = store })
+	j := buildertest.Job(buildertest.Spec{})
+	ctx := context.Background()
+	for range 2 {
+		out, err := p.Execute(ctx, j)
+		require.NoError(t, err)
+		require.Contains(t, out.Seeds, j.Seed)
+	}
+	require.EqualValues(t, 1, calls.Load(), "a recorded run was paid for twice")
+	_, seen, err := records.Seen(ctx, store, j.Task.ID, j.Proposal.Key(), j.Seed)
+	require.NoError(t, err)
+	require.True(t, seen)
+}
+
+// A job whose record the store would reject (here: proposal text that is
+// not UTF-8) is refused before it runs, not run and then left unrecorded.
+func TestPoolRefusesUnrecordableJobBeforeRunning(t *testing.T) {
+	x := new(buildertest.Scripted)
+	p := newPool(t, x, func(c *builder.PoolConfig) { c.Store = records.NewMemStore() })
+	j := buildertest.Job(buildertest.Spec{})
+	j.Proposal.Text = "bad \xff byte"
+	_, err := p.Execute(context.Background(), j)
+	require.ErrorIs(t, err, builder.ErrFailed)
+	require.ErrorIs(t, err, records.ErrInvalid)
+	require.Equal(t, 0, x.Calls(), "an unrecordable run was paid for")
+}

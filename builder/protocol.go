@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strings"
@@ -89,6 +90,19 @@ type Result struct {
 // MaxResultBytes bounds the result file that ParseResult accepts.
 const MaxResultBytes = 1 << 20
 
+// ReadResultFile reads a result file for ParseResult, at most
+// MaxResultBytes+1 bytes of it, so that a script that writes a huge (or
+// sparse) file cannot make the executor allocate it: ParseResult then
+// rejects the oversized bytes.
+func ReadResultFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, MaxResultBytes+1))
+}
+
 // ParseResult parses a result file strictly: one JSON object, no unknown
 // fields, no trailing data, finite numbers, non-negative costs, and a loss
 // unless the run reports itself infeasible. Errors wrap ErrBadResult.
@@ -105,7 +119,8 @@ func ParseResult(b []byte) (Result, error) {
 	if err := dec.Decode(&r); err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrBadResult, err)
 	}
-	if dec.More() {
+	// dec.More is not enough here: it reports false for a stray '}' or ']'.
+	if rest := bytes.TrimSpace(b[dec.InputOffset():]); len(rest) > 0 {
 		return Result{}, fmt.Errorf("%w: trailing data after the result object", ErrBadResult)
 	}
 	if r.Infeasible != "" {

@@ -2,6 +2,7 @@ package builder_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"testing"
@@ -31,6 +32,9 @@ func TestParseResult(t *testing.T) {
 		{"null loss", `{"loss": null}`, builder.Result{}, true},
 		{"unknown field", `{"loss": 1, "los": 2}`, builder.Result{}, true},
 		{"trailing", `{"loss": 1} {"loss": 2}`, builder.Result{}, true},
+		{"trailing brace", `{"loss": 1}}`, builder.Result{}, true},
+		{"trailing bracket", "{\"loss\": 1}\n]\n", builder.Result{}, true},
+		{"trailing newline", "{\"loss\": 1}\n", builder.Result{Loss: f(1)}, false},
 		{"garbage", `loss=1`, builder.Result{}, true},
 		{"empty", ` `, builder.Result{}, true},
 		{"negative cost", `{"loss": 1, "cost": {"wall_seconds": -1}}`, builder.Result{}, true},
@@ -51,7 +55,7 @@ func TestParseResult(t *testing.T) {
 
 func FuzzParseResult(f *testing.F) {
 	for _, s := range []string{`{"loss": 1.25}`, `{"infeasible": "x"}`, `{"loss": NaN}`, `{"loss": 1e308, "gain": -1e308}`,
-		`{"loss": 1, "seeds": [18446744073709551615], "cost": {"flops": 1e20}}`, `{"loss": 1}garbage`, `{}`, ``} {
+		`{"loss": 1, "seeds": [18446744073709551615], "cost": {"flops": 1e20}}`, `{"loss": 1}garbage`, `{"loss": 1}}`, `{}`, ``} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -61,6 +65,9 @@ func FuzzParseResult(f *testing.F) {
 				t.Fatalf("error %v does not wrap ErrBadResult", err)
 			}
 			return
+		}
+		if !json.Valid(b) {
+			t.Fatalf("accepted %q, which is not one JSON value", b)
 		}
 		if r.Infeasible == "" && r.Loss == nil {
 			t.Fatal("accepted a feasible result without a loss")

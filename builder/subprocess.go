@@ -76,13 +76,17 @@ func (c SubprocessConfig) Validate() error {
 
 // MinimalEnv returns the environment of a training script: PATH and HOME
 // and the variables named in pass, copied from environ (in the form of
-// os.Environ) when set there, followed by extra ("NAME=value").
+// os.Environ) when set there, followed by extra ("NAME=value"). The result
+// is never nil, so that it can be given to exec.Cmd.Env as is (a nil Env
+// would pass on this process's whole environment).
 func MinimalEnv(environ, pass, extra []string) []string {
 	allow := map[string]bool{"PATH": true, "HOME": true}
 	for _, n := range pass {
 		allow[n] = true
 	}
-	var env []string
+	// Never nil: os/exec gives a command with a nil Env this process's
+	// whole environment.
+	env := make([]string, 0, len(allow)+len(extra))
 	for _, kv := range environ {
 		if k, _, ok := strings.Cut(kv, "="); ok && allow[k] {
 			env = append(env, kv)
@@ -156,7 +160,13 @@ func (s *Subprocess) Execute(ctx context.Context, j Job) (Outcome, error) {
 	cmd.WaitDelay = s.cfg.KillGrace
 	start := s.now()
 	if err := cmd.Start(); err != nil {
-		return Outcome{}, &RunError{Class: ErrFailed, Reason: "start " + s.cfg.Command[0], Err: err}
+		class := ErrFailed // e.g. a missing or non-executable command
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ETXTBSY) {
+			// Out of processes or memory, or a script being replaced:
+			// the host's state, which a retry may find changed.
+			class = ErrTransient
+		}
+		return Outcome{}, &RunError{Class: class, Reason: "start " + s.cfg.Command[0], Err: err}
 	}
 	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)
@@ -190,7 +200,7 @@ func (s *Subprocess) Execute(ctx context.Context, j Job) (Outcome, error) {
 	if stopped {
 		return DoneOutcome(ctx, j, measured, log)
 	}
-	resultBytes, rerr := os.ReadFile(resultPath)
+	resultBytes, rerr := ReadResultFile(resultPath)
 	if werr != nil {
 		var ee *exec.ExitError
 		if !errors.As(werr, &ee) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -213,4 +214,57 @@ func TestSubprocessChildHoldingOutput(t *testing.T) {
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 10*time.Millisecond)
+}
+
+// With neither PATH nor HOME in this process's environment the script must
+// still get the minimal environment, not this process's whole one (a nil
+// exec.Cmd.Env would pass everything on).
+func TestSubprocessMinimalEnvironmentWithoutPathOrHome(t *testing.T) {
+	t.Setenv("LM2LM_TEST_SECRET", "hunter2")
+	for _, k := range []string{"PATH", "HOME"} {
+		t.Setenv(k, "") // restored after the test
+		require.NoError(t, os.Unsetenv(k))
+	}
+	s := newSubprocess(t, func(c *builder.SubprocessConfig) {
+		c.Command = []string{"/bin/sh", "-c", `export -p; printf '{"loss": 1}' > "$2"`, "sh"}
+	})
+	out, err := s.Execute(context.Background(), buildertest.Job(buildertest.Spec{}))
+	require.NoError(t, err)
+	require.NotContains(t, out.Log, "hunter2")
+	require.NotContains(t, out.Log, "LM2LM_TEST_SECRET")
+	require.NotNil(t, builder.MinimalEnv(nil, nil, nil))
+	require.Empty(t, builder.MinimalEnv([]string{"SECRET=x"}, nil, nil))
+}
+
+// A script that writes a huge result file (here a sparse one) gets a bad
+// result, and the executor reads no more than MaxResultBytes+1 of it.
+func TestSubprocessHugeResultFileIsNotReadWhole(t *testing.T) {
+	const size = 256 << 20
+	s := newSubprocess(t, func(c *builder.SubprocessConfig) {
+		c.Command = []string{"/bin/sh", "-c", `truncate -s ` + strconv.Itoa(size) + ` "$2"`, "sh"}
+	})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := s.Execute(context.Background(), buildertest.Job(buildertest.Spec{}))
+	runtime.ReadMemStats(&after)
+	require.ErrorIs(t, err, builder.ErrFailed)
+	require.ErrorIs(t, err, builder.ErrBadResult)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(size/4), "the whole result file was read into memory")
+}
+
+// A training script that cannot be started for a passing reason (here: its
+// file is still open for writing, ETXTBSY, as while it is being deployed)
+// is a transient failure that the pool retries, not a permanent one.
+func TestSubprocessStartTextBusyIsTransient(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "train.sh")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nprintf '{\"loss\": 1}' > \"$2\"\n"), 0o755))
+	s := newSubprocess(t, func(c *builder.SubprocessConfig) { c.Command = []string{script} })
+	w, err := os.OpenFile(script, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = s.Execute(context.Background(), buildertest.Job(buildertest.Spec{}))
+	require.ErrorIs(t, err, builder.ErrTransient)
+	require.NoError(t, w.Close())
+	out, err := s.Execute(context.Background(), buildertest.Job(buildertest.Spec{}))
+	require.NoError(t, err)
+	require.Equal(t, 1.0, out.Loss)
 }

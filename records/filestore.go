@@ -105,8 +105,9 @@ type FileStore struct {
 	torn int64 // bytes dropped from the tail on open
 }
 
-// OpenFile opens the store at path, creating it (and fsyncing its
-// directory) when it does not exist and cfg is not ReadOnly. It reads every
+// OpenFile opens the store at path, creating it when it does not exist and
+// cfg is not ReadOnly; a writable open fsyncs the file's directory so that
+// the file's entry is durable before any record is appended. It reads every
 // record into memory. A torn tail left by a crash (a last fragment without
 // its newline, or a last batch cut short) is dropped and, unless ReadOnly,
 // truncated away so that later appends start clean; any other line that
@@ -132,6 +133,15 @@ func OpenFile(path string, cfg FileConfig) (*FileStore, error) {
 			}
 		case errors.Is(err, fs.ErrExist):
 			f, err = os.OpenFile(path, os.O_RDWR, 0)
+			if err == nil {
+				// Its creator may have died before it fsynced the
+				// directory; without this, records appended (and
+				// fsynced) here could vanish with the entry on power loss.
+				if err = syncDir(filepath.Dir(path)); err != nil {
+					f.Close()
+					return nil, fmt.Errorf("records: open %s: %w", path, err)
+				}
+			}
 		}
 	}
 	if err != nil {

@@ -104,15 +104,21 @@ func parsePositive(b []byte) (int, bool) {
 	if len(b) == 0 || len(b) > 10 || b[0] == '0' {
 		return 0, false
 	}
-	v := 0
+	var v int64 // not int: 10 digits overflow a 32-bit int
 	for _, c := range b {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
-		v = v*10 + int(c-'0')
+		v = v*10 + int64(c-'0')
 	}
-	return v, v < 1<<31
+	return int(v), v < 1<<31
 }
+
+// Storable reports, wrapping ErrInvalid, why a Store would reject r: the
+// checks of Record.Validate plus those that let a store give r back exactly
+// as it was appended (valid UTF-8 strings, a time RFC 3339 can hold).
+// Executors call it before paying for a run whose record they must keep.
+func Storable(r Record) error { return checkStorable(r) }
 
 // checkStorable is Record.Validate plus what a store needs to give a record
 // back exactly as it was appended: every string valid UTF-8 (encoding/json

@@ -81,6 +81,9 @@ func TestDecodeLineErrors(t *testing.T) {
 		{"position 2/1", withSum("2/1 " + js), errLineFormat},
 		{"leading zero", withSum("01/1 " + js), errLineFormat},
 		{"signed", withSum("+1/1 " + js), errLineFormat},
+		// 9999999999 mod 2^32 = 1410065407 < 2^31: an int32 that wraps
+		// would accept it (GOARCH=386).
+		{"position past 2^31", withSum("9999999999/9999999999 " + js), errLineFormat},
 		{"bad JSON", withSum("1/1 " + js[:len(js)-1]), errLineFormat},
 		{"trailing garbage", withSum("1/1 " + js + "x"), errLineFormat},
 		{"NaN gain", withSum("1/1 " + strings.Replace(js, `"gain":0.03125`, `"gain":NaN`, 1)), errLineFormat},

@@ -358,7 +358,7 @@ func (x *Executor) scancel(id string) {
 // parses is the outcome; anything else is transient.
 func (x *Executor) vanished(j builder.Job, id, dir string) (builder.Outcome, error) {
 	log := x.log(dir)
-	b, err := os.ReadFile(filepath.Join(dir, "result.json"))
+	b, err := builder.ReadResultFile(filepath.Join(dir, "result.json"))
 	if err == nil {
 		if r, perr := builder.ParseResult(b); perr == nil {
 			return r.Outcome(j, records.Cost{}, log)
@@ -376,7 +376,7 @@ func (x *Executor) cost(j builder.Job, info JobInfo) records.Cost {
 func (x *Executor) finish(j builder.Job, info JobInfo, act Action, rerr *builder.RunError, dir string) (builder.Outcome, error) {
 	log := x.log(dir)
 	cost := x.cost(j, info)
-	resultBytes, readErr := os.ReadFile(filepath.Join(dir, "result.json"))
+	resultBytes, readErr := builder.ReadResultFile(filepath.Join(dir, "result.json"))
 	switch act {
 	case ReadResult:
 		if readErr != nil {
