@@ -28,6 +28,10 @@ type checkpoint struct {
 	Cost     records.Cost                `json:"cost"`
 	Runs     int                         `json:"runs"`
 	Policy   []byte                      `json:"policy"`
+	// Calibrations is the number of schedule points already executed (absent
+	// in older checkpoints: 0, which is right for any checkpoint written
+	// between completed steps).
+	Calibrations int `json:"calibrations,omitempty"`
 }
 
 // MarshalBinary returns a checkpoint of the trainer between steps: the
@@ -59,7 +63,8 @@ func (t *Trainer) MarshalBinary() ([]byte, error) {
 		return nil, fmt.Errorf("%w: rng: %w", ErrCheckpoint, err)
 	}
 	cp := checkpoint{Version: checkpointVersion, Seed: t.cfg.Seed, Step: t.step, RNG: rng,
-		Evidence: t.m.Records(), Pool: map[string][]records.Record{}, Batches: t.batches, Policy: pol}
+		Evidence: t.m.Records(), Pool: map[string][]records.Record{}, Batches: t.batches, Policy: pol,
+		Calibrations: t.calDone}
 	cp.Cost, cp.Runs = t.Cost()
 	for _, task := range t.c.Tasks {
 		cp.Pool[task.ID] = t.pool.Records(task.ID)
@@ -73,8 +78,10 @@ func (t *Trainer) MarshalBinary() ([]byte, error) {
 
 // UnmarshalBinary restores a checkpoint written by MarshalBinary. The
 // trainer must have been built with the same Config (the seed is checked)
-// and a policy that implements encoding.BinaryUnmarshaler. On error the
-// trainer is unchanged.
+// and a policy that implements encoding.BinaryUnmarshaler. The trainer's
+// pool is replaced by a new one holding the checkpoint's records of the
+// training tasks, so a Components.Pool the host keeps is not updated
+// afterwards (read Trainer.Pool instead). On error the trainer is unchanged.
 func (t *Trainer) UnmarshalBinary(data []byte) error {
 	var cp checkpoint
 	if err := json.Unmarshal(data, &cp); err != nil {
@@ -88,6 +95,9 @@ func (t *Trainer) UnmarshalBinary(data []byte) error {
 	}
 	if cp.Step < 0 || cp.Step > t.cfg.Steps {
 		return fmt.Errorf("%w: step %d outside 0..%d", ErrCheckpoint, cp.Step, t.cfg.Steps)
+	}
+	if cp.Calibrations < 0 || cp.Calibrations > len(t.cfg.Schedule.Steps) {
+		return fmt.Errorf("%w: %d calibrations done, schedule has %d", ErrCheckpoint, cp.Calibrations, len(t.cfg.Schedule.Steps))
 	}
 	pu, ok := t.c.Policy.(encoding.BinaryUnmarshaler)
 	if !ok {
@@ -110,7 +120,7 @@ func (t *Trainer) UnmarshalBinary(data []byte) error {
 	if err := pu.UnmarshalBinary(cp.Policy); err != nil {
 		return fmt.Errorf("%w: policy: %w", ErrCheckpoint, err)
 	}
-	t.step, t.m, t.pool, t.batches = cp.Step, m, pool, cp.Batches
+	t.step, t.m, t.pool, t.batches, t.calDone = cp.Step, m, pool, cp.Batches, cp.Calibrations
 	t.src, t.rng = src, rand.New(src)
 	t.mu.Lock()
 	t.cost, t.runs = cp.Cost, cp.Runs

@@ -85,16 +85,21 @@ type EvalReport struct {
 	Invalid int
 	// Family breaks AvgK and BestK down by family, in metric units.
 	Family []FamilyEval
-	// Cost sums the real runs; Runs counts them.
+	// Cost sums the real runs; Runs counts them (every executor call,
+	// including failed ones).
 	Cost records.Cost
 	Runs int
+	// Failures lists the valid proposals that produced no record (a build
+	// or run failure that was not the proposal's fault), one "task key:
+	// reason" line each; they are left out of every rate.
+	Failures []string
 }
 
 // FamilyEval is Avg@K and Best@K of one family in its metric's units.
 type FamilyEval struct {
 	Family     string
 	Metric     records.Metric
-	States     int
+	States     int     // states with at least one feasible proposal (the averages' denominator)
 	Avg, Best  float64 // metric units (b_e − ℓ)
 	AvgSigma   float64 // σ_e units
 	BestSigma  float64
@@ -127,13 +132,9 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 			samples = append(samples, smp)
 		}
 	}
-	recs := make([][]records.Record, len(states))
-	got := make([][]bool, len(states))
-	ran := make([][]bool, len(states))
+	runs := make([][]realRun, len(states))
 	for i := range states {
-		recs[i] = make([]records.Record, len(samples[i]))
-		got[i] = make([]bool, len(samples[i]))
-		ran[i] = make([]bool, len(samples[i]))
+		runs[i] = make([]realRun, len(samples[i]))
 	}
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(cfg.Parallel)
@@ -145,11 +146,11 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 			}
 			task := states[si].State.Task
 			eg.Go(func() error {
-				rec, r, err := RunReal(ectx, b, e, task, smp.Proposal)
+				r, err := runReal(ectx, b, e, task, smp.Proposal)
 				if err != nil {
-					return err
+					return fmt.Errorf("lm2lm: evaluate: %w", err)
 				}
-				recs[si][k], got[si][k], ran[si][k] = rec, rec.Task.ID != "", r
+				runs[si][k] = r
 				return nil
 			})
 		}
@@ -172,17 +173,20 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 		sigma := st.State.Task.SeedNoise
 		var sum, best float64
 		n := 0
-		for k := range recs[si] {
-			if ran[si][k] {
+		for k, run := range runs[si] {
+			if run.ran {
 				rep.Runs++
+				rep.Cost = addCost(rep.Cost, run.cost)
 			}
-			if !got[si][k] {
+			if !run.measured {
+				if !samples[si][k].Invalid {
+					rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s: %s", st.State.Task.ID, samples[si][k].Proposal.Key(), run.failure))
+				}
 				continue
 			}
-			r := recs[si][k]
+			r := run.rec
 			st.Records = append(st.Records, r)
 			measured++
-			rep.Cost = addCost(rep.Cost, r.Cost)
 			if r.Infeasible != "" {
 				infeasible++
 				neg++
@@ -251,8 +255,9 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 
 // WinRate returns the fraction of states where a's Avg beats b's, over the
 // states both measured (METHOD.md §1 Data and evaluation: win rate vs Base
-// per state). a and b must come from Evaluate with the same seed and tasks,
-// so that their states match; a tie counts half.
+// per state). a and b must come from Evaluate with the same seed, tasks,
+// StatesPerTask, MaxHistory and pool contents, so that their states match;
+// states at one index whose tasks differ are skipped. A tie counts half.
 func WinRate(a, b EvalReport) float64 {
 	n, w := 0, 0.0
 	for i := range a.States {
@@ -260,7 +265,7 @@ func WinRate(a, b EvalReport) float64 {
 			break
 		}
 		x, y := a.States[i].Avg, b.States[i].Avg
-		if math.IsNaN(x) || math.IsNaN(y) {
+		if math.IsNaN(x) || math.IsNaN(y) || a.States[i].State.Task.ID != b.States[i].State.Task.ID {
 			continue
 		}
 		n++

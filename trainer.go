@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -73,7 +74,10 @@ type Config struct {
 	States int
 	// DAPO holds G (GroupSize, default 8), the quota of informative groups
 	// kept per rollout (Quota, default 256), the advantage norm (default
-	// mean-centred) and the loss (ε_low 0.2, ε_high 0.28).
+	// mean-centred) and the flat tolerance. DAPO.Loss is validated but not
+	// applied here: the clipped surrogate (ε_low 0.2, ε_high 0.28) is the
+	// policy's own (proposer.PolicyConfig.Loss for the embedded policy), and
+	// MaxDraws is unused (the rollout's States groups are drawn up front).
 	DAPO dapo.Config
 	// Reward parameterises reward shaping; default reward.DefaultConfig().
 	Reward reward.Config
@@ -86,9 +90,12 @@ type Config struct {
 	// PerTask caps the calibration runs of one task per calibration point;
 	// 0 = no cap (default, as the paper).
 	PerTask int
-	// DuplicateRuns allows a calibration point to execute the same change
-	// (task and canonical key) more than once. Default false (library
-	// choice: a second run of a known change buys little and costs a run).
+	// DuplicateRuns allows calibration to execute a change (task and
+	// canonical key) that is already in M, or twice in one calibration
+	// point. Default false (library choice: a second run of a known change
+	// buys little and costs a run; with an idempotent executor such as a
+	// builder.Pool over a store and a builder with fixed seeds it returns
+	// the stored record, a duplicate in M).
 	DuplicateRuns bool
 	// MaxHistory is the longest history sampled for a state; default
 	// records.MaxHistory (8).
@@ -206,6 +213,13 @@ type Trainer struct {
 
 	batches [][]proposer.Item // the current rollout's mini-batches
 	wmrl    *wmrlState        // nil unless Config.WMRL is set
+	// calDone is the number of schedule points already executed, so that a
+	// step retried after a failure that followed its calibration does not
+	// execute (and pay for) the calibration again.
+	calDone int
+	// pendingCal is the report of a calibration whose step has not
+	// completed yet; it is attached to the step that completes.
+	pendingCal *CalibrationReport
 
 	mu   sync.Mutex // guards cost and runs, summed by concurrent real runs
 	cost records.Cost
@@ -276,7 +290,10 @@ type StepReport struct {
 	Update proposer.Stats
 	// Rollout is set on steps that drew a new rollout.
 	Rollout *RolloutReport
-	// Calibration is set on steps that ran a calibration.
+	// Calibration is set on the step that ran a calibration. When a step
+	// fails after its calibration and is retried, the calibration is not
+	// repeated and its report comes with the retry that completes (a
+	// checkpoint written in between drops the report, not the records).
 	Calibration *CalibrationReport
 }
 
@@ -297,21 +314,27 @@ type RolloutReport struct {
 
 // CalibrationReport describes one calibration point.
 type CalibrationReport struct {
-	Step     int
-	Budget   int
+	Step     int // the calibration point u: updates done before it
+	Budget   int // B_u
 	Executed int // runs that produced a record (feasible or not)
 	// Records are the new real records added to M.
 	Records []records.Record
 	// Predicted and Real are the predicted (under M_u, before the new
 	// records) and real normalised rewards (clip(g/τ_e, −c, c), −c when
-	// infeasible) of the executed proposals, grouped by task in order of
-	// first appearance, as the reliability monitors see them.
+	// infeasible; the predicted one normalises the value Reward.Pessimism
+	// blends with q10, the gain itself by default) of the executed
+	// proposals, grouped by task in order of first appearance, as the
+	// reliability monitors see them. Calibration picks by Predicted.
 	Predicted, Real [][]float64
 	// Monitors are the reliability monitors on exactly those proposals.
 	Monitors calibrate.Monitors
 	// MeanRealGain is the mean real gain of the feasible runs in σ_e units.
 	MeanRealGain float64
 	Infeasible   int
+	// Failures lists the picked proposals that produced no record (a build
+	// or run failure that was not the proposal's fault), one "task key:
+	// reason" line each; they are not in Records and not retried.
+	Failures []string
 }
 
 // Run trains until Config.Steps updates are done, calling onStep (if not
@@ -333,7 +356,8 @@ func (t *Trainer) Run(ctx context.Context, onStep func(StepReport)) ([]StepRepor
 
 // StepOnce performs one training step: at rollout boundaries a calibration
 // (when the schedule says so) and a new rollout, then one policy update on
-// the next mini-batch.
+// the next mini-batch. On error the step is not counted and may be retried;
+// a calibration whose records already joined M is not executed again.
 func (t *Trainer) StepOnce(ctx context.Context) (StepReport, error) {
 	rep := StepReport{Step: t.step + 1}
 	if t.step%t.cfg.RolloutEvery == 0 || len(t.batches) == 0 {
@@ -342,12 +366,16 @@ func (t *Trainer) StepOnce(ctx context.Context) (StepReport, error) {
 			return rep, err
 		}
 		if t.cfg.Calibration != Static {
-			if b, ok := t.cfg.Schedule.Budget(t.step); ok {
-				cr, err := t.calibrate(ctx, ro, b)
+			if u, b, ok := t.due(); ok {
+				cr, err := t.calibrate(ctx, ro, u, b)
+				if t.calDone > u {
+					// Its records are in M: report it with the step
+					// that completes, even if this attempt fails below.
+					t.pendingCal = &cr
+				}
 				if err != nil {
 					return rep, err
 				}
-				rep.Calibration = &cr
 				// The segment after a calibration uses the new reward
 				// function r(·; M_{u+1}) (METHOD.md §1 On-policy calibration).
 				if err := t.score(ctx, ro); err != nil {
@@ -368,8 +396,20 @@ func (t *Trainer) StepOnce(ctx context.Context) (StepReport, error) {
 		return rep, fmt.Errorf("lm2lm: step %d: update: %w", t.step+1, err)
 	}
 	rep.Update = st
+	rep.Calibration, t.pendingCal = t.pendingCal, nil
 	t.step++
 	return rep, nil
+}
+
+// due returns the schedule point u and budget B_u of a calibration due at
+// the current step and not yet executed.
+func (t *Trainer) due() (u, budget int, ok bool) {
+	for u, s := range t.cfg.Schedule.Steps {
+		if s == t.step && u >= t.calDone {
+			return u, t.cfg.Schedule.Budgets[u], true
+		}
+	}
+	return 0, 0, false
 }
 
 // group is one state's proposals with their predictions and rewards.
@@ -379,9 +419,13 @@ type group struct {
 	preds   []rwm.Prediction
 	ok      []bool // prediction obtained and valid
 	rewards []float64
-	scaled  []float64 // normalised reward before bonus (for monitors)
-	tau     float64   // τ_e of the group's task in this rollout
-	gains   []float64 // the gains shaped (debiased under WMRL)
+	// scaled is r(s, a; M): the normalised reward before the group-dependent
+	// duplicate penalty and diversity bonus (clip(ĝ/τ_e, −c, c), −c when
+	// invalid, the no-change reward for a no-change proposal). Calibration
+	// rates by it and the monitors compare it with the real reward.
+	scaled []float64
+	tau    float64   // τ_e of the group's task in this rollout
+	gains  []float64 // the gains shaped (debiased under WMRL)
 }
 
 type rolloutData struct {
@@ -418,7 +462,11 @@ func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 		g.preds = make([]rwm.Prediction, len(g.samples))
 		g.ok = make([]bool, len(g.samples))
 		for i, s := range g.samples {
-			if !s.Invalid {
+			// The no-change proposal earns the no-change reward whatever a
+			// world model says of it (METHOD.md §1 Reward 2), so it is not
+			// asked: the embedded model answers Valid = false for it, which
+			// would score it −c instead of −3.
+			if !s.Invalid && !s.Proposal.IsNoChange() {
 				jobs = append(jobs, job{gi, i})
 			}
 		}
@@ -431,6 +479,13 @@ func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 		eg.Go(func() error {
 			q := rwm.Query{Task: g.state.Task, Proposal: g.samples[j.i].Proposal, Evidence: m}
 			p, err := t.c.World.Predict(ectx, q)
+			if err == nil {
+				// A "valid" prediction with a non-finite gain cannot be
+				// shaped, nor stored as a synthetic record.
+				if verr := p.Validate(); verr != nil {
+					err = fmt.Errorf("%w: %w", rwm.ErrBadPrediction, verr)
+				}
+			}
 			switch {
 			case err == nil:
 				g.preds[j.i] = p
@@ -473,17 +528,43 @@ func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 				gain = t.wmrl.debiasGain(gain, tau, t.cfg.Reward)
 				low = t.wmrl.debiasGain(low, tau, t.cfg.Reward)
 			}
-			c := reward.NewCandidate(g.state, s.Proposal, gain, g.ok[i])
+			c := reward.NewCandidate(g.state, s.Proposal, gain, g.valid(i))
 			if g.ok[i] && g.preds[i].HasInterval {
 				c.Low, c.HasLow = low, true
 			}
 			cands[i] = c
 			g.gains[i] = gain
-			g.scaled[i] = realReward(t.cfg.Reward, g.ok[i], gain, tau)
+			g.scaled[i] = rate(t.cfg.Reward, c, tau)
 		}
 		g.rewards = reward.Shape(t.cfg.Reward, tau, cands)
 	}
 	return nil
+}
+
+// valid reports whether sample i counts as valid for reward shaping: its
+// prediction is valid, or it is the no-change proposal (which earns the
+// no-change reward, METHOD.md §1 Reward 2).
+func (g *group) valid(i int) bool {
+	return g.ok[i] || (!g.samples[i].Invalid && g.samples[i].Proposal.IsNoChange())
+}
+
+// rate returns r(s, a; M) of one candidate (METHOD.md §1 Reward 1–2 and
+// On-policy calibration): the no-change reward, −c when invalid, else
+// clip(v/τ_e, −c, c) of the value v that Shape normalises (ĝ, or its blend
+// with q10 under Pessimism). It leaves out what depends on the rest of the
+// group (the duplicate penalty and the diversity bonus).
+func rate(cfg reward.Config, c reward.Candidate, tau float64) float64 {
+	switch {
+	case !c.Valid:
+		return -cfg.Clip
+	case c.NoOp:
+		return cfg.NoOpReward
+	}
+	r := reward.Normalise(reward.Value(cfg, c), tau, cfg)
+	if math.IsNaN(r) {
+		return -cfg.Clip
+	}
+	return r
 }
 
 // realReward is the normalised reward without bonus: −c when invalid.
@@ -516,14 +597,15 @@ func (t *Trainer) prepare(ctx context.Context, ro *rolloutData) (RolloutReport, 
 			sumR += g.rewards[i]
 			nR++
 			if !g.ok[i] {
-				rep.Invalid++
+				if !g.valid(i) {
+					rep.Invalid++
+				}
+				// No-change proposals are valid but unpredicted: no gain,
+				// no synthetic record.
 				continue
 			}
 			sumG += g.preds[i].Gain / g.state.Task.SeedNoise
 			nG++
-			if s.Proposal.IsNoChange() {
-				continue
-			}
 			gain := g.preds[i].Gain
 			synth = append(synth, records.Record{
 				Task: g.state.Task, Proposal: s.Proposal, Gain: gain,
@@ -556,62 +638,82 @@ func (t *Trainer) prepare(ctx context.Context, ro *rolloutData) (RolloutReport, 
 		}
 		rep.Anchors, weight = &ar, ar.Weight
 	}
-	var items []proposer.Item
+	items := make([][]proposer.Item, 0, len(kept))
 	for _, gi := range kept {
 		g := ro.groups[gi]
 		adv := dapo.Advantages(g.rewards, t.cfg.DAPO.Norm, t.cfg.DAPO.Eps)
 		if anchor[gi] {
 			weightAnchors(adv, weight)
 		}
+		grp := make([]proposer.Item, len(g.samples))
 		for i, s := range g.samples {
-			items = append(items, proposer.Item{State: g.state, Sample: s, Advantage: adv[i]})
+			grp[i] = proposer.Item{State: g.state, Sample: s, Advantage: adv[i]}
 		}
+		items = append(items, grp)
 	}
-	t.batches = split(items, t.cfg.DAPO.GroupSize, t.cfg.RolloutEvery)
+	t.batches = split(items, t.cfg.RolloutEvery)
 	if err := t.pool.Add(synth...); err != nil {
 		return rep, fmt.Errorf("lm2lm: step %d: synthetic expansion: %w", t.step+1, err)
 	}
 	return rep, nil
 }
 
-// split cuts items (whole groups of size g in order) into n mini-batches of
-// whole groups, as even as possible; with fewer groups than n, groups are
-// reused round-robin so that every step has a batch.
-func split(items []proposer.Item, g, n int) [][]proposer.Item {
-	groups := len(items) / g
+// split cuts groups (in order) into n mini-batches of whole groups, as even
+// as possible; with fewer groups than n, groups are reused round-robin so
+// that every step has a batch. Groups may differ in size (a proposer may
+// return fewer than G samples). groups must not be empty.
+func split(groups [][]proposer.Item, n int) [][]proposer.Item {
 	out := make([][]proposer.Item, n)
-	if groups >= n {
+	if len(groups) >= n {
 		for b := 0; b < n; b++ {
-			lo, hi := b*groups/n, (b+1)*groups/n
-			out[b] = items[lo*g : hi*g]
+			lo, hi := b*len(groups)/n, (b+1)*len(groups)/n
+			for _, g := range groups[lo:hi] {
+				out[b] = append(out[b], g...)
+			}
 		}
 		return out
 	}
 	for b := 0; b < n; b++ {
-		k := b % groups
-		out[b] = items[k*g : (k+1)*g]
+		out[b] = groups[b%len(groups)]
 	}
 	return out
 }
 
 // calibrate executes B proposals of the rollout for real, adds their records
 // to M and reports the reliability monitors on them (METHOD.md §1 On-policy
-// calibration).
-func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, budget int) (CalibrationReport, error) {
+// calibration). u is the schedule point; once its records are in M it
+// counts as done.
+func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, u, budget int) (CalibrationReport, error) {
 	rep := CalibrationReport{Step: t.step, Budget: budget}
 	type cand struct{ g, i int }
 	var cands []cand
 	var scores []float64
 	var taskIDs, keys []string
+	// Changes already measured on their task (in M) are not candidates
+	// unless DuplicateRuns is set: with an idempotent executor the second
+	// run returns the stored record, a duplicate in M that measured nothing.
+	known := map[string]bool{}
+	if !t.cfg.DuplicateRuns {
+		for i := 0; i < t.m.Len(); i++ {
+			r := t.m.At(i)
+			known[r.Task.ID+"\x00"+r.Proposal.Key()] = true
+		}
+	}
 	for gi, g := range ro.groups {
 		for i, s := range g.samples {
 			if s.Invalid || s.Proposal.IsNoChange() {
 				continue
 			}
+			key := g.state.Task.ID + "\x00" + s.Proposal.Key()
+			if known[key] {
+				continue
+			}
 			cands = append(cands, cand{gi, i})
-			scores = append(scores, g.rewards[i])
+			// r(s, a; M_u): the group's duplicate penalty and diversity
+			// bonus are not properties of (s, a).
+			scores = append(scores, g.scaled[i])
 			taskIDs = append(taskIDs, g.state.Task.ID)
-			keys = append(keys, g.state.Task.ID+"\x00"+s.Proposal.Key())
+			keys = append(keys, key)
 		}
 	}
 	opt := calibrate.Options{Task: taskIDs, PerTask: t.cfg.PerTask}
@@ -631,11 +733,7 @@ func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, budget int) (C
 		}
 		pick = calibrate.TopBWith(rnd, budget, opt)
 	}
-	type result struct {
-		rec records.Record
-		ok  bool
-	}
-	res := make([]result, len(pick))
+	res := make([]realRun, len(pick))
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(t.cfg.Parallel)
 	for k, ci := range pick {
@@ -643,16 +741,16 @@ func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, budget int) (C
 		g := ro.groups[c.g]
 		p := g.samples[c.i].Proposal
 		eg.Go(func() error {
-			rec, ok, err := t.execute(ectx, g.state.Task, p)
+			r, err := t.execute(ectx, g.state.Task, p)
 			if err != nil {
 				return err
 			}
-			res[k] = result{rec, ok}
+			res[k] = r
 			return nil
 		})
 	}
 	if err := eg.Wait(); err != nil {
-		return rep, err
+		return rep, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
 	}
 	// Monitors: predicted (under M_u) vs real normalised rewards, grouped
 	// by task (library choice: greedy top-B rarely takes two proposals of
@@ -663,11 +761,12 @@ func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, budget int) (C
 	var sumGain float64
 	var nGain int
 	for k, ci := range pick {
-		if !res[k].ok {
-			continue
-		}
 		c := cands[ci]
 		g := ro.groups[c.g]
+		if !res[k].measured {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s: %s", g.state.Task.ID, g.samples[c.i].Proposal.Key(), res[k].failure))
+			continue
+		}
 		rec := res[k].rec
 		newRecs = append(newRecs, rec)
 		realR := realReward(t.cfg.Reward, rec.Infeasible == "", rec.Gain, g.tau)
@@ -698,6 +797,7 @@ func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, budget int) (C
 		return rep, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
 	}
 	t.m = m
+	t.calDone = u + 1
 	if err := t.pool.Add(newRecs...); err != nil {
 		return rep, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
 	}
@@ -705,50 +805,89 @@ func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, budget int) (C
 }
 
 // execute runs one proposal for real and adds its cost to the trainer's.
-func (t *Trainer) execute(ctx context.Context, task records.Task, p records.Proposal) (records.Record, bool, error) {
-	rec, ran, err := RunReal(ctx, t.c.Builder, t.c.Executor, task, p)
-	if ran {
+func (t *Trainer) execute(ctx context.Context, task records.Task, p records.Proposal) (realRun, error) {
+	r, err := runReal(ctx, t.c.Builder, t.c.Executor, task, p)
+	if r.ran {
 		t.mu.Lock()
-		t.cost = addCost(t.cost, rec.Cost)
+		t.cost = addCost(t.cost, r.cost)
 		t.runs++
 		t.mu.Unlock()
 	}
-	return rec, err == nil && rec.Task.ID != "", err
+	return r, err
 }
 
 // RunReal builds and executes proposal p on task for real and returns its
 // real record. A proposal that cannot be built or whose run is infeasible
 // gives a record with Infeasible set (METHOD.md §1 Reward 2: it earns −c).
 // ran reports whether the executor was called. A run that failed for reasons
-// other than the proposal (a transient failure the executor gave up on)
-// returns a zero record, ran, and a nil error: the proposal is simply not
-// measured. Cancellation returns an error.
+// other than the proposal (a build or run failure of no known class, a
+// transient failure the executor gave up on, or an outcome that is not a
+// valid record) returns a zero record and a nil error: the proposal is
+// simply not measured (the trainer's and Evaluate's reports list such
+// failures). Cancellation returns an error wrapping the cause.
 func RunReal(ctx context.Context, b builder.Builder, e builder.Executor, task records.Task, p records.Proposal) (rec records.Record, ran bool, err error) {
+	r, err := runReal(ctx, b, e, task, p)
+	return r.rec, r.ran, err
+}
+
+// realRun is the result of one attempt to measure a proposal for real.
+type realRun struct {
+	rec      records.Record // the real record when measured, else zero
+	measured bool           // rec holds a record (feasible or infeasible)
+	ran      bool           // the executor was called
+	cost     records.Cost   // what the run cost as reported (its record's cost when measured)
+	failure  string         // why it was not measured
+}
+
+func runReal(ctx context.Context, b builder.Builder, e builder.Executor, task records.Task, p records.Proposal) (realRun, error) {
 	job, err := b.Build(ctx, task, p)
 	if err != nil {
 		switch {
 		case errors.Is(err, builder.ErrInfeasible):
-			return records.Record{Task: task, Proposal: p, Source: records.Real, Infeasible: err.Error()}, false, nil
-		case ctx.Err() != nil:
-			return records.Record{}, false, fmt.Errorf("lm2lm: build %s: %w", p.Key(), err)
+			rec := records.Record{Task: task, Proposal: p, Source: records.Real, Infeasible: err.Error()}
+			return realRun{rec: rec, measured: true}, nil
+		case ctx.Err() != nil || errors.Is(err, builder.ErrCancelled):
+			return realRun{}, fmt.Errorf("lm2lm: build %s on %s: %w", p.Key(), task.ID, err)
 		}
-		return records.Record{}, false, nil
+		return realRun{failure: "build: " + err.Error()}, nil
 	}
 	out, err := e.Execute(ctx, job)
+	r := realRun{ran: true, cost: out.Cost}
 	switch {
 	case err == nil:
-		return out.Record(job), true, nil
-	case errors.Is(err, builder.ErrInfeasible):
-		rec := out.Record(job)
-		if rec.Infeasible == "" {
-			rec.Infeasible = err.Error()
+		r.rec = out.Record(job)
+	case errors.Is(err, builder.ErrInfeasible) && ctx.Err() == nil:
+		r.rec = out.Record(job)
+		if r.rec.Infeasible == "" {
+			r.rec.Infeasible = err.Error()
 		}
-		rec.Gain, rec.Loss = 0, 0
-		return rec, true, nil
+		r.rec.Gain, r.rec.Loss = 0, 0
 	case ctx.Err() != nil || errors.Is(err, builder.ErrCancelled):
-		return records.Record{}, true, fmt.Errorf("lm2lm: run %s on %s: %w", p.Key(), task.ID, err)
+		return r, fmt.Errorf("lm2lm: run %s on %s: %w", p.Key(), task.ID, err)
+	default:
+		r.failure = "run: " + err.Error()
+		return r, nil
 	}
-	return records.Record{}, true, nil
+	if verr := r.rec.Validate(); verr != nil {
+		r.rec = records.Record{}
+		r.failure = "run: outcome is not a valid record: " + verr.Error()
+		if !finiteCost(r.cost) {
+			r.cost = records.Cost{}
+		}
+		return r, nil
+	}
+	r.measured = true
+	return r, nil
+}
+
+// finiteCost reports whether every field of c is finite and non-negative.
+func finiteCost(c records.Cost) bool {
+	for _, x := range []float64{c.DeviceSeconds, c.WallSeconds, c.FLOPs, c.Money} {
+		if !(x >= 0 && !math.IsInf(x, 1)) {
+			return false
+		}
+	}
+	return true
 }
 
 func addCost(a, b records.Cost) records.Cost {

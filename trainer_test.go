@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,6 +18,7 @@ import (
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/proposer/proposertest"
 	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/reward"
 	"github.com/lm2lm/lm2lm/rwm"
 	"github.com/lm2lm/lm2lm/rwm/rwmtest"
 )
@@ -422,4 +426,318 @@ func TestTrainerWMRL(t *testing.T) {
 	cfg.WMRL = wmrlConfig()
 	cfg.WMRL.AnchorFraction = 2
 	require.ErrorIs(t, cfg.Validate(), lm2lm.ErrConfig)
+}
+
+// cycle is a deterministic proposer: its k-th Propose call returns (up to
+// n of) the proposals of groups[k mod len(groups)] in order, so a test fixes
+// each group's composition. It records the batches it is updated on.
+type cycle struct {
+	groups [][]records.Proposal
+
+	mu      sync.Mutex
+	calls   int
+	updates [][]proposer.Item
+}
+
+func (c *cycle) Propose(ctx context.Context, s records.State, n int, rng *rand.Rand) ([]proposer.Sample, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	g := c.groups[c.calls%len(c.groups)]
+	c.calls++
+	c.mu.Unlock()
+	var out []proposer.Sample
+	for i := 0; i < n && i < len(g); i++ {
+		out = append(out, proposer.Sample{Proposal: g[i], Tokens: []string{g[i].Key()}, LogProbs: []float64{-1}, Temperature: 1})
+	}
+	return out, nil
+}
+
+func (c *cycle) Update(ctx context.Context, batch []proposer.Item) (proposer.Stats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.updates = append(c.updates, append([]proposer.Item(nil), batch...))
+	return proposer.Stats{Tokens: len(batch)}, nil
+}
+
+func (c *cycle) Supervise(context.Context, []proposer.Item) (proposer.Stats, error) {
+	return proposer.Stats{}, nil
+}
+
+func prop(mech, level string) records.Proposal {
+	return records.Proposal{Mechanism: mech, Params: map[string]string{"level": level}}
+}
+
+// oneStepConfig is one rollout of `states` groups of g proposals feeding one
+// update, calibrating at step 0 with the given budget (0 = Static).
+func oneStepConfig(states, g, budget int) lm2lm.Config {
+	cfg := lm2lm.DefaultConfig()
+	cfg.Steps, cfg.RolloutEvery, cfg.States = 1, 1, states
+	cfg.DAPO.GroupSize, cfg.DAPO.Quota = g, states
+	cfg.Calibration = lm2lm.Static
+	if budget > 0 {
+		cfg.Calibration = lm2lm.TopRated
+		cfg.Schedule = calibrate.Schedule{Steps: []int{0}, Budgets: []int{budget}}
+	}
+	return cfg
+}
+
+// predictions returns a fixed world model predicting gains (in σ_e units of
+// tasks()) by proposal; unnamed proposals are predicted at 0.
+func predictions(sigmas map[string]float64) *rwmtest.Fixed {
+	w := &rwmtest.Fixed{Default: rwm.Prediction{Gain: 0, Valid: true}, ByKey: map[string]rwm.Prediction{}}
+	for k, s := range sigmas {
+		w.ByKey[k] = rwm.Prediction{Gain: s * tasks()[0].SeedNoise, Valid: true}
+	}
+	return w
+}
+
+func TestNoChangeEarnsNoOpReward(t *testing.T) {
+	// METHOD.md §1 Reward 2: a proposal that changes nothing earns −3, even
+	// though a world model (the embedded one does) answers Valid = false
+	// for it. Group [wider/1 at +1σ, no change], τ_e = σ_e:
+	// r = [1, −3], σ_G = 2, the bonus of wider is 0.3·2·1 = 0.6, so
+	// R = [1.6, −3], mean −0.7, advantages ±2.3.
+	nc := records.Proposal{Mechanism: records.NoChange}
+	w := predictions(map[string]float64{prop("wider", "1").Key(): 1})
+	w.ByKey[nc.Key()] = rwm.Prediction{Valid: false, Reason: "no change"}
+	pol := &cycle{groups: [][]records.Proposal{{prop("wider", "1"), nc}}}
+	tr, err := lm2lm.New(oneStepConfig(1, 2, 0), lm2lm.Components{Policy: pol, World: w, Tasks: tasks()[:1]})
+	require.NoError(t, err)
+	rep, err := tr.StepOnce(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, rep.Rollout.Invalid)
+	require.InDelta(t, -0.7, rep.Rollout.MeanReward, 1e-12)
+	require.InDelta(t, 2.3, pol.updates[0][0].Advantage, 1e-12)
+	require.InDelta(t, -2.3, pol.updates[0][1].Advantage, 1e-12)
+	require.Equal(t, int64(1), w.Calls(), "the no-change proposal is not sent to the world model")
+}
+
+func TestCalibrationRatesByNormalisedReward(t *testing.T) {
+	// METHOD.md §1 On-policy calibration picks argmax Σ r(s, a; M_u): the
+	// normalised reward of (s, a), not the group-dependent diversity bonus.
+	// Group A: m1/1 at +2σ and three m1 at 0 (σ_G 0.866, d̃ 1: R = 2.26).
+	// Group B: m2/1 at +1.9σ and three m3 at 0 (σ_G 0.823, d̃ 2: R = 2.39).
+	// τ_e = σ_e (the MAD of the predictions is 0). With B = 1 the +2σ change
+	// of group A is the top-rated one.
+	w := predictions(map[string]float64{prop("m1", "1").Key(): 2, prop("m2", "1").Key(): 1.9})
+	pol := &cycle{groups: [][]records.Proposal{
+		{prop("m1", "1"), prop("m1", "2"), prop("m1", "3"), prop("m1", "4")},
+		{prop("m2", "1"), prop("m3", "1"), prop("m3", "2"), prop("m3", "3")},
+	}}
+	tr, err := lm2lm.New(oneStepConfig(2, 4, 1), lm2lm.Components{Policy: pol, World: w,
+		Builder: oracle{}, Executor: oracle{}, Tasks: tasks()[:1]})
+	require.NoError(t, err)
+	rep, err := tr.StepOnce(context.Background())
+	require.NoError(t, err)
+	require.NotNil(t, rep.Calibration)
+	require.Len(t, rep.Calibration.Records, 1)
+	require.Equal(t, prop("m1", "1").Key(), rep.Calibration.Records[0].Proposal.Key())
+	require.Equal(t, [][]float64{{2}}, rep.Calibration.Predicted)
+}
+
+func TestCalibrationSkipsKnownChanges(t *testing.T) {
+	// DuplicateRuns false: a change already measured on its task (in M) is
+	// not run again; with an idempotent executor the second run would be
+	// the same record again, spending a calibration run on nothing new.
+	group := [][]records.Proposal{{prop("wider", "1"), prop("deeper", "1"), prop("lr", "1"), prop("decay", "1")}}
+	w := predictions(map[string]float64{prop("wider", "1").Key(): 3, prop("deeper", "1").Key(): 1})
+	for _, dup := range []bool{false, true} {
+		cfg := oneStepConfig(1, 4, 1)
+		cfg.DuplicateRuns = dup
+		tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: &cycle{groups: group}, World: w,
+			Builder: oracle{}, Executor: oracle{}, Tasks: tasks()[:1], Evidence: m0(t, "wider")})
+		require.NoError(t, err)
+		rep, err := tr.StepOnce(context.Background())
+		require.NoError(t, err)
+		require.Len(t, rep.Calibration.Records, 1)
+		want := "deeper"
+		if dup {
+			want = "wider"
+		}
+		require.Equal(t, want, rep.Calibration.Records[0].Proposal.Mechanism, "DuplicateRuns %v", dup)
+		require.Equal(t, 2, tr.Evidence().Len())
+	}
+}
+
+// failAfter is a world model that fails once on the first query whose
+// context holds more than n records (a transient outage after calibration).
+type failAfter struct {
+	rwm.WorldModel
+	n      int
+	failed atomic.Bool
+}
+
+func (f *failAfter) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error) {
+	if q.Evidence.Len() > f.n && f.failed.CompareAndSwap(false, true) {
+		return rwm.Prediction{}, errors.New("outage")
+	}
+	return f.WorldModel.Predict(ctx, q)
+}
+
+func TestCalibrationRunsOncePerPoint(t *testing.T) {
+	// A step that fails after its calibration (here the re-scoring under
+	// M_{u+1}) and is retried, directly or from a checkpoint, must not
+	// execute and pay for the calibration again: real runs = Σ B_u.
+	cfg := smallConfig()
+	cfg.Steps = 8
+	cfg.Schedule = calibrate.Schedule{Steps: []int{0}, Budgets: []int{2}}
+	for _, resume := range []bool{false, true} {
+		tr, _ := newTrainer(t, cfg, &failAfter{WorldModel: rwm.NewEmbedded(embeddedWithTrap()), n: 3})
+		_, err := tr.StepOnce(context.Background())
+		require.ErrorContains(t, err, "outage")
+		if resume {
+			cp, err := tr.MarshalBinary()
+			require.NoError(t, err)
+			tr, _ = newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+			require.NoError(t, tr.UnmarshalBinary(cp))
+		}
+		rep, err := tr.StepOnce(context.Background())
+		require.NoError(t, err)
+		if resume {
+			require.Nil(t, rep.Calibration, "a checkpoint drops the pending report")
+		} else {
+			require.NotNil(t, rep.Calibration, "the completing step reports the calibration")
+			require.Equal(t, 2, rep.Calibration.Executed)
+		}
+		_, runs := tr.Cost()
+		require.Equal(t, 2, runs, "resume %v", resume)
+		require.Equal(t, 3+2, tr.Evidence().Len())
+	}
+}
+
+func TestAnchorsRunEachChangeOnce(t *testing.T) {
+	// METHOD.md §2 anchor groups: each distinct (task, change) is executed
+	// once per rollout; a within-group duplicate earns min − δ whatever it
+	// measures (METHOD.md §1 Reward 3), and a repeat of one job measures
+	// nothing new. Two anchor groups of [wider/1, wider/1, lr/1, lr/1] on
+	// one task need 2 runs, not 8.
+	w := predictions(map[string]float64{prop("wider", "1").Key(): 1, prop("lr", "1").Key(): -1})
+	cfg := oneStepConfig(2, 4, 0)
+	wc := lm2lm.DefaultWMRLConfig()
+	wc.AnchorFraction = 1
+	cfg.WMRL = &wc
+	pol := &cycle{groups: [][]records.Proposal{{prop("wider", "1"), prop("wider", "1"), prop("lr", "1"), prop("lr", "1")}}}
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: w, Builder: oracle{}, Executor: oracle{}, Tasks: tasks()[:1]})
+	require.NoError(t, err)
+	rep, err := tr.StepOnce(context.Background())
+	require.NoError(t, err)
+	_, runs := tr.Cost()
+	require.Equal(t, 2, runs)
+	require.Equal(t, 2, rep.Rollout.Anchors.Groups)
+	require.Equal(t, 2, rep.Rollout.Anchors.Runs)
+	require.Equal(t, 2, rep.Rollout.Anchors.Pairs)
+	// Real rewards on τ_e = 1.4826·σ_e (the MAD of the predictions ±1σ is
+	// σ_e): wider +1σ, lr −2σ, duplicates min − δ. wider and lr get the same
+	// bonus (each mechanism appears twice, d̃ = 1), so wider's advantage
+	// exceeds lr's by 3/1.4826 (METHOD.md §1 Reward 1, 4).
+	adv := pol.updates[0]
+	require.Len(t, adv, 8)
+	require.InDelta(t, 3/reward.MADScale, adv[0].Advantage-adv[2].Advantage, 1e-9)
+}
+
+// flaky executes like oracle but fails "crash" with a failure of unknown
+// cause and reports a NaN gain for "nan".
+type flaky struct{ oracle }
+
+func (flaky) Build(ctx context.Context, t records.Task, p records.Proposal) (builder.Job, error) {
+	return builder.Job{Task: t, Proposal: p, Seed: 7}, nil
+}
+
+func (f flaky) Execute(ctx context.Context, j builder.Job) (builder.Outcome, error) {
+	switch j.Proposal.Mechanism {
+	case "crash":
+		return builder.Outcome{Cost: records.Cost{DeviceSeconds: 2}}, fmt.Errorf("script crashed: %w", builder.ErrFailed)
+	case "nan":
+		return builder.Outcome{Gain: math.NaN(), Loss: math.NaN()}, nil
+	}
+	return f.oracle.Execute(ctx, j)
+}
+
+func TestUnmeasuredRunsAreReported(t *testing.T) {
+	// A run that fails through no fault of the proposal, or whose outcome
+	// is not a valid record, is not measured: calibration keeps the other
+	// records and says which failed and why; so does Evaluate.
+	group := []records.Proposal{prop("wider", "1"), prop("crash", "1"), prop("nan", "1"), prop("lr", "1")}
+	w := predictions(map[string]float64{prop("wider", "1").Key(): 1, prop("lr", "1").Key(): -1})
+	tr, err := lm2lm.New(oneStepConfig(1, 4, 4), lm2lm.Components{Policy: &cycle{groups: [][]records.Proposal{group}},
+		World: w, Builder: flaky{}, Executor: flaky{}, Tasks: tasks()[:1]})
+	require.NoError(t, err)
+	rep, err := tr.StepOnce(context.Background())
+	require.NoError(t, err)
+	c := rep.Calibration
+	require.Equal(t, 2, c.Executed)
+	require.Len(t, c.Failures, 2)
+	require.Contains(t, c.Failures[0]+c.Failures[1], "script crashed")
+	require.Contains(t, c.Failures[0]+c.Failures[1], "not finite")
+	cost, runs := tr.Cost()
+	require.Equal(t, 4, runs)
+	require.InDelta(t, 1+1+2, cost.DeviceSeconds, 1e-12, "the crashed run's reported cost counts")
+
+	ev, err := lm2lm.Evaluate(context.Background(), lm2lm.DefaultEvalConfig(), &cycle{groups: [][]records.Proposal{group}},
+		flaky{}, flaky{}, tasks()[:1], nil)
+	require.NoError(t, err)
+	require.Len(t, ev.Failures, 2*4)
+	require.Equal(t, 4*4, ev.Runs)
+	require.InDelta(t, 0.5, ev.NegativeRate, 1e-12)
+}
+
+func TestShortGroups(t *testing.T) {
+	// A proposer may return fewer than G samples; mini-batches are still
+	// whole groups (and a rollout with fewer items than G does not fail).
+	pol := &cycle{groups: [][]records.Proposal{{prop("wider", "1"), prop("lr", "1"), prop("decay", "1")}}}
+	w := predictions(map[string]float64{prop("wider", "1").Key(): 1, prop("lr", "1").Key(): -1})
+	cfg := oneStepConfig(2, 8, 0)
+	cfg.Steps, cfg.RolloutEvery = 8, 8
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: w, Tasks: tasks()[:1]})
+	require.NoError(t, err)
+	_, err = tr.Run(context.Background(), nil)
+	require.NoError(t, err)
+	require.Len(t, pol.updates, 8)
+	for _, b := range pol.updates {
+		require.Len(t, b, 3)
+	}
+}
+
+func TestNonFinitePredictionIsInvalid(t *testing.T) {
+	// A prediction marked valid with a NaN gain is a bad prediction: the
+	// proposal scores −c (METHOD.md §1 Reward 2) and training goes on.
+	w := predictions(map[string]float64{prop("lr", "1").Key(): -1})
+	w.ByKey[prop("wider", "1").Key()] = rwm.Prediction{Gain: math.NaN(), Valid: true}
+	pol := &cycle{groups: [][]records.Proposal{{prop("wider", "1"), prop("lr", "1")}}}
+	tr, err := lm2lm.New(oneStepConfig(1, 2, 0), lm2lm.Components{Policy: pol, World: w, Tasks: tasks()[:1]})
+	require.NoError(t, err)
+	rep, err := tr.StepOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Rollout.Invalid)
+	require.Equal(t, 1, tr.Pool().Len(), "only lr/1 joins the pool as a synthetic record")
+}
+
+func TestWinRateSkipsMismatchedStates(t *testing.T) {
+	st := func(id string, avg float64) lm2lm.StateEval {
+		return lm2lm.StateEval{State: records.State{Task: records.Task{ID: id}}, Avg: avg}
+	}
+	a := lm2lm.EvalReport{States: []lm2lm.StateEval{st("t0", 1), st("t1", 1)}}
+	b := lm2lm.EvalReport{States: []lm2lm.StateEval{st("t0", 0), st("t2", 2)}}
+	require.Equal(t, 1.0, lm2lm.WinRate(a, b))
+}
+
+func TestWMRLWithoutDebias(t *testing.T) {
+	// With Debias off the debiaser's parameters are not validated, so they
+	// must not be used either (a negative Bins would panic).
+	wc := lm2lm.DefaultWMRLConfig()
+	wc.Debias, wc.Bins, wc.MinPairs = false, -1, 0
+	require.NoError(t, wc.Validate())
+	cfg := oneStepConfig(1, 2, 0)
+	cfg.WMRL = &wc
+	w := predictions(map[string]float64{prop("wider", "1").Key(): 1})
+	pol := &cycle{groups: [][]records.Proposal{{prop("wider", "1"), prop("lr", "1")}}}
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: w, Builder: oracle{}, Executor: oracle{}, Tasks: tasks()[:1]})
+	require.NoError(t, err)
+	rep, err := tr.StepOnce(context.Background())
+	require.NoError(t, err)
+	require.False(t, rep.Rollout.Anchors.Fitted)
+	require.Zero(t, rep.Rollout.Anchors.Pairs)
+	require.Equal(t, 2, rep.Rollout.Anchors.Runs)
 }

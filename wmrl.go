@@ -74,21 +74,26 @@ type AnchorReport struct {
 	Fitted   bool    // the debiasing map has been fitted at least once
 	Weight   float64 // weight applied to the anchor groups' advantages
 	Disagree float64 // the weighter's current EWMA disagreement D
+	// Failures lists the anchor runs that produced no record ("task key:
+	// reason"); those samples keep their world-model rewards.
+	Failures []string
 }
 
 // wmrlState is the trainer's WMRL state.
 type wmrlState struct {
 	cfg      WMRLConfig
-	debiaser *calibrate.OnlineDebiaser
+	debiaser *calibrate.OnlineDebiaser // nil unless cfg.Debias
 	weighter *calibrate.Weighter
 }
 
 func newWMRL(cfg WMRLConfig) *wmrlState {
-	return &wmrlState{
-		cfg:      cfg,
-		debiaser: calibrate.NewOnlineDebiaser(cfg.MinPairs, cfg.RefitEvery, cfg.Bins, cfg.Capacity),
-		weighter: calibrate.NewWeighter(cfg.HalfLife, cfg.Warmup, cfg.MaxWeight, cfg.Target),
+	w := &wmrlState{cfg: cfg, weighter: calibrate.NewWeighter(cfg.HalfLife, cfg.Warmup, cfg.MaxWeight, cfg.Target)}
+	// The debiaser's parameters are validated only when Debias is on (a
+	// negative Bins would panic), so it is made only then.
+	if cfg.Debias {
+		w.debiaser = calibrate.NewOnlineDebiaser(cfg.MinPairs, cfg.RefitEvery, cfg.Bins, cfg.Capacity)
 	}
+	return w
 }
 
 // toUnit and fromUnit map a normalised reward in [−c, c] onto [0, 1] and back.
@@ -124,59 +129,94 @@ func (t *Trainer) anchors(ctx context.Context, ro *rolloutData, kept []int) (map
 			ids = append(ids, gi)
 		}
 	}
-	type run struct {
-		rec records.Record
-		ok  bool
+	// Each distinct (task, change) among the anchor groups is run once:
+	// a within-group duplicate earns min − δ whatever it measures
+	// (METHOD.md §1 Reward 3), and a second run of one job measures nothing
+	// new (with an idempotent executor it is the same record).
+	jobOf := make([][]int, len(ro.groups)) // jobOf[gi][i]: index into jobs, −1 = not run
+	jobIdx := map[string]int{}
+	type job struct {
+		task records.Task
+		p    records.Proposal
 	}
-	runs := make([][]run, len(ro.groups))
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(t.cfg.Parallel)
+	var jobs []job
 	for _, gi := range ids {
 		g := ro.groups[gi]
-		runs[gi] = make([]run, len(g.samples))
+		jobOf[gi] = make([]int, len(g.samples))
 		for i, s := range g.samples {
+			jobOf[gi][i] = -1
 			if s.Invalid || s.Proposal.IsNoChange() {
 				continue
 			}
-			eg.Go(func() error {
-				rec, ok, err := t.execute(ectx, g.state.Task, s.Proposal)
-				runs[gi][i] = run{rec, ok}
-				return err
-			})
+			key := g.state.Task.ID + "\x00" + s.Proposal.Key()
+			j, ok := jobIdx[key]
+			if !ok {
+				j = len(jobs)
+				jobIdx[key] = j
+				jobs = append(jobs, job{g.state.Task, s.Proposal})
+			}
+			jobOf[gi][i] = j
 		}
+	}
+	runs := make([]realRun, len(jobs))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(t.cfg.Parallel)
+	for j, jb := range jobs {
+		eg.Go(func() error {
+			r, err := t.execute(ectx, jb.task, jb.p)
+			runs[j] = r
+			return err
+		})
 	}
 	if err := eg.Wait(); err != nil {
 		return nil, rep, fmt.Errorf("lm2lm: step %d: anchor groups: %w", t.step+1, err)
 	}
 	var real []records.Record
+	for j, r := range runs {
+		if r.measured {
+			real = append(real, r.rec)
+			rep.Runs++
+		} else {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s: %s", jobs[j].task.ID, jobs[j].p.Key(), r.failure))
+		}
+	}
+	pushed := make([]bool, len(jobs))
 	for _, gi := range ids {
 		g := ro.groups[gi]
 		cands := make([]reward.Candidate, len(g.samples))
 		var pred, obs []float64
+		seen := map[int]bool{}
 		for i, s := range g.samples {
-			r := runs[gi][i]
-			feasible := r.ok && r.rec.Infeasible == ""
+			var r realRun
+			j := jobOf[gi][i]
+			if j >= 0 {
+				r = runs[j]
+			}
+			feasible := r.measured && r.rec.Infeasible == ""
 			// A sample that was not measured (unparseable, no change, or a
 			// run that failed for infrastructure reasons) keeps the world
 			// model's verdict and its debiased gain.
-			gain, valid := g.gains[i], g.ok[i]
-			if r.ok {
+			gain, valid := g.gains[i], g.valid(i)
+			if r.measured {
 				gain, valid = 0, feasible
 				if feasible {
 					gain = r.rec.Gain
 				}
 			}
 			cands[i] = reward.NewCandidate(g.state, s.Proposal, gain, valid)
-			if r.ok {
-				real = append(real, r.rec)
-				rep.Runs++
+			if !r.measured || seen[j] {
+				continue
+			}
+			seen[j] = true
+			y := realReward(t.cfg.Reward, feasible, gain, g.tau)
+			if w.cfg.Debias && !pushed[j] {
+				pushed[j] = true
 				raw := realReward(t.cfg.Reward, g.ok[i], g.preds[i].Gain, g.tau)
-				y := realReward(t.cfg.Reward, feasible, gain, g.tau)
 				w.debiaser.Push(toUnit(raw, t.cfg.Reward.Clip), toUnit(y, t.cfg.Reward.Clip))
 				rep.Pairs++
-				pred = append(pred, g.scaled[i])
-				obs = append(obs, y)
 			}
+			pred = append(pred, g.scaled[i])
+			obs = append(obs, y)
 		}
 		g.rewards = reward.Shape(t.cfg.Reward, g.tau, cands)
 		if w.cfg.Weight && len(pred) > 1 {
@@ -186,7 +226,7 @@ func (t *Trainer) anchors(ctx context.Context, ro *rolloutData, kept []int) (map
 	if err := t.pool.Add(real...); err != nil {
 		return nil, rep, fmt.Errorf("lm2lm: step %d: anchor records: %w", t.step+1, err)
 	}
-	rep.Fitted = w.debiaser.Calibrated()
+	rep.Fitted = w.cfg.Debias && w.debiaser.Calibrated()
 	rep.Weight = 1
 	if w.cfg.Weight {
 		rep.Weight = w.weighter.Weight()

@@ -71,7 +71,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.profile, "profile", "default", "short | default | paper")
+	flag.StringVar(&o.profile, "profile", "default", "tiny | short | default | paper")
 	flag.StringVar(&o.calibration, "calibration", "top-rated", "top-rated | random | static")
 	flag.StringVar(&o.store, "store", "out/lm2lm-records.jsonl", "durable records file for real runs (reused across invocations)")
 	flag.StringVar(&o.report, "report", "out/lm2lm-report.json", "JSON report to write; empty = none")
@@ -129,6 +129,7 @@ type Calibration struct {
 	JHat, JBar, Delta, Gap            *float64
 	AdvantageCosine, PairwiseAccuracy *float64
 	Runs                              []string `json:"runs"`
+	Failures                          []string `json:"failures,omitempty"` // picked proposals that produced no record
 }
 
 // Step is one training step's headline numbers.
@@ -162,7 +163,7 @@ func calibration(c *lm2lm.CalibrationReport) Calibration {
 	out := Calibration{Step: c.Step, Executed: c.Executed, Infeasible: c.Infeasible,
 		MeanRealGainSigmas: num(c.MeanRealGain), JHat: num(c.Monitors.Bias.JHat), JBar: num(c.Monitors.Bias.JBar),
 		Delta: num(c.Monitors.Bias.Delta), Gap: num(calibrate.Gap(c.Predicted, c.Real)),
-		AdvantageCosine: num(c.Monitors.Cosine), PairwiseAccuracy: num(c.Monitors.Accuracy)}
+		AdvantageCosine: num(c.Monitors.Cosine), PairwiseAccuracy: num(c.Monitors.Accuracy), Failures: c.Failures}
 	for _, r := range c.Records {
 		g := fmt.Sprintf("%s %s: %+.2f σ_e", r.Task.ID, r.Proposal.Key(), r.Gain/r.Task.SeedNoise)
 		if r.Infeasible != "" {
@@ -173,7 +174,7 @@ func calibration(c *lm2lm.CalibrationReport) Calibration {
 	return out
 }
 
-func run(ctx context.Context, w io.Writer, o options) error {
+func run(ctx context.Context, w io.Writer, o options) (err error) {
 	prof, ok := profiles[o.profile]
 	if !ok {
 		return fmt.Errorf("unknown -profile %q", o.profile)
@@ -193,7 +194,11 @@ func run(ctx context.Context, w io.Writer, o options) error {
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer func() {
+		if cerr := store.Close(); err == nil {
+			err = cerr
+		}
+	}()
 	lcfg := lab.DefaultConfig()
 	lcfg.Parallel = o.parallel
 	l, err := lab.New(lcfg, store)
@@ -297,6 +302,9 @@ func run(ctx context.Context, w io.Writer, o options) error {
 				"predicted vs real reward: Ĵ_M %+.2f, J̄ %+.2f, Δ_M %+.2f, cosine %.2f, pairwise accuracy %.2f\n",
 				c.Step, c.Executed, c.Infeasible, c.MeanRealGain, c.Monitors.Bias.JHat, c.Monitors.Bias.JBar,
 				c.Monitors.Bias.Delta, c.Monitors.Cosine, c.Monitors.Accuracy)
+			for _, f := range c.Failures {
+				fmt.Fprintf(w, "  not measured: %s\n", f)
+			}
 		}
 		if r := s.Rollout; r != nil {
 			st.MeanReward, st.MeanGain = r.MeanReward, r.MeanGain
@@ -365,24 +373,39 @@ func run(ctx context.Context, w io.Writer, o options) error {
 	return nil
 }
 
-// initialRecords executes n uniformly drawn catalogue proposals on the
-// training tasks and returns their real records as M_0.
-func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train []records.Task, cat []records.Card, n int, o options) (records.Evidence, error) {
-	rng := rand.New(rand.NewPCG(o.seed, 0x6d30))
-	type item struct {
-		t records.Task
-		p records.Proposal
-	}
-	var items []item
-	for i := 0; i < n; i++ {
+// initialItem is one (task, proposal) of M_0.
+type initialItem struct {
+	t records.Task
+	p records.Proposal
+}
+
+// drawInitial draws n distinct (task, proposal) pairs uniformly: a task,
+// a card, and a choice per parameter. A repeated pair is drawn again: the
+// lab runs a proposal with a fixed seed and the pool reuses stored runs, so
+// a repeat would add the same record twice instead of a new measurement.
+// It gives up after 100·n draws (a tiny catalogue), returning fewer pairs.
+func drawInitial(rng *rand.Rand, train []records.Task, cat []records.Card, n int) []initialItem {
+	var items []initialItem
+	seen := map[string]bool{}
+	for draws := 0; len(items) < n && draws < 100*n; draws++ {
 		t := train[rng.IntN(len(train))]
 		c := cat[rng.IntN(len(cat))]
 		p := records.Proposal{Mechanism: c.Mechanism, Params: map[string]string{}}
 		for _, ps := range c.Params {
 			p.Params[ps.Name] = ps.Choices[rng.IntN(len(ps.Choices))]
 		}
-		items = append(items, item{t, p})
+		if k := t.ID + "\x00" + p.Key(); !seen[k] {
+			seen[k] = true
+			items = append(items, initialItem{t, p})
+		}
 	}
+	return items
+}
+
+// initialRecords executes n distinct, uniformly drawn catalogue proposals on
+// the training tasks and returns their real records as M_0.
+func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train []records.Task, cat []records.Card, n int, o options) (records.Evidence, error) {
+	items := drawInitial(rand.New(rand.NewPCG(o.seed, 0x6d30)), train, cat, n)
 	recs := make([]records.Record, len(items))
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(o.parallel)
