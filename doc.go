@@ -41,6 +41,11 @@
 //
 // # Package map
 //
+//   - lm2lm (this package): Trainer runs the loop above with the
+//     interfaces below (Config.Calibration selects top-rated, random or no
+//     calibration; Config.WMRL adds WMRL's corrections) and checkpoints
+//     between steps; Evaluate executes a policy's proposals on held-out
+//     research states for real (METHOD.md §1 Data and evaluation).
 //   - records: tasks, proposals and canonical keys, records, research states,
 //     real-only Evidence, the Store contract with in-memory and durable file
 //     stores, the state pool.
