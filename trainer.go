@@ -741,15 +741,14 @@ func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, u, budget int)
 		g := ro.groups[c.g]
 		p := g.samples[c.i].Proposal
 		eg.Go(func() error {
-			r, err := t.execute(ectx, g.state.Task, p)
-			if err != nil {
-				return err
-			}
+			r, err := runReal(ectx, t.c.Builder, t.c.Executor, g.state.Task, p)
 			res[k] = r
-			return nil
+			return err
 		})
 	}
-	if err := eg.Wait(); err != nil {
+	err := eg.Wait()
+	t.account(res)
+	if err != nil {
 		return rep, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
 	}
 	// Monitors: predicted (under M_u) vs real normalised rewards, grouped
@@ -804,16 +803,18 @@ func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, u, budget int)
 	return rep, nil
 }
 
-// execute runs one proposal for real and adds its cost to the trainer's.
-func (t *Trainer) execute(ctx context.Context, task records.Task, p records.Proposal) (realRun, error) {
-	r, err := runReal(ctx, t.c.Builder, t.c.Executor, task, p)
-	if r.ran {
-		t.mu.Lock()
-		t.cost = addCost(t.cost, r.cost)
-		t.runs++
-		t.mu.Unlock()
+// account adds the cost of the runs that reached the executor to the
+// trainer's, in slice order (not completion order), so that the sums are
+// the same bit for bit whichever run finished first.
+func (t *Trainer) account(runs []realRun) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range runs {
+		if r.ran {
+			t.cost = addCost(t.cost, r.cost)
+			t.runs++
+		}
 	}
-	return r, err
 }
 
 // RunReal builds and executes proposal p on task for real and returns its

@@ -163,12 +163,14 @@ func (t *Trainer) anchors(ctx context.Context, ro *rolloutData, kept []int) (map
 	eg.SetLimit(t.cfg.Parallel)
 	for j, jb := range jobs {
 		eg.Go(func() error {
-			r, err := t.execute(ectx, jb.task, jb.p)
+			r, err := runReal(ectx, t.c.Builder, t.c.Executor, jb.task, jb.p)
 			runs[j] = r
 			return err
 		})
 	}
-	if err := eg.Wait(); err != nil {
+	err := eg.Wait()
+	t.account(runs)
+	if err != nil {
 		return nil, rep, fmt.Errorf("lm2lm: step %d: anchor groups: %w", t.step+1, err)
 	}
 	var real []records.Record
