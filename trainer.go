@@ -389,12 +389,12 @@ func (t *Trainer) StepOnce(ctx context.Context) (StepReport, error) {
 		}
 		rep.Rollout = &rr
 	}
-	batch := t.batches[0]
-	t.batches = t.batches[1:]
-	st, err := t.c.Policy.Update(ctx, batch)
+	st, err := t.c.Policy.Update(ctx, t.batches[0])
 	if err != nil {
+		// The mini-batch stays, so a retry updates on it.
 		return rep, fmt.Errorf("lm2lm: step %d: update: %w", t.step+1, err)
 	}
+	t.batches = t.batches[1:]
 	rep.Update = st
 	rep.Calibration, t.pendingCal = t.pendingCal, nil
 	t.step++

@@ -741,3 +741,41 @@ func TestWMRLWithoutDebias(t *testing.T) {
 	require.Zero(t, rep.Rollout.Anchors.Pairs)
 	require.Equal(t, 2, rep.Rollout.Anchors.Runs)
 }
+
+func TestFailedUpdateKeepsItsBatch(t *testing.T) {
+	// A failed policy update is not counted and its mini-batch is not lost:
+	// retrying the step updates on the same batch, so the run goes on as if
+	// nothing had failed.
+	props := []records.Proposal{
+		{Mechanism: "wider", Params: map[string]string{"level": "2"}},
+		{Mechanism: "lr", Params: map[string]string{"level": "1"}},
+		{Mechanism: "decay", Params: map[string]string{"level": "2"}},
+	}
+	run := func(failAt int) [][]proposer.Item {
+		cfg := smallConfig()
+		cfg.Steps = 12
+		cfg.Calibration = lm2lm.Static
+		pol := proposertest.FromProposals(props...)
+		tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: rwm.NewEmbedded(embeddedWithTrap()), Tasks: tasks()})
+		require.NoError(t, err)
+		for tr.Step() < cfg.Steps {
+			if tr.Step() == failAt {
+				pol.Err = errors.New("device lost")
+				_, err := tr.StepOnce(context.Background())
+				require.Error(t, err)
+				pol.Err = nil
+				failAt = -1
+				continue
+			}
+			_, err := tr.StepOnce(context.Background())
+			require.NoError(t, err)
+		}
+		return pol.Updates()
+	}
+	want := run(-1)
+	got := run(5)
+	require.Equal(t, len(want), len(got))
+	for i := range want {
+		require.Equal(t, want[i], got[i], "update %d", i+1)
+	}
+}
