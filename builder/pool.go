@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/lm2lm/lm2lm/internal/wait"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -112,7 +113,7 @@ func NewPool(exec Executor, cfg PoolConfig) (*Pool, error) {
 		return nil, err
 	}
 	if cfg.Sleep == nil {
-		cfg.Sleep = sleep
+		cfg.Sleep = wait.Sleep
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -127,17 +128,6 @@ func NewPool(exec Executor, cfg PoolConfig) (*Pool, error) {
 
 // Ledger returns the pool's ledger.
 func (p *Pool) Ledger() *Ledger { return p.ledger }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // Execute runs j, or returns the stored outcome of an identical earlier
 // run, or joins an identical run in flight. Identity is (task ID, proposal

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/lm2lm/lm2lm/internal/wait"
 )
 
 // Limit bounds the number of concurrent calls to a world model (an LLM
@@ -136,7 +138,7 @@ func NewRetry(inner WorldModel, cfg RetryConfig) *Retry {
 		panic(err.Error())
 	}
 	if cfg.Sleep == nil {
-		cfg.Sleep = sleepCtx
+		cfg.Sleep = wait.Sleep
 	}
 	return &Retry{inner: inner, cfg: cfg}
 }
@@ -164,20 +166,6 @@ func (r *Retry) Predict(ctx context.Context, q Query) (Prediction, error) {
 		if err := r.cfg.Sleep(ctx, wait); err != nil {
 			return Prediction{}, fmt.Errorf("rwm: retry: waiting after %v: %w", last, err)
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

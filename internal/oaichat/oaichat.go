@@ -30,6 +30,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/lm2lm/lm2lm/internal/wait"
 )
 
 // Environment variables read when a setting is empty (explicit settings
@@ -118,7 +120,7 @@ func New(s Settings) *Client {
 		opts = append(opts, option.WithHTTPClient(s.HTTPClient))
 	}
 	if s.Sleep == nil {
-		s.Sleep = sleep
+		s.Sleep = wait.Sleep
 	}
 	if s.Now == nil {
 		s.Now = time.Now
@@ -141,20 +143,6 @@ func RedactURL(u string) string {
 	}
 	pu.User = nil
 	return pu.String()
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // Usage counts calls and tokens.

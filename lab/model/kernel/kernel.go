@@ -65,41 +65,36 @@ func check(op string, c, a, b []float32, m, k, n int) {
 // MulNN sets C (or adds to it when acc) to A·B, with A m×k, B k×n and C m×n,
 // all row-major. It panics when a slice is too short for its shape.
 func (k *Kernel) MulNN(c, a, b []float32, m, kk, n int, acc bool) {
-	check("MulNN", c, a, b, m, kk, n)
-	k.flops += 2 * float64(m) * float64(kk) * float64(n)
-	if m == 0 || n == 0 {
-		return
-	}
-	if kk == 0 {
-		if !acc {
-			clear(c[:m*n])
-		}
-		return
-	}
-	k.impl.nn(c[:m*n], a[:m*kk], b[:kk*n], m, kk, n, acc, &k.scratch)
+	k.mul(opNN, c, a, b, m, kk, n, acc)
 }
 
 // MulTN sets C (or adds to it when acc) to Aᵀ·B, with A stored k×m, B k×n
 // and C m×n. It panics when a slice is too short for its shape.
 func (k *Kernel) MulTN(c, a, b []float32, m, kk, n int, acc bool) {
-	check("MulTN", c, a, b, m, kk, n)
-	k.flops += 2 * float64(m) * float64(kk) * float64(n)
-	if m == 0 || n == 0 {
-		return
-	}
-	if kk == 0 {
-		if !acc {
-			clear(c[:m*n])
-		}
-		return
-	}
-	k.impl.tn(c[:m*n], a[:m*kk], b[:kk*n], m, kk, n, acc, &k.scratch)
+	k.mul(opTN, c, a, b, m, kk, n, acc)
 }
 
 // MulNT sets C (or adds to it when acc) to A·Bᵀ, with A m×k, B stored n×k
 // and C m×n. It panics when a slice is too short for its shape.
 func (k *Kernel) MulNT(c, a, b []float32, m, kk, n int, acc bool) {
-	check("MulNT", c, a, b, m, kk, n)
+	k.mul(opNT, c, a, b, m, kk, n, acc)
+}
+
+// mulOp names the three products.
+type mulOp int
+
+const (
+	opNN mulOp = iota
+	opTN
+	opNT
+)
+
+var mulNames = [...]string{opNN: "MulNN", opTN: "MulTN", opNT: "MulNT"}
+
+// mul checks the shapes, counts the FLOPs, handles empty dimensions and
+// hands the product to the backend.
+func (k *Kernel) mul(o mulOp, c, a, b []float32, m, kk, n int, acc bool) {
+	check(mulNames[o], c, a, b, m, kk, n)
 	k.flops += 2 * float64(m) * float64(kk) * float64(n)
 	if m == 0 || n == 0 {
 		return
@@ -110,7 +105,15 @@ func (k *Kernel) MulNT(c, a, b []float32, m, kk, n int, acc bool) {
 		}
 		return
 	}
-	k.impl.nt(c[:m*n], a[:m*kk], b[:kk*n], m, kk, n, acc, &k.scratch)
+	c, a, b = c[:m*n], a[:m*kk], b[:kk*n]
+	switch o {
+	case opNN:
+		k.impl.nn(c, a, b, m, kk, n, acc, &k.scratch)
+	case opTN:
+		k.impl.tn(c, a, b, m, kk, n, acc, &k.scratch)
+	default:
+		k.impl.nt(c, a, b, m, kk, n, acc, &k.scratch)
+	}
 }
 
 // transpose writes the r×c row-major matrix src into dst as c×r. Four
