@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -67,6 +68,7 @@ type options struct {
 	seed                                uint64
 	parallel                            int
 	wmrl                                bool
+	baseline, holdOut                   string
 	policyLR                            float64
 	descBuckets                         int
 }
@@ -85,6 +87,8 @@ func main() {
 	// and training Avg@4 +3.15 vs +1.40 (Base −5.52).
 	flag.Float64Var(&o.policyLR, "policy-lr", 0.02, "Adam learning rate of the policy (0 = proposer.DefaultAdamConfig's)")
 	flag.IntVar(&o.descBuckets, "description-buckets", 64, "hashed task-description features of the policy (proposer.PolicyConfig.DescriptionBuckets; 0 = off)")
+	flag.StringVar(&o.baseline, "baseline", "", "train by maximum likelihood on M_0 instead of LM2LM: sft (all feasible records) or rft (positive gains only)")
+	flag.StringVar(&o.holdOut, "hold-out-family", "", "hold out this whole family (training tasks, M_0 and the world model never see it): the generalisation experiment")
 	flag.BoolVar(&o.wmrl, "wmrl", false, "add WMRL's anchor groups, online isotonic debiasing and inverse-variance weighting (METHOD.md §2)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -100,6 +104,8 @@ func main() {
 type Report struct {
 	Profile      string             `json:"profile"`
 	Calibration  string             `json:"calibration"`
+	Baseline     string             `json:"baseline,omitempty"`
+	HoldOut      string             `json:"hold_out_family,omitempty"`
 	WMRL         bool               `json:"wmrl"`
 	Seed         uint64             `json:"seed"`
 	M0           int                `json:"m0_records"`
@@ -209,6 +215,11 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	}()
 	lcfg := lab.DefaultConfig()
 	lcfg.Parallel = o.parallel
+	if o.holdOut != "" {
+		if lcfg.Tasks, err = lab.HoldOutFamily(lcfg.Tasks, o.holdOut); err != nil {
+			return err
+		}
+	}
 	l, err := lab.New(lcfg, store)
 	if err != nil {
 		return err
@@ -262,7 +273,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	ecfg.Parallel = o.parallel
 	ecfg.Seed = o.seed
 
-	rep := Report{Profile: o.profile, Calibration: mode.String(), WMRL: o.wmrl, Seed: o.seed, M0: m0.Len(),
+	rep := Report{Profile: o.profile, Calibration: mode.String(), Baseline: o.baseline, HoldOut: o.holdOut, WMRL: o.wmrl, Seed: o.seed, M0: m0.Len(),
 		RealRuns: map[string]int{}, CPUSeconds: map[string]float64{}}
 
 	// J_test on held-out tasks and J_train on one state of each training
@@ -287,55 +298,66 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	}
 	rep.Base, rep.BaseTrain = summary(base), summary(baseTrain)
 
-	cfg := lm2lm.DefaultConfig()
-	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
-	cfg.Calibration = mode
-	cfg.Parallel = o.parallel
-	cfg.Seed = o.seed
-	if o.wmrl {
-		// WMRL's defaults wait for 200 anchor pairs before the first fit;
-		// a laptop-sized run has fewer, so the example fits sooner.
-		w := lm2lm.DefaultWMRLConfig()
-		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
-		cfg.WMRL = &w
-	}
-	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: l, Executor: pool, Tasks: train, Evidence: m0})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "\ntraining: %d steps, %d states × %d proposals per rollout, calibration %v budgets %v\n",
-		cfg.Steps, cfg.States, cfg.DAPO.GroupSize, cfg.Schedule.Steps, cfg.Schedule.Budgets)
-	fmt.Fprintf(w, "%5s %9s %8s %9s %9s  %s\n", "step", "loss", "entropy", "reward", "ĝ/σ_e", "top mechanism (share)")
-	_, err = tr.Run(ctx, func(s lm2lm.StepReport) {
-		st := Step{Step: s.Step, Loss: s.Update.Loss, Entropy: s.Update.Entropy}
-		if c := s.Calibration; c != nil {
-			rep.Calibrations = append(rep.Calibrations, calibration(c))
-			fmt.Fprintf(w, "  calibration at step %d: %d real runs (%d infeasible), mean real gain %+.2f σ_e; "+
-				"predicted vs real reward: Ĵ_M %+.2f, J̄ %+.2f, Δ_M %+.2f, cosine %.2f, pairwise accuracy %.2f\n",
-				c.Step, c.Executed, c.Infeasible, c.MeanRealGain, c.Monitors.Bias.JHat, c.Monitors.Bias.JBar,
-				c.Monitors.Bias.Delta, c.Monitors.Cosine, c.Monitors.Accuracy)
-			for _, f := range c.Failures {
-				fmt.Fprintf(w, "  not measured: %s\n", f)
-			}
+	var cost records.Cost
+	var runs int
+	switch o.baseline {
+	case "":
+		cfg := lm2lm.DefaultConfig()
+		cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
+		cfg.Calibration = mode
+		cfg.Parallel = o.parallel
+		cfg.Seed = o.seed
+		if o.wmrl {
+			// WMRL's defaults wait for 200 anchor pairs before the first fit;
+			// a laptop-sized run has fewer, so the example fits sooner.
+			w := lm2lm.DefaultWMRLConfig()
+			w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
+			cfg.WMRL = &w
 		}
-		if r := s.Rollout; r != nil {
-			st.MeanReward, st.MeanGain = r.MeanReward, r.MeanGain
-			if len(r.Share) > 0 {
-				st.TopShare = fmt.Sprintf("%s (%.0f%%)", r.Share[0].Mechanism, 100*r.Share[0].Fraction)
-			}
-			fmt.Fprintf(w, "%5d %9.4f %8.3f %+9.3f %+9.3f  %s   [kept %d of %d groups]\n",
-				s.Step, st.Loss, st.Entropy, st.MeanReward, st.MeanGain, st.TopShare, r.Kept, r.Groups)
-			if a := r.Anchors; a != nil {
-				fmt.Fprintf(w, "  WMRL: %d anchor groups, %d real runs, debiaser fitted %v, anchor weight %.2f (D %.2f)\n",
-					a.Groups, a.Runs, a.Fitted, a.Weight, a.Disagree)
-			}
+		tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: l, Executor: pool, Tasks: train, Evidence: m0})
+		if err != nil {
+			return err
 		}
-		rep.Steps = append(rep.Steps, st)
-	})
-	if err != nil {
-		return err
+		fmt.Fprintf(w, "\ntraining: %d steps, %d states × %d proposals per rollout, calibration %v budgets %v\n",
+			cfg.Steps, cfg.States, cfg.DAPO.GroupSize, cfg.Schedule.Steps, cfg.Schedule.Budgets)
+		fmt.Fprintf(w, "%5s %9s %8s %9s %9s  %s\n", "step", "loss", "entropy", "reward", "ĝ/σ_e", "top mechanism (share)")
+		_, err = tr.Run(ctx, func(s lm2lm.StepReport) {
+			st := Step{Step: s.Step, Loss: s.Update.Loss, Entropy: s.Update.Entropy}
+			if c := s.Calibration; c != nil {
+				rep.Calibrations = append(rep.Calibrations, calibration(c))
+				fmt.Fprintf(w, "  calibration at step %d: %d real runs (%d infeasible), mean real gain %+.2f σ_e; "+
+					"predicted vs real reward: Ĵ_M %+.2f, J̄ %+.2f, Δ_M %+.2f, cosine %.2f, pairwise accuracy %.2f\n",
+					c.Step, c.Executed, c.Infeasible, c.MeanRealGain, c.Monitors.Bias.JHat, c.Monitors.Bias.JBar,
+					c.Monitors.Bias.Delta, c.Monitors.Cosine, c.Monitors.Accuracy)
+				for _, f := range c.Failures {
+					fmt.Fprintf(w, "  not measured: %s\n", f)
+				}
+			}
+			if r := s.Rollout; r != nil {
+				st.MeanReward, st.MeanGain = r.MeanReward, r.MeanGain
+				if len(r.Share) > 0 {
+					st.TopShare = fmt.Sprintf("%s (%.0f%%)", r.Share[0].Mechanism, 100*r.Share[0].Fraction)
+				}
+				fmt.Fprintf(w, "%5d %9.4f %8.3f %+9.3f %+9.3f  %s   [kept %d of %d groups]\n",
+					s.Step, st.Loss, st.Entropy, st.MeanReward, st.MeanGain, st.TopShare, r.Kept, r.Groups)
+				if a := r.Anchors; a != nil {
+					fmt.Fprintf(w, "  WMRL: %d anchor groups, %d real runs, debiaser fitted %v, anchor weight %.2f (D %.2f)\n",
+						a.Groups, a.Runs, a.Fitted, a.Weight, a.Disagree)
+				}
+			}
+			rep.Steps = append(rep.Steps, st)
+		})
+		if err != nil {
+			return err
+		}
+		cost, runs = tr.Cost()
+	case "sft", "rft":
+		if err := supervise(ctx, w, o.baseline, prof.steps, pol, m0, &rep); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("unknown -baseline %q", o.baseline)
 	}
-	cost, runs := tr.Cost()
 	rep.RealRuns["training"], rep.CPUSeconds["training"] = runs, cost.DeviceSeconds
 
 	trained, trainedTrain, err := evaluate("trained")
@@ -438,4 +460,38 @@ func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train 
 		}
 	}
 	return records.NewEvidence(keep...)
+}
+
+// supervise trains the policy by maximum likelihood on the real records of
+// M_0 instead of RL (METHOD.md §1 Data and evaluation, baselines): "sft"
+// imitates every feasible record, "rft" (RFT-Real) only those with a
+// positive gain. One Supervise step per training step, on the whole set.
+func supervise(ctx context.Context, w io.Writer, kind string, steps int, pol *proposer.Policy, m0 records.Evidence, rep *Report) error {
+	var items []proposer.Item
+	for _, r := range m0.Records() {
+		if r.Infeasible != "" || (kind == "rft" && r.Gain <= 0) {
+			continue
+		}
+		toks, err := pol.Encode(r.Proposal)
+		if err != nil {
+			continue // a record outside the catalogue cannot be imitated
+		}
+		items = append(items, proposer.Item{State: records.State{Task: r.Task},
+			Sample: proposer.Sample{Proposal: r.Proposal, Tokens: toks}})
+	}
+	if len(items) == 0 {
+		return fmt.Errorf("-baseline %s: no records to imitate", kind)
+	}
+	fmt.Fprintf(w, "\n%s: %d maximum-likelihood steps on %d of %d real records\n", strings.ToUpper(kind), steps, len(items), m0.Len())
+	for i := 0; i < steps; i++ {
+		st, err := pol.Supervise(ctx, items)
+		if err != nil {
+			return err
+		}
+		rep.Steps = append(rep.Steps, Step{Step: i + 1, Loss: st.Loss, Entropy: st.Entropy})
+		if i%8 == 0 || i == steps-1 {
+			fmt.Fprintf(w, "%5d  NLL %.4f  entropy %.3f\n", i+1, st.Loss, st.Entropy)
+		}
+	}
+	return nil
 }

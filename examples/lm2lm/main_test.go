@@ -47,10 +47,27 @@ func TestMainJobEndToEnd(t *testing.T) {
 	again, err := os.ReadFile(o.report)
 	require.NoError(t, err)
 	require.JSONEq(t, string(first), string(again))
+
+	// The RFT baseline on the same store: no calibration runs, one
+	// maximum-likelihood step per training step.
+	out.Reset()
+	o.baseline, o.report = "rft", filepath.Join(dir, "rft.json")
+	require.NoError(t, run(context.Background(), &out, o))
+	b, err := os.ReadFile(o.report)
+	require.NoError(t, err)
+	var rft Report
+	require.NoError(t, json.Unmarshal(b, &rft))
+	require.Equal(t, "rft", rft.Baseline)
+	require.Zero(t, rft.RealRuns["training"])
+	require.Len(t, rft.Steps, 16)
+	require.Empty(t, rft.Calibrations)
 }
 
 func TestUnknownFlags(t *testing.T) {
 	var out bytes.Buffer
 	require.ErrorContains(t, run(context.Background(), &out, options{profile: "huge"}), "unknown -profile")
 	require.ErrorContains(t, run(context.Background(), &out, options{profile: "tiny", calibration: "best"}), "unknown -calibration")
+	dir := t.TempDir()
+	o := options{profile: "tiny", calibration: "static", store: filepath.Join(dir, "r.jsonl"), holdOut: "no-such-family"}
+	require.ErrorContains(t, run(context.Background(), &out, o), "no-such-family")
 }
