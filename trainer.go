@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -296,6 +297,10 @@ type StepReport struct {
 	// checkpoint written in between drops the report, not the records).
 	Calibration *CalibrationReport
 }
+
+// Unparseable is the mechanism under which RolloutReport.Share counts
+// samples that could not be parsed into a proposal.
+const Unparseable = "(unparseable)"
 
 // RolloutReport describes one rollout.
 type RolloutReport struct {
@@ -593,7 +598,11 @@ func (t *Trainer) prepare(ctx context.Context, ro *rolloutData) (RolloutReport, 
 	for gi, g := range ro.groups {
 		rewards[gi] = g.rewards
 		for i, s := range g.samples {
-			mechs = append(mechs, s.Proposal.Mechanism)
+			mech := s.Proposal.Mechanism
+			if s.Invalid && strings.TrimSpace(mech) == "" {
+				mech = Unparseable
+			}
+			mechs = append(mechs, mech)
 			sumR += g.rewards[i]
 			nR++
 			if !g.ok[i] {

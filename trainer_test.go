@@ -779,3 +779,30 @@ func TestFailedUpdateKeepsItsBatch(t *testing.T) {
 		require.Equal(t, want[i], got[i], "update %d", i+1)
 	}
 }
+
+func TestShareCountsUnparseableSamples(t *testing.T) {
+	// METHOD.md §1 On-policy calibration (case study): each mechanism
+	// direction's share of the sampled proposals; samples that could not be
+	// parsed are counted under lm2lm.Unparseable, not under "".
+	cfg := smallConfig()
+	cfg.Calibration = lm2lm.Static
+	pol := proposertest.NewScripted(
+		proposer.Sample{Proposal: records.Proposal{Mechanism: "wider", Params: map[string]string{"level": "2"}}},
+		proposer.Sample{Invalid: true, Reason: "no JSON object"},
+	)
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: rwm.NewEmbedded(embeddedWithTrap()), Tasks: tasks()})
+	require.NoError(t, err)
+	rep, err := tr.StepOnce(context.Background())
+	require.NoError(t, err)
+	var total float64
+	names := map[string]bool{}
+	for _, sh := range rep.Rollout.Share {
+		names[sh.Mechanism] = true
+		total += sh.Fraction
+	}
+	require.InDelta(t, 1, total, 1e-12)
+	require.True(t, names[lm2lm.Unparseable])
+	require.True(t, names["wider"])
+	require.False(t, names[""])
+	require.Positive(t, rep.Rollout.Invalid)
+}
