@@ -452,3 +452,12 @@ func Plain(s string) string {
 	}, s)
 	return Truncate(s, 100)
 }
+
+// Budget renders a task's training budget for a prompt: the number, or
+// "unknown" when it is not positive (records.Task.Budget 0 = unknown).
+func Budget(b int) string {
+	if b <= 0 {
+		return "unknown"
+	}
+	return strconv.Itoa(b)
+}

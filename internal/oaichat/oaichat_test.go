@@ -254,3 +254,11 @@ func TestRedactURL(t *testing.T) {
 	require.Equal(t, "http://host:8000/v1", RedactURL("http://user:secret@host:8000/v1"))
 	require.Equal(t, "http://host/v1", RedactURL("http://host/v1"))
 }
+
+func TestBudget(t *testing.T) {
+	for b, want := range map[int]string{0: "unknown", -3: "unknown", 1: "1", 600: "600"} {
+		if got := Budget(b); got != want {
+			t.Errorf("Budget(%d) = %q, want %q", b, got, want)
+		}
+	}
+}

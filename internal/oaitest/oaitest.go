@@ -17,6 +17,7 @@
 package oaitest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -565,4 +566,28 @@ func (s *Server) WaitFor(n int, timeout time.Duration) bool {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// Sleeps records the waits a client under test asks for instead of waiting,
+// so that retry and Retry-After behaviour is checked without delay. Its
+// Sleep has the signature of the clients' Config.Sleep; it returns ctx.Err().
+// Safe for concurrent use.
+type Sleeps struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+// Sleep records d and returns at once.
+func (s *Sleeps) Sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
+	s.d = append(s.d, d)
+	s.mu.Unlock()
+	return ctx.Err()
+}
+
+// All returns the recorded waits in order.
+func (s *Sleeps) All() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Duration(nil), s.d...)
 }

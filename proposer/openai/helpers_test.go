@@ -1,11 +1,9 @@
 package openai
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"sync"
 	"time"
 
 	"github.com/lm2lm/lm2lm/internal/oaitest"
@@ -48,29 +46,13 @@ func fakePolicy(r oaitest.Request) oaitest.Reply {
 }
 
 // sleeps records injected sleeps.
-type sleeps struct {
-	mu sync.Mutex
-	d  []time.Duration
-}
-
-func (s *sleeps) sleep(ctx context.Context, d time.Duration) error {
-	s.mu.Lock()
-	s.d = append(s.d, d)
-	s.mu.Unlock()
-	return ctx.Err()
-}
-
-func (s *sleeps) all() []time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]time.Duration(nil), s.d...)
-}
+type sleeps = oaitest.Sleeps
 
 func testConfig(srv *oaitest.Server, sl *sleeps) Config {
 	cfg := DefaultConfig()
 	cfg.BaseURL, cfg.Model = srv.URL(), "fake-policy"
 	cfg.Timeout = 10 * time.Second
-	cfg.Sleep = sl.sleep
+	cfg.Sleep = sl.Sleep
 	cfg.Getenv = func(string) string { return "" }
 	cfg.Catalogue = testCatalogue
 	return cfg

@@ -129,14 +129,10 @@ func Messages(s records.State, catalogue []records.Card, allowNoChange bool, tex
 		lines = append(lines, "CARD "+js)
 	}
 	data := strings.Join(lines, "\n")
-	budget := "unknown"
-	if t.Budget > 0 {
-		budget = strconv.Itoa(t.Budget)
-	}
 	var b strings.Builder
 	err = userTmpl.Execute(&b, promptData{
 		TaskID: oaichat.Plain(t.ID), Family: oaichat.Plain(t.Family), Metric: oaichat.Plain(string(t.Metric)),
-		RefLoss: num(t.RefLoss), Sigma: num(t.SeedNoise), Budget: budget,
+		RefLoss: num(t.RefLoss), Sigma: num(t.SeedNoise), Budget: oaichat.Budget(t.Budget),
 		Fence: oaichat.Fence(data), Data: data, History: len(s.History),
 		Catalogue: len(catalogue) > 0, NoChange: allowNoChange,
 	})

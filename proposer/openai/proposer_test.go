@@ -153,7 +153,7 @@ func TestProposeTransportErrors(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, got, 2)
 		// Retry-After 3s honoured, then the 1s backoff of the second retry.
-		require.Equal(t, []time.Duration{3 * time.Second, time.Second}, sl.all())
+		require.Equal(t, []time.Duration{3 * time.Second, time.Second}, sl.All())
 		require.Equal(t, 3, srv.Count())
 	})
 	t.Run("503 exhausted", func(t *testing.T) {

@@ -134,7 +134,7 @@ func TestPredictRetries(t *testing.T) {
 			p, err := m.Predict(context.Background(), query())
 			require.NoError(t, err)
 			require.Equal(t, 0.002, p.Gain)
-			require.Equal(t, tt.delays, sl.all())
+			require.Equal(t, tt.delays, sl.All())
 			require.Equal(t, int64(len(tt.faults)+1), m.Usage().Attempts)
 		})
 	}
@@ -150,7 +150,7 @@ func TestPredictTransientExhausted(t *testing.T) {
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, 4*time.Second, te.After, "the server's Retry-After reaches rwm.Retry")
 	require.Equal(t, 3, srv.Count())
-	require.Equal(t, []time.Duration{4 * time.Second, 4 * time.Second}, sl.all())
+	require.Equal(t, []time.Duration{4 * time.Second, 4 * time.Second}, sl.All())
 }
 
 func TestPredictHungConnection(t *testing.T) {

@@ -177,13 +177,9 @@ func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 	}
 	lines = append(lines, "PROPOSAL "+ps)
 	data := strings.Join(lines, "\n")
-	budget := "unknown"
-	if t.Budget > 0 {
-		budget = strconv.Itoa(t.Budget)
-	}
 	var b strings.Builder
 	err = userTmpl.Execute(&b, promptData{
-		TaskID: oaichat.Plain(t.ID), Family: oaichat.Plain(t.Family), Metric: oaichat.Plain(string(t.Metric)), RefLoss: num(t.RefLoss), Sigma: num(t.SeedNoise), Budget: budget,
+		TaskID: oaichat.Plain(t.ID), Family: oaichat.Plain(t.Family), Metric: oaichat.Plain(string(t.Metric)), RefLoss: num(t.RefLoss), Sigma: num(t.SeedNoise), Budget: oaichat.Budget(t.Budget),
 		Fence: oaichat.Fence(data), Data: data, Shown: shown, Total: q.Evidence.Len(),
 	})
 	if err != nil {
