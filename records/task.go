@@ -41,10 +41,14 @@ const (
 	// NatsPerToken is validation NLL in nats per (masked) token, used by
 	// diffusion families.
 	NatsPerToken Metric = "nats-per-token"
+	// LadderShortfall is 1 − the WMRL ladder score of a code solution
+	// (METHOD.md §2; reward.LadderScore), used by code-solution tasks: with
+	// b_e = 1 the gain b_e − ℓ is the ladder score itself.
+	LadderShortfall Metric = "ladder-shortfall"
 )
 
 // Valid reports whether m is one of the known metrics.
-func (m Metric) Valid() bool { return m == BitsPerByte || m == NatsPerToken }
+func (m Metric) Valid() bool { return m == BitsPerByte || m == NatsPerToken || m == LadderShortfall }
 
 // Task is one LM development environment with its reference configuration:
 // the e of METHOD.md §1 Vocabulary.
@@ -52,7 +56,7 @@ type Task struct {
 	ID          string  `json:"id"`
 	Family      string  `json:"family"`      // model family, e.g. "ar-prose"; the unit of held-out generalisation
 	Split       Split   `json:"split"`       // Train or HeldOut
-	Metric      Metric  `json:"metric"`      // BitsPerByte or NatsPerToken
+	Metric      Metric  `json:"metric"`      // BitsPerByte, NatsPerToken or LadderShortfall
 	RefLoss     float64 `json:"ref_loss"`    // b_e: reference validation loss
 	SeedNoise   float64 `json:"seed_noise"`  // σ_e: std of the reference loss over seeds, > 0
 	Budget      int     `json:"budget"`      // training budget in the host's units (the lab: optimiser steps); 0 = unknown

@@ -16,6 +16,13 @@
 // Beyond the paper, Config.Pessimism (off by default) blends in the world
 // model's pessimistic quantile (q10) so uncertain predictions earn less.
 //
+// WMRL's execution ladder (METHOD.md §2) lives here too: LadderScore maps
+// a code solution's Status (syntax error 0.0, runtime error 0.1, ran
+// without a submission 0.2, valid 0.5 + 0.5·q) to a score in [0, 1],
+// Percentile places a submission's metric on a leaderboard (q), and
+// QualityTable maps a verdict world model's predicted quality buckets to q
+// (library choice: quarter midpoints).
+//
 // The package is pure: values in, values out, no I/O, no clocks, no
 // goroutines. Every function is safe for concurrent use.
 package reward

@@ -28,3 +28,23 @@ func ExampleShape() {
 	// -6.000
 	// -1.337
 }
+
+func ExampleLadderScore() {
+	// WMRL's ladder (METHOD.md §2); a valid submission's q is its
+	// leaderboard percentile.
+	q := reward.Percentile(0.93, []float64{0.6, 0.8, 0.9, 0.95}, true) // beats 3 of 4
+	for _, s := range reward.Statuses() {
+		score, _ := reward.LadderScore(s, q)
+		fmt.Printf("%-11s %.3f\n", s, score)
+	}
+	mid, _ := reward.DefaultQualityTable().Quality(reward.Mid)
+	predicted, _ := reward.LadderScore(reward.ValidSubmission, mid)
+	fmt.Printf("predicted valid, bucket mid: %.4f\n", predicted)
+	// Output:
+	// malformed   0.000
+	// syntax_err  0.000
+	// runtime_err 0.100
+	// ran_no_sub  0.200
+	// valid       0.875
+	// predicted valid, bucket mid: 0.8125
+}
