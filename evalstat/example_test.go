@@ -1,0 +1,39 @@
+package evalstat_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/lm2lm/lm2lm/evalstat"
+)
+
+// Two methods evaluated on the same two states under each of three seeds,
+// two proposals per state, gains in σ_e units.
+func Example() {
+	base := []evalstat.Cell{
+		{Seed: 1, State: "t1", Gains: []float64{-1, 0.5}}, {Seed: 1, State: "t2", Gains: []float64{-2, -1}},
+		{Seed: 2, State: "t1", Gains: []float64{0, 1}}, {Seed: 2, State: "t2", Gains: []float64{-3, 0.5}},
+		{Seed: 3, State: "t1", Gains: []float64{-0.5, -0.5}}, {Seed: 3, State: "t2", Gains: []float64{1, -1}},
+	}
+	trained := []evalstat.Cell{
+		{Seed: 1, State: "t1", Gains: []float64{2, 3}}, {Seed: 1, State: "t2", Gains: []float64{0.5, -1}},
+		{Seed: 2, State: "t1", Gains: []float64{1, 2.5}}, {Seed: 2, State: "t2", Gains: []float64{-0.5, 1}},
+		{Seed: 3, State: "t1", Gains: []float64{4, -1}}, {Seed: 3, State: "t2", Gains: []float64{2, 2}},
+	}
+	cfg := evalstat.DefaultConfig()
+	rng := rand.New(rand.NewPCG(1, 2))
+	sb, _ := evalstat.Summarize(cfg, "Base", base, rng)
+	st, _ := evalstat.Summarize(cfg, "trained", trained, rng)
+	p, _ := evalstat.Compare(cfg, "trained", trained, "Base", base, rng)
+	fmt.Println("Base Avg@2:", sb.AvgK)
+	fmt.Println("trained Avg@2:", st.AvgK)
+	fmt.Println("trained negative rate:", st.NegativeRate)
+	fmt.Println("trained − Base:", p.Diff, "over", p.Pairs, "paired states")
+	fmt.Printf("P(trained better): %.2f\n", p.PImprove.Point)
+	// Output:
+	// Base Avg@2: -0.50 [-1.08, +0.08]
+	// trained Avg@2: +1.29 [+0.38, +2.00]
+	// trained negative rate: +0.25 [+0.08, +0.42]
+	// trained − Base: +1.79 [+1.33, +2.25] over 6 paired states
+	// P(trained better): 1.00
+}
