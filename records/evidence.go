@@ -43,7 +43,7 @@ func RealOnly(rs []Record) (Evidence, error) {
 func (e Evidence) Add(rs ...Record) (Evidence, error) {
 	for i, r := range rs {
 		if r.Source != Real {
-			return e, fmt.Errorf("%w: record %d (%s/%s) has source %q", ErrNotEvidence, i, r.Task.ID, r.Proposal.Key(), r.Source)
+			return e, fmt.Errorf("%w: record %d (%s/%s) has source %q", ErrNotEvidence, i, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), Excerpt(r.Source))
 		}
 		if err := r.Validate(); err != nil {
 			return e, fmt.Errorf("evidence record %d: %w", i, err)

@@ -24,10 +24,31 @@ type FileConfig struct {
 	// Library choice: the usual mode for data files; records carry no
 	// secrets. Must include owner read and write unless ReadOnly.
 	Perm fs.FileMode
+	// MaxLineBytes bounds one line of the file (one encoded record with
+	// its newline): OpenFile reports a longer line as corruption instead
+	// of buffering it, and Append refuses (ErrInvalid) a record whose line
+	// would be longer, so that the store can always read back what it
+	// wrote. 0 means DefaultMaxLineBytes.
+	MaxLineBytes int
 }
 
+// DefaultMaxLineBytes is FileConfig.MaxLineBytes' default, 16 MiB. Library
+// choice: a record with a long free-text rationale is a few KiB, so this
+// leaves three orders of magnitude of room while bounding what a hostile or
+// foreign file can make OpenFile allocate for one line.
+const DefaultMaxLineBytes = 16 << 20
+
 // DefaultFileConfig returns the configuration for a writable store.
-func DefaultFileConfig() FileConfig { return FileConfig{Perm: 0o644} }
+func DefaultFileConfig() FileConfig {
+	return FileConfig{Perm: 0o644, MaxLineBytes: DefaultMaxLineBytes}
+}
+
+func (c FileConfig) maxLine() int {
+	if c.MaxLineBytes == 0 {
+		return DefaultMaxLineBytes
+	}
+	return c.MaxLineBytes
+}
 
 // Validate reports a configuration OpenFile cannot use.
 func (c FileConfig) Validate() error {
@@ -36,6 +57,9 @@ func (c FileConfig) Validate() error {
 	}
 	if !c.ReadOnly && c.Perm&0o600 != 0o600 {
 		return fmt.Errorf("records: FileConfig.Perm = %#o, want owner read and write", uint32(c.Perm))
+	}
+	if c.MaxLineBytes < 0 || (c.MaxLineBytes > 0 && c.MaxLineBytes < minLineBytes) {
+		return fmt.Errorf("records: FileConfig.MaxLineBytes = %d, want 0 (default) or ≥ %d", c.MaxLineBytes, minLineBytes)
 	}
 	return nil
 }
@@ -65,7 +89,14 @@ func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
 // A writable FileStore holds an exclusive flock(2) on its file until Close:
 // a second writable open of the same file, from this process or another,
 // fails with ErrLocked. (flock is advisory and may not work across NFS.)
-// FileStore is safe for concurrent use.
+// The lock holds the file, not its name, so every Append also checks, before
+// writing and again after the fsync, that the path still names the locked
+// file: once it was unlinked, renamed away or replaced (where a second
+// process could create and lock a new file), that Append and every later
+// one fail with ErrPathChanged instead of acknowledging records that no
+// later open of the path would find. The path must name a regular file
+// (ErrNotRegular otherwise; a FIFO or device never blocks or floods the
+// open). FileStore is safe for concurrent use.
 //
 // # File format (version 1)
 //
@@ -83,15 +114,22 @@ func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
 //
 //	9f0c2e51 1/1 {"task":{"id":"ar-prose/0",...},"proposal":{"mechanism":"lr-scale","params":{"factor":"2"}},"gain":0.03125,...}
 //
-// On open, a last fragment without its '\n', and a last batch with fewer
-// than n lines, are the trace of an Append that never returned: they are
-// dropped and the file is truncated to the end of the last complete batch.
-// Any other line that does not decode, including a bad checksum on a
-// complete last line, is corruption: OpenFile fails with a *CorruptError
-// naming the line, and the file is left untouched for a person to inspect.
+// On open, a last batch with fewer than n lines, and a last fragment
+// without its '\n' that could be the start of the next line of the file
+// (it fits the grammar above as far as it goes, continues the batch, and
+// has no bytes after a complete JSON object; or it is NUL bytes alone), are
+// the trace of an Append that never returned: they are dropped and the file
+// is truncated to the end of the last complete batch. Anything else that
+// does not decode is corruption: a line that does not decode (including a
+// bad checksum on a complete last line), a line longer than
+// FileConfig.MaxLineBytes, a final fragment that no Append could have
+// written (a complete line followed by junk, a file that is not a store),
+// make OpenFile fail with a *CorruptError naming the line, and the file is
+// left untouched for a person to inspect.
 type FileStore struct {
-	path string
-	ro   bool
+	path    string
+	ro      bool
+	maxLine int
 
 	wmu    sync.Mutex // serialises writes and Close
 	f      *os.File   // guarded by wmu
@@ -117,43 +155,12 @@ func OpenFile(path string, cfg FileConfig) (*FileStore, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &FileStore{path: path, ro: cfg.ReadOnly}
-	var f *os.File
-	var err error
-	if cfg.ReadOnly {
-		f, err = os.Open(path)
-	} else {
-		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, cfg.Perm)
-		switch {
-		case err == nil:
-			// A new file: make its directory entry durable too.
-			if err = syncDir(filepath.Dir(path)); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("records: open %s: %w", path, err)
-			}
-		case errors.Is(err, fs.ErrExist):
-			f, err = os.OpenFile(path, os.O_RDWR, 0)
-			if err == nil {
-				// Its creator may have died before it fsynced the
-				// directory; without this, records appended (and
-				// fsynced) here could vanish with the entry on power loss.
-				if err = syncDir(filepath.Dir(path)); err != nil {
-					f.Close()
-					return nil, fmt.Errorf("records: open %s: %w", path, err)
-				}
-			}
-		}
-	}
+	s := &FileStore{path: path, ro: cfg.ReadOnly, maxLine: cfg.maxLine()}
+	f, err := openLocked(path, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("records: open: %w", err)
+		return nil, err
 	}
-	if !cfg.ReadOnly {
-		if err := lockFile(f); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("records: open %s: %w", path, err)
-		}
-	}
-	idx, good, end, err := load(f, path)
+	idx, good, end, err := load(f, path, s.maxLine)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -173,11 +180,90 @@ func OpenFile(path string, cfg FileConfig) (*FileStore, error) {
 	return s, nil
 }
 
+// openLocked opens path as OpenFile describes: a regular file only (opened
+// without blocking, so that a FIFO cannot hang the open), locked unless
+// ReadOnly, and still the file that path names once locked.
+func openLocked(path string, cfg FileConfig) (*os.File, error) {
+	for attempt := 0; ; attempt++ {
+		f, err := openRegular(path, cfg)
+		if err != nil || cfg.ReadOnly {
+			return f, err
+		}
+		if err := lockFile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("records: open %s: %w", path, err)
+		}
+		// Another process may have unlinked or replaced the path between
+		// our open and our lock: the lock must hold the file path names.
+		if err := samePath(f, path); err != nil {
+			f.Close()
+			if attempt < 3 {
+				continue
+			}
+			return nil, fmt.Errorf("records: open %s: %w", path, err)
+		}
+		return f, nil
+	}
+}
+
+// openRegular opens (and for a writable store creates) path and checks it
+// is a regular file.
+func openRegular(path string, cfg FileConfig) (*os.File, error) {
+	var f *os.File
+	var err error
+	if cfg.ReadOnly {
+		f, err = os.OpenFile(path, os.O_RDONLY|openNonblock, 0)
+	} else {
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, cfg.Perm)
+		if errors.Is(err, fs.ErrExist) {
+			f, err = os.OpenFile(path, os.O_RDWR|openNonblock, 0)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("records: open: %w", err)
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%w (mode %v)", ErrNotRegular, fi.Mode().Type())
+	}
+	if err == nil && !cfg.ReadOnly {
+		// A new file's entry must be durable, and an existing file's
+		// creator may have died before it fsynced the directory; without
+		// this, records appended (and fsynced) here could vanish with the
+		// entry on power loss.
+		err = syncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("records: open %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// samePath reports, wrapping ErrPathChanged, when path no longer names f's
+// file (it was unlinked, renamed away or replaced).
+func samePath(f *os.File, path string) error {
+	held, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	named, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrPathChanged, err)
+	}
+	if !os.SameFile(held, named) {
+		return fmt.Errorf("%w: the path names another file", ErrPathChanged)
+	}
+	return nil
+}
+
 // load reads a store file from its start. good is the end of the last
-// complete batch, end the size of the file.
-func load(f *os.File, path string) (idx *index, good, end int64, err error) {
+// complete batch, end the size of the file. A line longer than maxLine is
+// corruption; a final fragment without '\n' is a torn tail only if it could
+// be the start of the next line (see tornFragment).
+func load(f *os.File, path string, maxLine int) (idx *index, good, end int64, err error) {
 	idx = newIndex()
-	br := bufio.NewReaderSize(f, 1<<20)
+	br := bufio.NewReaderSize(f, min(maxLine, 1<<20))
 	var (
 		batch  []Record // lines of the current, incomplete batch
 		batchN int      // its size
@@ -187,6 +273,10 @@ func load(f *os.File, path string) (idx *index, good, end int64, err error) {
 	)
 	for {
 		chunk, rerr := br.ReadSlice('\n')
+		if len(long)+len(chunk) > maxLine {
+			return nil, 0, 0, &CorruptError{Path: path, Line: lineNo + 1,
+				Err: fmt.Errorf("%w: longer than MaxLineBytes = %d", errLineFormat, maxLine)}
+		}
 		if rerr == bufio.ErrBufferFull {
 			long = append(long, chunk...)
 			off += int64(len(chunk))
@@ -199,7 +289,11 @@ func load(f *os.File, path string) (idx *index, good, end int64, err error) {
 		}
 		off += int64(len(chunk))
 		if rerr == io.EOF {
-			// A fragment without '\n' is a torn write: ignore it.
+			if len(line) > 0 {
+				if ferr := tornFragment(line, len(batch), batchN); ferr != nil {
+					return nil, 0, 0, &CorruptError{Path: path, Line: lineNo + 1, Err: ferr}
+				}
+			}
 			return idx, good, off, nil
 		}
 		if rerr != nil {
@@ -208,12 +302,7 @@ func load(f *os.File, path string) (idx *index, good, end int64, err error) {
 		lineNo++
 		r, i, n, derr := decodeLine(line[:len(line)-1])
 		if derr == nil {
-			switch {
-			case len(batch) == 0 && i != 1:
-				derr = fmt.Errorf("%w: batch line %d/%d without line 1", errLineFormat, i, n)
-			case len(batch) > 0 && (i != len(batch)+1 || n != batchN):
-				derr = fmt.Errorf("%w: batch line %d/%d after line %d/%d", errLineFormat, i, n, len(batch), batchN)
-			}
+			derr = batchOrder(i, n, len(batch), batchN)
 		}
 		if derr != nil {
 			return nil, 0, 0, &CorruptError{Path: path, Line: lineNo, Err: derr}
@@ -231,6 +320,18 @@ func load(f *os.File, path string) (idx *index, good, end int64, err error) {
 			good = off
 		}
 	}
+}
+
+// batchOrder checks that line i/n may follow the have lines already read of
+// a batch of size haveN.
+func batchOrder(i, n, have, haveN int) error {
+	switch {
+	case have == 0 && i != 1:
+		return fmt.Errorf("%w: batch line %d/%d without line 1", errLineFormat, i, n)
+	case have > 0 && (i != have+1 || n != haveN):
+		return fmt.Errorf("%w: batch line %d/%d after line %d/%d", errLineFormat, i, n, have, haveN)
+	}
+	return nil
 }
 
 // syncDir fsyncs a directory so that a new entry in it is durable.
@@ -278,9 +379,13 @@ func (s *FileStore) Append(ctx context.Context, rs ...Record) error {
 	}
 	var buf []byte
 	for i, r := range rs {
+		start := len(buf)
 		var err error
 		if buf, err = encodeLine(buf, r, i+1, len(rs)); err != nil {
 			return fmt.Errorf("records: append record %d of %d: %w", i, len(rs), err)
+		}
+		if n := len(buf) - start; n > s.maxLine {
+			return fmt.Errorf("records: append record %d of %d: %w: line of %d bytes, MaxLineBytes = %d", i, len(rs), ErrInvalid, n, s.maxLine)
 		}
 	}
 
@@ -310,13 +415,24 @@ func (s *FileStore) Append(ctx context.Context, rs ...Record) error {
 }
 
 // write writes buf at the end of the file and fsyncs it. On failure it
-// cuts the file back to its old size, or marks the store broken.
+// cuts the file back to its old size, or marks the store broken. The path
+// must name the store's file before the write and still after the fsync:
+// otherwise the records would go to a file nobody can open again, so the
+// store is marked broken (ErrPathChanged) and they are not acknowledged.
 func (s *FileStore) write(buf []byte) error {
+	if err := samePath(s.f, s.path); err != nil {
+		s.broken = err
+		return err
+	}
 	_, err := s.f.WriteAt(buf, s.size)
 	if err == nil {
 		err = s.f.Sync()
 	}
 	if err == nil {
+		if perr := samePath(s.f, s.path); perr != nil {
+			s.broken = perr
+			return perr
+		}
 		s.size += int64(len(buf))
 		return nil
 	}

@@ -32,7 +32,7 @@ var (
 func encodeLine(dst []byte, r Record, i, n int) ([]byte, error) {
 	js, err := json.Marshal(r)
 	if err != nil {
-		return dst, fmt.Errorf("%w: record %s/%s: %v", ErrInvalid, r.Task.ID, r.Proposal.Key(), err)
+		return dst, fmt.Errorf("%w: record %s/%s: %v", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), err)
 	}
 	start := len(dst)
 	dst = append(dst, "00000000 "...)
@@ -82,12 +82,12 @@ func decodeLine(line []byte) (r Record, i, n int, err error) {
 	pos := payload[:sp]
 	slash := bytes.IndexByte(pos, '/')
 	if slash < 0 {
-		return Record{}, 0, 0, fmt.Errorf("%w: batch position %q", errLineFormat, pos)
+		return Record{}, 0, 0, fmt.Errorf("%w: batch position %q", errLineFormat, Excerpt(string(pos)))
 	}
 	i, ok1 := parsePositive(pos[:slash])
 	n, ok2 := parsePositive(pos[slash+1:])
 	if !ok1 || !ok2 || i > n {
-		return Record{}, 0, 0, fmt.Errorf("%w: batch position %q", errLineFormat, pos)
+		return Record{}, 0, 0, fmt.Errorf("%w: batch position %q", errLineFormat, Excerpt(string(pos)))
 	}
 	if err := json.Unmarshal(payload[sp+1:], &r); err != nil {
 		return Record{}, 0, 0, fmt.Errorf("%w: json: %v", errLineFormat, err)
@@ -133,14 +133,14 @@ func checkStorable(r Record) error {
 	}
 	for _, s := range strs {
 		if !utf8.ValidString(s) {
-			return fmt.Errorf("%w: record %s/%s: string %q is not valid UTF-8", ErrInvalid, r.Task.ID, r.Proposal.Key(), s)
+			return fmt.Errorf("%w: record %s/%s: string %q is not valid UTF-8", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), Excerpt(s))
 		}
 	}
 	if y := r.Time.Year(); y < 0 || y > 9999 {
-		return fmt.Errorf("%w: record %s/%s: time %s outside years 0-9999", ErrInvalid, r.Task.ID, r.Proposal.Key(), r.Time.Format(time.RFC3339))
+		return fmt.Errorf("%w: record %s/%s: time %s outside years 0-9999", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), r.Time.Format(time.RFC3339))
 	}
 	if _, off := r.Time.Zone(); off%60 != 0 {
-		return fmt.Errorf("%w: record %s/%s: time zone offset %ds is not whole minutes", ErrInvalid, r.Task.ID, r.Proposal.Key(), off)
+		return fmt.Errorf("%w: record %s/%s: time zone offset %ds is not whole minutes", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), off)
 	}
 	return nil
 }
@@ -165,4 +165,92 @@ func cloneRecord(r Record) Record {
 	}
 	r.Time = r.Time.Round(0)
 	return r
+}
+
+// minLineBytes is the smallest FileConfig.MaxLineBytes: room for a record
+// with short fields.
+const minLineBytes = 1 << 10
+
+// tornFragment reports why frag, the bytes after the last '\n' of a store
+// file, cannot be what an interrupted Append left; nil means it can, and is
+// a torn tail. An interrupted Append leaves a prefix of its line
+// "<crc> <i>/<n> <json>": frag must fit that grammar as far as it goes, its
+// position (when complete) must continue the batch being read (have lines
+// of a batch of haveN read so far), its JSON must start as a record's does,
+// hold no raw control byte, and not end before frag does (bytes after a
+// complete record are not a torn write). A fragment of NUL bytes alone is
+// also torn: some file systems leave them after a crash in a region that
+// was allocated but never written, and dropping them drops no record.
+func tornFragment(frag []byte, have, haveN int) error {
+	if len(bytes.Trim(frag, "\x00")) == 0 {
+		return nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("%w: unterminated last line %s, not a torn write", errLineFormat, why)
+	}
+	for k := 0; k < len(frag) && k < 8; k++ {
+		if c := frag[k]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return bad("does not start with a checksum")
+		}
+	}
+	if len(frag) <= 8 {
+		return nil
+	}
+	if frag[8] != ' ' {
+		return bad("has no space after its checksum")
+	}
+	rest := frag[lineHeader:]
+	pos, js, whole := bytes.Cut(rest, []byte{' '})
+	if len(pos) > 21 || bytes.Count(pos, []byte{'/'}) > 1 || bytes.ContainsFunc(pos, func(r rune) bool { return r != '/' && (r < '0' || r > '9') }) {
+		return bad("has a malformed batch position")
+	}
+	if !whole {
+		return nil
+	}
+	si, sn, ok := bytes.Cut(pos, []byte{'/'})
+	i, ok1 := parsePositive(si)
+	n, ok2 := parsePositive(sn)
+	if !ok || !ok1 || !ok2 || i > n {
+		return bad("has a malformed batch position")
+	}
+	if err := batchOrder(i, n, have, haveN); err != nil {
+		return err
+	}
+	const head = `{"task":`
+	if m := min(len(js), len(head)); string(js[:m]) != head[:m] {
+		return bad("does not hold a record")
+	}
+	if end, closed := objectEnd(js); closed && end != len(js) {
+		return bad("has bytes after its record")
+	}
+	if bytes.ContainsFunc(js, func(r rune) bool { return r < ' ' }) {
+		return bad("holds a control character")
+	}
+	return nil
+}
+
+// objectEnd returns the end of the JSON object that opens s, skipping braces
+// inside strings, and whether it closes within s.
+func objectEnd(s []byte) (int, bool) {
+	depth, inStr, esc := 0, false, false
+	for j, c := range s {
+		switch {
+		case inStr && esc:
+			esc = false
+		case inStr && c == '\\':
+			esc = true
+		case inStr:
+			inStr = c != '"'
+		case c == '"':
+			inStr = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+			if depth == 0 {
+				return j + 1, true
+			}
+		}
+	}
+	return 0, false
 }

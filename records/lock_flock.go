@@ -27,3 +27,7 @@ func lockFile(f *os.File) error {
 		}
 	}
 }
+
+// openNonblock opens a store without blocking: a FIFO at the path must not
+// hang OpenFile before it can see that the file is not regular.
+const openNonblock = syscall.O_NONBLOCK

@@ -14,3 +14,7 @@ import (
 func lockFile(f *os.File) error {
 	return fmt.Errorf("records: lock %s: no flock on %s: %w", f.Name(), runtime.GOOS, errors.ErrUnsupported)
 }
+
+// openNonblock is 0 where FileStore cannot lock (its read-only open still
+// refuses a file that is not regular once it is open).
+const openNonblock = 0

@@ -1,6 +1,7 @@
 package records
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -33,14 +34,16 @@ func (p Proposal) Validate() error {
 	seen := make(map[string]string, len(p.Params))
 	for k, v := range p.Params {
 		if strings.TrimSpace(k) == "" {
-			return fmt.Errorf("%w: proposal %s: empty parameter name", ErrInvalid, p.Mechanism)
+			return fmt.Errorf("%w: proposal %s: empty parameter name", ErrInvalid, Excerpt(p.Mechanism))
 		}
 		if other, dup := seen[canonName(k)]; dup {
-			return fmt.Errorf("%w: proposal %s: parameter names %q and %q are the same name", ErrInvalid, p.Mechanism, other, k)
+			return fmt.Errorf("%w: proposal %s: parameter names %q and %q are the same name", ErrInvalid, Excerpt(p.Mechanism), Excerpt(other), Excerpt(k))
 		}
 		seen[canonName(k)] = k
-		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && !finite(f) {
-			return fmt.Errorf("%w: proposal %s: parameter %s = %q is not finite", ErrInvalid, p.Mechanism, k, v)
+		// A range error (an overflow such as "1e999" or "0x1p99999")
+		// parses to ±Inf: out of range is not finite either.
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); (err == nil || errors.Is(err, strconv.ErrRange)) && !finite(f) {
+			return fmt.Errorf("%w: proposal %s: parameter %s = %q is not finite", ErrInvalid, Excerpt(p.Mechanism), Excerpt(k), Excerpt(v))
 		}
 	}
 	return nil
@@ -110,4 +113,25 @@ func quoteKeyPart(s string) string {
 		return strconv.Quote(s)
 	}
 	return s
+}
+
+// MaxExcerpt is how many bytes of an outside string (a proposal's
+// mechanism, parameter or key, a task ID, a model's answer) an error
+// message quotes at most. Library choice: enough to recognise the value,
+// while a megabyte of hostile input cannot make a megabyte of error text.
+const MaxExcerpt = 64
+
+// Excerpt returns s when it is at most MaxExcerpt bytes long, otherwise its
+// first MaxExcerpt bytes (cut on a rune boundary) followed by "…" and the
+// full length. Every error of the library that quotes outside input quotes
+// it through Excerpt.
+func Excerpt[S ~string](s S) string {
+	if len(s) <= MaxExcerpt {
+		return string(s)
+	}
+	cut := MaxExcerpt
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return string(s[:cut]) + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }

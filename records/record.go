@@ -54,10 +54,10 @@ func (r Record) Validate() error {
 		return err
 	}
 	if err := r.Proposal.Validate(); err != nil {
-		return fmt.Errorf("task %s: %w", r.Task.ID, err)
+		return fmt.Errorf("task %s: %w", Excerpt(r.Task.ID), err)
 	}
 	if !r.Source.Valid() {
-		return fmt.Errorf("%w: record %s/%s: unknown source %q", ErrInvalid, r.Task.ID, r.Proposal.Key(), r.Source)
+		return fmt.Errorf("%w: record %s/%s: unknown source %q", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), Excerpt(r.Source))
 	}
 	for _, x := range []struct {
 		name string
@@ -65,11 +65,11 @@ func (r Record) Validate() error {
 	}{{"gain", r.Gain}, {"loss", r.Loss}, {"device seconds", r.Cost.DeviceSeconds},
 		{"wall seconds", r.Cost.WallSeconds}, {"FLOPs", r.Cost.FLOPs}, {"money", r.Cost.Money}} {
 		if !finite(x.v) {
-			return fmt.Errorf("%w: record %s/%s: %s %g is not finite", ErrInvalid, r.Task.ID, r.Proposal.Key(), x.name, x.v)
+			return fmt.Errorf("%w: record %s/%s: %s %g is not finite", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), x.name, x.v)
 		}
 	}
 	if r.Cost.DeviceSeconds < 0 || r.Cost.WallSeconds < 0 || r.Cost.FLOPs < 0 || r.Cost.Money < 0 {
-		return fmt.Errorf("%w: record %s/%s: negative cost", ErrInvalid, r.Task.ID, r.Proposal.Key())
+		return fmt.Errorf("%w: record %s/%s: negative cost", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()))
 	}
 	return nil
 }
@@ -103,14 +103,14 @@ func (s State) Validate() error {
 		return err
 	}
 	if len(s.History) > MaxHistory {
-		return fmt.Errorf("%w: state of task %s: %w: %d records, max %d", ErrInvalid, s.Task.ID, ErrHistoryTooBig, len(s.History), MaxHistory)
+		return fmt.Errorf("%w: state of task %s: %w: %d records, max %d", ErrInvalid, Excerpt(s.Task.ID), ErrHistoryTooBig, len(s.History), MaxHistory)
 	}
 	for i, r := range s.History {
 		if err := r.Validate(); err != nil {
-			return fmt.Errorf("state of task %s: history[%d]: %w", s.Task.ID, i, err)
+			return fmt.Errorf("state of task %s: history[%d]: %w", Excerpt(s.Task.ID), i, err)
 		}
 		if r.Task.ID != s.Task.ID {
-			return fmt.Errorf("%w: state of task %s: history[%d] is of task %s", ErrInvalid, s.Task.ID, i, r.Task.ID)
+			return fmt.Errorf("%w: state of task %s: history[%d] is of task %s", ErrInvalid, Excerpt(s.Task.ID), i, Excerpt(r.Task.ID))
 		}
 	}
 	return nil

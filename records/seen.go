@@ -14,7 +14,7 @@ import (
 func Seen(ctx context.Context, s Store, taskID, key string, seed uint64) (Record, bool, error) {
 	rs, err := s.Scan(ctx, Filter{TaskID: taskID, Key: key, Source: Real})
 	if err != nil {
-		return Record{}, false, fmt.Errorf("records: seen %s/%s: %w", taskID, key, err)
+		return Record{}, false, fmt.Errorf("records: seen %s/%s: %w", Excerpt(taskID), Excerpt(key), err)
 	}
 	for _, r := range rs {
 		if r.HasSeed(seed) {

@@ -97,7 +97,7 @@ func scanAll(t *testing.T, s records.Store) []records.Record {
 
 // writeStore writes a store of rs (one batch per record) and returns its
 // bytes.
-func writeStore(t *testing.T, path string, batches ...[]records.Record) []byte {
+func writeStore(t testing.TB, path string, batches ...[]records.Record) []byte {
 	t.Helper()
 	s, err := records.OpenFile(path, records.DefaultFileConfig())
 	require.NoError(t, err)

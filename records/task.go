@@ -15,6 +15,8 @@ var (
 	ErrLocked        = errors.New("records: store is locked by another process")
 	ErrReadOnly      = errors.New("records: store is open read-only")
 	ErrCorrupt       = errors.New("records: corrupt store")
+	ErrNotRegular    = errors.New("records: store path is not a regular file")
+	ErrPathChanged   = errors.New("records: store file was unlinked or replaced while open")
 	ErrNotEvidence   = errors.New("records: record is not real evidence")
 	ErrHistoryTooBig = errors.New("records: history longer than MaxHistory")
 )
@@ -69,15 +71,15 @@ func (t Task) Validate() error {
 	case t.ID == "":
 		return fmt.Errorf("%w: task has an empty ID", ErrInvalid)
 	case !t.Split.Valid():
-		return fmt.Errorf("%w: task %s: unknown split %q", ErrInvalid, t.ID, t.Split)
+		return fmt.Errorf("%w: task %s: unknown split %q", ErrInvalid, Excerpt(t.ID), Excerpt(t.Split))
 	case !t.Metric.Valid():
-		return fmt.Errorf("%w: task %s: unknown metric %q", ErrInvalid, t.ID, t.Metric)
+		return fmt.Errorf("%w: task %s: unknown metric %q", ErrInvalid, Excerpt(t.ID), Excerpt(t.Metric))
 	case !finite(t.RefLoss):
-		return fmt.Errorf("%w: task %s: reference loss %g is not finite", ErrInvalid, t.ID, t.RefLoss)
+		return fmt.Errorf("%w: task %s: reference loss %g is not finite", ErrInvalid, Excerpt(t.ID), t.RefLoss)
 	case !finite(t.SeedNoise) || t.SeedNoise <= 0:
-		return fmt.Errorf("%w: task %s: seed noise %g, want finite and > 0", ErrInvalid, t.ID, t.SeedNoise)
+		return fmt.Errorf("%w: task %s: seed noise %g, want finite and > 0", ErrInvalid, Excerpt(t.ID), t.SeedNoise)
 	case t.Budget < 0:
-		return fmt.Errorf("%w: task %s: budget %d < 0", ErrInvalid, t.ID, t.Budget)
+		return fmt.Errorf("%w: task %s: budget %d < 0", ErrInvalid, Excerpt(t.ID), t.Budget)
 	}
 	return nil
 }
