@@ -44,6 +44,13 @@ type Outcome struct {
 	// Infeasible is the reason when the run was infeasible (then Execute also
 	// returns an error wrapping ErrInfeasible).
 	Infeasible string
+	// Reused is set when no run was paid for this outcome: a Pool served it
+	// from its records store (an identical (task, proposal key, seed) had
+	// run before), or the requester joined an identical run that another
+	// requester had started (a coalesced twin). Cost is then the original
+	// run's cost, which callers counting what they spent must not add again.
+	// Executors that always run leave it false.
+	Reused bool
 }
 
 // Record returns the real record of j's outcome.

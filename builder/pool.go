@@ -97,11 +97,12 @@ type callKey struct {
 }
 
 type call struct {
-	refs   int
-	cancel context.CancelFunc
-	done   chan struct{}
-	out    Outcome
-	err    error
+	refs    int
+	claimed bool // a requester has collected the outcome as its own run
+	cancel  context.CancelFunc
+	done    chan struct{}
+	out     Outcome
+	err     error
 }
 
 // NewPool returns a pool running jobs on exec.
@@ -130,7 +131,10 @@ func NewPool(exec Executor, cfg PoolConfig) (*Pool, error) {
 func (p *Pool) Ledger() *Ledger { return p.ledger }
 
 // Execute runs j, or returns the stored outcome of an identical earlier
-// run, or joins an identical run in flight. Identity is (task ID, proposal
+// run, or joins an identical run in flight. Outcome.Reused is set on a
+// stored outcome and on every copy of a coalesced run but one (the first
+// requester to collect it reports the run as its own), so summing the
+// costs of outcomes without Reused counts every run once. Identity is (task ID, proposal
 // key, seed). A requester whose ctx is done leaves with ErrCancelled (or a
 // timeout, see DoneError); the run is cancelled only when its last
 // requester leaves. A finished run is appended to the store before it is
@@ -169,7 +173,14 @@ func (p *Pool) Execute(ctx context.Context, j Job) (Outcome, error) {
 
 	select {
 	case <-c.done:
-		return copyOutcome(c.out), c.err
+		o := copyOutcome(c.out)
+		p.mu.Lock()
+		// Exactly one requester reports the run as fresh: the first to
+		// collect it. The others were served by a coalesced twin.
+		o.Reused = o.Reused || c.claimed
+		c.claimed = true
+		p.mu.Unlock()
+		return o, c.err
 	case <-ctx.Done():
 		p.mu.Lock()
 		c.refs--
@@ -207,7 +218,7 @@ func (p *Pool) lookup(ctx context.Context, j Job) (Outcome, error, bool) {
 		}
 		p.ledger.Add(func(t *LedgerTotals) { t.Reused++ })
 		o := Outcome{Loss: r.Loss, Gain: r.Gain, Seeds: append([]uint64(nil), r.Seeds...), Cost: r.Cost,
-			Infeasible: r.Infeasible, Log: "builder: outcome reused from the records store"}
+			Infeasible: r.Infeasible, Log: "builder: outcome reused from the records store", Reused: true}
 		if r.Infeasible != "" {
 			return o, &RunError{Class: ErrInfeasible, Reason: r.Infeasible, Log: o.Log}, true
 		}

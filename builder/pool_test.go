@@ -388,3 +388,69 @@ func TestPoolRefusesUnrecordableJobBeforeRunning(t *testing.T) {
 	require.ErrorIs(t, err, records.ErrInvalid)
 	require.Equal(t, 0, x.Calls(), "an unrecordable run was paid for")
 }
+
+// Outcome.Reused tells paid runs from served ones: a second pass over the
+// same store reports every outcome reused, with the original cost, and the
+// costs of the outcomes without Reused sum to what the executor spent.
+func TestPoolReusedFromStore(t *testing.T) {
+	store := records.NewMemStore()
+	x := new(buildertest.Scripted)
+	p := newPool(t, x, func(c *builder.PoolConfig) { c.Store = store })
+	ctx := context.Background()
+	jobs := []builder.Job{
+		buildertest.Job(buildertest.Spec{}),
+		buildertest.Job(buildertest.Spec{Behaviour: buildertest.Infeasible, Reason: "diverged"}),
+	}
+	jobs[1].Proposal.Params["run"] = "other"
+	var paid, served int
+	for pass := range 2 {
+		for _, j := range jobs {
+			out, err := p.Execute(ctx, j)
+			if err != nil {
+				require.ErrorIs(t, err, builder.ErrInfeasible)
+			}
+			require.Equal(t, pass == 1, out.Reused, "pass %d job %s", pass, j.Proposal.Key())
+			if out.Reused {
+				served++
+			} else {
+				paid++
+			}
+		}
+	}
+	require.Equal(t, 2, x.Calls())
+	require.Equal(t, 2, paid)
+	require.Equal(t, 2, served)
+	require.Equal(t, 2, p.Ledger().Totals().Reused)
+}
+
+// Of n coalesced requests for one run, exactly one reports it fresh.
+func TestPoolCoalescedTwinsAreReused(t *testing.T) {
+	release := make(chan struct{})
+	x := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
+		<-release
+		return builder.Outcome{Loss: 1, Seeds: []uint64{j.Seed}, Cost: records.Cost{DeviceSeconds: 7}}, nil
+	})
+	p := newPool(t, x, nil)
+	j := buildertest.Job(buildertest.Spec{})
+	const n = 5
+	var wg sync.WaitGroup
+	outs := make([]builder.Outcome, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], _ = p.Execute(context.Background(), j)
+		}()
+	}
+	require.Eventually(t, func() bool { return p.Ledger().Totals().Coalesced == n-1 }, 10*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	fresh := 0
+	for _, o := range outs {
+		require.Equal(t, 7.0, o.Cost.DeviceSeconds)
+		if !o.Reused {
+			fresh++
+		}
+	}
+	require.Equal(t, 1, fresh)
+}
