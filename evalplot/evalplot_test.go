@@ -1,0 +1,141 @@
+package evalplot
+
+import (
+	"bytes"
+	"image"
+	"image/png"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/evalstat"
+)
+
+// save writes b to $EVALPLOT_DIR/name when the variable is set, so the
+// charts can be looked at.
+func save(t *testing.T, name string, b []byte) {
+	if dir := os.Getenv("EVALPLOT_DIR"); dir != "" {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
+	}
+}
+
+// decode checks that b is a PNG of the wanted size in inches at DPI whose
+// pixels are not all white, and returns it.
+func decode(t *testing.T, b []byte, wIn, hIn float64) image.Image {
+	img, err := png.Decode(bytes.NewReader(b))
+	require.NoError(t, err)
+	require.InDelta(t, wIn*DPI, img.Bounds().Dx(), 1)
+	require.InDelta(t, hIn*DPI, img.Bounds().Dy(), 1)
+	ink := 0
+	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y += 2 {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x += 2 {
+			if r, g, b, _ := img.At(x, y).RGBA(); r+g+b < 3*0xe000 {
+				ink++
+			}
+		}
+	}
+	require.Greater(t, ink, 500, "the chart is blank")
+	return img
+}
+
+func sums() ([]evalstat.Summary, []evalstat.Paired) {
+	iv := func(p, w float64) evalstat.Interval { return evalstat.Interval{Point: p, Low: p - w, High: p + 0.8*w} }
+	s := []evalstat.Summary{
+		{Method: "Base", AvgK: iv(-4.3, 1.5), BestK: iv(1.2, 1), NegativeRate: iv(0.58, 0.08), Above: iv(0.16, 0.05), Threshold: 2},
+		{Method: "SFT", AvgK: iv(-2.6, 2), BestK: iv(2.1, 1.1), NegativeRate: iv(0.41, 0.07), Above: iv(0.25, 0.06), Threshold: 2},
+		{Method: "static world model", AvgK: iv(-11, 4), BestK: iv(3.5, 2), NegativeRate: iv(0.35, 0.1), Above: iv(0.31, 0.08), Threshold: 2},
+		{Method: "LM2LM (top-rated calibration)", AvgK: iv(-2, 2.5), BestK: iv(5.2, 2), NegativeRate: iv(0.23, 0.06), Above: iv(0.36, 0.07), Threshold: 2},
+	}
+	p := []evalstat.Paired{
+		{Method: "SFT", Against: "Base", Diff: iv(1.7, 1.5)},
+		{Method: "static world model", Against: "Base", Diff: iv(-6.7, 3)},
+		{Method: "LM2LM (top-rated calibration)", Against: "Base", Diff: iv(2.3, 1.8)},
+		{Method: "LM2LM (top-rated calibration)", Against: "SFT", Diff: iv(0.6, 1.9)},
+		{Method: "static world model", Against: "SFT", Diff: iv(-8.4, 3)},
+	}
+	return s, p
+}
+
+func TestMethods(t *testing.T) {
+	s, p := sums()
+	var buf bytes.Buffer
+	require.NoError(t, Methods(&buf, "held-out tasks, 5 seeds", 4, s, p))
+	save(t, "methods.png", buf.Bytes())
+	decode(t, buf.Bytes(), 2*5.2, 3*3.4+0.45+6.0/72) // 4 metric panels + 2 paired panels, 2 columns
+	var again bytes.Buffer
+	require.NoError(t, Methods(&again, "held-out tasks, 5 seeds", 4, s, p))
+	require.Equal(t, buf.Bytes(), again.Bytes(), "same values, same bytes")
+	require.ErrorIs(t, Methods(&buf, "x", 4, nil, nil), ErrEmpty)
+}
+
+func trainingRuns() []TrainingRun {
+	var runs []TrainingRun
+	for mi, m := range []string{"LM2LM", "static world model", "random calibration"} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			r := rand.New(rand.NewPCG(seed, uint64(mi)))
+			run := TrainingRun{Method: m, Seed: seed}
+			for step := 1; step <= 96; step++ {
+				st := TrainingStep{Step: step, MeanGain: math.NaN(), Reward: math.NaN(), Entropy: 3.4 - 0.02*float64(step)*(1+0.1*float64(mi)) + 0.05*r.NormFloat64(), TopShare: math.NaN()}
+				if step%8 == 1 {
+					st.MeanGain = -2 + 0.06*float64(step)*(1+float64(mi)) + r.NormFloat64()
+					st.Reward = st.MeanGain/2 + 0.3*r.NormFloat64()
+					st.TopShare = min(1, 0.1+0.004*float64(step)*(1+2*float64(mi))+0.03*r.Float64())
+				}
+				run.Steps = append(run.Steps, st)
+			}
+			runs = append(runs, run)
+		}
+	}
+	return runs
+}
+
+func TestTraining(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, Training(&buf, "training curves (mean over 3 seeds, band: lowest to highest seed)", trainingRuns()))
+	save(t, "training.png", buf.Bytes())
+	decode(t, buf.Bytes(), 2*5.2, 2*3.4+0.45+0.25+6.0/72) // one legend row
+	require.ErrorIs(t, Training(&buf, "x", nil), ErrEmpty)
+}
+
+func TestReliability(t *testing.T) {
+	var runs []MonitorRun
+	for seed := uint64(1); seed <= 3; seed++ {
+		s := float64(seed)
+		runs = append(runs,
+			MonitorRun{Label: "calibrated", Seed: seed, Points: []Monitor{
+				{16, 1.2 + 0.1*s, 0.55, 0.62, 1.1}, {40, 0.6, 0.6 + 0.02*s, 0.66, 0.6}, {64, 0.3, 0.68, 0.65 - 0.01*s, 0.2}}},
+			MonitorRun{Label: "static", Seed: seed, Points: []Monitor{
+				{16, 1.3, 0.5, 0.6, 1.2}, {40, 1.8 + 0.1*s, 0.1, 0.5, 1.7}, {64, 2.1, -0.3 - 0.05*s, 0.38, math.NaN()}}})
+	}
+	var buf bytes.Buffer
+	require.NoError(t, Reliability(&buf, "reliability of the world model's rewards", runs))
+	save(t, "reliability.png", buf.Bytes())
+	decode(t, buf.Bytes(), 2*5.2, 2*3.4+0.45+0.25+6.0/72) // one legend row
+}
+
+func TestCalibration(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	var pts []CalibrationPoint
+	for _, step := range []int{16, 40, 64} {
+		for _, l := range []string{"LM2LM", "random calibration"} {
+			c := CalibrationPoint{Label: l, Seed: 1, Step: step}
+			for range 20 {
+				x := 3 * r.NormFloat64()
+				c.Predicted = append(c.Predicted, x)
+				c.Real = append(c.Real, 0.4*x-1+r.NormFloat64()*float64(step)/40)
+			}
+			pts = append(pts, c)
+		}
+	}
+	var buf bytes.Buffer
+	require.NoError(t, Calibration(&buf, "predicted vs real gain of the executed proposals", Sigma+" units", pts))
+	save(t, "calibration.png", buf.Bytes())
+	decode(t, buf.Bytes(), 3*5.2, 3.4+0.45+0.25+6.0/72)
+	pts[0].Real = pts[0].Real[:3]
+	require.ErrorContains(t, Calibration(&buf, "x", "u", pts), "20 predicted vs 3 real")
+	require.ErrorIs(t, Calibration(&buf, "x", "u", nil), ErrEmpty)
+}

@@ -1,0 +1,144 @@
+package evalplot
+
+import (
+	"fmt"
+	"io"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/lm2lm/lm2lm/evalstat"
+)
+
+// row is one method's value on a forest panel.
+type row struct {
+	label string
+	iv    evalstat.Interval
+}
+
+// forest draws one panel: a row per method (the first on top), the point
+// estimate as a dot and the interval as a horizontal bar, and a dashed
+// reference line at ref (NaN = none). scale multiplies every value (100
+// for percentages).
+func forest(title, xlabel string, rows []row, ref, scale float64) (*plot.Plot, error) {
+	p := newPanel(title, xlabel, "")
+	n := len(rows)
+	names := make([]string, n)
+	var pts plotter.XYs
+	var errs plotter.XErrors
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for i, r := range rows {
+		y := float64(n - 1 - i)
+		names[n-1-i] = r.label
+		if !finite(r.iv.Point) {
+			continue
+		}
+		pt, l, h := scale*r.iv.Point, scale*r.iv.Low, scale*r.iv.High
+		pts = append(pts, plotter.XY{X: pt, Y: y})
+		errs = append(errs, struct{ Low, High float64 }{pt - l, h - pt})
+		lo, hi = min(lo, l), max(hi, h)
+	}
+	p.NominalY(names...)
+	p.Y.Tick.Label.Font.Size = vg.Points(11)
+	if len(pts) == 0 {
+		return p, nil
+	}
+	if finite(ref) {
+		if err := vline(p, ref, -0.5, float64(n)-0.5); err != nil {
+			return nil, err
+		}
+		lo, hi = min(lo, ref), max(hi, ref)
+	}
+	bars, err := plotter.NewXErrorBars(struct {
+		plotter.XYs
+		plotter.XErrors
+	}{pts, errs})
+	if err != nil {
+		return nil, fmt.Errorf("evalplot: %s: %w", title, err)
+	}
+	bars.LineStyle.Width = vg.Points(1.6)
+	bars.CapWidth = vg.Points(7)
+	dots, err := plotter.NewScatter(pts)
+	if err != nil {
+		return nil, fmt.Errorf("evalplot: %s: %w", title, err)
+	}
+	dots.GlyphStyle.Shape = draw.CircleGlyph{}
+	dots.GlyphStyle.Radius = vg.Points(3.5)
+	p.Add(bars, dots)
+	pad := 0.05 * (hi - lo)
+	if pad == 0 {
+		pad = 0.5
+	}
+	p.X.Min, p.X.Max = lo-pad, hi+pad
+	p.Y.Min, p.Y.Max = -0.6, float64(n)-0.4
+	return p, nil
+}
+
+// Methods draws every method's Avg@K, Best@K, negative rate and share above
+// the threshold with their confidence intervals, and one more panel per
+// method compared against in pairs (the paired difference of Avg@K), as a
+// PNG on w. Methods are drawn in the order of sums, the first on top; K
+// names the metric (4 for Avg@4).
+func Methods(w io.Writer, title string, k int, sums []evalstat.Summary, pairs []evalstat.Paired) error {
+	if len(sums) == 0 {
+		return ErrEmpty
+	}
+	thr := sums[0].Threshold
+	get := func(f func(evalstat.Summary) evalstat.Interval) []row {
+		rs := make([]row, len(sums))
+		for i, s := range sums {
+			rs[i] = row{s.Method, f(s)}
+		}
+		return rs
+	}
+	type spec struct {
+		title, x   string
+		rows       []row
+		ref, scale float64
+	}
+	specs := []spec{
+		{fmt.Sprintf("Avg@%d", k), "mean gain per state (" + Sigma + " units)", get(func(s evalstat.Summary) evalstat.Interval { return s.AvgK }), 0, 1},
+		{fmt.Sprintf("Best@%d", k), "best gain per state (" + Sigma + " units)", get(func(s evalstat.Summary) evalstat.Interval { return s.BestK }), 0, 1},
+		{"negative-gain rate", "proposals with gain ≤ 0 (%)", get(func(s evalstat.Summary) evalstat.Interval { return s.NegativeRate }), math.NaN(), 100},
+		{fmt.Sprintf("clear wins (gain > %g%s)", thr, Sigma), fmt.Sprintf("proposals above %g%s (%%)", thr, Sigma), get(func(s evalstat.Summary) evalstat.Interval { return s.Above }), math.NaN(), 100},
+	}
+	for _, against := range againstOrder(pairs) {
+		rs := make([]row, len(sums))
+		for i, s := range sums {
+			rs[i] = row{s.Method, evalstat.Interval{Point: math.NaN()}}
+			for _, p := range pairs {
+				if p.Method == s.Method && p.Against == against {
+					rs[i].iv = p.Diff
+				}
+			}
+		}
+		specs = append(specs, spec{fmt.Sprintf("paired difference vs %s", against),
+			fmt.Sprintf("Avg@%d minus %s's, same states (%s units)", k, against, Sigma), rs, 0, 1})
+	}
+	panels := make([]*plot.Plot, len(specs))
+	for i, s := range specs {
+		p, err := forest(s.title, s.x, s.rows, s.ref, s.scale)
+		if err != nil {
+			return err
+		}
+		panels[i] = p
+	}
+	return figure(w, title, panels, 2, nil)
+}
+
+// againstOrder lists the distinct Against names in order of first
+// appearance.
+func againstOrder(pairs []evalstat.Paired) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range pairs {
+		if !seen[p.Against] {
+			seen[p.Against] = true
+			out = append(out, p.Against)
+		}
+	}
+	return out
+}
