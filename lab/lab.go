@@ -282,6 +282,11 @@ func (l *Lab) entry(id string) *refEntry {
 // kernel backend and seed) are reused and missing ones are trained (up to Config.Parallel at a
 // time) and appended to the store as real no-change records, so a second
 // call, or a second process sharing a durable store, does not retrain.
+// They are stored with Source records.Reference, never records.Real, so
+// that a lookup of the no-change proposal's outcome (builder.Pool's) cannot
+// mistake a reference run for it. (Stores written before reference runs had
+// their own source hold them as real records; such runs are ignored here
+// and retrained, and such a store should not back a Pool.)
 func (l *Lab) Reference(ctx context.Context, id string) (Reference, error) {
 	spec, err := l.Spec(id)
 	if err != nil {
@@ -342,7 +347,7 @@ func (l *Lab) loadRuns(ctx context.Context, spec TaskSpec, e *refEntry) error {
 	}
 	e.tag = l.refTag(spec)
 	key := records.Proposal{Mechanism: records.NoChange}.Key()
-	rs, err := l.store.Scan(ctx, records.Filter{TaskID: spec.ID, Key: key, Source: records.Real})
+	rs, err := l.store.Scan(ctx, records.Filter{TaskID: spec.ID, Key: key, Source: records.Reference})
 	if err != nil {
 		return storeErr(ctx, "scan reference runs of "+spec.ID, err)
 	}
@@ -367,7 +372,7 @@ func (l *Lab) storeRuns(ctx context.Context, t records.Task, tag string, runs []
 	for i, r := range runs {
 		rs[i] = records.Record{
 			Task: t, Proposal: records.Proposal{Mechanism: records.NoChange, Text: tag},
-			Gain: t.RefLoss - r.Loss, Loss: r.Loss, Source: records.Real,
+			Gain: t.RefLoss - r.Loss, Loss: r.Loss, Source: records.Reference,
 			Seeds: []uint64{r.Seed}, Cost: r.Cost, Time: now,
 		}
 	}

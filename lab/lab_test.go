@@ -193,13 +193,13 @@ func TestReferenceRunsAreCachedInTheStore(t *testing.T) {
 		require.InDelta(t, std, task.SeedNoise, 1e-12)
 		require.Greater(t, task.SeedNoise, 0.0)
 	}
-	// The stored runs are real no-change records with one seed each.
+	// The stored runs are reference no-change records with one seed each.
 	rs, err := store.Scan(ctx, records.Filter{TaskID: "tiny-ar"})
 	require.NoError(t, err)
 	require.Len(t, rs, 3)
 	for _, r := range rs {
 		require.True(t, r.Proposal.IsNoChange())
-		require.Equal(t, records.Real, r.Source)
+		require.Equal(t, records.Reference, r.Source)
 		require.Len(t, r.Seeds, 1)
 	}
 

@@ -16,10 +16,18 @@ const (
 	Real      Source = "real"      // executed for real and measured
 	Predicted Source = "predicted" // a world model's prediction
 	Synthetic Source = "synthetic" // a (state, proposal) pair added to the pool with its predicted gain
+	// Reference is a run of a task's unchanged reference configuration,
+	// one of those that define b_e and σ_e (METHOD.md §1 Vocabulary). It is
+	// measured for real but kept apart from Real: its proposal is the
+	// no-change one, so under Source Real a lookup of the no-change
+	// proposal's outcome (same key, same seed) would return the reference
+	// run, whose gain against the seed mean is seed noise, instead of the
+	// gain 0 of a paired no-change run. Reference records are not evidence.
+	Reference Source = "reference"
 )
 
 // Valid reports whether s is a known source.
-func (s Source) Valid() bool { return s == Real || s == Predicted || s == Synthetic }
+func (s Source) Valid() bool { return s == Real || s == Predicted || s == Synthetic || s == Reference }
 
 // Cost is what producing a record cost.
 type Cost struct {
