@@ -3,13 +3,22 @@
 // tiny language models trained on CPU, so that gains are real, noisy,
 // sometimes negative, and sometimes the run fails.
 //
-// A task is a model family × corpus × reference configuration × step budget
-// (TaskSpec; DefaultTasks has 20 training and 4 held-out tasks over two
-// autoregressive families measured in bits per byte and two diffusion
-// families measured in nats per masked token; HoldOutFamily holds out a
-// whole family). The reference loss b_e and seed noise σ_e of a task come
-// from three seeded reference runs, trained once and cached in a
-// records.Store. Proposals are instances of the mechanism cards of package
+// A task is a model family × corpus × data slice × reference configuration
+// × compute budget (TaskSpec). Two suites exist. SuiteV1 (DefaultTasks) has
+// 20 training and 4 held-out hand-written tasks over two autoregressive
+// families measured in bits per byte and two diffusion families measured in
+// nats per masked token, with fixed step budgets; HoldOutFamily holds out a
+// whole family. SuiteV2 is generated (Space documents the distribution):
+// 64 training, 16 validation and 16 test tasks (8 in-distribution, 8 from a
+// compute-starved region training never covers) over four families, with
+// learning rates from too low to too hot, data slices from 2 KiB to whole
+// corpora, three corpora (prose, code, markup) and budgets in FLOPs: a
+// proposal's run trains until the task's budget (model.StepFLOPs, forward
+// and backward matrix multiplies counted from the shapes) is spent, so the
+// best change depends on the research state. Each task carries named
+// numeric descriptors (Desc*, records.Task.Descriptors). The reference loss
+// b_e and seed noise σ_e of a task come from five seeded reference runs,
+// trained once and cached in a records.Store. Proposals are instances of the mechanism cards of package
 // cards (Catalogue, ParseProposal, Render, ApplyProposal); Lab implements
 // builder.Builder (a proposal becomes the JSON of a model.Config) and
 // builder.Executor (train, evaluate, gain against the reference run of the

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lm2lm/lm2lm/builder"
-	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/lab/model"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -22,7 +21,9 @@ var (
 )
 
 // Build turns proposal p for task t into a job (METHOD.md §1 Vocabulary,
-// Builder): the task's reference configuration edited by p's card, as the
+// Builder): the task's reference configuration edited by p's card (and,
+// under a compute budget, trained for the steps the budget pays for; see
+// TaskSpec.Budget), as the
 // JSON of a model.Config in Job.Spec, with Job.Seed the first reference seed
 // so that the gain shares its seed with a reference run (set Seed, or use
 // WithSeeds, for others). An unknown card, a bad or out-of-range parameter,
@@ -37,7 +38,7 @@ func (l *Lab) Build(ctx context.Context, t records.Task, p records.Proposal) (bu
 	if err != nil {
 		return builder.Job{}, err
 	}
-	cfg, err := cards.Apply(spec.Config, p)
+	cfg, err := spec.apply(p)
 	if err != nil {
 		return builder.Job{}, fmt.Errorf("lab: build %s on %s: %w", p.Key(), t.ID, err)
 	}

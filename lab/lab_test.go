@@ -173,12 +173,12 @@ func TestReferenceRunsAreCachedInTheStore(t *testing.T) {
 	tasks, err := l.Tasks(ctx)
 	require.NoError(t, err)
 	require.Len(t, tasks, 3)
-	require.EqualValues(t, 9, store.appended.Load(), "three reference runs per task")
+	require.EqualValues(t, 15, store.appended.Load(), "five reference runs per task")
 	for _, task := range tasks {
 		require.NoError(t, task.Validate())
 		ref, err := l.Reference(ctx, task.ID)
 		require.NoError(t, err)
-		require.Len(t, ref.Runs, 3)
+		require.Len(t, ref.Runs, 5)
 		// METHOD.md §1 Vocabulary: b_e is the mean and σ_e the std of the
 		// reference losses over seeds.
 		var ls []float64
@@ -187,8 +187,14 @@ func TestReferenceRunsAreCachedInTheStore(t *testing.T) {
 			require.Greater(t, r.Cost.DeviceSeconds, 0.0)
 			require.Greater(t, r.Cost.FLOPs, 0.0)
 		}
-		mean := (ls[0] + ls[1] + ls[2]) / 3
-		std := math.Sqrt(((ls[0]-mean)*(ls[0]-mean) + (ls[1]-mean)*(ls[1]-mean) + (ls[2]-mean)*(ls[2]-mean)) / 2)
+		var mean, ss float64
+		for _, x := range ls {
+			mean += x / 5
+		}
+		for _, x := range ls {
+			ss += (x - mean) * (x - mean)
+		}
+		std := math.Sqrt(ss / 4)
 		require.InDelta(t, mean, task.RefLoss, 1e-12)
 		require.InDelta(t, std, task.SeedNoise, 1e-12)
 		require.Greater(t, task.SeedNoise, 0.0)
@@ -196,7 +202,7 @@ func TestReferenceRunsAreCachedInTheStore(t *testing.T) {
 	// The stored runs are reference no-change records with one seed each.
 	rs, err := store.Scan(ctx, records.Filter{TaskID: "tiny-ar"})
 	require.NoError(t, err)
-	require.Len(t, rs, 3)
+	require.Len(t, rs, 5)
 	for _, r := range rs {
 		require.True(t, r.Proposal.IsNoChange())
 		require.Equal(t, records.Reference, r.Source)
@@ -209,7 +215,7 @@ func TestReferenceRunsAreCachedInTheStore(t *testing.T) {
 	tasks2, err := l2.Tasks(ctx)
 	require.NoError(t, err)
 	require.Equal(t, tasks, tasks2)
-	require.EqualValues(t, 9, store.appended.Load())
+	require.EqualValues(t, 15, store.appended.Load())
 	ref1, _ := l.Reference(ctx, "tiny-mdm")
 	ref2, _ := l2.Reference(ctx, "tiny-mdm")
 	require.Equal(t, ref1, ref2)
@@ -222,7 +228,7 @@ func TestReferenceRunsAreCachedInTheStore(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l3.Reference(ctx, "tiny-ar")
 	require.NoError(t, err)
-	require.EqualValues(t, 12, store.appended.Load())
+	require.EqualValues(t, 20, store.appended.Load())
 }
 
 func TestReferenceSurvivesAFileStore(t *testing.T) {
@@ -241,7 +247,7 @@ func TestReferenceSurvivesAFileStore(t *testing.T) {
 	b, err := l2.Task(ctx, "tiny-centre")
 	require.NoError(t, err)
 	require.Equal(t, a, b)
-	require.Equal(t, 3, fs.Len())
+	require.Equal(t, 5, fs.Len())
 }
 
 func TestExecuteGainUsesTheSameSeed(t *testing.T) {
@@ -419,7 +425,7 @@ func TestRunAllMatchesSequential(t *testing.T) {
 	}
 	runs, err := l.Run(ctx, "tiny-ar", records.Proposal{Mechanism: "lr-scale", Params: map[string]string{"factor": "2"}})
 	require.NoError(t, err)
-	require.Len(t, runs, 3)
+	require.Len(t, runs, 5)
 	require.Equal(t, par[0].Outcome.Loss, runs[0].Outcome.Loss)
 
 	cctx, cancel := context.WithCancel(ctx)
@@ -436,8 +442,8 @@ func TestCorpusErrorsReachTheCaller(t *testing.T) {
 	cfg := lab.DefaultConfig()
 	cfg.Tasks = tinyTasks()[:1]
 	cfg.Tasks = append(cfg.Tasks, cfg.Tasks[0], cfg.Tasks[0])
-	cfg.Tasks[1].ID, cfg.Tasks[1].Corpus = "missing", filepath.Join(dir, "nope.txt")
-	cfg.Tasks[2].ID, cfg.Tasks[2].Corpus = "small", small
+	cfg.Tasks[1].ID, cfg.Tasks[1].Corpus, cfg.Tasks[1].Kind = "missing", filepath.Join(dir, "nope.txt"), corpus.KindProse
+	cfg.Tasks[2].ID, cfg.Tasks[2].Corpus, cfg.Tasks[2].Kind = "small", small, corpus.KindProse
 	l, err := lab.New(cfg, records.NewMemStore())
 	require.NoError(t, err)
 	_, err = l.Task(context.Background(), "missing")

@@ -2,8 +2,10 @@ package lab
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
+	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/lab/corpus"
 	"github.com/lm2lm/lm2lm/lab/model"
 	"github.com/lm2lm/lm2lm/records"
@@ -19,14 +21,67 @@ const (
 )
 
 // TaskSpec defines one task before its reference runs: family × corpus ×
-// reference configuration × step budget (METHOD.md §1 Vocabulary, task e).
+// data regime × reference configuration × compute budget (METHOD.md §1
+// Vocabulary, task e).
 type TaskSpec struct {
 	ID     string        // unique, e.g. "ar-prose/opticks/base-300"
 	Family string        // model family; see HoldOutFamily
-	Corpus string        // corpus.Opticks, corpus.GoSource or a text file's path
+	Corpus string        // corpus.Opticks, corpus.GoSource, corpus.GoDoc or a text file's path
 	Ref    string        // name of the reference configuration, e.g. "base"
 	Split  records.Split // records.Train or records.HeldOut
-	Config model.Config  // the reference configuration; Config.Steps is the budget
+	Config model.Config  // the reference configuration
+	// Kind is what the corpus is (corpus.KindProse, KindCode, KindMarkup);
+	// "" = corpus.KindOf(Corpus), so it is required for a file corpus. A
+	// task is described by its corpus's kind, never by a path.
+	Kind string
+	// Budget is the training compute in FLOPs (model.StepFLOPs: forward and
+	// backward matrix multiplies): every proposal's run trains
+	// model.BudgetSteps of its own configuration, so a wider model or a
+	// larger batch trains fewer steps. Config.Steps must equal
+	// model.BudgetSteps(Config, Budget). 0 = no compute budget: proposals
+	// keep the steps they set (the V1 suite).
+	Budget float64
+	// DataBytes is the size of the training slice in symbols (= bytes),
+	// cut from the corpus's training split by corpus.Slice; 0 = the whole
+	// split. Validation always uses the whole validation split, disjoint
+	// from every slice.
+	DataBytes int
+}
+
+// kind returns the corpus kind of s.
+func (s TaskSpec) kind() string {
+	if s.Kind != "" {
+		return s.Kind
+	}
+	return corpus.KindOf(s.Corpus)
+}
+
+// validate reports the first problem with s's data and budget fields.
+func (s TaskSpec) validate() error {
+	switch k := s.kind(); {
+	case k == "":
+		return fmt.Errorf("task %s: corpus %q needs a Kind (%s, %s or %s)", s.ID, s.Corpus, corpus.KindProse, corpus.KindCode, corpus.KindMarkup)
+	case k != corpus.KindProse && k != corpus.KindCode && k != corpus.KindMarkup:
+		return fmt.Errorf("task %s: Kind %q, want %s, %s or %s", s.ID, k, corpus.KindProse, corpus.KindCode, corpus.KindMarkup)
+	case s.DataBytes < 0:
+		return fmt.Errorf("task %s: DataBytes = %d, want ≥ 0", s.ID, s.DataBytes)
+	case s.Budget < 0 || math.IsNaN(s.Budget) || math.IsInf(s.Budget, 0):
+		return fmt.Errorf("task %s: Budget = %g FLOPs, want finite ≥ 0", s.ID, s.Budget)
+	case s.Budget > 0 && model.BudgetSteps(s.Config, s.Budget) != s.Config.Steps:
+		return fmt.Errorf("task %s: Config.Steps = %d but the budget of %.4g FLOPs pays for %d steps", s.ID, s.Config.Steps, s.Budget, model.BudgetSteps(s.Config, s.Budget))
+	}
+	return nil
+}
+
+// apply returns s's reference configuration edited by p under s's compute
+// budget: the card's edit, then (with a budget) the steps the budget pays
+// for, the warm-up keeping its fraction (model.WithBudget).
+func (s TaskSpec) apply(p records.Proposal) (model.Config, error) {
+	c, err := cards.Apply(s.Config, p)
+	if err != nil || s.Budget == 0 {
+		return c, err
+	}
+	return model.WithBudget(c, s.Budget), nil
 }
 
 // Metric returns the task's metric: bits per byte for autoregressive
@@ -46,16 +101,27 @@ func (s TaskSpec) Description() string {
 		model.MaskedDiffusion: "masked diffusion (random mask rate per window, loss on masked positions)",
 		model.CentreMasked:    "centre-masked prediction (only the window's centre is masked)",
 	}[c.Objective]
-	src := map[string]string{corpus.Opticks: "Newton's Opticks (English prose)", corpus.GoSource: "Go standard-library source code"}[s.Corpus]
+	src := map[string]string{
+		corpus.Opticks:  "Newton's Opticks (English prose)",
+		corpus.GoSource: "Go standard-library source code",
+		corpus.GoDoc:    "the Go documentation's HTML (markup)",
+	}[s.Corpus]
 	if src == "" {
-		src = "the text file " + s.Corpus
+		src = "a text file of " + s.kind()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Tiny byte-level MLP language model (%d folded symbols), %s, on %s. ", c.Vocab, obj, src)
+	fmt.Fprintf(&b, "Tiny byte-level MLP language model (%d folded symbols), %s, on %s", c.Vocab, obj, src)
+	if s.DataBytes > 0 {
+		fmt.Fprintf(&b, ", a training slice of %d KiB", s.DataBytes>>10)
+	}
+	b.WriteString(". ")
 	fmt.Fprintf(&b, "Reference %q: context %d, embedding %d, %d %s layer(s) of %d, norm %s, residual %t, ",
 		s.Ref, c.Context, c.Embed, c.Layers, c.Activation, c.Hidden, c.Norm, c.Residual)
-	fmt.Fprintf(&b, "%s lr %g (%s schedule, warm-up %d), β1 %g, β2 %g, weight decay %g, clip %g, batch %d, %d steps. ",
-		c.Optimizer, c.LR, c.Schedule, c.Warmup, c.Beta1, c.Beta2, c.WeightDecay, c.ClipNorm, c.Batch, c.Steps)
+	fmt.Fprintf(&b, "%s lr %g (%s schedule, warm-up %d), β1 %g, β2 %g, weight decay %g, dropout %g, clip %g, batch %d, %d steps. ",
+		c.Optimizer, c.LR, c.Schedule, c.Warmup, c.Beta1, c.Beta2, c.WeightDecay, c.Dropout, c.ClipNorm, c.Batch, c.Steps)
+	if s.Budget > 0 {
+		fmt.Fprintf(&b, "Compute budget %.3g training FLOPs: a change that makes a step dearer trains fewer steps. ", s.Budget)
+	}
 	fmt.Fprintf(&b, "Metric: validation %s (lower is better).", s.Metric())
 	return b.String()
 }
@@ -98,7 +164,15 @@ var heldOutRef = map[string]string{
 // the held-out set systematically unlike the training set (all "hot"
 // references punish every learning-rate increase that helps elsewhere).
 // Budgets are chosen so that a run takes about a second or less on one core.
-func DefaultTasks() []TaskSpec {
+//
+// This is the V1 suite (SuiteV1); DefaultTasks returns it until the main
+// job moves to the generated V2 suite (SuiteV2).
+func DefaultTasks() []TaskSpec { return SuiteV1() }
+
+// SuiteV1 returns the 24 hand-written tasks of the first lab (see
+// DefaultTasks): fixed step budgets, whole corpora, three reference
+// configurations per family.
+func SuiteV1() []TaskSpec {
 	var out []TaskSpec
 	add := func(family, corp string, obj model.Objective, ref refConfig, steps int, split records.Split, tweak func(*model.Config)) {
 		c := model.DefaultConfig()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 )
 
 // Sentinel errors of the package. Validation errors wrap ErrInvalid so that
@@ -63,6 +64,26 @@ type Task struct {
 	SeedNoise   float64 `json:"seed_noise"`  // σ_e: std of the reference loss over seeds, > 0
 	Budget      int     `json:"budget"`      // training budget in the host's units (the lab: optimiser steps); 0 = unknown
 	Description string  `json:"description"` // free text for humans and LLM prompts
+	// Descriptors are named numeric descriptors of the task, the structured
+	// twin of Description (e.g. "log10_lr", "width", "budget_log10_flops"):
+	// the host defines and documents the names (the lab's are listed on
+	// lab.Descriptors); names are non-empty, at most 64 bytes of lower-case
+	// ASCII letters, digits and '_', and values are finite. Nil = none.
+	Descriptors map[string]float64 `json:"descriptors,omitempty"`
+}
+
+// validDescriptorName reports whether name is a descriptor name:
+// 1–64 bytes of 'a'–'z', '0'–'9' and '_'.
+func validDescriptorName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate reports the first problem with t, wrapping ErrInvalid.
@@ -80,6 +101,20 @@ func (t Task) Validate() error {
 		return fmt.Errorf("%w: task %s: seed noise %g, want finite and > 0", ErrInvalid, Excerpt(t.ID), t.SeedNoise)
 	case t.Budget < 0:
 		return fmt.Errorf("%w: task %s: budget %d < 0", ErrInvalid, Excerpt(t.ID), t.Budget)
+	}
+	names := make([]string, 0, len(t.Descriptors))
+	for name := range t.Descriptors {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the first problem is the same on every call
+	for _, name := range names {
+		v := t.Descriptors[name]
+		if !validDescriptorName(name) {
+			return fmt.Errorf("%w: task %s: descriptor name %q, want 1-64 of a-z, 0-9, _", ErrInvalid, t.ID, name)
+		}
+		if !finite(v) {
+			return fmt.Errorf("%w: task %s: descriptor %s = %g is not finite", ErrInvalid, t.ID, name, v)
+		}
 	}
 	return nil
 }

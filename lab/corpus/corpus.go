@@ -31,7 +31,36 @@ var (
 const (
 	Opticks  = "opticks"   // GOROOT/src/testdata/Isaac.Newton-Opticks.txt
 	GoSource = "go-source" // a selection of .go files under GOROOT/src
+	GoDoc    = "go-doc"    // the HTML documents under GOROOT/doc (the language specification, memory model, assembler guide)
 )
+
+// Kinds of text a corpus holds; a task describes its corpus by kind, never
+// by a file path.
+const (
+	KindProse  = "prose"  // natural-language text
+	KindCode   = "code"   // program source
+	KindMarkup = "markup" // text with markup (HTML)
+)
+
+// KindOf returns the kind of a built-in corpus (Opticks: prose, GoSource:
+// code, GoDoc: markup) and "" for any other name (a caller's file, whose
+// kind the caller states).
+func KindOf(name string) string {
+	switch name {
+	case Opticks:
+		return KindProse
+	case GoSource:
+		return KindCode
+	case GoDoc:
+		return KindMarkup
+	}
+	return ""
+}
+
+// GoDocFiles are the documents of the GoDoc corpus, relative to GOROOT, in
+// the order they are concatenated. Every Go distribution since Go 1.0 ships
+// them; the corpus is about 350 KiB.
+var GoDocFiles = []string{"doc/go_spec.html", "doc/go_mem.html", "doc/asm.html"}
 
 // OpticksPath is the path of the Opticks text relative to GOROOT.
 const OpticksPath = "src/testdata/Isaac.Newton-Opticks.txt"
@@ -210,14 +239,41 @@ func LoadGoSource(cfg Config) (*Corpus, error) {
 	return c, nil
 }
 
-// Load loads a corpus by name: Opticks, GoSource, or otherwise the path of
-// a text file.
+// LoadGoDoc loads the GoDoc corpus: the files of GoDocFiles under GOROOT,
+// concatenated in that order. A missing file (a trimmed installation)
+// returns an error wrapping ErrCorpusMissing that names the file and GOROOT.
+func LoadGoDoc(cfg Config) (*Corpus, error) {
+	root, err := goroot(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var raw []byte
+	for _, f := range GoDocFiles {
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
+		if err != nil {
+			return nil, fmt.Errorf("%w: go-doc: %s not found under GOROOT %s (set Config.GOROOT or $GOROOT to a full Go installation): %w",
+				ErrCorpusMissing, f, root, err)
+		}
+		raw = append(raw, b...)
+	}
+	c, err := FromBytes(GoDoc, raw, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.Files = len(GoDocFiles)
+	return c, nil
+}
+
+// Load loads a corpus by name: Opticks, GoSource, GoDoc, or otherwise the
+// path of a text file.
 func Load(name string, cfg Config) (*Corpus, error) {
 	switch name {
 	case Opticks:
 		return LoadOpticks(cfg)
 	case GoSource:
 		return LoadGoSource(cfg)
+	case GoDoc:
+		return LoadGoDoc(cfg)
 	case "":
 		return nil, fmt.Errorf("%w: empty corpus name", ErrCorpusMissing)
 	}
@@ -255,6 +311,30 @@ func Split(sym []byte, blockSize, valEvery int) (train, val []byte) {
 		}
 	}
 	return train, val
+}
+
+// Slice returns a training slice of about n symbols of train: the blocks
+// of blockSize symbols at evenly spaced block indices ⌊i·m/k⌋ (i = 0…k−1,
+// k = ⌈n/blockSize⌉, m = the number of whole blocks), concatenated in order,
+// so that a small slice samples the whole text rather than its opening
+// pages. n ≤ 0 or n ≥ len(train) returns train itself. Because only
+// training symbols are sliced, validation stays disjoint. The result is
+// new unless it is train. It panics when blockSize < 1.
+func Slice(train []byte, n, blockSize int) []byte {
+	if blockSize < 1 {
+		panic(fmt.Sprintf("corpus: Slice(blockSize=%d)", blockSize))
+	}
+	m := len(train) / blockSize
+	k := (n + blockSize - 1) / blockSize
+	if n <= 0 || n >= len(train) || k >= m {
+		return train
+	}
+	out := make([]byte, 0, k*blockSize)
+	for i := 0; i < k; i++ {
+		b := i * m / k
+		out = append(out, train[b*blockSize:(b+1)*blockSize]...)
+	}
+	return out
 }
 
 var (

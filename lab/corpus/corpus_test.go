@@ -116,6 +116,44 @@ func TestGoSourceDeterministic(t *testing.T) {
 	require.Contains(t, string(corpus.UnfoldBytes(a.Symbols[:4096])), "package ")
 }
 
+func TestGoDoc(t *testing.T) {
+	c, err := corpus.Load(corpus.GoDoc, corpus.DefaultConfig())
+	require.NoError(t, err)
+	require.Equal(t, corpus.KindMarkup, corpus.KindOf(c.Name))
+	require.Equal(t, len(corpus.GoDocFiles), c.Files)
+	require.Greater(t, len(c.Symbols), 200<<10)
+	text := string(corpus.UnfoldBytes(c.Symbols[:64<<10]))
+	require.Contains(t, text, "<h2")
+	require.Contains(t, text, "The Go Programming Language Specification")
+	require.Equal(t, corpus.KindProse, corpus.KindOf(corpus.Opticks))
+	require.Equal(t, corpus.KindCode, corpus.KindOf(corpus.GoSource))
+	require.Equal(t, "", corpus.KindOf("/some/file.txt"))
+}
+
+// Slice takes evenly spaced whole blocks: hand-checked indices, lengths,
+// and the full split when the slice would not be smaller.
+func TestSlice(t *testing.T) {
+	train := make([]byte, 10*4+3) // 10 whole blocks of 4 and a tail
+	for i := range train {
+		train[i] = byte(i / 4) // symbol = block index
+	}
+	for _, tc := range []struct {
+		n    int
+		want []byte
+	}{
+		{4, []byte{0, 0, 0, 0}},                                      // k = 1: block 0
+		{8, []byte{0, 0, 0, 0, 5, 5, 5, 5}},                          // k = 2: blocks 0, 5
+		{9, []byte{0, 0, 0, 0, 3, 3, 3, 3, 6, 6, 6, 6}},              // k = 3: blocks 0, 3, 6
+		{16, []byte{0, 0, 0, 0, 2, 2, 2, 2, 5, 5, 5, 5, 7, 7, 7, 7}}, // k = 4: 0, 2, 5, 7
+	} {
+		require.Equal(t, tc.want, corpus.Slice(train, tc.n, 4), "n=%d", tc.n)
+	}
+	for _, n := range []int{0, -1, 40, 43, 100} {
+		require.Len(t, corpus.Slice(train, n, 4), len(train), "n=%d", n)
+	}
+	require.Panics(t, func() { corpus.Slice(train, 4, 0) })
+}
+
 func TestCorpusErrors(t *testing.T) {
 	dir := t.TempDir()
 	_, err := corpus.File(filepath.Join(dir, "nope.txt"), corpus.DefaultConfig())
@@ -133,6 +171,9 @@ func TestCorpusErrors(t *testing.T) {
 	require.ErrorIs(t, err, corpus.ErrCorpusMissing)
 	_, err = corpus.LoadGoSource(cfg)
 	require.ErrorIs(t, err, corpus.ErrCorpusMissing)
+	_, err = corpus.Load(corpus.GoDoc, cfg)
+	require.ErrorIs(t, err, corpus.ErrCorpusMissing)
+	require.ErrorContains(t, err, "doc/go_spec.html not found under GOROOT")
 
 	_, err = corpus.Load("", cfg)
 	require.ErrorIs(t, err, corpus.ErrCorpusMissing)

@@ -1,0 +1,90 @@
+package lab
+
+import (
+	"math"
+
+	"github.com/lm2lm/lm2lm/lab/corpus"
+	"github.com/lm2lm/lm2lm/lab/model"
+)
+
+// Descriptor names: the lab's records.Task.Descriptors, the structured twin
+// of TaskSpec.Description (issue 11). One-hot groups hold 1 for the task's
+// value and 0 for the others.
+const (
+	DescLog10LR         = "log10_lr"           // log10 of the reference peak learning rate
+	DescWidth           = "width"              // hidden units per layer
+	DescEmbed           = "embed"              // embedding width per symbol
+	DescDepth           = "depth"              // hidden layers
+	DescContext         = "context"            // window length in symbols
+	DescBatch           = "batch"              // windows per step
+	DescSteps           = "steps"              // optimiser steps of the reference run
+	DescLog10Budget     = "log10_budget_flops" // log10 training FLOPs (TaskSpec.Budget, or model.TrainFLOPs without one)
+	DescLog10Params     = "log10_params"       // log10 trainable parameters (model.Params)
+	DescTokensPerParam  = "tokens_per_param"   // training windows (steps·batch) per parameter
+	DescEpochs          = "epochs"             // training windows per training symbol: passes over the data
+	DescLog10DataBytes  = "log10_data_bytes"   // log10 training symbols (the slice, or the whole training split)
+	DescWarmupFrac      = "warmup_frac"        // warm-up steps / steps
+	DescWeightDecay     = "weight_decay"       // weight-decay coefficient
+	DescDropout         = "dropout"            // dropout rate
+	DescClipNorm        = "clip_norm"          // gradient-norm clip (0 = off)
+	DescLabelSmoothing  = "label_smoothing"    // label-smoothing ε
+	DescResidual        = "residual"           // 1 with residual connections
+	DescNorm            = "norm"               // 1 with a layernorm or rmsnorm
+	DescObjectivePrefix = "objective_"         // one-hot: objective_ar, objective_mdm, objective_centre
+	DescCorpusPrefix    = "corpus_"            // one-hot: corpus_prose, corpus_code, corpus_markup
+	DescOptPrefix       = "opt_"               // one-hot: opt_adam, opt_adamw, opt_sgd, opt_momentum, opt_lion
+	DescSchedulePrefix  = "schedule_"          // one-hot: schedule_constant, schedule_cosine, schedule_linear, schedule_wsd
+)
+
+// Descriptors returns the task's named numeric descriptors (the Desc*
+// names) for a training split of trainSymbols symbols before slicing; every
+// value is finite.
+func (s TaskSpec) Descriptors(trainSymbols int) map[string]float64 {
+	c := s.Config
+	data := trainSymbols
+	if s.DataBytes > 0 && s.DataBytes < trainSymbols {
+		data = s.DataBytes
+	}
+	budget := s.Budget
+	if budget == 0 {
+		budget = model.TrainFLOPs(c)
+	}
+	params := float64(model.Params(c))
+	windows := float64(c.Steps) * float64(c.Batch)
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	d := map[string]float64{
+		DescLog10LR: math.Log10(c.LR), DescWidth: float64(c.Hidden), DescEmbed: float64(c.Embed),
+		DescDepth: float64(c.Layers), DescContext: float64(c.Context), DescBatch: float64(c.Batch),
+		DescSteps: float64(c.Steps), DescLog10Budget: math.Log10(budget), DescLog10Params: math.Log10(params),
+		DescTokensPerParam: windows / params, DescEpochs: windows / float64(max(data, 1)),
+		DescLog10DataBytes: math.Log10(float64(max(data, 1))), DescWarmupFrac: float64(c.Warmup) / float64(c.Steps),
+		DescWeightDecay: c.WeightDecay, DescDropout: c.Dropout, DescClipNorm: c.ClipNorm,
+		DescLabelSmoothing: c.LabelSmoothing, DescResidual: b2f(c.Residual && c.Layers > 1), DescNorm: b2f(c.Norm != "none"),
+	}
+	for _, o := range []model.Objective{model.Autoregressive, model.MaskedDiffusion, model.CentreMasked} {
+		d[DescObjectivePrefix+string(o)] = b2f(c.Objective == o)
+	}
+	for _, k := range []string{corpus.KindProse, corpus.KindCode, corpus.KindMarkup} {
+		d[DescCorpusPrefix+k] = b2f(s.kind() == k)
+	}
+	for _, o := range []string{"adam", "adamw", "sgd", "momentum", "lion"} {
+		d[DescOptPrefix+o] = b2f(c.Optimizer == o)
+	}
+	for _, sc := range []string{"constant", "cosine", "linear", "wsd"} {
+		d[DescSchedulePrefix+sc] = b2f(c.Schedule == sc)
+	}
+	return d
+}
+
+// descriptors returns spec's descriptors over its loaded corpus.
+func (l *Lab) descriptors(spec TaskSpec) map[string]float64 {
+	l.mu.Lock()
+	n := len(l.corpora[spec.Corpus].data.Train)
+	l.mu.Unlock()
+	return spec.Descriptors(n)
+}
