@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"strconv"
+
 	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/lab/model"
 	"github.com/lm2lm/lm2lm/records"
@@ -26,17 +28,65 @@ func ApplyProposal(ref model.Config, p records.Proposal) (model.Config, error) {
 	return cards.Apply(ref, p)
 }
 
-// Representative returns the card's representative proposal for a task:
-// the first of the card's proposals (cards.Proposals order, most typical
-// choice first) that changes the task's reference configuration, so that a
-// sweep never spends runs on a no-op (e.g. "batch-size batch=32" on a
-// reference that already uses 32). It falls back to cards.Representative
-// when every choice is a no-op or infeasible.
-func Representative(spec TaskSpec, c records.Card) records.Proposal {
-	for _, p := range cards.Proposals(c) {
-		if cfg, err := cards.Apply(spec.Config, p); err == nil && cfg != spec.Config {
-			return p
+// relativeSize names the size parameter of the cards whose representative
+// choice is relative to the reference (RelativeRepresentative), with the
+// edit it makes: double a width, context or batch, add a layer.
+var relativeSize = map[string]struct {
+	param string
+	next  func(ref model.Config) int
+}{
+	"width":              {"hidden", func(c model.Config) int { return 2 * c.Hidden }},
+	"embed-dim":          {"embed", func(c model.Config) int { return 2 * c.Embed }},
+	"context":            {"length", func(c model.Config) int { return 2 * c.Context }},
+	"batch-size":         {"batch", func(c model.Config) int { return 2 * c.Batch }},
+	"batch-size-sqrt-lr": {"batch", func(c model.Config) int { return 2 * c.Batch }},
+	"depth":              {"layers", func(c model.Config) int { return c.Layers + 1 }},
+	"residual-depth":     {"layers", func(c model.Config) int { return max(2, c.Layers+1) }},
+	"deep-normed":        {"layers", func(c model.Config) int { return max(2, c.Layers+1) }},
+}
+
+// RelativeRepresentative returns the card's representative proposal for a
+// task, expressed relative to the task's reference so that it means the
+// same change on every task: the size cards double the reference's value
+// (width, embed-dim, context, batch-size, batch-size-sqrt-lr) or add a layer
+// (depth, residual-depth, deep-normed; other parameters at their first
+// choice); every other card takes its first choice (cards.Proposals order,
+// most typical first) that changes the reference. ok is false when the
+// relative value is out of the card's range or no choice changes the
+// reference (a sweep skips the card there rather than spend runs on a
+// no-op or on a change that reverses the card's meaning).
+func RelativeRepresentative(spec TaskSpec, c records.Card) (p records.Proposal, ok bool) {
+	changes := func(p records.Proposal) bool {
+		cfg, err := cards.Apply(spec.Config, p)
+		return err == nil && cfg != spec.Config
+	}
+	if rel, found := relativeSize[c.Mechanism]; found {
+		p = cards.Representative(c)
+		params := map[string]string{}
+		for k, v := range p.Params {
+			params[k] = v
 		}
+		params[rel.param] = strconv.Itoa(rel.next(spec.Config))
+		p.Params = params
+		if _, err := cards.Parse(cards.Render(p)); err != nil || !changes(p) {
+			return records.Proposal{}, false
+		}
+		return p, true
+	}
+	for _, p := range cards.Proposals(c) {
+		if changes(p) {
+			return p, true
+		}
+	}
+	return records.Proposal{}, false
+}
+
+// Representative returns the card's representative proposal for a task:
+// RelativeRepresentative, falling back to cards.Representative when that
+// has none.
+func Representative(spec TaskSpec, c records.Card) records.Proposal {
+	if p, ok := RelativeRepresentative(spec, c); ok {
+		return p
 	}
 	return cards.Representative(c)
 }

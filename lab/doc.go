@@ -25,6 +25,12 @@
 // same seed, CPU seconds and FLOPs as cost; divergence is infeasible).
 // Corpora live in package corpus and the training core in package model.
 //
+// Landscape measures, from a card × task sweep, how much the best change
+// depends on the task (median pairwise Spearman, cards changing sign,
+// oracle minus best fixed set), robustly (σ floored at the family's median
+// σ_e, seeds clipped at the reward clip) and raw; RelativeRepresentative
+// gives each card a choice that means the same change on every task.
+//
 // I/O: loading corpora reads files under GOROOT (or the caller's file);
 // reference runs are read from and appended to the caller's store.
 // Concurrency: a Lab is safe for concurrent use; training happens on the

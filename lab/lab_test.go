@@ -510,12 +510,13 @@ func TestRepresentativeChangesTheReference(t *testing.T) {
 			require.NotEqual(t, s.Config, cfg, "%s on %s", p.Key(), s.ID)
 		}
 	}
-	// The mdm references already use batch 32, the card's first choice.
+	// The batch-size card doubles the reference's batch: 32 → 64 on the mdm
+	// references.
 	mdm := lab.DefaultTasks()[12]
 	require.Equal(t, 32, mdm.Config.Batch)
 	c, ok := cards.Lookup("batch-size")
 	require.True(t, ok)
-	require.Equal(t, "batch-size{batch=128}", lab.Representative(mdm, c).Key())
+	require.Equal(t, "batch-size{batch=64}", lab.Representative(mdm, c).Key())
 }
 
 // FuzzParseProposal: whatever text an LLM writes, ParseProposal either

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"sort"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/palette"
+	"gonum.org/v1/plot/palette/moreland"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// runLandscape sweeps every card over the tasks ids and prints the four
+// lines of the landscape report to w, details to log.
+func runLandscape(ctx context.Context, w, log io.Writer, l *lab.Lab, store records.Store, ids []string, o options) error {
+	sw, jobs, where, err := landscapeJobs(ctx, log, l, ids, seedsOr(o.seeds, 2))
+	if err != nil {
+		return err
+	}
+	res, err := execute(ctx, log, l, store, jobs, o.parallel)
+	if err != nil {
+		return err
+	}
+	cpus := make([]float64, len(res))
+	for i, r := range res {
+		c := &sw.Cells[where[i][0]][where[i][1]]
+		if r.infeasible != "" {
+			c.Infeasible++
+		} else {
+			c.Gains = append(c.Gains, r.gain)
+		}
+		cpus[i] = r.cpu
+	}
+	rep, err := lab.Landscape(sw, lab.DefaultLandscapeConfig())
+	if err != nil {
+		return err
+	}
+	printLandscape(w, log, rep, median(cpus))
+	if o.chart != "" {
+		if err := heatMap(o.chart, sw, rep.Robust.Scores); err != nil {
+			return err
+		}
+		fmt.Fprintf(log, "wrote %s\n", o.chart)
+	}
+	return nil
+}
+
+func seedsOr(n, def int) int {
+	if n > 0 {
+		return n
+	}
+	return def
+}
+
+// landscapeJobs builds the jobs of the sweep (card k's relative
+// representative on task t with every seed); where[i] is job i's {t, k}.
+func landscapeJobs(ctx context.Context, log io.Writer, l *lab.Lab, ids []string, nSeeds int) (lab.Sweep, []builder.Job, [][2]int, error) {
+	var sw lab.Sweep
+	var jobs []builder.Job
+	var where [][2]int
+	cat := lab.Catalogue()
+	for _, c := range cat {
+		sw.Cards = append(sw.Cards, c.Mechanism)
+	}
+	seeds := seedList(l, nSeeds)
+	fmt.Fprintf(log, "reference runs of %d tasks...\n", len(ids))
+	for t, id := range ids {
+		task, err := l.Task(ctx, id)
+		if err != nil {
+			return sw, nil, nil, err
+		}
+		spec, _ := l.Spec(id)
+		sw.Tasks = append(sw.Tasks, task)
+		sw.Cells = append(sw.Cells, make([]lab.Cell, len(cat)))
+		for k, c := range cat {
+			p, ok := lab.RelativeRepresentative(spec, c)
+			if !ok {
+				continue
+			}
+			j, err := l.Build(ctx, task, p)
+			if errors.Is(err, builder.ErrInfeasible) {
+				sw.Cells[t][k].Infeasible = len(seeds)
+				continue
+			} else if err != nil {
+				return sw, nil, nil, err
+			}
+			for _, jj := range lab.WithSeeds(j, seeds...) {
+				jobs = append(jobs, jj)
+				where = append(where, [2]int{t, k})
+			}
+		}
+	}
+	return sw, jobs, where, nil
+}
+
+// printLandscape writes the report's four lines to w and the raw figures
+// and fixed sets to log.
+func printLandscape(w, log io.Writer, rep lab.LandscapeReport, cpu float64) {
+	r := rep.Robust
+	fmt.Fprintf(w, "median pairwise Spearman: %.2f\n", r.MedianSpearman)
+	fmt.Fprintf(w, "cards changing sign: %.0f%%\n", 100*r.SignChange)
+	fmt.Fprintf(w, "oracle minus best fixed set (Avg@4, σ_e): %.2f\n", r.OracleMinusFixed)
+	fmt.Fprintf(w, "median CPU seconds per run: %.2f\n", cpu)
+	fmt.Fprintf(log, "robust (σ floor = family median σ_e, clip ±6): oracle %.2f, best fixed set %.2f %v\n", r.Oracle, r.Fixed, r.FixedSet)
+	x := rep.Raw
+	fmt.Fprintf(log, "raw (σ_e, no clip): median Spearman %.2f, cards changing sign %.0f%%, oracle %.2f − fixed %.2f = %.2f %v\n",
+		x.MedianSpearman, 100*x.SignChange, x.Oracle, x.Fixed, x.OracleMinusFixed, x.FixedSet)
+	fams := make([]string, 0, len(rep.Floor))
+	for f := range rep.Floor {
+		fams = append(fams, f)
+	}
+	sort.Strings(fams)
+	for _, f := range fams {
+		fmt.Fprintf(log, "σ floor %s: %.4f\n", f, rep.Floor[f])
+	}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// grid is the heat map's card × task matrix (NaN cells, the skipped ones,
+// are drawn in the palette's NaN colour).
+type grid struct {
+	z     [][]float64 // [task][card]
+	cards int
+}
+
+func (g grid) Dims() (c, r int)   { return g.cards, len(g.z) }
+func (g grid) Z(c, r int) float64 { return g.z[r][c] }
+func (g grid) X(c int) float64    { return float64(c) }
+func (g grid) Y(r int) float64    { return float64(r) }
+
+// heatMap writes the card × task scores (robust, in σ units, clipped to
+// ±6) as a PNG.
+func heatMap(path string, sw lab.Sweep, z [][]float64) error {
+	g := grid{z: z, cards: len(sw.Cards)}
+	var pal palette.Palette = moreland.SmoothBlueRed().Palette(255)
+	hm := plotter.NewHeatMap(g, pal)
+	hm.Min, hm.Max = -6, 6
+	hm.NaN = color.Gray{Y: 0xdd}
+	p := plot.New()
+	p.Title.Text = "Card × task gain in σ units (floored σ, clipped ±6): red helps, blue hurts, grey = no-op"
+	p.Add(hm)
+	p.NominalX(sw.Cards...)
+	names := make([]string, len(sw.Tasks))
+	for i, t := range sw.Tasks {
+		names[i] = t.ID
+	}
+	p.NominalY(names...)
+	p.X.Tick.Label.Rotation = math.Pi / 2
+	p.X.Tick.Label.XAlign = draw.XRight
+	p.X.Tick.Label.YAlign = draw.YCenter
+	p.X.Tick.Label.Font.Size = vg.Points(8)
+	p.Y.Tick.Label.Font.Size = vg.Points(8)
+	return savePlot(p, path, 11*vg.Inch, 7*vg.Inch)
+}

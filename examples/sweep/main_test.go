@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/lab"
+)
+
+func TestList(t *testing.T) {
+	var out, log bytes.Buffer
+	require.NoError(t, run(context.Background(), &out, &log, options{suite: "v2", suiteSeed: 1, list: true, parallel: 1}))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 96)
+	require.True(t, strings.HasPrefix(lines[0], "v2s1/train/ar-prose/00 "))
+	out.Reset()
+	require.NoError(t, run(context.Background(), &out, &log, options{suite: "v1", list: true, parallel: 1}))
+	require.Len(t, strings.Split(strings.TrimSpace(out.String()), "\n"), 24)
+	require.Error(t, run(context.Background(), &out, &log, options{suite: "v3", list: true}))
+}
+
+// The 95% interval of σ from five seeds (χ², 4 degrees of freedom):
+// 0.599–2.874 × the estimate.
+func TestSigmaInterval(t *testing.T) {
+	lo, hi := sigmaInterval(1, 5)
+	require.InDelta(t, 0.5991, lo, 1e-4)
+	require.InDelta(t, 2.8736, hi, 1e-4)
+	lo, hi = sigmaInterval(0.02, 3)
+	require.InDelta(t, 0.02*0.5207, lo, 1e-5)
+	require.InDelta(t, 0.02*6.2847, hi, 1e-4)
+}
+
+// TestLandscapeTargets runs the whole landscape report (about 1,000 runs,
+// several CPU minutes) and checks the issue's targets as properties of the
+// lab. Too long for CI: set LM2LM_LANDSCAPE=1.
+func TestLandscapeTargets(t *testing.T) {
+	if os.Getenv("LM2LM_LANDSCAPE") != "1" {
+		t.Skip("set LM2LM_LANDSCAPE=1 to run the landscape report")
+	}
+	var out, log bytes.Buffer
+	require.NoError(t, run(context.Background(), &out, &log, options{suite: "v2", suiteSeed: 1, landscape: true, parallel: 2}))
+	t.Log(log.String())
+	got := parseReport(t, out.String())
+	require.LessOrEqual(t, got["median pairwise Spearman"], 0.5)
+	require.GreaterOrEqual(t, got["cards changing sign"], 30.0)
+	require.GreaterOrEqual(t, got["oracle minus best fixed set (Avg@4, σ_e)"], 3.0)
+	require.LessOrEqual(t, got["median CPU seconds per run"], 0.5)
+}
+
+var reportLine = regexp.MustCompile(`^(.+): (-?[0-9.]+)%?$`)
+
+func parseReport(t *testing.T, s string) map[string]float64 {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	require.Len(t, lines, 4, s)
+	out := map[string]float64{}
+	for _, l := range lines {
+		m := reportLine.FindStringSubmatch(l)
+		require.NotNil(t, m, l)
+		v, err := strconv.ParseFloat(m[2], 64)
+		require.NoError(t, err)
+		out[m[1]] = v
+	}
+	return out
+}
+
+func TestParseReport(t *testing.T) {
+	got := parseReport(t, "median pairwise Spearman: 0.41\ncards changing sign: 57%\noracle minus best fixed set (Avg@4, σ_e): 3.20\nmedian CPU seconds per run: 0.31\n")
+	require.Equal(t, map[string]float64{
+		"median pairwise Spearman": 0.41, "cards changing sign": 57,
+		"oracle minus best fixed set (Avg@4, σ_e)": 3.2, "median CPU seconds per run": 0.31,
+	}, got)
+}
+
+func TestPrintLandscapeFourLines(t *testing.T) {
+	var out, log bytes.Buffer
+	rep := lab.LandscapeReport{Robust: lab.LandscapeStats{MedianSpearman: 0.123, SignChange: 0.5, OracleMinusFixed: 3.456},
+		Floor: map[string]float64{"ar-prose": 0.01}}
+	printLandscape(&out, &log, rep, 0.314)
+	require.Equal(t, "median pairwise Spearman: 0.12\ncards changing sign: 50%\n"+
+		"oracle minus best fixed set (Avg@4, σ_e): 3.46\nmedian CPU seconds per run: 0.31\n", out.String())
+	require.Contains(t, log.String(), "σ floor ar-prose: 0.0100")
+}

@@ -1,0 +1,311 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// ErrLandscape: the sweep given to Landscape is malformed.
+var ErrLandscape = errors.New("lab: invalid landscape sweep")
+
+// Cell is one card's runs on one task: the gain of each seed in the
+// metric's units (b_e − ℓ against the reference run of the same seed), with
+// Infeasible counting the seeds whose run was infeasible (diverged). A
+// skipped cell (the card has no choice that changes the task's reference)
+// has neither.
+type Cell struct {
+	Gains      []float64
+	Infeasible int
+}
+
+func (c Cell) skipped() bool { return len(c.Gains) == 0 && c.Infeasible == 0 }
+
+// Sweep is a card × task sweep: Cells[t][k] holds card Cards[k] on task
+// Tasks[t].
+type Sweep struct {
+	Tasks []records.Task
+	Cards []string
+	Cells [][]Cell
+}
+
+// LandscapeConfig parameterises Landscape.
+type LandscapeConfig struct {
+	// Clip is the reward clip c (METHOD.md §1 Reward: r = clip(ĝ/τ, −c, c));
+	// default 6. An infeasible seed scores −Clip, as an invalid proposal's
+	// reward does.
+	Clip float64
+	// SignSigma is the threshold of a sign change: a card changes sign when
+	// it is above +SignSigma on some task and below −SignSigma on another
+	// (in σ units), so that cards near zero do not flip on noise; default 2.
+	SignSigma float64
+	// SetSize is K of Avg@K, the proposals per task; default 4.
+	SetSize int
+}
+
+// DefaultLandscapeConfig returns the documented defaults.
+func DefaultLandscapeConfig() LandscapeConfig {
+	return LandscapeConfig{Clip: 6, SignSigma: 2, SetSize: 4}
+}
+
+// LandscapeStats are the landscape figures under one normalisation.
+type LandscapeStats struct {
+	// MedianSpearman is the median over task pairs of the Spearman rank
+	// correlation of the cards' scores (cards present on both tasks, at
+	// least 3): low means the best change depends on the task.
+	MedianSpearman float64
+	// SignChange is the fraction of cards above +SignSigma on some task and
+	// below −SignSigma on another.
+	SignChange float64
+	// Oracle is the mean over tasks of Avg@K of each task's own top K
+	// cards; Fixed that of the single set of K cards with the highest mean
+	// score over all tasks (the best a context-free policy can do);
+	// OracleMinusFixed their difference.
+	Oracle, Fixed, OracleMinusFixed float64
+	// FixedSet are the cards of the best fixed set, best first.
+	FixedSet []string
+	// Scores[t][k] is the card's score on the task (NaN when skipped).
+	Scores [][]float64
+}
+
+// LandscapeReport holds the robust figures (σ floored at the family's
+// median σ_e, each seed clipped to ±Clip) beside the raw ones (σ_e, no
+// clip), as the issue's report prints them.
+type LandscapeReport struct {
+	Robust, Raw LandscapeStats
+	// Floor is the σ floor of each family: the median σ_e of its tasks.
+	Floor map[string]float64
+}
+
+// Landscape measures how much the best change depends on the task (issue
+// 11). Each seed's gain is normalised, g/τ with τ = max(σ_e, the family's
+// median σ_e) and clipped to [−Clip, Clip] (robust), or g/σ_e (raw); an
+// infeasible seed scores −Clip in both; a cell's score is the mean over
+// its seeds. For Avg@K a skipped cell scores 0 (proposing a no-op changes
+// nothing); for the rank correlations skipped cells are left out. Pure.
+func Landscape(s Sweep, cfg LandscapeConfig) (LandscapeReport, error) {
+	if err := s.validate(cfg); err != nil {
+		return LandscapeReport{}, err
+	}
+	floor := familyFloors(s.Tasks)
+	robust := func(t int, g float64) float64 {
+		tau := max(s.Tasks[t].SeedNoise, floor[s.Tasks[t].Family])
+		return min(max(g/tau, -cfg.Clip), cfg.Clip)
+	}
+	raw := func(t int, g float64) float64 { return g / s.Tasks[t].SeedNoise }
+	return LandscapeReport{
+		Robust: landscapeStats(s, cfg, scores(s, cfg, robust)),
+		Raw:    landscapeStats(s, cfg, scores(s, cfg, raw)),
+		Floor:  floor,
+	}, nil
+}
+
+func (s Sweep) validate(cfg LandscapeConfig) error {
+	switch {
+	case !(cfg.Clip > 0) || math.IsInf(cfg.Clip, 0):
+		return fmt.Errorf("%w: Clip = %g, want finite > 0", ErrLandscape, cfg.Clip)
+	case !(cfg.SignSigma > 0):
+		return fmt.Errorf("%w: SignSigma = %g, want > 0", ErrLandscape, cfg.SignSigma)
+	case cfg.SetSize < 1 || cfg.SetSize > len(s.Cards):
+		return fmt.Errorf("%w: SetSize = %d, want 1..%d cards", ErrLandscape, cfg.SetSize, len(s.Cards))
+	case len(s.Tasks) < 2:
+		return fmt.Errorf("%w: %d tasks, want ≥ 2", ErrLandscape, len(s.Tasks))
+	case len(s.Cells) != len(s.Tasks):
+		return fmt.Errorf("%w: %d rows of cells for %d tasks", ErrLandscape, len(s.Cells), len(s.Tasks))
+	}
+	for t, row := range s.Cells {
+		if len(row) != len(s.Cards) {
+			return fmt.Errorf("%w: task %s has %d cells for %d cards", ErrLandscape, s.Tasks[t].ID, len(row), len(s.Cards))
+		}
+		if err := s.Tasks[t].Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrLandscape, err)
+		}
+		for k, c := range row {
+			for _, g := range c.Gains {
+				if math.IsNaN(g) || math.IsInf(g, 0) {
+					return fmt.Errorf("%w: %s on %s: gain %g", ErrLandscape, s.Cards[k], s.Tasks[t].ID, g)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// familyFloors returns each family's median σ_e.
+func familyFloors(tasks []records.Task) map[string]float64 {
+	by := map[string][]float64{}
+	for _, t := range tasks {
+		by[t.Family] = append(by[t.Family], t.SeedNoise)
+	}
+	out := map[string]float64{}
+	for f, xs := range by {
+		out[f] = median(xs)
+	}
+	return out
+}
+
+// scores returns the cells' scores under norm (NaN for skipped cells).
+func scores(s Sweep, cfg LandscapeConfig, norm func(t int, g float64) float64) [][]float64 {
+	out := make([][]float64, len(s.Cells))
+	for t, row := range s.Cells {
+		out[t] = make([]float64, len(row))
+		for k, c := range row {
+			if c.skipped() {
+				out[t][k] = math.NaN()
+				continue
+			}
+			sum := -cfg.Clip * float64(c.Infeasible)
+			for _, g := range c.Gains {
+				sum += norm(t, g)
+			}
+			out[t][k] = sum / float64(len(c.Gains)+c.Infeasible)
+		}
+	}
+	return out
+}
+
+func landscapeStats(s Sweep, cfg LandscapeConfig, z [][]float64) LandscapeStats {
+	st := LandscapeStats{Scores: z}
+	var rhos []float64
+	for a := range z {
+		for b := a + 1; b < len(z); b++ {
+			if r, ok := spearman(z[a], z[b]); ok {
+				rhos = append(rhos, r)
+			}
+		}
+	}
+	st.MedianSpearman = median(rhos)
+	var present, flips int
+	for k := range s.Cards {
+		var hi, lo, any bool
+		for t := range z {
+			v := z[t][k]
+			if math.IsNaN(v) {
+				continue
+			}
+			any = true
+			hi = hi || v > cfg.SignSigma
+			lo = lo || v < -cfg.SignSigma
+		}
+		if any {
+			present++
+		}
+		if hi && lo {
+			flips++
+		}
+	}
+	if present > 0 {
+		st.SignChange = float64(flips) / float64(present)
+	}
+	st.Oracle, st.Fixed, st.FixedSet = oracleAndFixed(s.Cards, z, cfg.SetSize)
+	st.OracleMinusFixed = st.Oracle - st.Fixed
+	return st
+}
+
+// oracleAndFixed returns the mean over tasks of Avg@K of each task's top K
+// and of the best fixed set of K cards (skipped cells score 0), and that set.
+func oracleAndFixed(cards []string, z [][]float64, K int) (oracle, fixed float64, set []string) {
+	zero := func(v float64) float64 {
+		if math.IsNaN(v) {
+			return 0
+		}
+		return v
+	}
+	colMean := make([]float64, len(cards))
+	for _, row := range z {
+		vs := make([]float64, len(row))
+		for k, v := range row {
+			vs[k] = zero(v)
+			colMean[k] += vs[k] / float64(len(z))
+		}
+		sort.Sort(sort.Reverse(sort.Float64Slice(vs)))
+		oracle += mean(vs[:K]) / float64(len(z))
+	}
+	idx := make([]int, len(cards))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return colMean[idx[a]] > colMean[idx[b]] })
+	for _, k := range idx[:K] {
+		fixed += colMean[k] / float64(K)
+		set = append(set, cards[k])
+	}
+	return oracle, fixed, set
+}
+
+// spearman returns the Spearman correlation of x and y over the indices
+// where both are present (not NaN), with average ranks for ties; ok is
+// false with fewer than 3 such indices or a constant side.
+func spearman(x, y []float64) (float64, bool) {
+	var a, b []float64
+	for i := range x {
+		if !math.IsNaN(x[i]) && !math.IsNaN(y[i]) {
+			a, b = append(a, x[i]), append(b, y[i])
+		}
+	}
+	if len(a) < 3 {
+		return 0, false
+	}
+	return pearson(ranks(a), ranks(b))
+}
+
+// ranks returns the 1-based ranks of xs, ties sharing their average rank.
+func ranks(xs []float64) []float64 {
+	idx := make([]int, len(xs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return xs[idx[a]] < xs[idx[b]] })
+	r := make([]float64, len(xs))
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && xs[idx[j+1]] == xs[idx[i]] {
+			j++
+		}
+		avg := float64(i+j)/2 + 1
+		for k := i; k <= j; k++ {
+			r[idx[k]] = avg
+		}
+		i = j + 1
+	}
+	return r
+}
+
+func pearson(a, b []float64) (float64, bool) {
+	ma, mb := mean(a), mean(b)
+	var sab, saa, sbb float64
+	for i := range a {
+		sab += (a[i] - ma) * (b[i] - mb)
+		saa += (a[i] - ma) * (a[i] - ma)
+		sbb += (b[i] - mb) * (b[i] - mb)
+	}
+	if saa == 0 || sbb == 0 {
+		return 0, false
+	}
+	return sab / math.Sqrt(saa*sbb), true
+}
+
+func mean(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+// median returns the median of xs (NaN when empty); xs is not modified.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}

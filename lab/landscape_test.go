@@ -1,0 +1,129 @@
+package lab_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/cards"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+func landscapeTask(id, family string, sigma float64) records.Task {
+	return records.Task{ID: id, Family: family, Split: records.HeldOut, Metric: records.BitsPerByte, RefLoss: 3, SeedNoise: sigma}
+}
+
+// handSweep: three tasks (σ_e 0.1 and 0.3 in family f, floor 0.2; 0.2 in
+// g), four cards, two seeds; every figure below is worked out by hand.
+func handSweep() lab.Sweep {
+	g := func(xs ...float64) lab.Cell { return lab.Cell{Gains: xs} }
+	return lab.Sweep{
+		Tasks: []records.Task{landscapeTask("A", "f", 0.1), landscapeTask("B", "f", 0.3), landscapeTask("C", "g", 0.2)},
+		Cards: []string{"x", "y", "z", "w"},
+		Cells: [][]lab.Cell{
+			{g(0.4, 0.4), g(-0.2, -0.6), {}, {Infeasible: 2}},
+			{g(0.3, 0.3), g(0.9, 0.9), g(-0.3, -0.3), g(0, 0)},
+			{g(-0.6, -0.6), g(0.4, 0.4), g(0.2, 0.2), g(3, 3)},
+		},
+	}
+}
+
+func TestLandscapeHandWorked(t *testing.T) {
+	cfg := lab.DefaultLandscapeConfig()
+	cfg.SetSize = 2
+	r, err := lab.Landscape(handSweep(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{"f": 0.2, "g": 0.2}, r.Floor)
+	// Robust scores: τ = max(σ_e, floor), each seed clipped to ±6, an
+	// infeasible seed −6:
+	//   A:  2  −2  ·  −6      B: 1  3  −1  0      C: −3  2  1  6
+	nan := math.NaN()
+	want := [][]float64{{2, -2, nan, -6}, {1, 3, -1, 0}, {-3, 2, 1, 6}}
+	for i := range want {
+		for k := range want[i] {
+			if math.IsNaN(want[i][k]) {
+				require.True(t, math.IsNaN(r.Robust.Scores[i][k]))
+				continue
+			}
+			require.InDelta(t, want[i][k], r.Robust.Scores[i][k], 1e-12, "task %d card %d", i, k)
+		}
+	}
+	// Spearman A–B 0.5 (x, y, w), A–C −1, B–C 0: median 0. Only w is
+	// above +2 somewhere and below −2 elsewhere (x reaches exactly 2).
+	require.InDelta(t, 0, r.Robust.MedianSpearman, 1e-12)
+	require.InDelta(t, 0.25, r.Robust.SignChange, 1e-12)
+	// Oracle Avg@2: A (2+0)/2, B (3+1)/2, C (6+2)/2 → 7/3. Card means
+	// x 0, y 1, z 0, w 0 → fixed set {y, x} → 0.5.
+	require.InDelta(t, 7.0/3, r.Robust.Oracle, 1e-12)
+	require.InDelta(t, 0.5, r.Robust.Fixed, 1e-12)
+	require.InDelta(t, 7.0/3-0.5, r.Robust.OracleMinusFixed, 1e-12)
+	require.Equal(t, []string{"y", "x"}, r.Robust.FixedSet)
+	// Raw (σ_e, no clip): A 4 −4 · −6, B as robust, C −3 2 1 15.
+	require.InDelta(t, 0.75, r.Raw.SignChange, 1e-12)
+	require.InDelta(t, 12.5/3, r.Raw.Oracle, 1e-12)
+	require.InDelta(t, 11.0/6, r.Raw.Fixed, 1e-12)
+	require.Equal(t, []string{"w", "x"}, r.Raw.FixedSet)
+}
+
+// Identical tasks agree perfectly and leave nothing to an oracle.
+func TestLandscapeContextFree(t *testing.T) {
+	s := handSweep()
+	s.Cells[1], s.Cells[2] = s.Cells[0], s.Cells[0]
+	s.Tasks[1].SeedNoise, s.Tasks[2].SeedNoise = 0.1, 0.1
+	s.Tasks[2].Family = "f"
+	r, err := lab.Landscape(s, lab.DefaultLandscapeConfig())
+	require.NoError(t, err)
+	require.InDelta(t, 1, r.Robust.MedianSpearman, 1e-12)
+	require.InDelta(t, 0, r.Robust.SignChange, 1e-12)
+	require.InDelta(t, 0, r.Robust.OracleMinusFixed, 1e-12)
+}
+
+func TestLandscapeErrors(t *testing.T) {
+	for name, edit := range map[string]func(*lab.Sweep, *lab.LandscapeConfig){
+		"one task":   func(s *lab.Sweep, _ *lab.LandscapeConfig) { s.Tasks, s.Cells = s.Tasks[:1], s.Cells[:1] },
+		"ragged":     func(s *lab.Sweep, _ *lab.LandscapeConfig) { s.Cells[1] = s.Cells[1][:2] },
+		"nan gain":   func(s *lab.Sweep, _ *lab.LandscapeConfig) { s.Cells[0][0].Gains[0] = math.NaN() },
+		"bad task":   func(s *lab.Sweep, _ *lab.LandscapeConfig) { s.Tasks[0].SeedNoise = 0 },
+		"set size":   func(_ *lab.Sweep, c *lab.LandscapeConfig) { c.SetSize = 5 },
+		"clip":       func(_ *lab.Sweep, c *lab.LandscapeConfig) { c.Clip = 0 },
+		"rows":       func(s *lab.Sweep, _ *lab.LandscapeConfig) { s.Cells = s.Cells[:2] },
+		"sign sigma": func(_ *lab.Sweep, c *lab.LandscapeConfig) { c.SignSigma = math.NaN() },
+	} {
+		s, cfg := handSweep(), lab.DefaultLandscapeConfig()
+		edit(&s, &cfg)
+		_, err := lab.Landscape(s, cfg)
+		require.ErrorIs(t, err, lab.ErrLandscape, name)
+	}
+}
+
+// Size cards double the reference's value (or add a layer), so a card
+// means the same change on every task; a value out of range skips it.
+func TestRelativeRepresentative(t *testing.T) {
+	byName := map[string]records.Card{}
+	for _, c := range lab.Catalogue() {
+		byName[c.Mechanism] = c
+	}
+	spec := lab.SuiteV2(1).Validation[0] // hidden 64, embed 16, context 8, batch 128, 1 layer
+	for _, tc := range []struct{ card, want string }{
+		{"width", "width hidden=128"},
+		{"embed-dim", "embed-dim embed=32"},
+		{"context", "context length=16"},
+		{"batch-size", "batch-size batch=256"},
+		{"depth", "depth layers=2"},
+		{"residual-depth", "residual-depth layers=2"},
+		{"lr-scale", "lr-scale factor=2"},
+	} {
+		p, ok := lab.RelativeRepresentative(spec, byName[tc.card])
+		require.True(t, ok, tc.card)
+		require.Equal(t, tc.want, cards.Render(p))
+	}
+	spec.Config.Hidden = 512 // ×2 is out of the card's range
+	_, ok := lab.RelativeRepresentative(spec, byName["width"])
+	require.False(t, ok)
+	spec.Config.Activation = "gelu" // the first activation choice is a no-op
+	p, ok := lab.RelativeRepresentative(spec, byName["activation"])
+	require.True(t, ok)
+	require.Equal(t, "activation name=relu", cards.Render(p))
+}
