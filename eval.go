@@ -176,7 +176,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 		for k, run := range runs[si] {
 			if run.ran {
 				rep.Runs++
-				rep.Cost = addCost(rep.Cost, run.cost)
+				rep.Cost = rep.Cost.Add(run.cost)
 			}
 			if !run.measured {
 				if !samples[si][k].Invalid {

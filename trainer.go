@@ -153,7 +153,7 @@ func (c Config) Validate() error {
 	}
 	if c.WMRL != nil {
 		if err := c.WMRL.Validate(); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
 	if c.DAPO.Quota > c.States {
@@ -539,7 +539,7 @@ func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 			}
 			cands[i] = c
 			g.gains[i] = gain
-			g.scaled[i] = rate(t.cfg.Reward, c, tau)
+			g.scaled[i] = reward.Rate(t.cfg.Reward, tau, c)
 		}
 		g.rewards = reward.Shape(t.cfg.Reward, tau, cands)
 	}
@@ -551,25 +551,6 @@ func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 // no-change reward, METHOD.md §1 Reward 2).
 func (g *group) valid(i int) bool {
 	return g.ok[i] || (!g.samples[i].Invalid && g.samples[i].Proposal.IsNoChange())
-}
-
-// rate returns r(s, a; M) of one candidate (METHOD.md §1 Reward 1–2 and
-// On-policy calibration): the no-change reward, −c when invalid, else
-// clip(v/τ_e, −c, c) of the value v that Shape normalises (ĝ, or its blend
-// with q10 under Pessimism). It leaves out what depends on the rest of the
-// group (the duplicate penalty and the diversity bonus).
-func rate(cfg reward.Config, c reward.Candidate, tau float64) float64 {
-	switch {
-	case !c.Valid:
-		return -cfg.Clip
-	case c.NoOp:
-		return cfg.NoOpReward
-	}
-	r := reward.Normalise(reward.Value(cfg, c), tau, cfg)
-	if math.IsNaN(r) {
-		return -cfg.Clip
-	}
-	return r
 }
 
 // realReward is the normalised reward without bonus: −c when invalid.
@@ -820,7 +801,7 @@ func (t *Trainer) account(runs []realRun) {
 	defer t.mu.Unlock()
 	for _, r := range runs {
 		if r.ran {
-			t.cost = addCost(t.cost, r.cost)
+			t.cost = t.cost.Add(r.cost)
 			t.runs++
 		}
 	}
@@ -898,13 +879,4 @@ func finiteCost(c records.Cost) bool {
 		}
 	}
 	return true
-}
-
-func addCost(a, b records.Cost) records.Cost {
-	return records.Cost{
-		DeviceSeconds: a.DeviceSeconds + b.DeviceSeconds,
-		WallSeconds:   a.WallSeconds + b.WallSeconds,
-		FLOPs:         a.FLOPs + b.FLOPs,
-		Money:         a.Money + b.Money,
-	}
 }

@@ -12,59 +12,24 @@ import (
 	"github.com/lm2lm/lm2lm/reward"
 )
 
-// WMRLConfig switches on WMRL's corrections (METHOD.md §2): in every
-// rollout a fraction of the kept groups (anchor groups) is also executed for
-// real and trained on real rewards; an isotonic map from world-model score
-// to real score is refitted online on the anchor pairs and applied to every
-// world-model reward (Online Debiasing); anchor groups' advantages are
-// up-weighted by the inverse-variance weight of the measured disagreement
-// (Inverse-Variance Denoising).
+// WMRLConfig switches on WMRL's corrections (METHOD.md §2) in a Trainer:
+// in every rollout a fraction of the kept groups (anchor groups) is also
+// executed for real and trained on real rewards; an isotonic map from
+// world-model score to real score is refitted online on the anchor pairs and
+// applied to every world-model reward (Online Debiasing); anchor groups'
+// advantages are up-weighted by the inverse-variance weight of the measured
+// disagreement (Inverse-Variance Denoising). Its fields, defaults and
+// validation are calibrate.WMRLConfig's.
 //
 // Scores are the normalised rewards clip(g/τ_e, −c, c) (−c when invalid)
 // mapped affinely onto [0, 1] so that WMRL's binned isotonic fit on [0, 1]
 // applies unchanged (library choice).
-type WMRLConfig struct {
-	// AnchorFraction is the fraction of kept groups that are anchor groups;
-	// default 0.10 (METHOD.md §2: about 10%). AnchorMin and AnchorMax bound
-	// the count (defaults 1 and 0 = no cap); see calibrate.AnchorCount.
-	AnchorFraction       float64
-	AnchorMin, AnchorMax int
-	// Debias applies the online isotonic map; default true. MinPairs,
-	// RefitEvery, Bins and Capacity parameterise calibrate.NewOnlineDebiaser;
-	// defaults 200, 64, 10, 5000 (WMRL's).
-	Debias                               bool
-	MinPairs, RefitEvery, Bins, Capacity int
-	// Weight up-weights anchor groups; default true. HalfLife, Warmup,
-	// MaxWeight and Target parameterise calibrate.NewWeighter; defaults 64,
-	// 32, 4, 2 (WMRL's).
-	Weight            bool
-	HalfLife, Warmup  int
-	MaxWeight, Target float64
-}
+type WMRLConfig = calibrate.WMRLConfig
 
-// DefaultWMRLConfig returns WMRL's defaults (METHOD.md §2).
-func DefaultWMRLConfig() WMRLConfig {
-	return WMRLConfig{
-		AnchorFraction: 0.10, AnchorMin: 1,
-		Debias: true, MinPairs: 200, RefitEvery: 64, Bins: 10, Capacity: 5000,
-		Weight: true, HalfLife: 64, Warmup: 32, MaxWeight: 4, Target: 2,
-	}
-}
-
-// Validate reports the first problem with c, wrapping ErrConfig.
-func (c WMRLConfig) Validate() error {
-	switch {
-	case !(c.AnchorFraction >= 0 && c.AnchorFraction <= 1):
-		return fmt.Errorf("%w: WMRL AnchorFraction = %g, want in [0, 1]", ErrConfig, c.AnchorFraction)
-	case c.AnchorMin < 0 || c.AnchorMax < 0:
-		return fmt.Errorf("%w: WMRL anchor bounds %d, %d, want ≥ 0", ErrConfig, c.AnchorMin, c.AnchorMax)
-	case c.Debias && (c.MinPairs < 1 || c.RefitEvery < 1 || c.Bins < 0 || c.Capacity < c.MinPairs):
-		return fmt.Errorf("%w: WMRL debiaser (min pairs %d, refit every %d, bins %d, capacity %d)", ErrConfig, c.MinPairs, c.RefitEvery, c.Bins, c.Capacity)
-	case c.Weight && (c.HalfLife < 1 || c.Warmup < 0 || !(c.MaxWeight >= 1) || !(c.Target >= 1)):
-		return fmt.Errorf("%w: WMRL weighter (half-life %d, warm-up %d, max %g, target %g)", ErrConfig, c.HalfLife, c.Warmup, c.MaxWeight, c.Target)
-	}
-	return nil
-}
+// DefaultWMRLConfig returns calibrate.DefaultWMRLConfig(): anchor fraction
+// 0.10 (METHOD.md §2), debiaser 200/64/10/5000 and weighter 64/32/4/2
+// (library choice, WMRL's code).
+func DefaultWMRLConfig() WMRLConfig { return calibrate.DefaultWMRLConfig() }
 
 // AnchorReport describes the anchor groups of one rollout.
 type AnchorReport struct {
@@ -87,11 +52,11 @@ type wmrlState struct {
 }
 
 func newWMRL(cfg WMRLConfig) *wmrlState {
-	w := &wmrlState{cfg: cfg, weighter: calibrate.NewWeighter(cfg.HalfLife, cfg.Warmup, cfg.MaxWeight, cfg.Target)}
+	w := &wmrlState{cfg: cfg, weighter: cfg.NewWeighter()}
 	// The debiaser's parameters are validated only when Debias is on (a
 	// negative Bins would panic), so it is made only then.
 	if cfg.Debias {
-		w.debiaser = calibrate.NewOnlineDebiaser(cfg.MinPairs, cfg.RefitEvery, cfg.Bins, cfg.Capacity)
+		w.debiaser = cfg.NewOnlineDebiaser()
 	}
 	return w
 }
@@ -116,7 +81,7 @@ func (w *wmrlState) debiasGain(gain, tau float64, rc reward.Config) float64 {
 // advantages (METHOD.md §2).
 func (t *Trainer) anchors(ctx context.Context, ro *rolloutData, kept []int) (map[int]bool, AnchorReport, error) {
 	w := t.wmrl
-	n := calibrate.AnchorCount(len(kept), w.cfg.AnchorFraction, w.cfg.AnchorMin, w.cfg.AnchorMax)
+	n := w.cfg.AnchorCount(len(kept))
 	rep := AnchorReport{Groups: n}
 	perm := t.rng.Perm(len(kept))
 	anchor := map[int]bool{}

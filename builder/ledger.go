@@ -43,10 +43,3 @@ func (l *Ledger) Add(f func(t *LedgerTotals)) {
 	defer l.mu.Unlock()
 	f(&l.t)
 }
-
-func addCost(a *records.Cost, b records.Cost) {
-	a.DeviceSeconds += b.DeviceSeconds
-	a.WallSeconds += b.WallSeconds
-	a.FLOPs += b.FLOPs
-	a.Money += b.Money
-}

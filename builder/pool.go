@@ -325,7 +325,7 @@ func (p *Pool) attempts(ctx context.Context, j Job) (Outcome, error) {
 		finished := err == nil || (errors.Is(err, ErrInfeasible) && !errors.Is(err, ErrCancelled))
 		retry := !finished && errors.Is(err, ErrTransient) && attempt < p.cfg.MaxAttempts && ctx.Err() == nil
 		p.ledger.Add(func(t *LedgerTotals) {
-			addCost(&t.Cost, out.Cost)
+			t.Cost = t.Cost.Add(out.Cost)
 			t.SlotSeconds += wall * float64(slots)
 			switch {
 			case finished:

@@ -135,28 +135,44 @@ func TestTrigger(t *testing.T) {
 func TestConfig(t *testing.T) {
 	c := DefaultConfig()
 	require.NoError(t, c.Validate())
-	require.Equal(t, 26, c.AnchorCount(256))
+	require.Equal(t, 26, c.WMRL.AnchorCount(256))
 	require.Equal(t, []int{0, 2}, c.Select([]float64{3, 2, 1}, 2, nil, []string{"k", "k", "j"}))
 	c.PerTask = 1
 	require.Equal(t, []int{0, 2}, c.Select([]float64{3, 2, 1}, 3, []string{"a", "a", "b"}, nil))
 	c.PerTask = 0
-	require.Equal(t, 1.0, c.NewWeighter().Weight())
-	require.True(t, c.NewOnlineDebiaser().Map().Identity())
+	require.Equal(t, 1.0, c.WMRL.NewWeighter().Weight())
+	require.True(t, c.WMRL.NewOnlineDebiaser().Map().Identity())
 	for i, f := range []func(*Config){
 		func(c *Config) { c.Schedule.Budgets = nil },
 		func(c *Config) { c.PerTask = -1 },
-		func(c *Config) { c.AnchorFraction = 1.5 },
-		func(c *Config) { c.AnchorMin, c.AnchorMax = 5, 2 },
-		func(c *Config) { c.DebiasBins = 1 },
-		func(c *Config) { c.DebiasBins = -1 },
-		func(c *Config) { c.DebiasCapacity = 100 },
-		func(c *Config) { c.Warmup = 0 },
-		func(c *Config) { c.TargetWeight = 1 },
-		func(c *Config) { c.MaxWeight = 1.5 },
+		func(c *Config) { c.WMRL.AnchorFraction = 1.5 },
+		func(c *Config) { c.WMRL.AnchorMin, c.WMRL.AnchorMax = 5, 2 },
+		func(c *Config) { c.WMRL.AnchorMin = -1 },
+		func(c *Config) { c.WMRL.Bins = 1 },
+		func(c *Config) { c.WMRL.Bins = -1 },
+		func(c *Config) { c.WMRL.MinPairs = 1 },
+		func(c *Config) { c.WMRL.RefitEvery = 0 },
+		func(c *Config) { c.WMRL.Capacity = 100 },
+		func(c *Config) { c.WMRL.Capacity = -1 },
+		func(c *Config) { c.WMRL.HalfLife = 0 },
+		func(c *Config) { c.WMRL.Warmup = 0 },
+		func(c *Config) { c.WMRL.Target = 1 },
+		func(c *Config) { c.WMRL.Target = math.NaN() },
+		func(c *Config) { c.WMRL.MaxWeight = 1.5 },
+		func(c *Config) { c.WMRL.MaxWeight = math.Inf(1) },
 		func(c *Config) { c.Adaptive = true; c.Trigger.Budget = 0 },
 	} {
 		c := DefaultConfig()
 		f(&c)
 		require.ErrorIs(t, c.Validate(), ErrConfig, "case %d", i)
 	}
+	// A part that is off is not validated: it is never built.
+	w := DefaultWMRLConfig()
+	w.Debias, w.Bins, w.MinPairs = false, -1, 0
+	w.Weight, w.Target, w.Warmup = false, 0, 0
+	require.NoError(t, w.Validate())
+	// Capacity 0 keeps every pair; Bins 0 is the exact fit.
+	w = DefaultWMRLConfig()
+	w.Capacity, w.Bins = 0, 0
+	require.NoError(t, w.Validate())
 }

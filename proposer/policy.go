@@ -8,7 +8,6 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"unicode"
@@ -60,8 +59,9 @@ type Policy struct {
 }
 
 var (
-	_ Trainable = (*Policy)(nil)
-	_ Scorer    = (*Policy)(nil)
+	_ Trainable  = (*Policy)(nil)
+	_ Scorer     = (*Policy)(nil)
+	_ Supervisor = (*Policy)(nil)
 )
 
 // Outcome classes of a history record, for the history features.
@@ -157,7 +157,7 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 	}
 	lay := layout{byName: make(map[string]int, len(catalogue)+1)}
 	for i, c := range catalogue {
-		cl := cardLayout{mechanism: c.Mechanism, canon: canonName(c.Mechanism)}
+		cl := cardLayout{mechanism: c.Mechanism, canon: records.CanonicalName(c.Mechanism)}
 		switch {
 		case cl.canon == "":
 			return layout{}, fmt.Errorf("%w: card %d has an empty mechanism", ErrCatalogue, i)
@@ -169,7 +169,7 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 		}
 		seen := map[string]bool{}
 		for j, ps := range c.Params {
-			pl := paramLayout{name: ps.Name, canon: canonName(ps.Name), choices: append([]string(nil), ps.Choices...)}
+			pl := paramLayout{name: ps.Name, canon: records.CanonicalName(ps.Name), choices: append([]string(nil), ps.Choices...)}
 			if pl.canon == "" {
 				return layout{}, fmt.Errorf("%w: card %s parameter %d has an empty name", ErrCatalogue, c.Mechanism, j)
 			}
@@ -182,7 +182,7 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 			}
 			chSeen := map[string]bool{}
 			for _, ch := range ps.Choices {
-				cv := canonValue(ch)
+				cv := records.CanonicalValue(ch)
 				if cv == "" {
 					return layout{}, fmt.Errorf("%w: card %s parameter %s has an empty choice", ErrCatalogue, c.Mechanism, ps.Name)
 				}
@@ -241,7 +241,7 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 func (l *layout) stateFeatures(s records.State, buckets int) []int {
 	f := make([]int, 0, 8+2*len(s.History))
 	h := fnv.New64a()
-	h.Write([]byte(canonName(s.Task.Family)))
+	h.Write([]byte(records.CanonicalName(s.Task.Family)))
 	f = append(f, l.famOff+int(h.Sum64()%uint64(buckets)))
 	switch s.Task.Metric {
 	case records.BitsPerByte:
@@ -312,7 +312,7 @@ func (l *layout) descriptionFeatures(desc string) []int {
 // slot is the history slot of a proposal's mechanism: its card index, then
 // the no-change slot, then the slot shared by unknown mechanisms.
 func (l *layout) slot(p records.Proposal) int {
-	c := canonName(p.Mechanism)
+	c := records.CanonicalName(p.Mechanism)
 	if c == records.NoChange {
 		return l.nSlots - 2
 	}
@@ -491,7 +491,7 @@ func (l *layout) encode(smp Sample) ([]int, error) {
 		return nil, fmt.Errorf("%w: sample marked invalid (%s)", ErrBadItem, smp.Reason)
 	}
 	pr := smp.Proposal
-	c, ok := l.byName[canonName(pr.Mechanism)]
+	c, ok := l.byName[records.CanonicalName(pr.Mechanism)]
 	if !ok {
 		return nil, fmt.Errorf("%w: mechanism %q", ErrNotInCatalogue, pr.Mechanism)
 	}
@@ -501,7 +501,7 @@ func (l *layout) encode(smp Sample) ([]int, error) {
 	}
 	vals := make(map[string]string, len(pr.Params))
 	for k, v := range pr.Params {
-		vals[canonName(k)] = canonValue(v)
+		vals[records.CanonicalName(k)] = records.CanonicalValue(v)
 	}
 	toks := make([]int, 1+len(cl.params))
 	toks[0] = c
@@ -526,7 +526,7 @@ func (l *layout) encode(smp Sample) ([]int, error) {
 		if len(smp.Tokens) != len(toks) {
 			return nil, fmt.Errorf("%w: %d tokens for proposal %s, want %d", ErrBadItem, len(smp.Tokens), pr.Key(), len(toks))
 		}
-		if canonName(smp.Tokens[0]) != cl.canon {
+		if records.CanonicalName(smp.Tokens[0]) != cl.canon {
 			return nil, fmt.Errorf("%w: token 0 %q does not match mechanism %q", ErrBadItem, smp.Tokens[0], pr.Mechanism)
 		}
 		for i, pl := range cl.params {
@@ -534,7 +534,7 @@ func (l *layout) encode(smp Sample) ([]int, error) {
 				continue
 			}
 			name, val, ok := strings.Cut(smp.Tokens[i+1], "=")
-			if !ok || canonName(name) != pl.canon || canonValue(val) != pl.canonCh[toks[i+1]] {
+			if !ok || records.CanonicalName(name) != pl.canon || records.CanonicalValue(val) != pl.canonCh[toks[i+1]] {
 				return nil, fmt.Errorf("%w: token %d %q does not match %s = %q", ErrBadItem, i+1, smp.Tokens[i+1], pl.name, pl.choices[toks[i+1]])
 			}
 		}
@@ -650,24 +650,6 @@ func (p *Policy) ready() error {
 		return ErrNotInitialised
 	}
 	return nil
-}
-
-func canonName(s string) string {
-	return strings.ToLower(strings.Join(strings.Fields(s), " "))
-}
-
-// canonValue matches records.Proposal.Key's canonical value: numbers in
-// shortest round-trip form, other values lower-cased with white space
-// collapsed.
-func canonValue(v string) string {
-	t := strings.TrimSpace(v)
-	if f, err := strconv.ParseFloat(t, 64); err == nil {
-		if f == 0 {
-			f = 0
-		}
-		return strconv.FormatFloat(f, 'g', -1, 64)
-	}
-	return canonName(t)
 }
 
 func cloneCatalogue(cat []records.Card) []records.Card {

@@ -53,12 +53,18 @@ type Stats struct {
 // Trainable is a proposer that the library can train itself.
 //
 // Update applies one DAPO step (METHOD.md §1 Policy optimisation) on the
-// batch. Supervise applies one maximum-likelihood step on the given
-// proposals (the SFT and RFT baselines). Neither is safe to call
-// concurrently with any other method.
+// batch. It is not safe to call concurrently with any other method.
 type Trainable interface {
 	Proposer
 	Update(ctx context.Context, batch []Item) (Stats, error)
+}
+
+// Supervisor is an optional ability of a Trainable, found by type
+// assertion: Supervise applies one maximum-likelihood step on the given
+// proposals (the SFT and RFT baselines of METHOD.md §1 Data and
+// evaluation). It is not safe to call concurrently with any other method.
+// The embedded Policy implements it; the trainer never calls it.
+type Supervisor interface {
 	Supervise(ctx context.Context, examples []Item) (Stats, error)
 }
 

@@ -105,7 +105,7 @@ func TestDecodeLineErrors(t *testing.T) {
 func canonicalParams(p Proposal) []string {
 	var out []string
 	for k, v := range p.Params {
-		out = append(out, canonName(k)+"\x00"+canonValue(v))
+		out = append(out, CanonicalName(k)+"\x00"+CanonicalValue(v))
 	}
 	slices.Sort(out)
 	return out
@@ -127,7 +127,7 @@ func TestKeyInjective(t *testing.T) {
 	})
 	rapid.Check(t, func(t *rapid.T) {
 		a, b := prop.Draw(t, "a"), prop.Draw(t, "b")
-		sameCanon := canonName(a.Mechanism) == canonName(b.Mechanism) &&
+		sameCanon := CanonicalName(a.Mechanism) == CanonicalName(b.Mechanism) &&
 			slices.Equal(canonicalParams(a), canonicalParams(b))
 		if sameKey := a.Key() == b.Key(); sameKey != sameCanon {
 			t.Fatalf("Key(%#v) = %q, Key(%#v) = %q; canonical forms equal: %v", a, a.Key(), b, b.Key(), sameCanon)

@@ -24,7 +24,7 @@ type Proposal struct {
 }
 
 // IsNoChange reports whether p is the no-change proposal.
-func (p Proposal) IsNoChange() bool { return canonName(p.Mechanism) == NoChange }
+func (p Proposal) IsNoChange() bool { return CanonicalName(p.Mechanism) == NoChange }
 
 // Validate reports the first problem with p, wrapping ErrInvalid.
 func (p Proposal) Validate() error {
@@ -36,10 +36,10 @@ func (p Proposal) Validate() error {
 		if strings.TrimSpace(k) == "" {
 			return fmt.Errorf("%w: proposal %s: empty parameter name", ErrInvalid, Excerpt(p.Mechanism))
 		}
-		if other, dup := seen[canonName(k)]; dup {
+		if other, dup := seen[CanonicalName(k)]; dup {
 			return fmt.Errorf("%w: proposal %s: parameter names %q and %q are the same name", ErrInvalid, Excerpt(p.Mechanism), Excerpt(other), Excerpt(k))
 		}
-		seen[canonName(k)] = k
+		seen[CanonicalName(k)] = k
 		// A range error (an overflow such as "1e999" or "0x1p99999")
 		// parses to ±Inf: out of range is not finite either.
 		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); (err == nil || errors.Is(err, strconv.ErrRange)) && !finite(f) {
@@ -65,13 +65,13 @@ func (p Proposal) Validate() error {
 // "lr-scale{factor=2}" and is safe to print.
 func (p Proposal) Key() string {
 	var b strings.Builder
-	b.WriteString(quoteKeyPart(canonName(p.Mechanism)))
+	b.WriteString(quoteKeyPart(CanonicalName(p.Mechanism)))
 	b.WriteByte('{')
 	// Sorting pairs (not names) keeps the key deterministic even for an
 	// invalid proposal whose names collide after canonicalisation.
 	pairs := make([][2]string, 0, len(p.Params))
 	for k, v := range p.Params {
-		pairs = append(pairs, [2]string{quoteKeyPart(canonName(k)), quoteKeyPart(canonValue(v))})
+		pairs = append(pairs, [2]string{quoteKeyPart(CanonicalName(k)), quoteKeyPart(CanonicalValue(v))})
 	}
 	sort.Slice(pairs, func(i, j int) bool {
 		if pairs[i][0] != pairs[j][0] {
@@ -91,19 +91,34 @@ func (p Proposal) Key() string {
 	return b.String()
 }
 
-func canonName(s string) string {
+// CanonicalName is the canonical form of a mechanism or parameter name in
+// Key: trimmed, lower-cased, inner runs of white space collapsed to one
+// space.
+func CanonicalName(s string) string {
 	return strings.ToLower(strings.Join(strings.Fields(s), " "))
 }
 
-func canonValue(v string) string {
+// CanonicalValue is the canonical form of a parameter value in Key: a value
+// that parses as a number is written by FormatNumber, any other value as
+// CanonicalName writes it.
+func CanonicalValue(v string) string {
 	t := strings.TrimSpace(v)
 	if f, err := strconv.ParseFloat(t, 64); err == nil {
-		if f == 0 {
-			f = 0 // fold -0 into 0
-		}
-		return strconv.FormatFloat(f, 'g', -1, 64)
+		return FormatNumber(f)
 	}
-	return canonName(t)
+	return CanonicalName(t)
+}
+
+// FormatNumber is the canonical number format of the library: the shortest
+// decimal form that round-trips a float64 (strconv's 'g' with precision
+// −1), with −0 written as 0. Keys, catalogue choices, the embedded world
+// model's features and rendered proposals all write numbers with it, so
+// "0.0010", "1e-3" and "+.001" are one value everywhere.
+func FormatNumber(x float64) string {
+	if x == 0 {
+		x = 0 // fold -0 into 0
+	}
+	return strconv.FormatFloat(x, 'g', -1, 64)
 }
 
 // quoteKeyPart quotes a name or value that holds one of the key's

@@ -37,6 +37,17 @@ type Cost struct {
 	Money         float64 `json:"money,omitempty"` // in the caller's currency, when priced
 }
 
+// Add returns the field-by-field sum c + d. Summing in a fixed order (not
+// completion order) keeps totals identical bit for bit.
+func (c Cost) Add(d Cost) Cost {
+	return Cost{
+		DeviceSeconds: c.DeviceSeconds + d.DeviceSeconds,
+		WallSeconds:   c.WallSeconds + d.WallSeconds,
+		FLOPs:         c.FLOPs + d.FLOPs,
+		Money:         c.Money + d.Money,
+	}
+}
+
 // Record is one experiment (e, a, g) of METHOD.md §1 Vocabulary.
 //
 // Gain is b_e − ℓ in the task's metric units (positive = better than the

@@ -176,6 +176,32 @@ func Value(cfg Config, cand Candidate) float64 {
 	return cand.Predicted
 }
 
+// Rate returns r(s, a; M) of one candidate judged alone (METHOD.md §1
+// Reward 1–2 and On-policy calibration): Explain's base reward with its
+// precedence (Invalid, then NoOp, then Scored; a NaN Value is Invalid),
+// leaving out what depends on the rest of the group or the history (the
+// duplicate rule, hence Repeat and Key, and the diversity bonus). The
+// trainer rates calibration candidates and reliability monitors by it.
+func Rate(cfg Config, scale float64, c Candidate) float64 {
+	_, r := rate(cfg, scale, c)
+	return r
+}
+
+// rate returns the kind and base reward of c under rules 1–2.
+func rate(cfg Config, scale float64, c Candidate) (Kind, float64) {
+	switch {
+	case !c.Valid:
+		return Invalid, -cfg.Clip
+	case c.NoOp:
+		return NoOp, cfg.NoOpReward
+	}
+	r := Normalise(Value(cfg, c), scale, cfg)
+	if math.IsNaN(r) {
+		return Invalid, -cfg.Clip
+	}
+	return Scored, r
+}
+
 // Shape returns the reward R_i of every candidate of one group, in order
 // (METHOD.md §1 Reward). scale is τ_e (see TaskScale). It is Explain
 // without the parts.
@@ -246,28 +272,12 @@ func explain(cfg Config, scale float64, group []Candidate, out []float64, det []
 	}
 	minScored, haveScored := math.Inf(1), false
 	for i, c := range group {
-		k := Scored
-		switch {
-		case !c.Valid:
-			k = Invalid
-		case c.NoOp:
-			k = NoOp
-		case c.Repeat || (earlier != nil && earlier[i]) || (earlier == nil && isEarlierKey(group, i)):
-			k = Duplicate
-		}
+		var k Kind
 		var r float64
-		switch k {
-		case Invalid:
-			r = -cfg.Clip
-		case NoOp:
-			r = cfg.NoOpReward
-		case Scored:
-			r = Normalise(Value(cfg, c), scale, cfg)
-			if math.IsNaN(r) {
-				k, r = Invalid, -cfg.Clip
-			} else {
-				minScored, haveScored = math.Min(minScored, r), true
-			}
+		if c.Valid && !c.NoOp && (c.Repeat || (earlier != nil && earlier[i]) || (earlier == nil && isEarlierKey(group, i))) {
+			k = Duplicate
+		} else if k, r = rate(cfg, scale, c); k == Scored {
+			minScored, haveScored = math.Min(minScored, r), true
 		}
 		kinds = append(kinds, k)
 		out[i] = r

@@ -361,3 +361,42 @@ func TestNewCandidate(t *testing.T) {
 	require.InDelta(t, 1.4826, ScaleFor(task, []float64{1, 2, 3, 4, 100}), 1e-12)
 	require.InDelta(t, 0.5, ScaleFor(task, nil), 1e-12)
 }
+
+func TestRate(t *testing.T) {
+	// METHOD.md §1 Reward 1–2 with c = 6, no-change −3, τ = 0.5.
+	cfg := DefaultConfig()
+	for _, c := range []struct {
+		name string
+		cand Candidate
+		want float64
+	}{
+		{"scored", Candidate{Predicted: 1, Valid: true}, 2},                              // 1/0.5
+		{"clipped", Candidate{Predicted: 10, Valid: true}, 6},                            // 20 → 6
+		{"invalid", Candidate{Predicted: 1}, -6},                                         // rule 2
+		{"invalid beats no-op", Candidate{NoOp: true}, -6},                               // precedence
+		{"no-op", Candidate{Valid: true, NoOp: true, Predicted: 3}, -3},                  // rule 2
+		{"NaN is invalid", Candidate{Predicted: math.NaN(), Valid: true}, -6},            // unreadable
+		{"repeat ignored", Candidate{Predicted: -0.25, Valid: true, Repeat: true}, -0.5}, // group/history rule left out
+	} {
+		require.Equal(t, c.want, Rate(cfg, 0.5, c.cand), c.name)
+	}
+	// Pessimism κ = 0.5 normalises (ĝ + q10)/2 = 0.5 → 1.
+	cfg.Pessimism = 0.5
+	require.Equal(t, 1.0, Rate(cfg, 0.5, Candidate{Predicted: 1, Low: 0, HasLow: true, Valid: true}))
+}
+
+func TestRateIsExplainsBaseAlone(t *testing.T) {
+	// A candidate alone in its group and not repeating its history gets
+	// Explain's base reward: Rate is that rule, not a second copy of it.
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := DefaultConfig()
+		cfg.Pessimism = rapid.SampledFrom([]float64{0, 0.5, 1}).Draw(t, "kappa")
+		scale := rapid.Float64Range(0, 5).Draw(t, "scale")
+		c := candidateGen(t, 1)[0]
+		c.Repeat = false
+		want := Explain(cfg, scale, []Candidate{c})[0].Base
+		if got := Rate(cfg, scale, c); got != want && !(math.IsNaN(got) && math.IsNaN(want)) {
+			t.Fatalf("Rate = %g, Explain base = %g for %+v", got, want, c)
+		}
+	})
+}

@@ -192,7 +192,7 @@ func PriorsFromCards(cards []records.Card) map[string]records.Prior {
 	out := map[string]records.Prior{}
 	for _, c := range cards {
 		if c.Prior != nil {
-			out[canon(c.Mechanism)] = *c.Prior
+			out[records.CanonicalName(c.Mechanism)] = *c.Prior
 		}
 	}
 	return out
@@ -242,12 +242,12 @@ func NewEmbedded(cfg EmbeddedConfig) *Embedded {
 	}
 	e := &Embedded{cfg: cfg, priors: map[string]records.Prior{}, lru: list.New(), factors: map[string]*list.Element{}}
 	for m, p := range cfg.Priors {
-		e.priors[canon(m)] = p
+		e.priors[records.CanonicalName(m)] = p
 	}
 	if cfg.Cards != nil {
 		e.cards = map[string]records.Card{}
 		for _, c := range cfg.Cards {
-			e.cards[canon(c.Mechanism)] = c
+			e.cards[records.CanonicalName(c.Mechanism)] = c
 		}
 	}
 	e.id = "rwm.Embedded/" + configDigest(cfg, e.priors)
@@ -270,7 +270,7 @@ func configDigest(c EmbeddedConfig, priors map[string]records.Prior) string {
 		fmt.Fprintf(h, "prior %q %v %v\n", m, priors[m].Mean, priors[m].Std)
 	}
 	for _, card := range c.Cards {
-		fmt.Fprintf(h, "card %q", canon(card.Mechanism))
+		fmt.Fprintf(h, "card %q", records.CanonicalName(card.Mechanism))
 		for _, p := range card.Params {
 			fmt.Fprintf(h, " %q %q %v %v %q", p.Name, p.Kind, p.Min, p.Max, p.Choices)
 		}
@@ -324,13 +324,13 @@ func (e *Embedded) structural(p records.Proposal) string {
 	if e.cards == nil {
 		return ""
 	}
-	card, ok := e.cards[canon(p.Mechanism)]
+	card, ok := e.cards[records.CanonicalName(p.Mechanism)]
 	if !ok {
-		return fmt.Sprintf("mechanism %q is not in the catalogue", canon(p.Mechanism))
+		return fmt.Sprintf("mechanism %q is not in the catalogue", records.CanonicalName(p.Mechanism))
 	}
 	specs := map[string]records.ParamSpec{}
 	for _, s := range card.Params {
-		specs[canon(s.Name)] = s
+		specs[records.CanonicalName(s.Name)] = s
 	}
 	names := make([]string, 0, len(p.Params))
 	for k := range p.Params {
@@ -339,9 +339,9 @@ func (e *Embedded) structural(p records.Proposal) string {
 	slices.Sort(names)
 	for _, k := range names {
 		v := p.Params[k]
-		s, ok := specs[canon(k)]
+		s, ok := specs[records.CanonicalName(k)]
 		if !ok {
-			return fmt.Sprintf("mechanism %s has no parameter %q", card.Mechanism, canon(k))
+			return fmt.Sprintf("mechanism %s has no parameter %q", card.Mechanism, records.CanonicalName(k))
 		}
 		switch s.Kind {
 		case "float", "int":
@@ -356,7 +356,7 @@ func (e *Embedded) structural(p records.Proposal) string {
 				return fmt.Sprintf("%s.%s = %g is outside [%g, %g]", card.Mechanism, s.Name, x, s.Min, s.Max)
 			}
 		default:
-			if !slices.ContainsFunc(s.Choices, func(c string) bool { return canonValue(c) == canonValue(v) }) {
+			if !slices.ContainsFunc(s.Choices, func(c string) bool { return records.CanonicalValue(c) == records.CanonicalValue(v) }) {
 				return fmt.Sprintf("%s.%s = %q is not one of %q", card.Mechanism, s.Name, v, s.Choices)
 			}
 		}
@@ -582,7 +582,7 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 		tab[k] = v
 		return v
 	}
-	mech := canon(p.Mechanism)
+	mech := records.CanonicalName(p.Mechanism)
 	ft := feat{
 		task: id("t", t.ID), family: id("f", t.Family), metric: id("m", string(t.Metric)), mech: id("a", mech),
 		amp: e.cfg.SignalSigmas, mu: e.cfg.MeanSigmas,
@@ -592,7 +592,7 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 	}
 	unknown := int32(-2)
 	for k, v := range p.Params {
-		name := canon(k)
+		name := records.CanonicalName(k)
 		nid := id("p", name)
 		if nid == -1 {
 			// A name no record uses: give it a distinct negative id.
@@ -603,7 +603,7 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 		if x, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
 			pv.num, pv.x = true, math.Asinh(x/e.cfg.NumericScale)
 		} else {
-			pv.cat = canonValue(v)
+			pv.cat = records.CanonicalValue(v)
 		}
 		ft.params = append(ft.params, pv)
 	}
@@ -672,20 +672,4 @@ func (e *Embedded) paramKernel(a, b []pval) float64 {
 		}
 	}
 	return k
-}
-
-// canon is records' canonical form of a name (trimmed, lower-case, inner
-// white space collapsed).
-func canon(s string) string { return strings.ToLower(strings.Join(strings.Fields(s), " ")) }
-
-// canonValue is records' canonical form of a parameter value.
-func canonValue(v string) string {
-	t := strings.TrimSpace(v)
-	if f, err := strconv.ParseFloat(t, 64); err == nil {
-		if f == 0 {
-			f = 0
-		}
-		return strconv.FormatFloat(f, 'g', -1, 64)
-	}
-	return canon(t)
 }

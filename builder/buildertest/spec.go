@@ -99,11 +99,15 @@ func Quadratic(t records.Task, p records.Proposal, seed uint64) float64 {
 
 // noise maps a seed to [−1, 1) with splitmix64.
 func noise(seed uint64) float64 {
-	z := seed + 0x9e3779b97f4a7c15
+	return float64(splitmix(seed)>>11)/(1<<52) - 1
+}
+
+// splitmix is the splitmix64 finaliser of x + the golden-ratio increment.
+func splitmix(x uint64) uint64 {
+	z := x + 0x9e3779b97f4a7c15
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	z ^= z >> 31
-	return float64(z>>11)/(1<<52) - 1
+	return z ^ (z >> 31)
 }
 
 // TextLine is the log line by which a test run shows the exact proposal

@@ -407,45 +407,16 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	return nil
 }
 
-// initialItem is one (task, proposal) of M_0.
-type initialItem struct {
-	t records.Task
-	p records.Proposal
-}
-
-// drawInitial draws n distinct (task, proposal) pairs uniformly: a task,
-// a card, and a choice per parameter. A repeated pair is drawn again: the
-// lab runs a proposal with a fixed seed and the pool reuses stored runs, so
-// a repeat would add the same record twice instead of a new measurement.
-// It gives up after 100·n draws (a tiny catalogue), returning fewer pairs.
-func drawInitial(rng *rand.Rand, train []records.Task, cat []records.Card, n int) []initialItem {
-	var items []initialItem
-	seen := map[string]bool{}
-	for draws := 0; len(items) < n && draws < 100*n; draws++ {
-		t := train[rng.IntN(len(train))]
-		c := cat[rng.IntN(len(cat))]
-		p := records.Proposal{Mechanism: c.Mechanism, Params: map[string]string{}}
-		for _, ps := range c.Params {
-			p.Params[ps.Name] = ps.Choices[rng.IntN(len(ps.Choices))]
-		}
-		if k := t.ID + "\x00" + p.Key(); !seen[k] {
-			seen[k] = true
-			items = append(items, initialItem{t, p})
-		}
-	}
-	return items
-}
-
 // initialRecords executes n distinct, uniformly drawn catalogue proposals on
 // the training tasks and returns their real records as M_0.
 func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train []records.Task, cat []records.Card, n int, o options) (records.Evidence, error) {
-	items := drawInitial(rand.New(rand.NewPCG(o.seed, 0x6d30)), train, cat, n)
+	items := records.DrawChanges(rand.New(rand.NewPCG(o.seed, 0x6d30)), train, cat, n, nil)
 	recs := make([]records.Record, len(items))
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(o.parallel)
 	for i, it := range items {
 		eg.Go(func() error {
-			rec, _, err := lm2lm.RunReal(ectx, l, ex, it.t, it.p)
+			rec, _, err := lm2lm.RunReal(ectx, l, ex, it.Task, it.Proposal)
 			recs[i] = rec
 			return err
 		})

@@ -133,7 +133,7 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 
 	cat := lab.Catalogue()
 	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
-	plan := planItems(rng, tasks, cat, o.records, nil)
+	plan := records.DrawChanges(rng, tasks, cat, o.records, nil)
 	ex := &executor{lab: lb, store: store, parallel: o.parallel}
 	t0 := time.Now()
 	rs, err := ex.records(ctx, plan)
@@ -191,10 +191,10 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	ctxRecs := slices.Clone(train[:n0])
 	seen := map[string]bool{}
 	for _, it := range plan {
-		seen[itemKey(it.task, it.proposal)] = true
+		seen[itemKey(it.Task, it.Proposal)] = true
 	}
 	prng := rand.New(rand.NewPCG(o.seed, 0x9001))
-	pool := planItems(prng, tasks, cat, o.pool*len(tasks), seen)
+	pool := records.DrawChanges(prng, tasks, cat, o.pool*len(tasks), seen)
 	var prevScores []float64
 	var prevTop []int
 	executed := map[int]bool{} // pool items already in context are not picked again
@@ -216,7 +216,7 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 		}
 		scores := make([]float64, len(pool))
 		for i, p := range preds {
-			scores[i] = p.Gain / pool[i].task.SeedNoise
+			scores[i] = p.Gain / pool[i].Task.SeedNoise
 			if !p.Valid {
 				scores[i] = math.Inf(-1)
 			}
@@ -255,7 +255,7 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 		nReal := 0
 		for k, i := range top {
 			p, r := preds[i], got[k]
-			s := pool[i].task.SeedNoise
+			s := pool[i].Task.SeedNoise
 			real := "infeas."
 			if r.Infeasible == "" {
 				real = fmt.Sprintf("%+8.2f", r.Gain/s)
@@ -263,7 +263,7 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 				realSum += r.Gain / s
 				nReal++
 			}
-			fmt.Fprintf(w, "%-34s %-44s %+8.2f %+8.2f…%+7.2f %8s\n", trunc(pool[i].task.ID, 34), trunc(pool[i].proposal.Key(), 44),
+			fmt.Fprintf(w, "%-34s %-44s %+8.2f %+8.2f…%+7.2f %8s\n", trunc(pool[i].Task.ID, 34), trunc(pool[i].Proposal.Key(), 44),
 				p.Gain/s, p.Low/s, p.High/s, real)
 		}
 		if nReal > 0 {
@@ -287,7 +287,7 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	}
 	scores := make([]float64, len(pool))
 	for i, p := range preds {
-		scores[i] = p.Gain / pool[i].task.SeedNoise
+		scores[i] = p.Gain / pool[i].Task.SeedNoise
 		if !p.Valid {
 			scores[i] = math.Inf(-1)
 		}
@@ -315,35 +315,9 @@ func modelConfig(cat []records.Card, priors bool) rwm.EmbeddedConfig {
 }
 
 // item is one planned experiment.
-type item struct {
-	task     records.Task
-	proposal records.Proposal
-}
+type item = records.TaskChange
 
-func itemKey(t records.Task, p records.Proposal) string { return t.ID + "\x00" + p.Key() }
-
-// planItems draws n distinct (training task, catalogue proposal) pairs: a
-// task uniformly, a card uniformly, each parameter's choice uniformly.
-// Pairs in skip are not drawn.
-func planItems(rng *rand.Rand, tasks []records.Task, cat []records.Card, n int, skip map[string]bool) []item {
-	seen := map[string]bool{}
-	var out []item
-	for tries := 0; len(out) < n && tries < 100*n; tries++ {
-		t := tasks[rng.IntN(len(tasks))]
-		c := cat[rng.IntN(len(cat))]
-		p := records.Proposal{Mechanism: c.Mechanism, Params: map[string]string{}}
-		for _, s := range c.Params {
-			p.Params[s.Name] = s.Choices[rng.IntN(len(s.Choices))]
-		}
-		k := itemKey(t, p)
-		if seen[k] || skip[k] {
-			continue
-		}
-		seen[k] = true
-		out = append(out, item{t, p})
-	}
-	return out
-}
+func itemKey(t records.Task, p records.Proposal) string { return item{Task: t, Proposal: p}.Key() }
 
 // executor runs planned items on the lab, reusing the records already in
 // the store.
@@ -372,7 +346,7 @@ func (x *executor) records(ctx context.Context, items []item) ([]records.Record,
 	g.SetLimit(max(1, x.parallel))
 	done := 0
 	for i, it := range items {
-		if r, ok := byKey[itemKey(it.task, it.proposal)]; ok {
+		if r, ok := byKey[itemKey(it.Task, it.Proposal)]; ok {
 			out[i] = r
 			continue
 		}
@@ -404,9 +378,9 @@ func (x *executor) records(ctx context.Context, items []item) ([]records.Record,
 // run builds and executes one item; an infeasible proposal is a real
 // record with Infeasible set. A transient failure is retried twice.
 func (x *executor) run(ctx context.Context, it item) (records.Record, error) {
-	job, err := x.lab.Build(ctx, it.task, it.proposal)
+	job, err := x.lab.Build(ctx, it.Task, it.Proposal)
 	if errors.Is(err, builder.ErrInfeasible) {
-		return records.Record{Task: it.task, Proposal: it.proposal, Source: records.Real, Infeasible: err.Error()}, nil
+		return records.Record{Task: it.Task, Proposal: it.Proposal, Source: records.Real, Infeasible: err.Error()}, nil
 	}
 	if err != nil {
 		return records.Record{}, err
@@ -426,7 +400,7 @@ func (x *executor) run(ctx context.Context, it item) (records.Record, error) {
 		case errors.Is(err, builder.ErrTransient) && attempt < 3:
 			continue
 		default:
-			return records.Record{}, fmt.Errorf("run %s on %s: %w", it.proposal.Key(), it.task.ID, err)
+			return records.Record{}, fmt.Errorf("run %s on %s: %w", it.Proposal.Key(), it.Task.ID, err)
 		}
 	}
 }
@@ -444,7 +418,7 @@ func countInfeasible(rs []records.Record) int {
 func predictAll(ctx context.Context, m rwm.WorldModel, ev records.Evidence, items []item) ([]rwm.Prediction, error) {
 	out := make([]rwm.Prediction, len(items))
 	for i, it := range items {
-		p, err := m.Predict(ctx, rwm.Query{Task: it.task, Proposal: it.proposal, Evidence: ev})
+		p, err := m.Predict(ctx, rwm.Query{Task: it.Task, Proposal: it.Proposal, Evidence: ev})
 		if err != nil {
 			return nil, err
 		}

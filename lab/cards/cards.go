@@ -101,7 +101,7 @@ func Catalogue() []records.Card {
 
 // Lookup returns the card with the given mechanism name (case-insensitive).
 func Lookup(mechanism string) (records.Card, bool) {
-	d, ok := byName[canon(mechanism)]
+	d, ok := byName[records.CanonicalName(mechanism)]
 	if !ok {
 		return records.Card{}, false
 	}
@@ -166,7 +166,7 @@ func Check(p records.Proposal) (records.Proposal, error) {
 }
 
 func check(p records.Proposal) (records.Proposal, values, error) {
-	mech := canon(p.Mechanism)
+	mech := records.CanonicalName(p.Mechanism)
 	v := values{num: map[string]float64{}, str: map[string]string{}}
 	if mech == records.NoChange {
 		if len(p.Params) > 0 {
@@ -187,7 +187,7 @@ func check(p records.Proposal) (records.Proposal, values, error) {
 	}
 	got := make(map[string]string, len(p.Params))
 	for k, raw := range p.Params {
-		name := canon(k)
+		name := records.CanonicalName(k)
 		if _, dup := got[name]; dup {
 			return p, v, perr(ErrSyntax, mech, name, "parameter given twice")
 		}
@@ -217,7 +217,7 @@ func checkValue(mech string, ps records.ParamSpec, raw string, v values) (string
 	t := strings.TrimSpace(raw)
 	switch ps.Kind {
 	case Enum:
-		e := canon(t)
+		e := records.CanonicalName(t)
 		for _, c := range ps.Choices {
 			if c == e {
 				v.str[ps.Name] = e
@@ -240,7 +240,7 @@ func checkValue(mech string, ps records.ParamSpec, raw string, v values) (string
 			x = 0 // fold −0
 		}
 		v.num[ps.Name] = x
-		return strconv.FormatFloat(x, 'g', -1, 64), nil
+		return records.FormatNumber(x), nil
 	}
 	panic("cards: unknown parameter kind " + ps.Kind)
 }
@@ -249,10 +249,8 @@ func describeRange(ps records.ParamSpec) string {
 	if ps.Kind == Enum {
 		return "one of " + strings.Join(ps.Choices, ", ")
 	}
-	return fmt.Sprintf("%s in [%s, %s]", ps.Kind, fmtNum(ps.Min), fmtNum(ps.Max))
+	return fmt.Sprintf("%s in [%s, %s]", ps.Kind, records.FormatNumber(ps.Min), records.FormatNumber(ps.Max))
 }
-
-func fmtNum(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 
 func paramNames(c records.Card) string {
 	var ns []string
@@ -264,8 +262,6 @@ func paramNames(c records.Card) string {
 	}
 	return strings.Join(ns, ", ")
 }
-
-func canon(s string) string { return strings.ToLower(strings.Join(strings.Fields(s), " ")) }
 
 // Apply returns ref edited by p: the training configuration a proposal
 // stands for, relative to a task's reference configuration. The no-change

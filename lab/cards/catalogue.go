@@ -11,7 +11,7 @@ import (
 func fparam(name string, lo, hi float64, doc string, choices ...float64) records.ParamSpec {
 	cs := make([]string, len(choices))
 	for i, c := range choices {
-		cs[i] = strconv.FormatFloat(c, 'g', -1, 64)
+		cs[i] = records.FormatNumber(c)
 	}
 	return records.ParamSpec{Name: name, Kind: Float, Choices: cs, Min: lo, Max: hi, Doc: doc}
 }

@@ -17,11 +17,11 @@ import (
 // Render does not check p against the catalogue (Check does).
 func Render(p records.Proposal) string {
 	var b strings.Builder
-	b.WriteString(canon(p.Mechanism))
+	b.WriteString(records.CanonicalName(p.Mechanism))
 	if len(p.Params) > 0 {
 		norm := make(map[string]string, len(p.Params))
 		for k, v := range p.Params {
-			norm[canon(k)] = canonValue(v)
+			norm[records.CanonicalName(k)] = records.CanonicalValue(v)
 		}
 		for _, k := range sortedKeys(norm) {
 			b.WriteByte(' ')
@@ -35,17 +35,6 @@ func Render(p records.Proposal) string {
 		b.WriteString(t)
 	}
 	return b.String()
-}
-
-func canonValue(v string) string {
-	q := records.Proposal{Mechanism: "x", Params: map[string]string{"v": v}}.Key()
-	// Key is "x{v=<value>}" with the value quoted only when it holds a
-	// delimiter; such values are never valid card values, so use the raw form.
-	val := strings.TrimSuffix(strings.TrimPrefix(q, "x{v="), "}")
-	if strings.HasPrefix(val, `"`) {
-		return canon(v)
-	}
-	return val
 }
 
 // Parse reads a proposal in the text form Render writes and checks it

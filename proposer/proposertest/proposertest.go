@@ -275,15 +275,16 @@ func Run(t *testing.T, newProposer func(t *testing.T) proposer.Proposer, opts Op
 }
 
 // RunTrainable runs Run and then checks the Trainable contract: Update on a
-// batch of the proposer's own samples with mean-centred advantages and
-// Supervise on its own proposals return finite Stats (ClipFrac in [0, 1],
-// Entropy ≥ 0, Tokens > 0); a cancelled ctx yields an error wrapping
-// context.Canceled. With opts.Deterministic, a cancelled Update and an
-// Update on an empty batch leave the samples unchanged. When the proposer
-// implements proposer.Scorer, scores before an update equal the samples'
-// LogProbs, one Update with a positive advantage on a single sample raises
-// that sample's log-likelihood, and one Supervise step raises the
-// log-likelihood of its example.
+// batch of the proposer's own samples with mean-centred advantages returns
+// finite Stats (ClipFrac in [0, 1], Entropy ≥ 0, Tokens > 0); a cancelled
+// ctx yields an error wrapping context.Canceled. With opts.Deterministic, a
+// cancelled Update and an Update on an empty batch leave the samples
+// unchanged. When the proposer implements proposer.Scorer, scores before an
+// update equal the samples' LogProbs and one Update with a positive
+// advantage on a single sample raises that sample's log-likelihood. When it
+// implements proposer.Supervisor, Supervise is held to the same: finite
+// Stats, cancellation, empty batches, and one step raises the
+// log-likelihood of its example (with a Scorer).
 func RunTrainable(t *testing.T, newTrainable func(t *testing.T) proposer.Trainable, opts Options) {
 	t.Helper()
 	Run(t, func(t *testing.T) proposer.Proposer { return newTrainable(t) }, opts)
@@ -318,7 +319,11 @@ func RunTrainable(t *testing.T, newTrainable func(t *testing.T) proposer.Trainab
 
 	t.Run("SuperviseStats", func(t *testing.T) {
 		p := newTrainable(t)
-		st, err := p.Supervise(ctx, batchOf(t, p, o.States[0], 10))
+		sv, ok := p.(proposer.Supervisor)
+		if !ok {
+			t.Skip("proposer does not implement proposer.Supervisor")
+		}
+		st, err := sv.Supervise(ctx, batchOf(t, p, o.States[0], 10))
 		require.NoError(t, err)
 		require.NoError(t, checkStats(st))
 	})
@@ -333,8 +338,10 @@ func RunTrainable(t *testing.T, newTrainable func(t *testing.T) proposer.Trainab
 		cancel()
 		_, err = p.Update(cctx, items)
 		require.ErrorIs(t, err, context.Canceled, "Update with a cancelled ctx")
-		_, err = p.Supervise(cctx, items)
-		require.ErrorIs(t, err, context.Canceled, "Supervise with a cancelled ctx")
+		if sv, ok := p.(proposer.Supervisor); ok {
+			_, err = sv.Supervise(cctx, items)
+			require.ErrorIs(t, err, context.Canceled, "Supervise with a cancelled ctx")
+		}
 		if o.Deterministic {
 			after, err := p.Propose(ctx, s, o.N, seeded(7, 0))
 			require.NoError(t, err)
@@ -351,8 +358,10 @@ func RunTrainable(t *testing.T, newTrainable func(t *testing.T) proposer.Trainab
 		require.NoError(t, err)
 		_, err = p.Update(ctx, nil)
 		require.NoError(t, err, "Update(empty batch)")
-		_, err = p.Supervise(ctx, nil)
-		require.NoError(t, err, "Supervise(empty batch)")
+		if sv, ok := p.(proposer.Supervisor); ok {
+			_, err = sv.Supervise(ctx, nil)
+			require.NoError(t, err, "Supervise(empty batch)")
+		}
 		if o.Deterministic {
 			after, err := p.Propose(ctx, s, o.N, seeded(8, 0))
 			require.NoError(t, err)
@@ -384,8 +393,12 @@ func RunTrainable(t *testing.T, newTrainable func(t *testing.T) proposer.Trainab
 			require.NoError(t, err)
 			require.Greater(t, sum(lp), before, "state %d: Update with advantage +1 must raise the sample's log-likelihood", si)
 
+			sv, ok := p.(proposer.Supervisor)
+			if !ok {
+				continue
+			}
 			before = sum(lp)
-			_, err = p.Supervise(ctx, []proposer.Item{one})
+			_, err = sv.Supervise(ctx, []proposer.Item{one})
 			require.NoError(t, err)
 			lp, err = sc.Score(ctx, s, one.Sample)
 			require.NoError(t, err)

@@ -30,7 +30,10 @@ type Scripted struct {
 	supervised [][]proposer.Item
 }
 
-var _ proposer.Trainable = (*Scripted)(nil)
+var (
+	_ proposer.Trainable  = (*Scripted)(nil)
+	_ proposer.Supervisor = (*Scripted)(nil)
+)
 
 // NewScripted returns a Scripted proposer drawing from script.
 func NewScripted(script ...proposer.Sample) *Scripted {
