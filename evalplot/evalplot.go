@@ -56,12 +56,12 @@ func figure(w io.Writer, title string, panels []*plot.Plot, cols int, legend []e
 			}
 		}
 	}
-	width := vg.Length(cols) * panelWidth
+	ts := textStyle(15)
+	width := max(vg.Length(cols)*panelWidth, ts.Width(title)+vg.Inch)
 	legendRows := layoutLegend(legend, width)
 	head := 0.45*vg.Inch + vg.Length(len(legendRows))*legendRowHeight + vg.Points(6)
 	img := vgimg.NewWith(vgimg.UseWH(width, vg.Length(rows)*panelHeight+head), vgimg.UseDPI(DPI))
 	dc := draw.New(img)
-	ts := textStyle(15)
 	ts.XAlign = draw.XCenter
 	dc.FillText(ts, vg.Point{X: dc.Center().X, Y: dc.Max.Y - vg.Points(6)}, title)
 	drawLegend(dc, legendRows, dc.Max.Y-0.45*vg.Inch)

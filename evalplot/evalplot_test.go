@@ -139,3 +139,14 @@ func TestCalibration(t *testing.T) {
 	require.ErrorContains(t, Calibration(&buf, "x", "u", pts), "20 predicted vs 3 real")
 	require.ErrorIs(t, Calibration(&buf, "x", "u", nil), ErrEmpty)
 }
+
+func TestLongTitleWidensTheFigure(t *testing.T) {
+	pts := []CalibrationPoint{{Label: "LM2LM", Step: 8, Predicted: []float64{1, 2}, Real: []float64{0, 3}}}
+	title := "predicted vs real reward of the calibration runs, 2 seeds, profile tiny, a title longer than one panel"
+	var buf bytes.Buffer
+	require.NoError(t, Calibration(&buf, title, "reward", pts))
+	save(t, "one-panel.png", buf.Bytes())
+	img, err := png.Decode(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	require.Greater(t, float64(img.Bounds().Dx()), 5.2*DPI+1)
+}

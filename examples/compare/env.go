@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// env is what every (method, seed) shares: the store of real runs, the lab,
+// an idempotent pool, and the training and test tasks.
+type env struct {
+	store       *records.FileStore
+	lab         *lab.Lab
+	pool        *builder.Pool
+	train, test []records.Task
+}
+
+// suiteTasks returns the lab's tasks for -suite and a predicate telling
+// training and test tasks apart. v2 leaves the validation split out (no
+// choice here is tuned on it).
+func suiteTasks(suite string) (specs []lab.TaskSpec, isTest func(records.Task) bool) {
+	if suite == "v1" {
+		return lab.SuiteV1(), func(t records.Task) bool { return t.Split != records.Train }
+	}
+	s := lab.SuiteV2(lab.DefaultSuiteSeed)
+	specs = append(append([]lab.TaskSpec(nil), s.Train...), s.Test()...)
+	return specs, func(t records.Task) bool { return strings.Contains(t.ID, "/test-") }
+}
+
+// newEnv opens the store and the lab and trains (or reads back) the
+// reference runs of every task.
+func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env, error) {
+	if err := os.MkdirAll(filepath.Dir(storePath), 0o755); err != nil {
+		return nil, err
+	}
+	store, err := records.OpenFile(storePath, records.DefaultFileConfig())
+	if err != nil {
+		return nil, err
+	}
+	lcfg := lab.DefaultConfig()
+	lcfg.Parallel = o.parallel
+	var isTest func(records.Task) bool
+	lcfg.Tasks, isTest = suiteTasks(o.suite)
+	if o.specs != nil {
+		lcfg.Tasks = o.specs
+	}
+	l, err := lab.New(lcfg, store)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	pool, err := builder.NewPool(l, builder.PoolConfig{Slots: int64(o.parallel), MaxAttempts: 1, Store: store})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	start := time.Now()
+	fmt.Fprintf(w, "reference runs: %d tasks × %d seeds (b_e, σ_e; trained once, kept in %s) ...\n", len(lcfg.Tasks), len(lcfg.RefSeeds), storePath)
+	tasks, err := l.Tasks(ctx)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	e := &env{store: store, lab: l, pool: pool}
+	for _, t := range tasks {
+		if isTest(t) {
+			e.test = append(e.test, t)
+		} else if t.Split == records.Train {
+			e.train = append(e.train, t)
+		}
+	}
+	fmt.Fprintf(w, "%d training and %d test tasks ready (%.0f s)\n", len(e.train), len(e.test), time.Since(start).Seconds())
+	return e, nil
+}
+
+// counter is an Executor that counts the runs it passes on, fresh and
+// reused (builder.Outcome.Reused), and the CPU seconds of the fresh ones.
+type counter struct {
+	next                   builder.Executor
+	fresh, reused, devMsec atomic.Int64
+}
+
+func (c *counter) Execute(ctx context.Context, j builder.Job) (builder.Outcome, error) {
+	out, err := c.next.Execute(ctx, j)
+	switch {
+	case err == nil && out.Reused:
+		c.reused.Add(1)
+	case err == nil || ctx.Err() == nil:
+		c.fresh.Add(1)
+		c.devMsec.Add(int64(out.Cost.DeviceSeconds * 1000))
+	}
+	return out, err
+}
+
+// take returns the counts since the last take and resets them.
+func (c *counter) take() Runs {
+	return Runs{Fresh: int(c.fresh.Swap(0)), Reused: int(c.reused.Swap(0)), CPUSeconds: float64(c.devMsec.Swap(0)) / 1000}
+}
+
+// initialRecords executes m distinct, uniformly drawn catalogue proposals
+// on the training tasks (METHOD.md §1 Data and evaluation:
+// mechanism-library sampling) and returns their real records as M_0. The
+// draw depends on the seed only, so every method of one seed shares M_0.
+func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train []records.Task, m int, seed uint64, parallel int) (records.Evidence, error) {
+	rng := rand.New(rand.NewPCG(seed, 0x6d30))
+	cat := lab.Catalogue()
+	type item struct {
+		t records.Task
+		p records.Proposal
+	}
+	var items []item
+	seen := map[string]bool{}
+	for draws := 0; len(items) < m && draws < 100*m; draws++ {
+		t, c := train[rng.IntN(len(train))], cat[rng.IntN(len(cat))]
+		p := records.Proposal{Mechanism: c.Mechanism, Params: map[string]string{}}
+		for _, ps := range c.Params {
+			p.Params[ps.Name] = ps.Choices[rng.IntN(len(ps.Choices))]
+		}
+		if k := t.ID + "\x00" + p.Key(); !seen[k] {
+			seen[k] = true
+			items = append(items, item{t, p})
+		}
+	}
+	recs := make([]records.Record, len(items))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(parallel)
+	for i, it := range items {
+		eg.Go(func() error {
+			rec, _, err := lm2lm.RunReal(ectx, l, ex, it.t, it.p)
+			recs[i] = rec
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return records.Evidence{}, err
+	}
+	var keep []records.Record
+	for _, r := range recs {
+		if r.Task.ID != "" {
+			keep = append(keep, r)
+		}
+	}
+	return records.NewEvidence(keep...)
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/progress"
+	"github.com/lm2lm/lm2lm/proposer"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/reward"
+	"github.com/lm2lm/lm2lm/rwm"
+)
+
+// infeasibleGain is the gain, in σ_e units, an infeasible evaluation run
+// counts as: −c, the reward rule's clip (METHOD.md §1 Reward 2); library
+// choice: a run that cost a slot and improved nothing scores the worst
+// normalised outcome instead of dropping out of Avg@4.
+var infeasibleGain = -reward.DefaultConfig().Clip
+
+// job is one (method, seed) to run.
+type job struct {
+	method string
+	seed   uint64
+}
+
+func (j job) String() string { return fmt.Sprintf("%s seed %d", j.method, j.seed) }
+
+// expectedRuns is the number of real runs a job is expected to make (the
+// progress bar's total; WMRL's anchor runs add to it as they come).
+func expectedRuns(o options, m method, tests int) int {
+	p := profiles[o.profile]
+	n := tests * p.evalStates * lm2lm.DefaultEvalConfig().K
+	if m.kind != "none" {
+		n += p.m0
+	}
+	if m.kind == "rl" && m.calibration != lm2lm.Static {
+		for _, b := range p.schedule.Budgets {
+			n += b
+		}
+	}
+	return n
+}
+
+// runJob trains the job's policy and evaluates it on the test tasks with
+// real runs.
+func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporter) (Result, error) {
+	start := time.Now()
+	m, prof := methods[j.method], profiles[o.profile]
+	res := Result{Version: resultVersion, Method: j.method, Seed: j.seed, Profile: o.profile, Suite: o.suite}
+	cnt := &counter{next: progress.Executor(e.pool, rep)}
+	var m0 records.Evidence
+	if m.kind != "none" { // the untrained policy needs no records
+		var err error
+		if m0, err = initialRecords(ctx, e.lab, cnt, e.train, prof.m0, j.seed, o.parallel); err != nil {
+			return res, fmt.Errorf("%s: M_0: %w", j, err)
+		}
+	}
+	res.M0 = m0.Len()
+	res.Runs.M0 = cnt.take()
+	pcfg := proposer.DefaultPolicyConfig()
+	if o.policyLR > 0 {
+		pcfg.Adam.LR = o.policyLR
+	}
+	pcfg.DescriptionBuckets = o.descBuckets
+	pol, err := proposer.NewPolicy(lab.Catalogue(), pcfg, nil)
+	if err != nil {
+		return res, err
+	}
+	switch m.kind {
+	case "sft", "rft":
+		err = supervise(ctx, m.kind, prof.steps, pol, m0, &res)
+	case "rl":
+		err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res)
+	}
+	if err != nil {
+		return res, fmt.Errorf("%s: training: %w", j, err)
+	}
+	res.Runs.Training = cnt.take()
+	ecfg := lm2lm.DefaultEvalConfig()
+	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed = prof.evalStates, o.parallel, j.seed
+	ev, err := lm2lm.Evaluate(ctx, ecfg, pol, e.lab, cnt, e.test, nil)
+	if err != nil {
+		return res, fmt.Errorf("%s: evaluation: %w", j, err)
+	}
+	res.Runs.Evaluation = cnt.take()
+	res.States, res.Unmeasured = cells(ev)
+	res.WallSeconds = math.Round(time.Since(start).Seconds()*10) / 10
+	return res, nil
+}
+
+// cells turns an evaluation into per-state gains in σ_e units, an
+// infeasible run counting infeasibleGain. States are named "<task>#<i>",
+// the i-th state of the task, so every method of one seed names the same
+// states alike. It also returns the count of proposals that produced no
+// record (build or run failures that were not the proposal's fault) and
+// the states left with no gain at all are dropped.
+func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
+	var out []StateResult
+	unmeasured := ev.Invalid + len(ev.Failures)
+	perTask := map[string]int{}
+	for _, st := range ev.States {
+		id := st.State.Task.ID
+		s := StateResult{ID: fmt.Sprintf("%s#%d", id, perTask[id]), Task: id}
+		perTask[id]++
+		for _, r := range st.Records {
+			if r.Infeasible != "" {
+				s.Gains = append(s.Gains, infeasibleGain)
+				s.Infeasible++
+				continue
+			}
+			s.Gains = append(s.Gains, r.Gain/r.Task.SeedNoise)
+		}
+		if len(s.Gains) > 0 {
+			out = append(out, s)
+		}
+	}
+	return out, unmeasured
+}
+
+// train runs the trainer (LM2LM, its ablations, WMRL) and keeps its
+// per-step numbers and calibration monitors.
+func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) error {
+	prof := profiles[o.profile]
+	cat := lab.Catalogue()
+	wcfg := rwm.DefaultEmbeddedConfig()
+	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
+	cfg := lm2lm.DefaultConfig()
+	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
+	cfg.Calibration, cfg.Parallel, cfg.Seed = m.calibration, o.parallel, seed
+	if m.wmrl {
+		// As the main job: WMRL's defaults wait for 200 anchor pairs before
+		// the first fit; a laptop-sized run has fewer, so it fits sooner.
+		w := lm2lm.DefaultWMRLConfig()
+		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
+		cfg.WMRL = &w
+	}
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: rwm.NewEmbedded(wcfg), Builder: e.lab,
+		Executor: cnt, Tasks: e.train, Evidence: m0})
+	if err != nil {
+		return err
+	}
+	_, err = tr.Run(ctx, func(s lm2lm.StepReport) {
+		res.Steps = append(res.Steps, stepResult(s))
+		if c := s.Calibration; c != nil {
+			res.Calibrations = append(res.Calibrations, calibrationResult(c))
+		}
+	})
+	return err
+}
+
+func stepResult(s lm2lm.StepReport) StepResult {
+	st := StepResult{Step: s.Step, Loss: s.Update.Loss, Entropy: s.Update.Entropy}
+	if r := s.Rollout; r != nil {
+		st.Reward, st.MeanGain = num(r.MeanReward), num(r.MeanGain)
+		if len(r.Share) > 0 {
+			st.TopMechanism, st.TopShare = r.Share[0].Mechanism, num(r.Share[0].Fraction)
+		}
+	}
+	return st
+}
+
+func calibrationResult(c *lm2lm.CalibrationReport) CalibrationResult {
+	out := CalibrationResult{Step: c.Step, Executed: c.Executed, Infeasible: c.Infeasible,
+		Delta: num(c.Monitors.Bias.Delta), Cosine: num(c.Monitors.Cosine), Accuracy: num(c.Monitors.Accuracy),
+		Gap: num(calibrate.Gap(c.Predicted, c.Real))}
+	for g := range c.Predicted {
+		for k := range c.Predicted[g] {
+			out.Predicted = append(out.Predicted, c.Predicted[g][k])
+			out.Real = append(out.Real, c.Real[g][k])
+		}
+	}
+	return out
+}
+
+// supervise trains the policy by maximum likelihood on the real records of
+// M_0 instead of RL (METHOD.md §1 Data and evaluation, baselines): "sft"
+// imitates every feasible record, "rft" (RFT-Real) only those with a
+// positive gain; one Supervise step per training step, on the whole set.
+func supervise(ctx context.Context, kind string, steps int, pol *proposer.Policy, m0 records.Evidence, res *Result) error {
+	var items []proposer.Item
+	for _, r := range m0.Records() {
+		if r.Infeasible != "" || (kind == "rft" && r.Gain <= 0) {
+			continue
+		}
+		toks, err := pol.Encode(r.Proposal)
+		if err != nil {
+			continue // a record outside the catalogue cannot be imitated
+		}
+		items = append(items, proposer.Item{State: records.State{Task: r.Task},
+			Sample: proposer.Sample{Proposal: r.Proposal, Tokens: toks}})
+	}
+	if len(items) == 0 {
+		return fmt.Errorf("%s: no records of M_0 to imitate", kind)
+	}
+	for i := 0; i < steps; i++ {
+		st, err := pol.Supervise(ctx, items)
+		if err != nil {
+			return err
+		}
+		res.Steps = append(res.Steps, StepResult{Step: i + 1, Loss: st.Loss, Entropy: st.Entropy})
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+// Command compare runs every method of the library on the embedded lab
+// under several seeds, evaluates each trained policy on the test tasks with
+// real runs, and compares them with 95% bootstrap confidence intervals,
+// paired differences against Base and the best baseline, and the
+// probability of improvement (METHOD.md §1 Data and evaluation).
+//
+//	go run ./examples/compare                              # every method × 5 seeds, default profile
+//	go run ./examples/compare -profile short -seeds 3      # quicker
+//	go run ./examples/compare -methods base,lm2lm,static   # a subset
+//
+// It writes into a run directory (-out, default out/compare, then
+// <suite>-<profile>): one result file per (method, seed) under runs/, named
+// by method and seed and never overwritten; the records of every real run
+// (records.jsonl, reused by every later invocation); and the comparison of
+// the chosen methods and seeds as a Markdown table, a JSON file and four PNG
+// charts. A finished (method, seed) is read back from its result file, so a
+// second invocation runs nothing and prints the same table.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+
+	"github.com/lm2lm/lm2lm/lab"
+)
+
+const about = `compare runs every method (Base, SFT, RFT, static world model, random calibration,
+LM2LM, LM2LM + WMRL, WMRL alone) on the embedded lab under N seeds, evaluates each trained
+policy on the test tasks with real training runs, and writes a Markdown table,
+a JSON file and PNG charts: Avg@4, Best@4, negative rate and share above 2 sigma_e
+with 95% stratified bootstrap confidence intervals, paired differences against
+Base and the best baseline, and training and reliability curves. Every
+finished (method, seed) is kept in its own result file and read back, so a
+second invocation runs nothing and prints the same table.
+
+Usage: go run ./examples/compare [flags]
+
+Flags:
+`
+
+// errUsage marks a bad command line (exit status 2).
+var errUsage = errors.New("invalid flags")
+
+type options struct {
+	methods             []string
+	seeds               int
+	firstSeed           uint64
+	profile, suite, out string
+	progress            string
+	parallel, resamples int
+	policyLR            float64
+	descBuckets         int
+	force               bool
+	// specs replaces the suite's tasks (tests only).
+	specs []lab.TaskSpec
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Stdout, o); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags parses and validates the command line; every problem is
+// reported before any run starts.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, about)
+		fs.PrintDefaults()
+	}
+	methods := fs.String("methods", strings.Join(methodNames(), ","), "comma-separated methods: "+strings.Join(methodNames(), ", "))
+	fs.IntVar(&o.seeds, "seeds", 5, "number of seeds per method (seeds first-seed … first-seed+N−1)")
+	fs.Uint64Var(&o.firstSeed, "first-seed", 1, "first seed")
+	fs.StringVar(&o.profile, "profile", "default", "size of each run: "+strings.Join(profileNames(), " | "))
+	fs.StringVar(&o.suite, "suite", "v2", "task suite: v2 (lab v2: train on its training split, test on its test split, in and out of distribution) | v1 (the 20 training and 4 held-out tasks)")
+	fs.StringVar(&o.out, "out", "out/compare", "parent of the run directory")
+	fs.StringVar(&o.progress, "progress", "auto", "auto (a bar on a terminal, log lines otherwise) | bar | lines")
+	fs.IntVar(&o.parallel, "parallel", 2, "real runs trained at once")
+	fs.IntVar(&o.resamples, "resamples", 2000, "bootstrap replicates of each confidence interval")
+	fs.Float64Var(&o.policyLR, "policy-lr", 0.02, "Adam learning rate of the policy (the main job's; 0 = the library default)")
+	fs.IntVar(&o.descBuckets, "description-buckets", 64, "hashed task-description features of the policy (the main job's; 0 = off)")
+	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	o.methods = splitList(*methods)
+	return o, o.validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, m := range strings.Split(s, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// validate reports every bad flag at once, naming the valid values.
+func (o options) validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("  "+format, a...)) }
+	if len(o.methods) == 0 {
+		bad("-methods is empty; valid: %s", strings.Join(methodNames(), ", "))
+	}
+	seen := map[string]bool{}
+	for _, m := range o.methods {
+		if _, ok := methods[m]; !ok {
+			bad("unknown method %q in -methods; valid: %s", m, strings.Join(methodNames(), ", "))
+		} else if seen[m] {
+			bad("method %q appears twice in -methods", m)
+		}
+		seen[m] = true
+	}
+	if o.seeds < 1 {
+		bad("-seeds %d; want ≥ 1", o.seeds)
+	}
+	if _, ok := profiles[o.profile]; !ok {
+		bad("unknown -profile %q; valid: %s", o.profile, strings.Join(profileNames(), ", "))
+	}
+	if !slices.Contains([]string{"v1", "v2"}, o.suite) {
+		bad("unknown -suite %q; valid: v1, v2", o.suite)
+	}
+	if !slices.Contains([]string{"auto", "bar", "lines"}, o.progress) {
+		bad("unknown -progress %q; valid: auto, bar, lines", o.progress)
+	}
+	if o.parallel < 1 {
+		bad("-parallel %d; want ≥ 1", o.parallel)
+	}
+	if o.resamples < 100 {
+		bad("-resamples %d; want ≥ 100", o.resamples)
+	}
+	if o.policyLR < 0 {
+		bad("-policy-lr %g; want ≥ 0", o.policyLR)
+	}
+	if o.descBuckets < 0 {
+		bad("-description-buckets %d; want ≥ 0", o.descBuckets)
+	}
+	if o.out == "" {
+		bad("-out is empty")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w:\n%w", errUsage, errors.Join(errs...))
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+func TestHelpSaysWhatItDoes(t *testing.T) {
+	var stderr bytes.Buffer
+	_, err := parseFlags([]string{"-h"}, &stderr)
+	require.ErrorIs(t, err, flag.ErrHelp)
+	require.True(t, strings.HasPrefix(stderr.String(), "compare runs every method"), stderr.String())
+	require.Contains(t, stderr.String(), "-methods")
+}
+
+func TestFlagsValidatedTogether(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, static, random, lm2lm, lm2lm-wmrl, static-wmrl"}},
+		{[]string{"-methods", "lm2lm,lm2lm"}, []string{`"lm2lm" appears twice`}},
+		{[]string{"-methods", ","}, []string{"-methods is empty"}},
+		{[]string{"-profile", "huge", "-suite", "v3"}, []string{"valid: tiny, short, default, paper", "valid: v1, v2"}},
+		{[]string{"-seeds", "0", "-parallel", "0", "-resamples", "10"}, []string{"-seeds 0", "-parallel 0", "-resamples 10"}},
+		{[]string{"-progress", "fancy", "-policy-lr", "-1", "-description-buckets", "-2"}, []string{"valid: auto, bar, lines", "-policy-lr -1", "-description-buckets -2"}},
+		{[]string{"extra"}, []string{"unexpected arguments"}},
+	}
+	for _, tt := range tests {
+		_, err := parseFlags(tt.args, &bytes.Buffer{})
+		require.ErrorIs(t, err, errUsage, tt.args)
+		for _, w := range tt.want {
+			require.ErrorContains(t, err, w)
+		}
+	}
+	o, err := parseFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, methodNames(), o.methods)
+	require.Equal(t, 5, o.seeds)
+}
+
+// tinyTasks is a few autoregressive tasks of suite v1: three for training,
+// one held out.
+func tinyTasks() []lab.TaskSpec {
+	var train, held []lab.TaskSpec
+	for _, s := range lab.SuiteV1() {
+		if !strings.HasPrefix(s.Family, "ar-") {
+			continue
+		}
+		if s.Split == records.Train && len(train) < 3 {
+			train = append(train, s)
+		} else if s.Split == records.HeldOut && len(held) < 1 {
+			held = append(held, s)
+		}
+	}
+	return append(train, held...)
+}
+
+// TestCompareEndToEnd runs three methods × two seeds on the real lab with
+// the tiny profile, then again: the second invocation runs nothing, pays
+// for nothing and prints the same table.
+func TestCompareEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains about 150 tiny models; runs without -short")
+	}
+	o := options{methods: []string{"base", "sft", "lm2lm"}, seeds: 2, firstSeed: 1, profile: "tiny", suite: "v1",
+		out: cmp.Or(os.Getenv("LM2LM_COMPARE_OUT"), t.TempDir()), progress: "lines", parallel: 2, resamples: 200, policyLR: 0.02, descBuckets: 64, specs: tinyTasks()}
+	var first bytes.Buffer
+	require.NoError(t, run(context.Background(), &first, o))
+	t.Log(first.String())
+	dir := runDir(o)
+	files, err := filepath.Glob(filepath.Join(dir, "*"))
+	require.NoError(t, err)
+	p := filepath.Join(dir, "compare-seeds1-2-base+sft+lm2lm")
+	for _, f := range []string{".md", ".json", "-methods.png", "-training.png", "-reliability.png", "-calibration.png"} {
+		require.Contains(t, files, p+f)
+	}
+	for _, m := range o.methods {
+		for _, s := range []string{"1", "2"} {
+			require.FileExists(t, filepath.Join(dir, "runs", m+"-seed"+s+".json"))
+		}
+	}
+	require.Contains(t, first.String(), "0 finished earlier, 6 to run")
+	require.Contains(t, first.String(), "msg=progress")
+	r, ok, err := readResult(dir, job{"lm2lm", 2}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Len(t, r.Steps, 16)
+	require.Len(t, r.Calibrations, 1)
+	require.Equal(t, 4, r.States[0].Infeasible+len(r.States[0].Gains)-r.States[0].Infeasible) // K = 4 proposals
+	require.Equal(t, 8+4, r.Budget())                                                         // M_0 + one calibration of 4
+	stat, err := os.Stat(filepath.Join(dir, "records.jsonl"))
+	require.NoError(t, err)
+
+	var second bytes.Buffer
+	require.NoError(t, run(context.Background(), &second, o))
+	require.Contains(t, second.String(), "6 finished earlier, 0 to run")
+	require.Contains(t, second.String(), "this invocation: 0 real runs paid for (0 CPU s), 0 reused")
+	require.Equal(t, table(first.String()), table(second.String()))
+	again, err := os.Stat(filepath.Join(dir, "records.jsonl"))
+	require.NoError(t, err)
+	require.Equal(t, stat.Size(), again.Size(), "the second invocation recorded no run")
+
+	// Other results behind an existing table: refused, then replaced with -force.
+	path := resultPath(dir, job{"base", 1})
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, os.WriteFile(path, bytes.Replace(b, []byte(`"gains_sigma": [`), []byte(`"gains_sigma": [40, `), 1), 0o644))
+	err = run(context.Background(), &bytes.Buffer{}, o)
+	require.ErrorContains(t, err, "would change")
+	require.ErrorContains(t, err, "-force")
+	o.force = true
+	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
+}
+
+// table is the Markdown table of a run's output.
+func table(out string) string {
+	i := strings.Index(out, "\n`go run ./examples/compare")
+	j := strings.Index(out, "written: ")
+	if i < 0 || j < i {
+		return ""
+	}
+	return out[i:j]
+}
+
+func TestResultFilesAreNeverReplaced(t *testing.T) {
+	dir := t.TempDir()
+	j := job{"lm2lm", 3}
+	require.NoError(t, writeResult(dir, j, Result{Version: resultVersion, Method: "lm2lm", Seed: 3}))
+	err := writeResult(dir, j, Result{Version: resultVersion, Method: "lm2lm", Seed: 3, M0: 7})
+	require.True(t, errors.Is(err, os.ErrExist), err)
+	o := options{profile: "tiny", suite: "v1"}
+	_, _, err = readResult(dir, j, o)
+	require.ErrorContains(t, err, "move it away")
+	_, ok, err := readResult(dir, job{"base", 1}, o)
+	require.NoError(t, err)
+	require.False(t, ok)
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/lm2lm/lm2lm/evalplot"
+	"github.com/lm2lm/lm2lm/evalstat"
+)
+
+// Comparison is the JSON file of a comparison.
+type Comparison struct {
+	Command        string              `json:"command"`
+	Profile        string              `json:"profile"`
+	Suite          string              `json:"suite"`
+	Seeds          []uint64            `json:"seeds"`
+	Resamples      int                 `json:"resamples"`
+	InfeasibleGain float64             `json:"infeasible_gain_sigma"`
+	Methods        []MethodSummary     `json:"methods"`
+	Pairs          []evalstat.Paired   `json:"pairs"`
+	Runs           map[string][]string `json:"result_files"`
+}
+
+// MethodSummary is one method over its seeds.
+type MethodSummary struct {
+	Method  string           `json:"method"`
+	Summary evalstat.Summary `json:"summary"`
+	// Budget is the mean over seeds of the real runs the method needs (M_0
+	// and training), paid for or reused; EvalRuns the same for evaluation.
+	Budget, EvalRuns float64
+	// CPUSeconds and WallSeconds sum over seeds what was paid when each
+	// seed ran.
+	CPUSeconds, WallSeconds float64
+	Unmeasured              int `json:"unmeasured_proposals"`
+}
+
+// command is the command line that reproduces the comparison.
+func command(o options) string {
+	c := fmt.Sprintf("go run ./examples/compare -profile %s -suite %s -seeds %d", o.profile, o.suite, o.seeds)
+	if o.firstSeed != 1 {
+		c += fmt.Sprintf(" -first-seed %d", o.firstSeed)
+	}
+	if !slices.Equal(o.methods, methodNames()) {
+		c += " -methods " + strings.Join(o.methods, ",")
+	}
+	return c
+}
+
+// prefix names the comparison files by seeds and, unless all, methods.
+func prefix(o options) string {
+	p := fmt.Sprintf("compare-seeds%d-%d", o.firstSeed, o.firstSeed+uint64(o.seeds)-1)
+	if !slices.Equal(o.methods, methodNames()) {
+		p += "-" + strings.Join(o.methods, "+")
+	}
+	return p
+}
+
+// statistics summarises every method and pairs each against Base and each
+// trained method against the best other baseline.
+func statistics(o options, names []string, byMethod map[string][]Result) ([]evalstat.Summary, []evalstat.Paired, error) {
+	cfg := evalstat.DefaultConfig()
+	cfg.Resamples = o.resamples
+	rng := func(name string) *rand.Rand {
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		return rand.New(rand.NewPCG(uint64(o.resamples), h.Sum64()))
+	}
+	var sums []evalstat.Summary
+	var baselines []string
+	for _, m := range names {
+		s, err := evalstat.Summarize(cfg, methods[m].label, cellsOf(byMethod[m]), rng(m))
+		if err != nil {
+			return nil, nil, err
+		}
+		sums = append(sums, s)
+		if methods[m].baseline && m != "base" {
+			baselines = append(baselines, s.Method)
+		}
+	}
+	best, hasBest := evalstat.BestOf(sums, baselines...)
+	var pairs []evalstat.Paired
+	for _, m := range names {
+		against := []string{}
+		if m != "base" && slices.Contains(names, "base") {
+			against = append(against, "base")
+		}
+		if hasBest && !methods[m].baseline {
+			for _, b := range names {
+				if methods[b].label == best.Method {
+					against = append(against, b)
+				}
+			}
+		}
+		for _, a := range against {
+			p, err := evalstat.Compare(cfg, methods[m].label, cellsOf(byMethod[m]), methods[a].label, cellsOf(byMethod[a]), rng(m+"\x00"+a))
+			if err != nil {
+				return nil, nil, err
+			}
+			pairs = append(pairs, p)
+		}
+	}
+	return sums, pairs, nil
+}
+
+// report computes the comparison of results, writes its files into dir
+// and prints its table on w.
+func report(w io.Writer, o options, dir string, results []Result) error {
+	byMethod := map[string][]Result{}
+	var names []string
+	for _, r := range results {
+		if _, ok := byMethod[r.Method]; !ok {
+			names = append(names, r.Method)
+		}
+		byMethod[r.Method] = append(byMethod[r.Method], r)
+	}
+	sums, pairs, err := statistics(o, names, byMethod)
+	if err != nil {
+		return err
+	}
+	cmp := comparison(o, dir, names, byMethod, sums, pairs)
+	md := markdown(cmp)
+	js, err := json.MarshalIndent(cmp, "", "  ")
+	if err != nil {
+		return err
+	}
+	outs := []output{{prefix(o) + ".md", []byte(md)}, {prefix(o) + ".json", append(js, '\n')}}
+	charts, err := drawCharts(o, names, byMethod, sums, pairs)
+	if err != nil {
+		return err
+	}
+	outs = append(outs, charts...)
+	if err := writeOutputs(dir, outs, o.force); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n%s\n", md)
+	for _, f := range outs {
+		fmt.Fprintf(w, "written: %s\n", filepath.Join(dir, f.name))
+	}
+	return nil
+}
+
+func comparison(o options, dir string, names []string, byMethod map[string][]Result, sums []evalstat.Summary, pairs []evalstat.Paired) Comparison {
+	c := Comparison{Command: command(o), Profile: o.profile, Suite: o.suite, Resamples: o.resamples,
+		InfeasibleGain: infeasibleGain, Pairs: pairs, Runs: map[string][]string{}}
+	for s := range o.seeds {
+		c.Seeds = append(c.Seeds, o.firstSeed+uint64(s))
+	}
+	for i, m := range names {
+		ms := MethodSummary{Method: m, Summary: sums[i]}
+		rs := byMethod[m]
+		for _, r := range rs {
+			ms.Budget += float64(r.Budget()) / float64(len(rs))
+			ms.EvalRuns += float64(r.Runs.Evaluation.Fresh+r.Runs.Evaluation.Reused) / float64(len(rs))
+			ms.CPUSeconds += r.Runs.M0.CPUSeconds + r.Runs.Training.CPUSeconds + r.Runs.Evaluation.CPUSeconds
+			ms.WallSeconds += r.WallSeconds
+			ms.Unmeasured += r.Unmeasured
+			rel, _ := filepath.Rel(dir, resultPath(dir, job{r.Method, r.Seed}))
+			c.Runs[m] = append(c.Runs[m], rel)
+		}
+		c.Methods = append(c.Methods, ms)
+	}
+	return c
+}
+
+// markdown renders the comparison for the README: the command, the
+// statistics table and the budget table.
+func markdown(c Comparison) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "`%s`: seeds %v, %d bootstrap replicates, gains in σ_e units on the %s test tasks, "+
+		"an infeasible run counts %g σ_e; 95%% intervals in brackets.\n\n", c.Command, c.Seeds, c.Resamples, c.Suite, c.InfeasibleGain)
+	sums := make([]evalstat.Summary, len(c.Methods))
+	for i, m := range c.Methods {
+		sums[i] = m.Summary
+	}
+	b.WriteString(evalstat.Table(sums, c.Pairs))
+	b.WriteString("\n| method | real-run budget (M_0 + training, per seed) | evaluation runs per seed | CPU s paid (all seeds) | wall s (all seeds) | unmeasured proposals |\n|---|---|---|---|---|---|\n")
+	for _, m := range c.Methods {
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | %d |\n", m.Summary.Method, m.Budget, m.EvalRuns, m.CPUSeconds, m.WallSeconds, m.Unmeasured)
+	}
+	return b.String()
+}
+
+// output is one comparison file.
+type output struct {
+	name string
+	data []byte
+}
+
+// writeOutputs writes every file, or none: a file that exists with other
+// content is an error unless force.
+func writeOutputs(dir string, outs []output, force bool) error {
+	var changed []string
+	for _, f := range outs {
+		old, err := os.ReadFile(filepath.Join(dir, f.name))
+		if err == nil && !bytes.Equal(old, f.data) {
+			changed = append(changed, f.name)
+		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if len(changed) > 0 && !force {
+		return fmt.Errorf("%s: %s would change (other results than when written); pass -force to replace them or choose another -out",
+			dir, strings.Join(changed, ", "))
+	}
+	for _, f := range outs {
+		path := filepath.Join(dir, f.name)
+		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, f.data) {
+			continue
+		}
+		os.Remove(path) // only when force, or a file that was never there
+		if err := createNew(path, f.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drawCharts draws the four charts; a chart with nothing to draw (no
+// calibrating method, say) is left out.
+func drawCharts(o options, names []string, byMethod map[string][]Result, sums []evalstat.Summary, pairs []evalstat.Paired) ([]output, error) {
+	var train []evalplot.TrainingRun
+	var mon []evalplot.MonitorRun
+	var cal []evalplot.CalibrationPoint
+	for _, m := range names {
+		label := methods[m].label
+		for _, r := range byMethod[m] {
+			if len(r.Steps) > 0 {
+				train = append(train, trainingRun(label, r))
+			}
+			if len(r.Calibrations) == 0 {
+				continue
+			}
+			mr := evalplot.MonitorRun{Label: label, Seed: r.Seed}
+			for _, c := range r.Calibrations {
+				mr.Points = append(mr.Points, evalplot.Monitor{Step: c.Step, Delta: val(c.Delta), Cosine: val(c.Cosine), Accuracy: val(c.Accuracy), Gap: val(c.Gap)})
+				cal = append(cal, evalplot.CalibrationPoint{Label: label, Seed: r.Seed, Step: c.Step, Predicted: c.Predicted, Real: c.Real})
+			}
+			mon = append(mon, mr)
+		}
+	}
+	seeds := fmt.Sprintf("%d seeds, profile %s", o.seeds, o.profile)
+	draws := []struct {
+		name string
+		skip bool
+		draw func(io.Writer) error
+	}{
+		{"methods", false, func(w io.Writer) error {
+			return evalplot.Methods(w, fmt.Sprintf("test tasks (suite %s), %s: 95%% intervals", o.suite, seeds), 4, sums, pairs)
+		}},
+		{"training", len(train) == 0, func(w io.Writer) error {
+			return evalplot.Training(w, "training curves, mean over "+seeds+" (band: lowest to highest seed)", train)
+		}},
+		{"reliability", len(mon) == 0, func(w io.Writer) error {
+			return evalplot.Reliability(w, "reliability monitors at the calibration points, "+seeds, mon)
+		}},
+		{"calibration", len(cal) == 0, func(w io.Writer) error {
+			return evalplot.Calibration(w, "predicted vs real reward of the calibration runs, "+seeds,
+				"gain / τₑ, clipped at ±6", cal)
+		}},
+	}
+	var outs []output
+	for _, d := range draws {
+		if d.skip {
+			continue
+		}
+		var buf bytes.Buffer
+		if err := d.draw(&buf); err != nil {
+			return nil, fmt.Errorf("chart %s: %w", d.name, err)
+		}
+		outs = append(outs, output{prefix(o) + "-" + d.name + ".png", buf.Bytes()})
+	}
+	return outs, nil
+}
+
+func trainingRun(label string, r Result) evalplot.TrainingRun {
+	tr := evalplot.TrainingRun{Method: label, Seed: r.Seed}
+	for _, s := range r.Steps {
+		tr.Steps = append(tr.Steps, evalplot.TrainingStep{Step: s.Step, MeanGain: val(s.MeanGain), Reward: val(s.Reward),
+			Entropy: s.Entropy, TopShare: val(s.TopShare)})
+	}
+	return tr
+}

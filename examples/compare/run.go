@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/progress"
+)
+
+// plan lists the jobs in row order, seeds ascending within a method.
+func plan(o options) []job {
+	var jobs []job
+	for _, m := range methodNames() {
+		if !slices.Contains(o.methods, m) {
+			continue
+		}
+		for s := range o.seeds {
+			jobs = append(jobs, job{m, o.firstSeed + uint64(s)})
+		}
+	}
+	return jobs
+}
+
+// runDir is the run directory of a suite and profile.
+func runDir(o options) string { return filepath.Join(o.out, o.suite+"-"+o.profile) }
+
+func run(ctx context.Context, w io.Writer, o options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	start := time.Now()
+	dir := runDir(o)
+	jobs := plan(o)
+	results := make([]Result, len(jobs))
+	var todo []int
+	for i, j := range jobs {
+		r, ok, err := readResult(dir, j, o)
+		if err != nil {
+			return err
+		}
+		if ok {
+			results[i] = r
+		} else {
+			todo = append(todo, i)
+		}
+	}
+	fmt.Fprintf(w, "compare: %d methods × %d seeds, profile %s, suite %s, in %s: %d finished earlier, %d to run\n",
+		len(o.methods), o.seeds, o.profile, o.suite, dir, len(jobs)-len(todo), len(todo))
+	var paid Runs
+	if len(todo) > 0 {
+		var err error
+		if paid, err = runAll(ctx, w, o, dir, jobs, todo, results); err != nil {
+			return err
+		}
+	}
+	if err := report(w, o, dir, results); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "this invocation: %d real runs paid for (%.0f CPU s), %d reused from the store; wall %.0f s\n",
+		paid.Fresh, paid.CPUSeconds, paid.Reused, time.Since(start).Seconds())
+	return nil
+}
+
+// runAll runs the jobs of todo in order, writing each result file as soon
+// as the job finishes (an interrupted comparison resumes there), and
+// returns the real runs paid for and reused.
+func runAll(ctx context.Context, w io.Writer, o options, dir string, jobs []job, todo []int, results []Result) (Runs, error) {
+	var paid Runs
+	e, err := newEnv(ctx, w, o, filepath.Join(dir, "records.jsonl"))
+	if err != nil {
+		return paid, err
+	}
+	defer e.store.Close()
+	mode := map[string]progress.Mode{"auto": progress.Auto, "bar": progress.Bar, "lines": progress.Lines}[o.progress]
+	for k, i := range todo {
+		j := jobs[i]
+		rep, err := progress.New(w, progress.Config{Title: fmt.Sprintf("[%d/%d] %s: real runs", k+1, len(todo), j),
+			Total: expectedRuns(o, methods[j.method], len(e.test)), Mode: mode})
+		if err != nil {
+			return paid, err
+		}
+		r, err := runJob(ctx, e, o, j, rep)
+		rep.Finish()
+		if err != nil {
+			return paid, err
+		}
+		if err := writeResult(dir, j, r); err != nil {
+			return paid, err
+		}
+		results[i] = r
+		for _, x := range []Runs{r.Runs.M0, r.Runs.Training, r.Runs.Evaluation} {
+			paid.Fresh, paid.Reused, paid.CPUSeconds = paid.Fresh+x.Fresh, paid.Reused+x.Reused, paid.CPUSeconds+x.CPUSeconds
+		}
+		fmt.Fprintf(w, "%s: %s, %d states; real runs: budget %d (M_0 + training), evaluation %d; %.0f s\n",
+			j, avgLine(r), len(r.States), r.Budget(), r.Runs.Evaluation.Fresh+r.Runs.Evaluation.Reused, r.WallSeconds)
+	}
+	return paid, nil
+}
+
+// avgLine is a job's plain Avg@4 for the progress log.
+func avgLine(r Result) string {
+	var sum float64
+	n := 0
+	for _, s := range r.States {
+		for _, g := range s.Gains {
+			sum += g / float64(len(s.Gains))
+		}
+		n++
+	}
+	if n == 0 {
+		return "no measured state"
+	}
+	return fmt.Sprintf("Avg@4 %+.2f σ_e", sum/float64(n))
+}
+
+// cellsOf turns results into evalstat cells, the task as the stratum.
+func cellsOf(rs []Result) []evalstat.Cell {
+	var out []evalstat.Cell
+	for _, r := range rs {
+		for _, s := range r.States {
+			out = append(out, evalstat.Cell{Seed: r.Seed, State: s.ID, Stratum: s.Task, Gains: s.Gains})
+		}
+	}
+	return out
+}
