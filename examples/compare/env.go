@@ -115,31 +115,13 @@ func (c *counter) take() Runs {
 // mechanism-library sampling) and returns their real records as M_0. The
 // draw depends on the seed only, so every method of one seed shares M_0.
 func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train []records.Task, m int, seed uint64, parallel int) (records.Evidence, error) {
-	rng := rand.New(rand.NewPCG(seed, 0x6d30))
-	cat := lab.Catalogue()
-	type item struct {
-		t records.Task
-		p records.Proposal
-	}
-	var items []item
-	seen := map[string]bool{}
-	for draws := 0; len(items) < m && draws < 100*m; draws++ {
-		t, c := train[rng.IntN(len(train))], cat[rng.IntN(len(cat))]
-		p := records.Proposal{Mechanism: c.Mechanism, Params: map[string]string{}}
-		for _, ps := range c.Params {
-			p.Params[ps.Name] = ps.Choices[rng.IntN(len(ps.Choices))]
-		}
-		if k := t.ID + "\x00" + p.Key(); !seen[k] {
-			seen[k] = true
-			items = append(items, item{t, p})
-		}
-	}
+	items := records.DrawChanges(rand.New(rand.NewPCG(seed, 0x6d30)), train, lab.Catalogue(), m, nil)
 	recs := make([]records.Record, len(items))
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(parallel)
 	for i, it := range items {
 		eg.Go(func() error {
-			rec, _, err := lm2lm.RunReal(ectx, l, ex, it.t, it.p)
+			rec, _, err := lm2lm.RunReal(ectx, l, ex, it.Task, it.Proposal)
 			recs[i] = rec
 			return err
 		})
