@@ -1,5 +1,6 @@
-//go:build !(goexperiment.simd && amd64) && !(openblas && cgo)
+//go:build !(goexperiment.simd && amd64)
 
 package kernel
 
-func defaultImpl() impl { return goImpl{} }
+// simdImpls: built without GOEXPERIMENT=simd, so no "simd" backend.
+func simdImpls() []impl { return nil }

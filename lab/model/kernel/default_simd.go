@@ -1,12 +1,13 @@
-//go:build goexperiment.simd && amd64 && !(openblas && cgo)
+//go:build goexperiment.simd && amd64
 
 package kernel
 
 import "simd/archsimd"
 
-func defaultImpl() impl {
+// simdImpls returns the "simd" backend when the CPU has AVX-512.
+func simdImpls() []impl {
 	if archsimd.X86.AVX512() {
-		return simdImpl{}
+		return []impl{simdImpl{}}
 	}
-	return goImpl{}
+	return nil
 }

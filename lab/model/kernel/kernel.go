@@ -1,6 +1,11 @@
 package kernel
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
 
 // impl is one backend's matrix multiplies. Each computes C (+)= op(A)·op(B)
 // for row-major matrices, adding into C when acc is true and overwriting it
@@ -32,20 +37,92 @@ type Kernel struct {
 
 // scratch is a Kernel's reusable working memory.
 type scratch struct {
-	t    []float32 // a transposed operand
-	tail []float32 // zero-padded last columns of B
+	t     []float32 // a transposed operand
+	tail  []float32 // zero-padded last columns of B
+	ctail []float32 // last columns of C, padded like tail
 }
 
-// New returns a Kernel using the fastest backend compiled into this build
-// (see Default).
+// ErrUnavailable: the named backend is not compiled into this build or
+// the CPU lacks its instructions.
+var ErrUnavailable = errors.New("kernel: backend not available")
+
+// backends lists the backends usable in this build on this CPU, preferred
+// first: a backend chosen at build time ("openblas", then "simd"), then the
+// assembly ones ("avx512", then "avx2"), and "go" last.
+var backends = sync.OnceValue(func() []impl {
+	var bs []impl
+	bs = append(bs, openblasImpls()...)
+	bs = append(bs, simdImpls()...)
+	bs = append(bs, asmImpls()...)
+	return append(bs, goImpl{})
+})
+
+// chosen holds the backend Use selected; nil means backends()[0].
+var chosen atomic.Pointer[impl]
+
+func defaultImpl() impl {
+	if p := chosen.Load(); p != nil {
+		return *p
+	}
+	return backends()[0]
+}
+
+func lookup(name string) (impl, error) {
+	for _, b := range backends() {
+		if b.name() == name {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %q (this build and CPU have %v)", ErrUnavailable, name, Available())
+}
+
+// Available names the backends usable in this build on this CPU, the
+// build's default first and "go" last, e.g. [avx512 avx2 go] on an
+// AVX-512 machine with the default build and [go] with -tags purego.
+func Available() []string {
+	var names []string
+	for _, b := range backends() {
+		names = append(names, b.name())
+	}
+	return names
+}
+
+// New returns a Kernel using the default backend (see Default).
 func New() *Kernel { return &Kernel{impl: defaultImpl()} }
+
+// Named returns a Kernel using the named backend (one of Available), or an
+// error wrapping ErrUnavailable.
+func Named(name string) (*Kernel, error) {
+	b, err := lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return &Kernel{impl: b}, nil
+}
+
+// Use makes New and Default use the named backend from now on, in the
+// whole process ("" restores the build's default). It exists to compare
+// backends on whole runs in one process (BenchmarkLabRun); Kernels made
+// before keep their backend. Safe for concurrent use.
+func Use(name string) error {
+	if name == "" {
+		chosen.Store(nil)
+		return nil
+	}
+	b, err := lookup(name)
+	if err != nil {
+		return err
+	}
+	chosen.Store(&b)
+	return nil
+}
 
 // Generic returns a Kernel using the portable pure-Go backend, whatever the
 // build tags; tests compare the fast backends against it.
 func Generic() *Kernel { return &Kernel{impl: goImpl{}} }
 
-// Default names the backend New uses in this build and on this CPU:
-// "go", "simd" or "openblas".
+// Default names the backend New uses: the first of Available unless Use
+// chose another.
 func Default() string { return defaultImpl().name() }
 
 // Name names k's backend.

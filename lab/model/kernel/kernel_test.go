@@ -12,28 +12,41 @@ import (
 )
 
 // naive is the obvious triple loop in float64, the reference for every
-// backend.
+// backend. The operands are first copied into row-major float64 A (m×k)
+// and B (k×n).
 func naive(op string, c, a, b []float32, m, k, n int, acc bool) []float64 {
+	af, bf := make([]float64, m*k), make([]float64, k*n)
+	for i := range m {
+		for p := range k {
+			if op == "tn" {
+				af[i*k+p] = float64(a[p*m+i])
+			} else {
+				af[i*k+p] = float64(a[i*k+p])
+			}
+		}
+	}
+	for p := range k {
+		for j := range n {
+			if op == "nt" {
+				bf[p*n+j] = float64(b[j*k+p])
+			} else {
+				bf[p*n+j] = float64(b[p*n+j])
+			}
+		}
+	}
 	out := make([]float64, m*n)
-	for i := 0; i < m; i++ {
-		for j := 0; j < n; j++ {
-			var s float64
-			for p := 0; p < k; p++ {
-				var av, bv float32
-				switch op {
-				case "nn":
-					av, bv = a[i*k+p], b[p*n+j]
-				case "tn":
-					av, bv = a[p*m+i], b[p*n+j]
-				case "nt":
-					av, bv = a[i*k+p], b[j*k+p]
-				}
-				s += float64(av) * float64(bv)
+	for i := range m {
+		row := out[i*n : i*n+n]
+		for p := range k {
+			x := af[i*k+p]
+			for j, y := range bf[p*n : p*n+n] {
+				row[j] += x * y
 			}
-			if acc {
-				s += float64(c[i*n+j])
+		}
+		if acc {
+			for j := range row {
+				row[j] += float64(c[i*n+j])
 			}
-			out[i*n+j] = s
 		}
 	}
 	return out
@@ -72,7 +85,7 @@ func TestKernelsMatchNaive(t *testing.T) {
 		{64, 128, 128}, {64, 128, 96}, {64, 96, 128}, {128, 64, 128}, {128, 64, 96}, {256, 128, 768},
 		{1, 1, 1}, {3, 5, 7}, {5, 17, 33}, {7, 3, 47}, {9, 31, 16}, {4, 4, 100},
 	}
-	for _, kern := range []*Kernel{Generic(), New()} {
+	for _, kern := range allKernels(t) {
 		for _, op := range []string{"nn", "tn", "nt"} {
 			for si, s := range shapes {
 				for _, acc := range []bool{false, true} {
@@ -85,17 +98,34 @@ func TestKernelsMatchNaive(t *testing.T) {
 	}
 }
 
+// allKernels returns one Kernel per backend of this build and CPU.
+func allKernels(t testing.TB) []*Kernel {
+	var ks []*Kernel
+	for _, name := range Available() {
+		k, err := Named(name)
+		require.NoError(t, err)
+		ks = append(ks, k)
+	}
+	return ks
+}
+
 func TestKernelsProperty(t *testing.T) {
-	// Random shapes, including tails that are not multiples of the vector
-	// width, against the float64 reference.
-	rapid.Check(t, func(t *rapid.T) {
-		m := rapid.IntRange(1, 40).Draw(t, "m")
-		k := rapid.IntRange(1, 40).Draw(t, "k")
-		n := rapid.IntRange(1, 70).Draw(t, "n")
-		op := rapid.SampledFrom([]string{"nn", "tn", "nt"}).Draw(t, "op")
-		acc := rapid.Bool().Draw(t, "acc")
-		checkShape(t, New(), op, m, k, n, acc, uint64(m*k*n))
-	})
+	// Random shapes against the float64 reference, for every backend: row
+	// counts that are not multiples of the register block (8 or 6 rows),
+	// columns that leave wide, narrow and padded tail panels (up to 70 =
+	// 2·32 + 6), k from 1.
+	for _, kern := range allKernels(t) {
+		t.Run(kern.Name(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				m := rapid.IntRange(1, 40).Draw(t, "m")
+				k := rapid.IntRange(1, 40).Draw(t, "k")
+				n := rapid.IntRange(1, 70).Draw(t, "n")
+				op := rapid.SampledFrom([]string{"nn", "tn", "nt"}).Draw(t, "op")
+				acc := rapid.Bool().Draw(t, "acc")
+				checkShape(t, kern, op, m, k, n, acc, uint64(m*k*n))
+			})
+		})
+	}
 }
 
 func TestFLOPsCounted(t *testing.T) {
@@ -123,11 +153,7 @@ var benchShapes = []struct {
 }
 
 func BenchmarkKernel(b *testing.B) {
-	kernels := []*Kernel{Generic()}
-	if Default() != "go" {
-		kernels = append(kernels, New())
-	}
-	for _, kern := range kernels {
+	for _, kern := range allKernels(b) {
 		for _, s := range benchShapes {
 			b.Run(fmt.Sprintf("%s/%s/%dx%dx%d", kern.Name(), s.op, s.m, s.k, s.n), func(b *testing.B) {
 				rng := rand.New(rand.NewPCG(1, 2))

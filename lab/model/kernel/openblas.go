@@ -17,7 +17,8 @@ func init() {
 	C.openblas_set_num_threads(1)
 }
 
-func defaultImpl() impl { return openblasImpl{} }
+// openblasImpls returns the "openblas" backend.
+func openblasImpls() []impl { return []impl{openblasImpl{}} }
 
 // openblasImpl multiplies with OpenBLAS's cblas_sgemm through cgo; the
 // element-wise kernels are the portable ones.
