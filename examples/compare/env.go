@@ -16,6 +16,7 @@ import (
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -67,9 +68,7 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 		store.Close()
 		return nil, err
 	}
-	start := time.Now()
-	fmt.Fprintf(w, "reference runs: %d tasks × %d seeds (b_e, σ_e; trained once, kept in %s) ...\n", len(lcfg.Tasks), len(lcfg.RefSeeds), storePath)
-	tasks, err := l.Tasks(ctx)
+	tasks, err := references(ctx, w, o, l, len(lcfg.RefSeeds), storePath)
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -82,8 +81,36 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 			e.train = append(e.train, t)
 		}
 	}
-	fmt.Fprintf(w, "%d training and %d test tasks ready (%.0f s)\n", len(e.train), len(e.test), time.Since(start).Seconds())
 	return e, nil
+}
+
+// references trains (or reads back) every task's reference runs, one task
+// after the other, with progress counted in tasks.
+func references(ctx context.Context, w io.Writer, o options, l *lab.Lab, seeds int, storePath string) ([]records.Task, error) {
+	start := time.Now()
+	ids := l.IDs("")
+	fmt.Fprintf(w, "reference runs: %d tasks × %d seeds (b_e, σ_e; trained once, kept in %s)\n", len(ids), seeds, storePath)
+	rep, err := progress.New(w, progress.Config{Title: "reference runs (tasks)", Total: len(ids), Mode: progressMode(o)})
+	if err != nil {
+		return nil, err
+	}
+	defer rep.Finish()
+	var tasks []records.Task
+	for _, id := range ids {
+		t, err := l.Task(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		tasks = append(tasks, t)
+		rep.Done(1)
+	}
+	fmt.Fprintf(w, "%d tasks ready (%.0f s)\n", len(tasks), time.Since(start).Seconds())
+	return tasks, nil
+}
+
+// progressMode maps -progress to a progress.Mode.
+func progressMode(o options) progress.Mode {
+	return map[string]progress.Mode{"auto": progress.Auto, "bar": progress.Bar, "lines": progress.Lines}[o.progress]
 }
 
 // counter is an Executor that counts the runs it passes on, fresh and

@@ -12,15 +12,15 @@ import (
 	"github.com/lm2lm/lm2lm/progress"
 )
 
-// plan lists the jobs in row order, seeds ascending within a method.
+// plan lists the jobs seed by seed, methods in row order within a seed, so
+// that an interrupted comparison has whole seeds of every method.
 func plan(o options) []job {
 	var jobs []job
-	for _, m := range methodNames() {
-		if !slices.Contains(o.methods, m) {
-			continue
-		}
-		for s := range o.seeds {
-			jobs = append(jobs, job{m, o.firstSeed + uint64(s)})
+	for s := range o.seeds {
+		for _, m := range methodNames() {
+			if slices.Contains(o.methods, m) {
+				jobs = append(jobs, job{m, o.firstSeed + uint64(s)})
+			}
 		}
 	}
 	return jobs
@@ -76,7 +76,7 @@ func runAll(ctx context.Context, w io.Writer, o options, dir string, jobs []job,
 		return paid, err
 	}
 	defer e.store.Close()
-	mode := map[string]progress.Mode{"auto": progress.Auto, "bar": progress.Bar, "lines": progress.Lines}[o.progress]
+	mode := progressMode(o)
 	for k, i := range todo {
 		j := jobs[i]
 		rep, err := progress.New(w, progress.Config{Title: fmt.Sprintf("[%d/%d] %s: real runs", k+1, len(todo), j),
