@@ -17,8 +17,10 @@
 // each drawn seed and each stratum (a task, say) as many of that seed's
 // states as the stratum holds, with replacement. An interval thus shows the
 // spread between trained seeds as well as between states; with one seed it
-// shows the spread between states only. The interval is the percentile
-// interval of the replicates (gonum's empirical quantile).
+// shows the spread between states only. A stratum with a single state
+// contributes no spread (it is drawn every time), so strata should hold
+// several states each. The interval is the percentile interval of the
+// replicates (gonum's empirical quantile).
 //
 // Everything is pure: values in, values out, no I/O, no clocks, no
 // goroutines; randomness comes from the caller's *rand.Rand, so a seed

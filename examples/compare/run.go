@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lm2lm/lm2lm/evalstat"
@@ -118,13 +119,26 @@ func avgLine(r Result) string {
 	return fmt.Sprintf("Avg@4 %+.2f σ_e", sum/float64(n))
 }
 
-// cellsOf turns results into evalstat cells, the task as the stratum.
+// cellsOf turns results into evalstat cells. The stratum is the part of
+// the test split (lab v2: in- or out-of-distribution; one stratum for v1),
+// so every bootstrap replicate keeps that mix while it resamples states
+// across tasks: the intervals show the spread between tasks, not only
+// between the states of one task.
 func cellsOf(rs []Result) []evalstat.Cell {
 	var out []evalstat.Cell
 	for _, r := range rs {
 		for _, s := range r.States {
-			out = append(out, evalstat.Cell{Seed: r.Seed, State: s.ID, Stratum: s.Task, Gains: s.Gains})
+			out = append(out, evalstat.Cell{Seed: r.Seed, State: s.ID, Stratum: stratum(s.Task), Gains: s.Gains})
 		}
 	}
 	return out
+}
+
+func stratum(task string) string {
+	for _, part := range []string{"/test-in/", "/test-out/"} {
+		if strings.Contains(task, part) {
+			return part
+		}
+	}
+	return ""
 }
