@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/proposer"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
+)
+
+// method runs LM2LM on the example's tasks with ex: reference runs, M_0,
+// DAPO with on-policy calibration, and a held-out evaluation of the policy
+// before and after training, every run a real train.py run.
+func method(ctx context.Context, w io.Writer, o options, prof profile, ex builder.Executor) (err error) {
+	start := time.Now()
+	prose, code, err := Corpora(filepath.Join(o.out, "corpora"))
+	if err != nil {
+		return err
+	}
+	store, err := records.OpenFile(filepath.Join(o.out, "records.jsonl"), records.DefaultFileConfig())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := store.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	bcfg := DefaultConfig(Tasks(prose, code, prof.tasks))
+	bcfg.Device, bcfg.Threads = o.device, o.threads
+	b, err := NewBuilder(bcfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "LM2LM with PyTorch runs (%s executor, profile %s, seed %d)\n", o.executor, o.profile, o.seed)
+	tasks, err := References(ctx, b, ex, store, o.parallel)
+	if err != nil {
+		return err
+	}
+	var train, held []records.Task
+	for _, t := range tasks {
+		fmt.Fprintf(w, "  %-16s %-8s b_e %.4f bits/byte, σ_e %.4f (%d reference seeds)\n", t.ID, t.Split, t.RefLoss, t.SeedNoise, len(bcfg.RefSeeds))
+		if t.Split == records.Train {
+			train = append(train, t)
+		} else {
+			held = append(held, t)
+		}
+	}
+	pool, err := builder.NewPool(ex, builder.PoolConfig{Slots: int64(o.parallel), MaxAttempts: 2,
+		Backoff: time.Second, MaxBackoff: 10 * time.Second, Store: store})
+	if err != nil {
+		return err
+	}
+	cat := Catalogue()
+	m0, err := initial(ctx, b, pool, train, cat, prof.m0, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "M_0: %d real records (%.0f s)\n", m0.Len(), time.Since(start).Seconds())
+	pol, err := proposer.NewPolicy(cat, proposer.DefaultPolicyConfig(), nil)
+	if err != nil {
+		return err
+	}
+	ecfg := lm2lm.DefaultEvalConfig()
+	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed = prof.evalStates, o.parallel, o.seed
+	base, err := lm2lm.Evaluate(ctx, ecfg, pol, b, pool, held, nil)
+	if err != nil {
+		return err
+	}
+	runs, err := trainPolicy(ctx, w, o, prof, pol, b, pool, train, m0)
+	if err != nil {
+		return err
+	}
+	trained, err := lm2lm.Evaluate(ctx, ecfg, pol, b, pool, held, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nheld-out tasks (J_test): gains in σ_e units, %d states × %d real runs\n", len(base.States), ecfg.K)
+	fmt.Fprintf(w, "%-10s %8s %8s %10s %11s\n", "policy", "Avg@4", "Best@4", "neg. rate", "infeasible")
+	for _, x := range []struct {
+		name string
+		r    lm2lm.EvalReport
+	}{{"Base", base}, {"trained", trained}} {
+		fmt.Fprintf(w, "%-10s %+8.2f %+8.2f %9.1f%% %10.1f%%\n", x.name, x.r.AvgK, x.r.BestK, 100*x.r.NegativeRate, 100*x.r.InfeasibleRate)
+	}
+	fmt.Fprintf(w, "real runs: M_0 %d, calibration %d, evaluation %d + %d; wall %.0f s\n",
+		m0.Len(), runs, base.Runs, trained.Runs, time.Since(start).Seconds())
+	return nil
+}
+
+// trainPolicy runs the trainer with the embedded world model on M_0 and
+// returns the number of real calibration runs.
+func trainPolicy(ctx context.Context, w io.Writer, o options, prof profile, pol *proposer.Policy, b *Builder,
+	ex builder.Executor, train []records.Task, m0 records.Evidence) (int, error) {
+	cat := Catalogue()
+	wcfg := rwm.DefaultEmbeddedConfig()
+	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
+	cfg := lm2lm.DefaultConfig()
+	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
+	cfg.Parallel, cfg.Seed = o.parallel, o.seed
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: rwm.NewEmbedded(wcfg), Builder: b, Executor: ex,
+		Tasks: train, Evidence: m0})
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(w, "\ntraining: %d steps, %d states × %d proposals per rollout, calibration at %v with budgets %v\n",
+		cfg.Steps, cfg.States, cfg.DAPO.GroupSize, cfg.Schedule.Steps, cfg.Schedule.Budgets)
+	_, err = tr.Run(ctx, func(s lm2lm.StepReport) {
+		if r := s.Rollout; r != nil && len(r.Share) > 0 {
+			fmt.Fprintf(w, "  step %3d: mean reward %+.3f, predicted gain %+.2f σ_e, top mechanism %s (%.0f%%)\n",
+				s.Step, r.MeanReward, r.MeanGain, r.Share[0].Mechanism, 100*r.Share[0].Fraction)
+		}
+		if c := s.Calibration; c != nil {
+			fmt.Fprintf(w, "  calibration at step %d: %d real runs (%d infeasible), mean real gain %+.2f σ_e\n",
+				c.Step, c.Executed, c.Infeasible, c.MeanRealGain)
+			for _, r := range c.Records {
+				fmt.Fprintf(w, "    %s %s: %s\n", r.Task.ID, r.Proposal.Key(), outcome(r))
+			}
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	_, runs := tr.Cost()
+	return runs, nil
+}
+
+func outcome(r records.Record) string {
+	if r.Infeasible != "" {
+		return "infeasible (" + r.Infeasible + ")"
+	}
+	return fmt.Sprintf("%+.2f σ_e (loss %.4f)", r.Gain/r.Task.SeedNoise, r.Loss)
+}
+
+// initial executes n distinct catalogue proposals drawn uniformly (a task,
+// a card, a choice per parameter; METHOD.md §1 Data and evaluation:
+// mechanism-library sampling) and returns their real records as M_0.
+func initial(ctx context.Context, b builder.Builder, ex builder.Executor, train []records.Task, cat []records.Card, n int, o options) (records.Evidence, error) {
+	rng := rand.New(rand.NewPCG(o.seed, 0x6d30))
+	type item struct {
+		t records.Task
+		p records.Proposal
+	}
+	var items []item
+	seen := map[string]bool{}
+	for draws := 0; len(items) < n && draws < 100*n; draws++ {
+		t, c := train[rng.IntN(len(train))], cat[rng.IntN(len(cat))]
+		p := records.Proposal{Mechanism: c.Mechanism, Params: map[string]string{}}
+		for _, ps := range c.Params {
+			p.Params[ps.Name] = ps.Choices[rng.IntN(len(ps.Choices))]
+		}
+		if k := t.ID + "\x00" + p.Key(); !seen[k] {
+			seen[k] = true
+			items = append(items, item{t, p})
+		}
+	}
+	recs := make([]records.Record, len(items))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(o.parallel, 1))
+	for i, it := range items {
+		g.Go(func() (err error) {
+			recs[i], _, err = lm2lm.RunReal(gctx, b, ex, it.t, it.p)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return records.Evidence{}, err
+	}
+	var keep []records.Record
+	for _, r := range recs {
+		if r.Task.ID != "" {
+			keep = append(keep, r)
+		}
+	}
+	return records.NewEvidence(keep...)
+}
