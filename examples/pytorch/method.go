@@ -145,30 +145,13 @@ func outcome(r records.Record) string {
 // a card, a choice per parameter; METHOD.md §1 Data and evaluation:
 // mechanism-library sampling) and returns their real records as M_0.
 func initial(ctx context.Context, b builder.Builder, ex builder.Executor, train []records.Task, cat []records.Card, n int, o options) (records.Evidence, error) {
-	rng := rand.New(rand.NewPCG(o.seed, 0x6d30))
-	type item struct {
-		t records.Task
-		p records.Proposal
-	}
-	var items []item
-	seen := map[string]bool{}
-	for draws := 0; len(items) < n && draws < 100*n; draws++ {
-		t, c := train[rng.IntN(len(train))], cat[rng.IntN(len(cat))]
-		p := records.Proposal{Mechanism: c.Mechanism, Params: map[string]string{}}
-		for _, ps := range c.Params {
-			p.Params[ps.Name] = ps.Choices[rng.IntN(len(ps.Choices))]
-		}
-		if k := t.ID + "\x00" + p.Key(); !seen[k] {
-			seen[k] = true
-			items = append(items, item{t, p})
-		}
-	}
+	items := records.DrawChanges(rand.New(rand.NewPCG(o.seed, 0x6d30)), train, cat, n, nil)
 	recs := make([]records.Record, len(items))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(o.parallel, 1))
 	for i, it := range items {
 		g.Go(func() (err error) {
-			recs[i], _, err = lm2lm.RunReal(gctx, b, ex, it.t, it.p)
+			recs[i], _, err = lm2lm.RunReal(gctx, b, ex, it.Task, it.Proposal)
 			return err
 		})
 	}

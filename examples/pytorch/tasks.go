@@ -79,16 +79,14 @@ func task(id, family string, split records.Split, path, what string, r Recipe) T
 // seed gave the same loss.
 const minSeedNoise = 1e-6
 
-// referenceText marks the stored records of reference runs.
-const referenceText = "reference run"
-
 // References measures every task's reference recipe with each of the
 // Builder's RefSeeds (METHOD.md §1 Vocabulary: b_e is the mean, σ_e the
 // sample standard deviation over seeds), running ex at most parallel at a
 // time, and records each loss with b.SetReference. Runs already in store
-// (no-change records of the task and seed marked referenceText) are
-// reused; new ones are appended with gain 0 (the same recipe and seed as
-// the reference). It returns the tasks with RefLoss and SeedNoise set.
+// (records.Reference records of the task and seed) are reused; new ones
+// are appended with Source records.Reference, so that a lookup of the
+// no-change proposal's outcome (builder.Pool's) never returns one. It
+// returns the tasks with RefLoss and SeedNoise set.
 func References(ctx context.Context, b *Builder, ex builder.Executor, store records.Store, parallel int) ([]records.Task, error) {
 	out := make([]records.Task, len(b.cfg.Tasks))
 	for i, ts := range b.cfg.Tasks {
@@ -100,7 +98,7 @@ func References(ctx context.Context, b *Builder, ex builder.Executor, store reco
 		t.RefLoss, t.SeedNoise = meanStd(losses)
 		t.SeedNoise = max(t.SeedNoise, minSeedNoise)
 		for _, r := range runs {
-			r.Task = t
+			r.Task, r.Gain, r.Source = t, t.RefLoss-r.Loss, records.Reference
 			if err := store.Append(ctx, r); err != nil {
 				return nil, fmt.Errorf("pytorch: store reference of %s: %w", t.ID, err)
 			}
@@ -113,8 +111,8 @@ func References(ctx context.Context, b *Builder, ex builder.Executor, store reco
 // referenceLosses returns the task's reference losses in RefSeeds order and
 // the records of the runs it had to make (their Task is set by the caller).
 func referenceLosses(ctx context.Context, b *Builder, ex builder.Executor, store records.Store, t records.Task, parallel int) ([]float64, []records.Record, error) {
-	none := records.Proposal{Mechanism: records.NoChange, Text: referenceText}
-	stored, err := store.Scan(ctx, records.Filter{TaskID: t.ID, Key: none.Key(), Source: records.Real})
+	none := records.Proposal{Mechanism: records.NoChange}
+	stored, err := store.Scan(ctx, records.Filter{TaskID: t.ID, Key: none.Key(), Source: records.Reference})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -139,7 +137,6 @@ func referenceLosses(ctx context.Context, b *Builder, ex builder.Executor, store
 				return fmt.Errorf("%w: task %s seed %d: %w", ErrReference, t.ID, s, err)
 			}
 			losses[i] = o.Loss
-			o.Gain = 0
 			r := o.Record(j)
 			fresh[i] = &r
 			return nil
@@ -160,7 +157,7 @@ func referenceLosses(ctx context.Context, b *Builder, ex builder.Executor, store
 
 func storedLoss(rs []records.Record, seed uint64) (float64, bool) {
 	for _, r := range rs {
-		if r.Proposal.Text == referenceText && r.Infeasible == "" && len(r.Seeds) == 1 && r.Seeds[0] == seed {
+		if r.Infeasible == "" && len(r.Seeds) == 1 && r.Seeds[0] == seed {
 			return r.Loss, true
 		}
 	}

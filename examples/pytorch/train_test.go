@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/builder/buildertest"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -48,11 +49,14 @@ func TestTrainSharedSeedGain(t *testing.T) {
 	b := newTestBuilder(t, nil)
 	x := newSubprocess(t, t.TempDir(), 0)
 	ctx := context.Background()
-	none := jobWith(t, b, records.Proposal{Mechanism: records.NoChange}, nil)
+	// The proposal's text is data: the script logs it as hex, byte for byte.
+	text := "it's $(touch /tmp/pwned) `id` \"x\"\n\tüñí"
+	none := jobWith(t, b, records.Proposal{Mechanism: records.NoChange, Text: text}, nil)
 	none.Seed = 7
 	ref, err := x.Execute(ctx, none)
 	require.NoError(t, err, "log:\n%s", ref.Log)
 	require.Equal(t, 0.0, ref.Gain)
+	require.Contains(t, ref.Log, buildertest.TextLine(text))
 	p := jobWith(t, b, prop("dropout", "p", "0.1"), nil)
 	p.Seed = 7
 	got, err := x.Execute(ctx, p)
