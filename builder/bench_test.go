@@ -15,7 +15,7 @@ import (
 // time: semaphore, in-flight map, goroutine and ledger (no store).
 func BenchmarkPoolOverhead(b *testing.B) {
 	x := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
-		return builder.Outcome{Loss: 1}, nil
+		return builder.Outcome{Loss: 1, Gain: 0.5}, nil
 	})
 	cfg := builder.DefaultPoolConfig()
 	cfg.Slots = 8
@@ -38,7 +38,7 @@ func BenchmarkPoolOverhead(b *testing.B) {
 // append to a MemStore.
 func BenchmarkPoolOverheadWithStore(b *testing.B) {
 	x := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
-		return builder.Outcome{Loss: 1}, nil
+		return builder.Outcome{Loss: 1, Gain: 0.5}, nil
 	})
 	cfg := builder.DefaultPoolConfig()
 	cfg.Slots = 8
@@ -72,7 +72,7 @@ func BenchmarkPoolUtilisation(b *testing.B) {
 			for b.Loop() {
 				x := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
 					time.Sleep(5 * time.Millisecond)
-					return builder.Outcome{Loss: 1}, nil
+					return builder.Outcome{Loss: 1, Gain: 0.5}, nil
 				})
 				cfg := builder.DefaultPoolConfig()
 				cfg.Slots = slots

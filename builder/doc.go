@@ -32,11 +32,30 @@
 // seed, cost to the executor's measurement), or {"infeasible": "reason"}.
 // The file is parsed strictly (ParseResult: no unknown fields, finite
 // numbers; NaN, Inf or a missing loss are ErrBadResult, class ErrFailed).
+// It must be a regular file of at most MaxResultBytes, opened without
+// blocking (a FIFO or device in its place is ErrBadResult, never a hang).
+// A result that cannot be a real measurement (records.Plausible: a loss
+// outside its metric's range, a gain that disagrees with b_e − ℓ beyond
+// records.GainTolSigmas·σ_e + records.GainTolRel·|b_e|) is ErrFailed too,
+// and the Pool applies the same check to every executor's outcome, so an
+// implausible number is never stored or used as evidence.
 // Exit codes: 0 (ExitOK) success, 3 (ExitInfeasible) infeasible, 75
 // (ExitTransient, BSD's EX_TEMPFAIL) transient; any other code or a death
 // by signal is ErrFailed. The script sees only PATH, HOME and configured
 // variables; it runs in its own process group, which gets SIGTERM and then
 // SIGKILL on cancel or timeout, and is killed whole when the script exits.
+//
+// On Linux the script runs under a reaper (unless SubprocessConfig.NoReaper):
+// the executor re-executes its own binary (/proc/self/exe) with the
+// variable LM2LM_BUILDER_REAPER set, which this package's init function
+// recognises before main runs; that process makes itself a child subreaper
+// (prctl(2) PR_SET_CHILD_SUBREAPER), starts the script, and, when the script
+// ends or is stopped, kills and reaps every remaining descendant, including
+// those that left the process group with setsid or were orphaned by a
+// double fork, before it exits as the script did. (The re-executed binary
+// runs the package initialisers of the host program, as any re-exec does.)
+// Other systems have no subreaper: there a descendant that calls setsid
+// survives the process-group kill.
 // The tail of its stdout and stderr is kept in Outcome.Log.
 // examples/trainscript is a complete script in Go.
 //

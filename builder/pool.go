@@ -139,7 +139,10 @@ func (p *Pool) Ledger() *Ledger { return p.ledger }
 // timeout, see DoneError); the run is cancelled only when its last
 // requester leaves. A finished run is appended to the store before it is
 // returned; when that append fails, Execute returns the outcome together
-// with the store's error (the run happened, but is not recorded).
+// with the store's error (the run happened, but is not recorded). An
+// outcome that records.Plausible rejects is ErrFailed (wrapping
+// ErrBadResult and records.ErrImplausible): it is neither returned as an
+// outcome nor stored, nor is such a stored record reused.
 func (p *Pool) Execute(ctx context.Context, j Job) (Outcome, error) {
 	if n := j.slots(); n > p.cfg.Slots {
 		return Outcome{}, &RunError{Class: ErrFailed, Reason: fmt.Sprintf("job needs %d slots, the pool has %d", n, p.cfg.Slots)}
@@ -213,8 +216,8 @@ func (p *Pool) lookup(ctx context.Context, j Job) (Outcome, error, bool) {
 		return Outcome{}, &RunError{Class: ErrTransient, Reason: "scan records store", Err: err}, true
 	}
 	for _, r := range rs {
-		if !r.HasSeed(j.Seed) {
-			continue
+		if !r.HasSeed(j.Seed) || records.Plausible(r) != nil {
+			continue // an implausible stored record is not reused
 		}
 		p.ledger.Add(func(t *LedgerTotals) { t.Reused++ })
 		o := Outcome{Loss: r.Loss, Gain: r.Gain, Seeds: append([]uint64(nil), r.Seeds...), Cost: r.Cost,
@@ -242,6 +245,12 @@ func (p *Pool) run(ctx context.Context, k callKey, c *call, j Job) {
 		}
 	}
 	out, err := p.attempts(ctx, j)
+	if err == nil {
+		// Whatever the executor, an implausible outcome is never evidence.
+		if perr := records.Plausible(out.Record(j)); perr != nil {
+			out, err = Outcome{Cost: out.Cost, Log: out.Log}, implausible(perr, out.Log)
+		}
+	}
 	if err == nil || (errors.Is(err, ErrInfeasible) && !errors.Is(err, ErrCancelled)) {
 		if !slices.Contains(out.Seeds, j.Seed) {
 			// The record must carry the job's seed, or lookup would

@@ -133,7 +133,7 @@ func TestPoolCoalescesIdenticalRequests(t *testing.T) {
 	x := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
 		calls.Add(1)
 		<-release
-		return builder.Outcome{Loss: 1, Seeds: []uint64{j.Seed}}, nil
+		return builder.Outcome{Loss: 1, Gain: 0.5, Seeds: []uint64{j.Seed}}, nil
 	})
 	p := newPool(t, x, nil)
 	j := buildertest.Job(buildertest.Spec{})
@@ -168,7 +168,7 @@ func TestPoolCoalescedRunSurvivesOneRequesterLeaving(t *testing.T) {
 		started <- struct{}{}
 		select {
 		case <-release:
-			return builder.Outcome{Loss: 2, Seeds: []uint64{j.Seed}}, nil
+			return builder.Outcome{Loss: 2, Gain: -0.5, Seeds: []uint64{j.Seed}}, nil
 		case <-ctx.Done():
 			cancelled.Store(true)
 			return builder.DoneOutcome(ctx, j, records.Cost{}, "")
@@ -263,7 +263,7 @@ func TestPoolSlotBudget(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond)
 		running.Add(-j.Slots)
-		return builder.Outcome{Loss: 1}, nil
+		return builder.Outcome{Loss: 1, Gain: 0.5}, nil
 	})
 	p := newPool(t, x, func(c *builder.PoolConfig) { c.Slots = 3 })
 	var wg sync.WaitGroup
@@ -287,7 +287,7 @@ func TestPoolSlotBudget(t *testing.T) {
 
 func TestPoolLedgerPricesDeviceHours(t *testing.T) {
 	x := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
-		return builder.Outcome{Loss: 1, Cost: records.Cost{DeviceSeconds: 1800, WallSeconds: 900}}, nil
+		return builder.Outcome{Loss: 1, Gain: 0.5, Cost: records.Cost{DeviceSeconds: 1800, WallSeconds: 900}}, nil
 	})
 	p := newPool(t, x, func(c *builder.PoolConfig) { c.PricePerDeviceHour = 2.5 })
 	out, err := p.Execute(context.Background(), buildertest.Job(buildertest.Spec{}))
@@ -330,7 +330,7 @@ func TestPoolDoesNotRunTwiceAfterStaleLookup(t *testing.T) {
 	var calls atomic.Int64
 	x := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
 		calls.Add(1)
-		return builder.Outcome{Loss: 1, Seeds: []uint64{j.Seed}}, nil
+		return builder.Outcome{Loss: 1, Gain: 0.5, Seeds: []uint64{j.Seed}}, nil
 	})
 	store := &hookStore{Store: records.NewMemStore()}
 	p := newPool(t, x, func(c *builder.PoolConfig) { c.Store = store })
@@ -359,7 +359,7 @@ func TestPoolRecordsJobSeed(t *testing.T) {
 	var calls atomic.Int64
 	x := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
 		calls.Add(1)
-		return builder.Outcome{Loss: 1, Seeds: []uint64{j.Seed + 100, j.Seed + 101}}, nil
+		return builder.Outcome{Loss: 1, Gain: 0.5, Seeds: []uint64{j.Seed + 100, j.Seed + 101}}, nil
 	})
 	store := records.NewMemStore()
 	p := newPool(t, x, func(c *builder.PoolConfig) { c.Store = store })
@@ -428,7 +428,7 @@ func TestPoolCoalescedTwinsAreReused(t *testing.T) {
 	release := make(chan struct{})
 	x := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
 		<-release
-		return builder.Outcome{Loss: 1, Seeds: []uint64{j.Seed}, Cost: records.Cost{DeviceSeconds: 7}}, nil
+		return builder.Outcome{Loss: 1, Gain: 0.5, Seeds: []uint64{j.Seed}, Cost: records.Cost{DeviceSeconds: 7}}, nil
 	})
 	p := newPool(t, x, nil)
 	j := buildertest.Job(buildertest.Spec{})

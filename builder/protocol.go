@@ -90,16 +90,26 @@ type Result struct {
 // MaxResultBytes bounds the result file that ParseResult accepts.
 const MaxResultBytes = 1 << 20
 
-// ReadResultFile reads a result file for ParseResult, at most
-// MaxResultBytes+1 bytes of it, so that a script that writes a huge (or
-// sparse) file cannot make the executor allocate it: ParseResult then
-// rejects the oversized bytes.
+// ReadResultFile reads a result file for ParseResult. It never blocks and
+// never reads without bound: the file is opened without blocking (a FIFO
+// in its place cannot hang the executor), must be a regular file (a FIFO,
+// device or directory, also behind a symlink, is an error wrapping
+// ErrBadResult), and at most MaxResultBytes+1 bytes of it are read, so that
+// a script that writes a huge (or sparse) file cannot make the executor
+// allocate it: ParseResult then rejects the oversized bytes.
 func ReadResultFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|openNonblock, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: result file is not a regular file (mode %v)", ErrBadResult, fi.Mode().Type())
+	}
 	return io.ReadAll(io.LimitReader(f, MaxResultBytes+1))
 }
 
@@ -165,7 +175,10 @@ func ParseResult(b []byte) (Result, error) {
 // Outcome turns r into the Outcome of job j. measured is the executor's
 // own measurement of the run's cost; it fills the cost fields r left zero
 // (device seconds default to wall seconds × slots). When r is infeasible
-// the returned error wraps ErrInfeasible.
+// the returned error wraps ErrInfeasible. A result that cannot be a real
+// measurement of j's task (records.Plausible: a loss outside its metric's
+// range, or a gain that disagrees with b_e − loss) is ErrFailed, wrapping
+// ErrBadResult and records.ErrImplausible, never an outcome.
 func (r Result) Outcome(j Job, measured records.Cost, log string) (Outcome, error) {
 	o := Outcome{Cost: r.Cost, Log: log, Seeds: append([]uint64(nil), r.Seeds...)}
 	if len(o.Seeds) == 0 {
@@ -193,7 +206,15 @@ func (r Result) Outcome(j Job, measured records.Cost, log string) (Outcome, erro
 	} else {
 		o.Gain = j.Task.RefLoss - o.Loss
 	}
+	if err := records.Plausible(o.Record(j)); err != nil {
+		return Outcome{Cost: o.Cost, Log: log}, implausible(err, log)
+	}
 	return o, nil
+}
+
+// implausible is the error of a result that records.Plausible rejects.
+func implausible(err error, log string) *RunError {
+	return &RunError{Class: ErrFailed, Reason: "implausible result", Log: log, Err: fmt.Errorf("%w: %w", ErrBadResult, err)}
 }
 
 // ExitError classifies a training script's non-zero exit code under the

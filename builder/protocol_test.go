@@ -54,7 +54,7 @@ func TestParseResult(t *testing.T) {
 }
 
 func FuzzParseResult(f *testing.F) {
-	for _, s := range []string{`{"loss": 1.25}`, `{"infeasible": "x"}`, `{"loss": NaN}`, `{"loss": 1e308, "gain": -1e308}`,
+	for _, s := range []string{`{"loss": 1.25}`, `{"infeasible": "x"}`, `{"loss": NaN}`, `{"loss": 1e308, "gain": -1e308}`, `{"loss": -1e300}`, `{"loss": 1, "gain": 1000}`, `{"loss": 1.4, "gain": 0.1}`,
 		`{"loss": 1, "seeds": [18446744073709551615], "cost": {"flops": 1e20}}`, `{"loss": 1}garbage`, `{"loss": 1}}`, `{}`, ``} {
 		f.Add([]byte(s))
 	}
@@ -86,10 +86,17 @@ func FuzzParseResult(f *testing.F) {
 			return
 		}
 		if err != nil {
-			t.Fatal(err)
+			// Only an implausible measurement is refused, as ErrFailed.
+			if !errors.Is(err, records.ErrImplausible) || !errors.Is(err, builder.ErrFailed) || errors.Is(err, builder.ErrTransient) {
+				t.Fatalf("result %q: %v", b, err)
+			}
+			return
 		}
-		if rec := o.Record(j); rec.Validate() != nil {
-			t.Fatalf("record of an accepted result is invalid: %v", rec.Validate())
+		if rec := o.Record(j); rec.Validate() != nil || records.Plausible(rec) != nil {
+			t.Fatalf("record of an accepted result is invalid or implausible: %v, %v", rec.Validate(), records.Plausible(rec))
+		}
+		if lo, hi := j.Task.Metric.Range(); !(o.Loss >= lo && o.Loss <= hi) {
+			t.Fatalf("accepted loss %g outside [%g, %g]", o.Loss, lo, hi)
 		}
 	})
 }

@@ -47,6 +47,16 @@ type SubprocessConfig struct {
 	// KeepDirs keeps the private job directories (for debugging). Default
 	// false.
 	KeepDirs bool
+	// NoReaper runs the script directly instead of under a reaper. By
+	// default (false), on Linux, the script runs under a re-execution of
+	// this process's own binary that is a child subreaper (prctl(2)
+	// PR_SET_CHILD_SUBREAPER, see doc.go): descendants that leave the
+	// script's process group (setsid, double forks) are still killed when
+	// the script ends or is stopped. Other systems have no reaper: there
+	// only the process group is killed. Library choice: a run must not
+	// leave processes holding devices behind; NoReaper is for hosts whose
+	// binary must not be re-executed.
+	NoReaper bool
 }
 
 // DefaultSubprocessConfig returns the defaults; Command must still be set.
@@ -120,10 +130,12 @@ func NewSubprocess(cfg SubprocessConfig) (*Subprocess, error) {
 }
 
 // Execute runs j: it writes the job file into a fresh private directory,
-// starts the command in its own process group with a minimal environment,
-// waits, and reads the result file. On cancel or timeout the whole process
-// group gets SIGTERM, then SIGKILL after KillGrace; when the script exits,
-// anything left in its group is killed too.
+// starts the command in its own process group with a minimal environment
+// (under the reaper unless NoReaper), waits, and reads the result file
+// without blocking (see ReadResultFile). On cancel or timeout the whole
+// process group gets SIGTERM, then SIGKILL after KillGrace; when the script
+// exits, anything left in its group, and under the reaper every descendant
+// wherever it went, is killed too.
 func (s *Subprocess) Execute(ctx context.Context, j Job) (Outcome, error) {
 	if ctx.Err() != nil {
 		return DoneOutcome(ctx, j, records.Cost{}, "")
@@ -147,12 +159,16 @@ func (s *Subprocess) Execute(ctx context.Context, j Job) (Outcome, error) {
 
 	tail := NewTail(s.cfg.LogTail)
 	args := append(append([]string(nil), s.cfg.Command[1:]...), jobPath, resultPath)
-	cmd := exec.Command(s.path, args...)
+	path, args, reaperEnv, reaped := s.path, args, []string(nil), false
+	if !s.cfg.NoReaper {
+		path, args, reaperEnv, reaped = reaperCommand(s.path, args, s.cfg.KillGrace)
+	}
+	cmd := exec.Command(path, args...)
 	cmd.Dir = s.cfg.Dir
 	if cmd.Dir == "" {
 		cmd.Dir = dir
 	}
-	cmd.Env = MinimalEnv(os.Environ(), s.cfg.PassEnv, s.cfg.Env)
+	cmd.Env = append(MinimalEnv(os.Environ(), s.cfg.PassEnv, s.cfg.Env), reaperEnv...)
 	cmd.Stdout, cmd.Stderr = tail, tail
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A child that outlives the script and holds its output open must not
@@ -166,7 +182,7 @@ func (s *Subprocess) Execute(ctx context.Context, j Job) (Outcome, error) {
 			// the host's state, which a retry may find changed.
 			class = ErrTransient
 		}
-		return Outcome{}, &RunError{Class: class, Reason: "start " + s.cfg.Command[0], Err: err}
+		return Outcome{}, &RunError{Class: class, Reason: "start " + records.Excerpt(s.cfg.Command[0]), Err: err}
 	}
 	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)
@@ -179,7 +195,13 @@ func (s *Subprocess) Execute(ctx context.Context, j Job) (Outcome, error) {
 	case <-ctx.Done():
 		stopped = true
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		t := time.NewTimer(s.cfg.KillGrace)
+		// The reaper gives the script KillGrace, then kills every
+		// descendant itself; the group SIGKILL is the fallback.
+		grace := s.cfg.KillGrace
+		if reaped {
+			grace *= 2
+		}
+		t := time.NewTimer(grace)
 		select {
 		case werr = <-waited:
 			t.Stop()

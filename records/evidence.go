@@ -20,8 +20,8 @@ type Evidence struct {
 }
 
 // NewEvidence returns evidence holding rs, or an error wrapping
-// ErrNotEvidence for the first record that is not real, or ErrInvalid for the
-// first invalid one.
+// ErrNotEvidence for the first record that is not real, ErrInvalid for the
+// first invalid one, or ErrImplausible for the first that fails Plausible.
 func NewEvidence(rs ...Record) (Evidence, error) {
 	return Evidence{}.Add(rs...)
 }
@@ -46,6 +46,9 @@ func (e Evidence) Add(rs ...Record) (Evidence, error) {
 			return e, fmt.Errorf("%w: record %d (%s/%s) has source %q", ErrNotEvidence, i, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), Excerpt(r.Source))
 		}
 		if err := r.Validate(); err != nil {
+			return e, fmt.Errorf("evidence record %d: %w", i, err)
+		}
+		if err := Plausible(r); err != nil {
 			return e, fmt.Errorf("evidence record %d: %w", i, err)
 		}
 	}

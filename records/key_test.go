@@ -215,6 +215,7 @@ func TestEvidenceFingerprint(t *testing.T) {
 	for i := range 12 {
 		r := storetest.Record(i)
 		r.Source = records.Real
+		r.Loss = r.Task.RefLoss - r.Gain // plausible evidence
 		rs = append(rs, r)
 	}
 	fp := func(rs ...records.Record) string {
@@ -252,7 +253,7 @@ func TestEvidenceFingerprint(t *testing.T) {
 		"seed":            func(r *records.Record) { r.Seeds = []uint64{r.Seeds[0] + 1} },
 		"extra seed":      func(r *records.Record) { r.Seeds = append(r.Seeds, 1) },
 		"task":            func(r *records.Record) { r.Task.ID = "other" },
-		"reference loss":  func(r *records.Record) { r.Task.RefLoss += 0.5 },
+		"reference loss":  func(r *records.Record) { r.Task.RefLoss += 0.01 },
 		"seed noise":      func(r *records.Record) { r.Task.SeedNoise *= 2 },
 		"proposal":        func(r *records.Record) { r.Proposal.Params = map[string]string{"value": "9"} },
 		"infeasible":      func(r *records.Record) { r.Infeasible = "diverged" },

@@ -19,6 +19,7 @@ var (
 	ErrNotRegular    = errors.New("records: store path is not a regular file")
 	ErrPathChanged   = errors.New("records: store file was unlinked or replaced while open")
 	ErrNotEvidence   = errors.New("records: record is not real evidence")
+	ErrImplausible   = errors.New("records: implausible measurement")
 	ErrHistoryTooBig = errors.New("records: history longer than MaxHistory")
 )
 

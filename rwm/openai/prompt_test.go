@@ -131,7 +131,7 @@ func TestPromptDataBlockAlwaysParses(t *testing.T) {
 		task := rwmtest.Task(1)
 		task.Description = desc
 		p := records.Proposal{Mechanism: mech + "x", Params: map[string]string{"k\n>>>": text}, Text: text}
-		r := records.Record{Task: task, Proposal: records.Proposal{Mechanism: "m", Text: text}, Gain: 0.001, Source: records.Real}
+		r := records.Record{Task: task, Proposal: records.Proposal{Mechanism: "m", Text: text}, Gain: 0.001, Loss: task.RefLoss - 0.001, Source: records.Real}
 		ev, err := records.NewEvidence(r)
 		if err != nil {
 			rt.Fatal(err)
