@@ -79,6 +79,13 @@ type Config struct {
 	// CancelWait bounds how long a cancelled run waits for Slurm to end
 	// the job before returning. Default 30 s (Slurm's default KillWait).
 	CancelWait time.Duration
+	// ScancelAttempts is how many times scancel is tried, PollInterval
+	// apart, before a job that must be cancelled is given up: then the run
+	// is ErrFailed, naming the job, never transient, because the job may
+	// still run and a retry would pay for it twice. "Invalid job id" (the
+	// job is gone) counts as success. Default 3 (library choice: rides out
+	// a busy slurmctld without holding a run for long).
+	ScancelAttempts int
 	// LogTail is how many bytes of the job's output are kept. Default 8 KiB.
 	LogTail int
 	// KeepDirs keeps job directories after the run. Default false.
@@ -92,7 +99,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults; Command must still be set.
 func DefaultConfig() Config {
-	return Config{JobName: "lm2lm", PollInterval: time.Second, MaxPollErrors: 30, CancelWait: 30 * time.Second,
+	return Config{JobName: "lm2lm", PollInterval: time.Second, MaxPollErrors: 30, CancelWait: 30 * time.Second, ScancelAttempts: 3,
 		LogTail: 8 << 10, Sbatch: "sbatch", Scontrol: "scontrol", Squeue: "squeue", Scancel: "scancel"}
 }
 
@@ -111,6 +118,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("slurm: Config.MaxPollErrors = %d, want ≥ 1", c.MaxPollErrors)
 	case c.CancelWait <= 0:
 		return fmt.Errorf("slurm: Config.CancelWait = %v, want > 0", c.CancelWait)
+	case c.ScancelAttempts < 1:
+		return fmt.Errorf("slurm: Config.ScancelAttempts = %d, want ≥ 1", c.ScancelAttempts)
 	case c.LogTail < 1:
 		return fmt.Errorf("slurm: Config.LogTail = %d, want ≥ 1", c.LogTail)
 	case c.JobName == "" || strings.ContainsAny(c.JobName, "\n\r\x00"):
@@ -300,7 +309,9 @@ func (x *Executor) wait(ctx context.Context, j builder.Job, id, dir string) (bui
 			errs++
 			lastErr = err
 			if errs >= x.cfg.MaxPollErrors {
-				x.scancel(id)
+				if serr := x.scancel(id); serr != nil {
+					return builder.Outcome{}, scancelFailed(id, errors.Join(lastErr, serr)), false
+				}
 				return builder.Outcome{}, &builder.RunError{Class: builder.ErrTransient,
 					Reason: fmt.Sprintf("Slurm job %s: %d polls failed", id, errs), Err: lastErr}, false
 			}
@@ -313,15 +324,19 @@ func (x *Executor) wait(ctx context.Context, j builder.Job, id, dir string) (bui
 		}
 		o, err := x.finish(j, info, act, rerr, dir)
 		if act == Fail && info.State == "PENDING" {
-			x.scancel(id)
+			if serr := x.scancel(id); serr != nil {
+				return o, scancelFailed(id, errors.Join(err, serr)), false
+			}
 		}
 		return o, err, true
 	}
 }
 
-// cancel scancels the job after ctx is done and waits for it to end.
+// cancel scancels the job after ctx is done and waits for it to end. When
+// scancel failed and the job was not seen to end, the run is ErrFailed
+// naming the job (see Config.ScancelAttempts).
 func (x *Executor) cancel(ctx context.Context, j builder.Job, id, dir string) (builder.Outcome, error, bool) {
-	x.scancel(id)
+	serr := x.scancel(id)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.cfg.CancelWait)
 	defer cancel()
 	ended := false
@@ -343,14 +358,38 @@ func (x *Executor) cancel(ctx context.Context, j builder.Job, id, dir string) (b
 		}
 	}
 	cost := x.cost(j, info)
+	if serr != nil && !ended {
+		return builder.Outcome{Cost: cost, Log: x.log(dir)}, scancelFailed(id, serr), false
+	}
 	o, err := builder.DoneOutcome(ctx, j, cost, x.log(dir))
 	return o, err, ended
 }
 
-func (x *Executor) scancel(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, _, _ = run(ctx, x.cfg.Scancel, id)
+// scancel cancels job id, trying up to ScancelAttempts times. A job Slurm
+// no longer knows counts as cancelled.
+func (x *Executor) scancel(id string) error {
+	var err error
+	for a := range x.cfg.ScancelAttempts {
+		if a > 0 {
+			_ = x.cfg.Sleep(context.Background(), x.cfg.PollInterval)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, stderr, e := run(ctx, x.cfg.Scancel, id)
+		cancel()
+		if e == nil || strings.Contains(stderr, "Invalid job id") {
+			return nil
+		}
+		err = fmt.Errorf("scancel %s (attempt %d of %d): %w: %s", id, a+1, x.cfg.ScancelAttempts, e,
+			records.Excerpt(strings.TrimSpace(stderr)))
+	}
+	return err
+}
+
+// scancelFailed is the error of a run whose job could not be cancelled:
+// ErrFailed, never transient, so that no retry pays for it twice.
+func scancelFailed(id string, err error) *builder.RunError {
+	return &builder.RunError{Class: builder.ErrFailed,
+		Reason: fmt.Sprintf("Slurm job %s could not be cancelled and may still be running; cancel it by hand", id), Err: err}
 }
 
 // vanished handles a job that Slurm no longer knows before we saw it end
