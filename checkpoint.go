@@ -47,7 +47,7 @@ type checkpoint struct {
 // returns an error wrapping ErrCheckpoint rather than a checkpoint that
 // would resume differently.
 func (t *Trainer) MarshalBinary() ([]byte, error) {
-	if t.wmrl != nil {
+	if _, on := t.core.corr.(*wmrl); on {
 		return nil, fmt.Errorf("%w: trainers with WMRL on cannot be checkpointed", ErrCheckpoint)
 	}
 	pm, ok := t.c.Policy.(encoding.BinaryMarshaler)

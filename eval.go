@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"sort"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
@@ -110,10 +108,40 @@ type FamilyEval struct {
 // proposals per state from p and executes every one for real (METHOD.md §1
 // Data and evaluation). pool supplies histories (nil = empty histories).
 func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builder.Builder, e builder.Executor, tasks []records.Task, pool *records.Pool) (EvalReport, error) {
-	var rep EvalReport
 	if err := cfg.Validate(); err != nil {
-		return rep, err
+		return EvalReport{}, err
 	}
+	states, samples, err := evalStates(ctx, cfg, p, tasks, pool)
+	if err != nil {
+		return EvalReport{}, err
+	}
+	var jobs []records.TaskChange
+	var at []ref // at[j]: the state and sample of job j
+	for si, smp := range samples {
+		for k, x := range smp {
+			if !x.Invalid {
+				jobs = append(jobs, records.TaskChange{Task: states[si].State.Task, Proposal: x.Proposal})
+				at = append(at, ref{si, k})
+			}
+		}
+	}
+	runs, err := runAll(ctx, b, e, cfg.Parallel, jobs)
+	if err != nil {
+		return EvalReport{}, fmt.Errorf("lm2lm: evaluate: %w", err)
+	}
+	byState := make([][]realRun, len(states))
+	for si := range states {
+		byState[si] = make([]realRun, len(samples[si]))
+	}
+	for j, r := range runs {
+		byState[at[j].g][at[j].i] = r
+	}
+	return summarise(states, samples, byState), nil
+}
+
+// evalStates draws the evaluation's states, StatesPerTask per task in task
+// order, and K proposals for each, with the random source of cfg.Seed.
+func evalStates(ctx context.Context, cfg EvalConfig, p proposer.Proposer, tasks []records.Task, pool *records.Pool) ([]StateEval, [][]proposer.Sample, error) {
 	if pool == nil {
 		pool = &records.Pool{}
 	}
@@ -126,122 +154,55 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 			srng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
 			smp, err := p.Propose(ctx, s, cfg.K, srng)
 			if err != nil {
-				return rep, fmt.Errorf("lm2lm: evaluate: propose for %s: %w", t.ID, err)
+				return nil, nil, fmt.Errorf("lm2lm: evaluate: propose for %s: %w", t.ID, err)
 			}
 			states = append(states, StateEval{State: s})
 			samples = append(samples, smp)
 		}
 	}
-	runs := make([][]realRun, len(states))
-	for i := range states {
-		runs[i] = make([]realRun, len(samples[i]))
-	}
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(cfg.Parallel)
+	return states, samples, nil
+}
+
+// evalTally accumulates an evaluation's counts and sums.
+type evalTally struct {
+	measured, neg, above, infeasible int
+	sumAvg, sumBest                  float64
+	nAvg                             int
+	fam                              map[string]*famTally
+}
+
+// famTally accumulates one family's sums.
+type famTally struct {
+	metric                         records.Metric
+	states, infeasible             int
+	avg, best, avgSigma, bestSigma float64
+}
+
+// summarise turns the real runs of each state's samples into the report
+// (pure).
+func summarise(states []StateEval, samples [][]proposer.Sample, runs [][]realRun) EvalReport {
+	var rep EvalReport
+	tl := evalTally{fam: map[string]*famTally{}}
 	for si := range states {
-		for k, smp := range samples[si] {
-			if smp.Invalid {
-				rep.Invalid++
-				continue
-			}
-			task := states[si].State.Task
-			eg.Go(func() error {
-				r, err := runReal(ectx, b, e, task, smp.Proposal)
-				if err != nil {
-					return fmt.Errorf("lm2lm: evaluate: %w", err)
-				}
-				runs[si][k] = r
-				return nil
-			})
-		}
-	}
-	if err := eg.Wait(); err != nil {
-		return rep, err
-	}
-	var measured, neg, above, infeasible int
-	var sumAvg, sumBest float64
-	var nAvg int
-	type famAcc struct {
-		metric                         records.Metric
-		states, infeasible             int
-		avg, best, avgSigma, bestSigma float64
-	}
-	fam := map[string]*famAcc{}
-	for si := range states {
-		st := &states[si]
-		st.Avg, st.Best = math.NaN(), math.NaN()
-		sigma := st.State.Task.SeedNoise
-		var sum, best float64
-		n := 0
-		for k, run := range runs[si] {
-			if run.ran {
-				rep.Runs++
-				rep.Cost = rep.Cost.Add(run.cost)
-			}
-			if !run.measured {
-				if !samples[si][k].Invalid {
-					rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s: %s", st.State.Task.ID, samples[si][k].Proposal.Key(), run.failure))
-				}
-				continue
-			}
-			r := run.rec
-			st.Records = append(st.Records, r)
-			measured++
-			if r.Infeasible != "" {
-				infeasible++
-				neg++
-				continue
-			}
-			g := r.Gain / sigma
-			if r.Gain <= 0 {
-				neg++
-			}
-			if g > 2 {
-				above++
-			}
-			if n == 0 || g > best {
-				best = g
-			}
-			sum += g
-			n++
-		}
-		f := fam[st.State.Task.Family]
-		if f == nil {
-			f = &famAcc{metric: st.State.Task.Metric}
-			fam[st.State.Task.Family] = f
-		}
-		f.infeasible += len(st.Records) - n
-		if n == 0 {
-			continue
-		}
-		st.Avg, st.Best = sum/float64(n), best
-		sumAvg += st.Avg
-		sumBest += st.Best
-		nAvg++
-		f.states++
-		f.avgSigma += st.Avg
-		f.bestSigma += st.Best
-		f.avg += st.Avg * sigma
-		f.best += st.Best * sigma
+		tl.state(&rep, &states[si], samples[si], runs[si])
 	}
 	rep.States = states
-	if nAvg > 0 {
-		rep.AvgK, rep.BestK = sumAvg/float64(nAvg), sumBest/float64(nAvg)
-	} else {
-		rep.AvgK, rep.BestK = math.NaN(), math.NaN()
+	rep.AvgK, rep.BestK = math.NaN(), math.NaN()
+	if tl.nAvg > 0 {
+		rep.AvgK, rep.BestK = tl.sumAvg/float64(tl.nAvg), tl.sumBest/float64(tl.nAvg)
 	}
-	if measured > 0 {
-		rep.NegativeRate = float64(neg) / float64(measured)
-		rep.Above2Sigma = float64(above) / float64(measured)
-		rep.InfeasibleRate = float64(infeasible) / float64(measured)
+	if tl.measured > 0 {
+		rep.NegativeRate = float64(tl.neg) / float64(tl.measured)
+		rep.Above2Sigma = float64(tl.above) / float64(tl.measured)
+		rep.InfeasibleRate = float64(tl.infeasible) / float64(tl.measured)
 	}
-	names := make([]string, 0, len(fam))
-	for n := range fam {
+	names := make([]string, 0, len(tl.fam))
+	for n := range tl.fam {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		f := fam[n]
+		f := tl.fam[n]
 		fe := FamilyEval{Family: n, Metric: f.metric, States: f.states, Infeasible: f.infeasible,
 			Avg: math.NaN(), Best: math.NaN(), AvgSigma: math.NaN(), BestSigma: math.NaN()}
 		if f.states > 0 {
@@ -250,7 +211,68 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 		}
 		rep.Family = append(rep.Family, fe)
 	}
-	return rep, nil
+	return rep
+}
+
+// state adds one state's runs: its Records, Avg and Best, the report's
+// runs, cost, invalid samples and failures, and the tallies.
+func (tl *evalTally) state(rep *EvalReport, st *StateEval, samples []proposer.Sample, runs []realRun) {
+	st.Avg, st.Best = math.NaN(), math.NaN()
+	sigma := st.State.Task.SeedNoise
+	var sum, best float64
+	n := 0
+	for k, run := range runs {
+		if run.ran {
+			rep.Runs++
+			rep.Cost = rep.Cost.Add(run.cost)
+		}
+		if !run.measured {
+			if samples[k].Invalid {
+				rep.Invalid++
+			} else {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s: %s", st.State.Task.ID, samples[k].Proposal.Key(), run.failure))
+			}
+			continue
+		}
+		r := run.rec
+		st.Records = append(st.Records, r)
+		tl.measured++
+		if r.Infeasible != "" {
+			tl.infeasible++
+			tl.neg++
+			continue
+		}
+		g := r.Gain / sigma
+		if r.Gain <= 0 {
+			tl.neg++
+		}
+		if g > 2 {
+			tl.above++
+		}
+		if n == 0 || g > best {
+			best = g
+		}
+		sum += g
+		n++
+	}
+	f := tl.fam[st.State.Task.Family]
+	if f == nil {
+		f = &famTally{metric: st.State.Task.Metric}
+		tl.fam[st.State.Task.Family] = f
+	}
+	f.infeasible += len(st.Records) - n
+	if n == 0 {
+		return
+	}
+	st.Avg, st.Best = sum/float64(n), best
+	tl.sumAvg += st.Avg
+	tl.sumBest += st.Best
+	tl.nAvg++
+	f.states++
+	f.avgSigma += st.Avg
+	f.bestSigma += st.Best
+	f.avg += st.Avg * sigma
+	f.best += st.Best * sigma
 }
 
 // WinRate returns the fraction of states where a's Avg beats b's, over the

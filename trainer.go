@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -213,7 +211,7 @@ type Trainer struct {
 	step int
 
 	batches [][]proposer.Item // the current rollout's mini-batches
-	wmrl    *wmrlState        // nil unless Config.WMRL is set
+	core    core              // the pure planning core (core.go)
 	// calDone is the number of schedule points already executed, so that a
 	// step retried after a failure that followed its calibration does not
 	// execute (and pay for) the calibration again.
@@ -262,8 +260,9 @@ func New(cfg Config, c Components) (*Trainer, error) {
 		m:    c.Evidence,
 		pool: pool,
 	}
+	t.core = core{cfg: cfg, corr: noCorrection{}}
 	if cfg.WMRL != nil {
-		t.wmrl = newWMRL(*cfg.WMRL)
+		t.core.corr = newWMRL(*cfg.WMRL, cfg.Reward)
 	}
 	return t, nil
 }
@@ -366,29 +365,7 @@ func (t *Trainer) Run(ctx context.Context, onStep func(StepReport)) ([]StepRepor
 func (t *Trainer) StepOnce(ctx context.Context) (StepReport, error) {
 	rep := StepReport{Step: t.step + 1}
 	if t.step%t.cfg.RolloutEvery == 0 || len(t.batches) == 0 {
-		ro, err := t.rollout(ctx)
-		if err != nil {
-			return rep, err
-		}
-		if t.cfg.Calibration != Static {
-			if u, b, ok := t.due(); ok {
-				cr, err := t.calibrate(ctx, ro, u, b)
-				if t.calDone > u {
-					// Its records are in M: report it with the step
-					// that completes, even if this attempt fails below.
-					t.pendingCal = &cr
-				}
-				if err != nil {
-					return rep, err
-				}
-				// The segment after a calibration uses the new reward
-				// function r(·; M_{u+1}) (METHOD.md §1 On-policy calibration).
-				if err := t.score(ctx, ro); err != nil {
-					return rep, err
-				}
-			}
-		}
-		rr, err := t.prepare(ctx, ro)
+		rr, err := t.newRollout(ctx)
 		if err != nil {
 			return rep, err
 		}
@@ -406,35 +383,45 @@ func (t *Trainer) StepOnce(ctx context.Context) (StepReport, error) {
 	return rep, nil
 }
 
+// newRollout draws and scores a rollout, runs the calibration due at this
+// step on it (then rescoring it under the new M), and prepares its
+// mini-batches.
+func (t *Trainer) newRollout(ctx context.Context) (RolloutReport, error) {
+	ro, err := t.rollout(ctx)
+	if err != nil {
+		return RolloutReport{}, err
+	}
+	if u, b, ok := t.due(); ok {
+		cr, err := t.calibrate(ctx, ro, u, b)
+		if t.calDone > u {
+			// Its records are in M: report it with the step that
+			// completes, even if this attempt fails below.
+			t.pendingCal = &cr
+		}
+		if err != nil {
+			return RolloutReport{}, err
+		}
+		// The segment after a calibration uses the new reward function
+		// r(·; M_{u+1}) (METHOD.md §1 On-policy calibration).
+		if err := t.score(ctx, ro); err != nil {
+			return RolloutReport{}, err
+		}
+	}
+	return t.prepare(ctx, ro)
+}
+
 // due returns the schedule point u and budget B_u of a calibration due at
-// the current step and not yet executed.
+// the current step and not yet executed (never under Static).
 func (t *Trainer) due() (u, budget int, ok bool) {
+	if t.cfg.Calibration == Static {
+		return 0, 0, false
+	}
 	for u, s := range t.cfg.Schedule.Steps {
 		if s == t.step && u >= t.calDone {
 			return u, t.cfg.Schedule.Budgets[u], true
 		}
 	}
 	return 0, 0, false
-}
-
-// group is one state's proposals with their predictions and rewards.
-type group struct {
-	state   records.State
-	samples []proposer.Sample
-	preds   []rwm.Prediction
-	ok      []bool // prediction obtained and valid
-	rewards []float64
-	// scaled is r(s, a; M): the normalised reward before the group-dependent
-	// duplicate penalty and diversity bonus (clip(ĝ/τ_e, −c, c), −c when
-	// invalid, the no-change reward for a no-change proposal). Calibration
-	// rates by it and the monitors compare it with the real reward.
-	scaled []float64
-	tau    float64   // τ_e of the group's task in this rollout
-	gains  []float64 // the gains shaped (debiased under WMRL)
-}
-
-type rolloutData struct {
-	groups []*group
 }
 
 // rollout draws States states, samples G proposals each from the current
@@ -450,7 +437,7 @@ func (t *Trainer) rollout(ctx context.Context) (*rolloutData, error) {
 		if err != nil {
 			return nil, fmt.Errorf("lm2lm: step %d: propose: %w", t.step+1, err)
 		}
-		ro.groups[i] = &group{state: s, samples: smp}
+		ro.groups[i] = newGroup(s, smp)
 	}
 	if err := t.score(ctx, ro); err != nil {
 		return nil, err
@@ -458,48 +445,19 @@ func (t *Trainer) rollout(ctx context.Context) (*rolloutData, error) {
 	return ro, nil
 }
 
-// score predicts every proposal of the rollout under the current M and
-// shapes the rewards (METHOD.md §1 Reward).
+// score asks the world model about every sample the core names, under the
+// current M, and lets the core shape the rewards (METHOD.md §1 Reward).
 func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
-	type job struct{ g, i int }
-	var jobs []job
-	for gi, g := range ro.groups {
-		g.preds = make([]rwm.Prediction, len(g.samples))
-		g.ok = make([]bool, len(g.samples))
-		for i, s := range g.samples {
-			// The no-change proposal earns the no-change reward whatever a
-			// world model says of it (METHOD.md §1 Reward 2), so it is not
-			// asked: the embedded model answers Valid = false for it, which
-			// would score it −c instead of −3.
-			if !s.Invalid && !s.Proposal.IsNoChange() {
-				jobs = append(jobs, job{gi, i})
-			}
-		}
-	}
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(t.cfg.Parallel)
 	m := t.m
-	for _, j := range jobs {
+	for _, j := range ro.predictionJobs() {
 		g := ro.groups[j.g]
+		s := &g.samples[j.i]
 		eg.Go(func() error {
-			q := rwm.Query{Task: g.state.Task, Proposal: g.samples[j.i].Proposal, Evidence: m}
+			q := rwm.Query{Task: g.state.Task, Proposal: s.Proposal, Evidence: m}
 			p, err := t.c.World.Predict(ectx, q)
-			if err == nil {
-				// A "valid" prediction with a non-finite gain cannot be
-				// shaped, nor stored as a synthetic record.
-				if verr := p.Validate(); verr != nil {
-					err = fmt.Errorf("%w: %w", rwm.ErrBadPrediction, verr)
-				}
-			}
-			switch {
-			case err == nil:
-				g.preds[j.i] = p
-				g.ok[j.i] = p.Valid
-			case errors.Is(err, rwm.ErrBadPrediction), errors.Is(err, records.ErrInvalid):
-				// An unusable answer about one proposal scores it as invalid
-				// rather than stopping training.
-				g.preds[j.i] = rwm.Prediction{Reason: err.Error()}
-			default:
+			if err := acceptPrediction(s, p, err); err != nil {
 				return fmt.Errorf("lm2lm: step %d: predict %s on %s: %w", t.step+1, q.Proposal.Key(), q.Task.ID, err)
 			}
 			return nil
@@ -508,295 +466,84 @@ func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 	if err := eg.Wait(); err != nil {
 		return err
 	}
-	// τ_e per task over the rollout's predicted gains (METHOD.md §1 Reward 1).
-	byTask := map[string][]float64{}
-	sigma := map[string]float64{}
-	for _, g := range ro.groups {
-		sigma[g.state.Task.ID] = g.state.Task.SeedNoise
-		for i, p := range g.preds {
-			if g.ok[i] {
-				byTask[g.state.Task.ID] = append(byTask[g.state.Task.ID], p.Gain)
-			}
-		}
-	}
-	for _, g := range ro.groups {
-		tau := reward.TaskScale(sigma[g.state.Task.ID], byTask[g.state.Task.ID])
-		g.tau = tau
-		cands := make([]reward.Candidate, len(g.samples))
-		g.scaled = make([]float64, len(g.samples))
-		g.gains = make([]float64, len(g.samples))
-		for i, s := range g.samples {
-			gain, low := g.preds[i].Gain, g.preds[i].Low
-			if t.wmrl != nil {
-				// WMRL's online debiasing (METHOD.md §2) maps the score
-				// before shaping.
-				gain = t.wmrl.debiasGain(gain, tau, t.cfg.Reward)
-				low = t.wmrl.debiasGain(low, tau, t.cfg.Reward)
-			}
-			c := reward.NewCandidate(g.state, s.Proposal, gain, g.valid(i))
-			if g.ok[i] && g.preds[i].HasInterval {
-				c.Low, c.HasLow = low, true
-			}
-			cands[i] = c
-			g.gains[i] = gain
-			g.scaled[i] = reward.Rate(t.cfg.Reward, tau, c)
-		}
-		g.rewards = reward.Shape(t.cfg.Reward, tau, cands)
-	}
+	t.core.shape(ro)
 	return nil
 }
 
-// valid reports whether sample i counts as valid for reward shaping: its
-// prediction is valid, or it is the no-change proposal (which earns the
-// no-change reward, METHOD.md §1 Reward 2).
-func (g *group) valid(i int) bool {
-	return g.ok[i] || (!g.samples[i].Invalid && g.samples[i].Proposal.IsNoChange())
-}
-
-// realReward is the normalised reward without bonus: −c when invalid.
-func realReward(cfg reward.Config, valid bool, gain, tau float64) float64 {
-	if !valid {
-		return -cfg.Clip
-	}
-	return reward.Normalise(gain, tau, cfg)
-}
-
-// prepare keeps the informative groups, computes advantages, splits the
-// kept groups into mini-batches and adds the rollout to the pool as
+// prepare keeps the informative groups, lets the correction run its anchor
+// groups, computes the mini-batches and adds the rollout to the pool as
 // synthetic records (METHOD.md §1 Policy optimisation and Synthetic state
 // expansion).
 func (t *Trainer) prepare(ctx context.Context, ro *rolloutData) (RolloutReport, error) {
-	rewards := make([][]float64, len(ro.groups))
-	var rep RolloutReport
-	var mechs []string
-	var sumR, sumG float64
-	var nR, nG int
-	var synth []records.Record
+	rep := ro.report()
+	kept, err := t.core.keep(ro, t.step+1, &rep)
+	if err != nil {
+		return rep, err
+	}
+	var anchor map[int]bool
+	weight := 1.0
+	if plan := t.core.corr.anchors(ro, kept, t.rng); plan != nil {
+		ar, err := t.anchors(ctx, ro, plan)
+		if err != nil {
+			return rep, err
+		}
+		rep.Anchors, anchor, weight = &ar, plan.set, ar.Weight
+	}
+	t.batches = t.core.batches(ro, kept, anchor, weight)
 	now := time.Time{}
 	if t.cfg.Now != nil {
 		now = t.cfg.Now()
 	}
-	for gi, g := range ro.groups {
-		rewards[gi] = g.rewards
-		for i, s := range g.samples {
-			mech := s.Proposal.Mechanism
-			if s.Invalid && strings.TrimSpace(mech) == "" {
-				mech = Unparseable
-			}
-			mechs = append(mechs, mech)
-			sumR += g.rewards[i]
-			nR++
-			if !g.ok[i] {
-				if !g.valid(i) {
-					rep.Invalid++
-				}
-				// No-change proposals are valid but unpredicted: no gain,
-				// no synthetic record.
-				continue
-			}
-			sumG += g.preds[i].Gain / g.state.Task.SeedNoise
-			nG++
-			gain := g.preds[i].Gain
-			synth = append(synth, records.Record{
-				Task: g.state.Task, Proposal: s.Proposal, Gain: gain,
-				Loss: g.state.Task.RefLoss - gain, Source: records.Synthetic, Time: now,
-			})
-		}
-	}
-	rep.Groups = len(ro.groups)
-	if nR > 0 {
-		rep.MeanReward = sumR / float64(nR)
-	}
-	if nG > 0 {
-		rep.MeanGain = sumG / float64(nG)
-	}
-	rep.Share = calibrate.MechanismShare(mechs)
-	kept, dr, err := dapo.Select(rewards, t.cfg.DAPO.Quota, t.cfg.DAPO.FlatTol)
-	rep.Kept, rep.Flat = dr.Kept, dr.Flat
-	if err != nil && !errors.Is(err, dapo.ErrShortBatch) {
-		return rep, fmt.Errorf("lm2lm: step %d: %w", t.step+1, err)
-	}
-	if len(kept) == 0 {
-		return rep, fmt.Errorf("%w: step %d: all %d groups flat", ErrNoSignal, t.step+1, len(ro.groups))
-	}
-	var anchor map[int]bool
-	weight := 1.0
-	if t.wmrl != nil {
-		var ar AnchorReport
-		if anchor, ar, err = t.anchors(ctx, ro, kept); err != nil {
-			return rep, err
-		}
-		rep.Anchors, weight = &ar, ar.Weight
-	}
-	items := make([][]proposer.Item, 0, len(kept))
-	for _, gi := range kept {
-		g := ro.groups[gi]
-		adv := dapo.Advantages(g.rewards, t.cfg.DAPO.Norm, t.cfg.DAPO.Eps)
-		if anchor[gi] {
-			weightAnchors(adv, weight)
-		}
-		grp := make([]proposer.Item, len(g.samples))
-		for i, s := range g.samples {
-			grp[i] = proposer.Item{State: g.state, Sample: s, Advantage: adv[i]}
-		}
-		items = append(items, grp)
-	}
-	t.batches = split(items, t.cfg.RolloutEvery)
-	if err := t.pool.Add(synth...); err != nil {
+	if err := t.pool.Add(ro.synthetic(now)...); err != nil {
 		return rep, fmt.Errorf("lm2lm: step %d: synthetic expansion: %w", t.step+1, err)
 	}
 	return rep, nil
 }
 
-// split cuts groups (in order) into n mini-batches of whole groups, as even
-// as possible; with fewer groups than n, groups are reused round-robin so
-// that every step has a batch. Groups may differ in size (a proposer may
-// return fewer than G samples). groups must not be empty.
-func split(groups [][]proposer.Item, n int) [][]proposer.Item {
-	out := make([][]proposer.Item, n)
-	if len(groups) >= n {
-		for b := 0; b < n; b++ {
-			lo, hi := b*len(groups)/n, (b+1)*len(groups)/n
-			for _, g := range groups[lo:hi] {
-				out[b] = append(out[b], g...)
-			}
-		}
-		return out
+// anchors executes the anchor plan's runs, lets the correction absorb them
+// and adds the real records to the state pool (never to M: WMRL's anchors
+// do not enter the world model's context).
+func (t *Trainer) anchors(ctx context.Context, ro *rolloutData, plan *anchorPlan) (AnchorReport, error) {
+	runs, err := t.execute(ctx, plan.jobs)
+	if err != nil {
+		return AnchorReport{Groups: len(plan.groups)}, fmt.Errorf("lm2lm: step %d: anchor groups: %w", t.step+1, err)
 	}
-	for b := 0; b < n; b++ {
-		out[b] = groups[b%len(groups)]
+	rep, real := t.core.corr.absorb(ro, plan, runs)
+	if err := t.pool.Add(real...); err != nil {
+		return rep, fmt.Errorf("lm2lm: step %d: anchor records: %w", t.step+1, err)
 	}
-	return out
+	return rep, nil
 }
 
-// calibrate executes B proposals of the rollout for real, adds their records
-// to M and reports the reliability monitors on them (METHOD.md §1 On-policy
-// calibration). u is the schedule point; once its records are in M it
-// counts as done.
+// calibrate executes the core's B_u picks of the rollout for real, adds
+// their records to M and the pool, and reports the reliability monitors on
+// them (METHOD.md §1 On-policy calibration). u is the schedule point; once
+// its records are in M it counts as done.
 func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, u, budget int) (CalibrationReport, error) {
-	rep := CalibrationReport{Step: t.step, Budget: budget}
-	type cand struct{ g, i int }
-	var cands []cand
-	var scores []float64
-	var taskIDs, keys []string
-	// Changes already measured on their task (in M) are not candidates
-	// unless DuplicateRuns is set: with an idempotent executor the second
-	// run returns the stored record, a duplicate in M that measured nothing.
-	known := map[string]bool{}
-	if !t.cfg.DuplicateRuns {
-		for i := 0; i < t.m.Len(); i++ {
-			r := t.m.At(i)
-			known[r.Task.ID+"\x00"+r.Proposal.Key()] = true
-		}
-	}
-	for gi, g := range ro.groups {
-		for i, s := range g.samples {
-			if s.Invalid || s.Proposal.IsNoChange() {
-				continue
-			}
-			key := g.state.Task.ID + "\x00" + s.Proposal.Key()
-			if known[key] {
-				continue
-			}
-			cands = append(cands, cand{gi, i})
-			// r(s, a; M_u): the group's duplicate penalty and diversity
-			// bonus are not properties of (s, a).
-			scores = append(scores, g.scaled[i])
-			taskIDs = append(taskIDs, g.state.Task.ID)
-			keys = append(keys, key)
-		}
-	}
-	opt := calibrate.Options{Task: taskIDs, PerTask: t.cfg.PerTask}
-	if !t.cfg.DuplicateRuns {
-		opt.Key, opt.UniqueKeys = keys, true
-	}
-	var pick []int
-	switch t.cfg.Calibration {
-	case TopRated:
-		pick = calibrate.TopBWith(scores, budget, opt)
-	case RandomCalibration:
-		// Uniform over the candidates, with the same task and key limits.
-		perm := t.rng.Perm(len(scores))
-		rnd := make([]float64, len(scores))
-		for r, i := range perm {
-			rnd[i] = float64(len(scores) - r)
-		}
-		pick = calibrate.TopBWith(rnd, budget, opt)
-	}
-	res := make([]realRun, len(pick))
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(t.cfg.Parallel)
-	for k, ci := range pick {
-		c := cands[ci]
-		g := ro.groups[c.g]
-		p := g.samples[c.i].Proposal
-		eg.Go(func() error {
-			r, err := runReal(ectx, t.c.Builder, t.c.Executor, g.state.Task, p)
-			res[k] = r
-			return err
-		})
-	}
-	err := eg.Wait()
-	t.account(res)
+	picks := t.core.calibrationPicks(ro, t.m, budget, t.rng)
+	runs, err := t.execute(ctx, ro.changes(picks))
 	if err != nil {
-		return rep, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
+		return CalibrationReport{Step: t.step, Budget: budget}, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
 	}
-	// Monitors: predicted (under M_u) vs real normalised rewards, grouped
-	// by task (library choice: greedy top-B rarely takes two proposals of
-	// one state, so within-state groups would leave the cosine and the
-	// pairwise accuracy undefined; proposals of one task share b_e and σ_e).
-	byTask := map[string]int{}
-	var newRecs []records.Record
-	var sumGain float64
-	var nGain int
-	for k, ci := range pick {
-		c := cands[ci]
-		g := ro.groups[c.g]
-		if !res[k].measured {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s: %s", g.state.Task.ID, g.samples[c.i].Proposal.Key(), res[k].failure))
-			continue
-		}
-		rec := res[k].rec
-		newRecs = append(newRecs, rec)
-		realR := realReward(t.cfg.Reward, rec.Infeasible == "", rec.Gain, g.tau)
-		if rec.Infeasible != "" {
-			rep.Infeasible++
-		} else {
-			sumGain += rec.Gain / g.state.Task.SeedNoise
-			nGain++
-		}
-		slot, seen := byTask[g.state.Task.ID]
-		if !seen {
-			slot = len(rep.Predicted)
-			byTask[g.state.Task.ID] = slot
-			rep.Predicted = append(rep.Predicted, nil)
-			rep.Real = append(rep.Real, nil)
-		}
-		rep.Predicted[slot] = append(rep.Predicted[slot], g.scaled[c.i])
-		rep.Real[slot] = append(rep.Real[slot], realR)
-	}
-	if nGain > 0 {
-		rep.MeanRealGain = sumGain / float64(nGain)
-	}
-	rep.Executed = len(newRecs)
-	rep.Records = newRecs
-	rep.Monitors = calibrate.Monitor(rep.Predicted, rep.Real)
-	m, err := t.m.Add(newRecs...)
+	rep := t.core.calibrationReport(ro, t.step, budget, picks, runs)
+	m, err := t.m.Add(rep.Records...)
 	if err != nil {
 		return rep, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
 	}
 	t.m = m
 	t.calDone = u + 1
-	if err := t.pool.Add(newRecs...); err != nil {
+	if err := t.pool.Add(rep.Records...); err != nil {
 		return rep, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
 	}
 	return rep, nil
 }
 
-// account adds the cost of the runs that reached the executor to the
-// trainer's, in slice order (not completion order), so that the sums are
-// the same bit for bit whichever run finished first.
-func (t *Trainer) account(runs []realRun) {
+// execute runs jobs for real (at most Parallel at once) and adds the cost of
+// those that reached the executor to the trainer's, in job order (not
+// completion order), so that the sums are the same bit for bit whichever
+// run finished first.
+func (t *Trainer) execute(ctx context.Context, jobs []records.TaskChange) ([]realRun, error) {
+	runs, err := runAll(ctx, t.c.Builder, t.c.Executor, t.cfg.Parallel, jobs)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, r := range runs {
@@ -805,78 +552,5 @@ func (t *Trainer) account(runs []realRun) {
 			t.runs++
 		}
 	}
-}
-
-// RunReal builds and executes proposal p on task for real and returns its
-// real record. A proposal that cannot be built or whose run is infeasible
-// gives a record with Infeasible set (METHOD.md §1 Reward 2: it earns −c).
-// ran reports whether the executor was called. A run that failed for reasons
-// other than the proposal (a build or run failure of no known class, a
-// transient failure the executor gave up on, or an outcome that is not a
-// valid record) returns a zero record and a nil error: the proposal is
-// simply not measured (the trainer's and Evaluate's reports list such
-// failures). Cancellation returns an error wrapping the cause.
-func RunReal(ctx context.Context, b builder.Builder, e builder.Executor, task records.Task, p records.Proposal) (rec records.Record, ran bool, err error) {
-	r, err := runReal(ctx, b, e, task, p)
-	return r.rec, r.ran, err
-}
-
-// realRun is the result of one attempt to measure a proposal for real.
-type realRun struct {
-	rec      records.Record // the real record when measured, else zero
-	measured bool           // rec holds a record (feasible or infeasible)
-	ran      bool           // the executor was called
-	cost     records.Cost   // what the run cost as reported (its record's cost when measured)
-	failure  string         // why it was not measured
-}
-
-func runReal(ctx context.Context, b builder.Builder, e builder.Executor, task records.Task, p records.Proposal) (realRun, error) {
-	job, err := b.Build(ctx, task, p)
-	if err != nil {
-		switch {
-		case errors.Is(err, builder.ErrInfeasible):
-			rec := records.Record{Task: task, Proposal: p, Source: records.Real, Infeasible: err.Error()}
-			return realRun{rec: rec, measured: true}, nil
-		case ctx.Err() != nil || errors.Is(err, builder.ErrCancelled):
-			return realRun{}, fmt.Errorf("lm2lm: build %s on %s: %w", p.Key(), task.ID, err)
-		}
-		return realRun{failure: "build: " + err.Error()}, nil
-	}
-	out, err := e.Execute(ctx, job)
-	r := realRun{ran: true, cost: out.Cost}
-	switch {
-	case err == nil:
-		r.rec = out.Record(job)
-	case errors.Is(err, builder.ErrInfeasible) && ctx.Err() == nil:
-		r.rec = out.Record(job)
-		if r.rec.Infeasible == "" {
-			r.rec.Infeasible = err.Error()
-		}
-		r.rec.Gain, r.rec.Loss = 0, 0
-	case ctx.Err() != nil || errors.Is(err, builder.ErrCancelled):
-		return r, fmt.Errorf("lm2lm: run %s on %s: %w", p.Key(), task.ID, err)
-	default:
-		r.failure = "run: " + err.Error()
-		return r, nil
-	}
-	if verr := r.rec.Validate(); verr != nil {
-		r.rec = records.Record{}
-		r.failure = "run: outcome is not a valid record: " + verr.Error()
-		if !finiteCost(r.cost) {
-			r.cost = records.Cost{}
-		}
-		return r, nil
-	}
-	r.measured = true
-	return r, nil
-}
-
-// finiteCost reports whether every field of c is finite and non-negative.
-func finiteCost(c records.Cost) bool {
-	for _, x := range []float64{c.DeviceSeconds, c.WallSeconds, c.FLOPs, c.Money} {
-		if !(x >= 0 && !math.IsInf(x, 1)) {
-			return false
-		}
-	}
-	return true
+	return runs, err
 }

@@ -1,13 +1,10 @@
 package lm2lm
 
 import (
-	"context"
 	"fmt"
-
-	"golang.org/x/sync/errgroup"
+	"math/rand/v2"
 
 	"github.com/lm2lm/lm2lm/calibrate"
-	"github.com/lm2lm/lm2lm/dapo"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/reward"
 )
@@ -44,15 +41,50 @@ type AnchorReport struct {
 	Failures []string
 }
 
-// wmrlState is the trainer's WMRL state.
-type wmrlState struct {
+// correction is the composable part of the planning core that corrects
+// world-model rewards with real runs: WMRL (METHOD.md §2), or none. The
+// trainer asks it to map predicted gains, to pick anchor groups among the
+// kept ones, and to absorb the anchor runs; it never branches on which
+// correction it holds.
+type correction interface {
+	// debias maps a predicted gain (of a task with scale τ) before shaping.
+	debias(gain, tau float64) float64
+	// anchors picks the anchor groups among kept (nil: none) with rng.
+	anchors(ro *rolloutData, kept []int, rng *rand.Rand) *anchorPlan
+	// absorb takes the real runs of plan's jobs: it reshapes the anchor
+	// groups' rewards from the real gains and updates its own state. It
+	// returns the report and the real records obtained.
+	absorb(ro *rolloutData, plan *anchorPlan, runs []realRun) (AnchorReport, []records.Record)
+}
+
+// noCorrection is the correction of a trainer with WMRL off.
+type noCorrection struct{}
+
+func (noCorrection) debias(gain, _ float64) float64                      { return gain }
+func (noCorrection) anchors(*rolloutData, []int, *rand.Rand) *anchorPlan { return nil }
+func (noCorrection) absorb(*rolloutData, *anchorPlan, []realRun) (AnchorReport, []records.Record) {
+	return AnchorReport{Weight: 1}, nil
+}
+
+// anchorPlan is one rollout's anchor groups and the runs they need.
+type anchorPlan struct {
+	groups []int        // anchor group indices, in kept order
+	set    map[int]bool // the same as a set
+	jobs   []records.TaskChange
+	jobOf  [][]int // jobOf[gi][i]: index into jobs, −1 = not run
+}
+
+// wmrl is WMRL's correction: anchor groups, the online debiaser and the
+// inverse-variance weighter (METHOD.md §2).
+type wmrl struct {
 	cfg      WMRLConfig
+	rc       reward.Config
 	debiaser *calibrate.OnlineDebiaser // nil unless cfg.Debias
 	weighter *calibrate.Weighter
 }
 
-func newWMRL(cfg WMRLConfig) *wmrlState {
-	w := &wmrlState{cfg: cfg, weighter: cfg.NewWeighter()}
+func newWMRL(cfg WMRLConfig, rc reward.Config) *wmrl {
+	w := &wmrl{cfg: cfg, rc: rc, weighter: cfg.NewWeighter()}
 	// The debiaser's parameters are validated only when Debias is on (a
 	// negative Bins would panic), so it is made only then.
 	if cfg.Debias {
@@ -65,146 +97,130 @@ func newWMRL(cfg WMRLConfig) *wmrlState {
 func toUnit(r, c float64) float64   { return (r + c) / (2 * c) }
 func fromUnit(u, c float64) float64 { return u*2*c - c }
 
-// debiasGain maps a predicted gain through the isotonic map: the gain whose
+// debias maps a predicted gain through the isotonic map: the gain whose
 // normalised score is the mapped score of ĝ's.
-func (w *wmrlState) debiasGain(gain, tau float64, rc reward.Config) float64 {
+func (w *wmrl) debias(gain, tau float64) float64 {
 	if !w.cfg.Debias || !w.debiaser.Calibrated() || !(tau > 0) {
 		return gain
 	}
-	r := reward.Normalise(gain, tau, rc)
-	return fromUnit(w.debiaser.Apply(toUnit(r, rc.Clip)), rc.Clip) * tau
+	r := reward.Normalise(gain, tau, w.rc)
+	return fromUnit(w.debiaser.Apply(toUnit(r, w.rc.Clip)), w.rc.Clip) * tau
 }
 
-// anchors executes the anchor groups among kept for real, replaces their
-// rewards by rewards shaped from the real gains, feeds the debiaser and the
-// weighter, and returns the anchor groups' indices with the weight for their
-// advantages (METHOD.md §2).
-func (t *Trainer) anchors(ctx context.Context, ro *rolloutData, kept []int) (map[int]bool, AnchorReport, error) {
-	w := t.wmrl
+// anchors draws AnchorCount(len(kept)) anchor groups uniformly among kept.
+// Each distinct (task, change) among them is run once: a within-group
+// duplicate earns min − δ whatever it measures (METHOD.md §1 Reward 3),
+// and a second run of one job measures nothing new (with an idempotent
+// executor it is the same record).
+func (w *wmrl) anchors(ro *rolloutData, kept []int, rng *rand.Rand) *anchorPlan {
 	n := w.cfg.AnchorCount(len(kept))
-	rep := AnchorReport{Groups: n}
-	perm := t.rng.Perm(len(kept))
-	anchor := map[int]bool{}
-	for _, k := range perm[:n] {
-		anchor[kept[k]] = true
+	plan := &anchorPlan{set: map[int]bool{}, jobOf: make([][]int, len(ro.groups))}
+	for _, k := range rng.Perm(len(kept))[:n] {
+		plan.set[kept[k]] = true
 	}
-	ids := make([]int, 0, n)
-	for _, gi := range kept {
-		if anchor[gi] {
-			ids = append(ids, gi)
-		}
-	}
-	// Each distinct (task, change) among the anchor groups is run once:
-	// a within-group duplicate earns min − δ whatever it measures
-	// (METHOD.md §1 Reward 3), and a second run of one job measures nothing
-	// new (with an idempotent executor it is the same record).
-	jobOf := make([][]int, len(ro.groups)) // jobOf[gi][i]: index into jobs, −1 = not run
 	jobIdx := map[string]int{}
-	type job struct {
-		task records.Task
-		p    records.Proposal
-	}
-	var jobs []job
-	for _, gi := range ids {
+	for _, gi := range kept {
+		if !plan.set[gi] {
+			continue
+		}
+		plan.groups = append(plan.groups, gi)
 		g := ro.groups[gi]
-		jobOf[gi] = make([]int, len(g.samples))
+		plan.jobOf[gi] = make([]int, len(g.samples))
 		for i, s := range g.samples {
-			jobOf[gi][i] = -1
-			if s.Invalid || s.Proposal.IsNoChange() {
+			plan.jobOf[gi][i] = -1
+			if !s.measurable() {
 				continue
 			}
-			key := g.state.Task.ID + "\x00" + s.Proposal.Key()
-			j, ok := jobIdx[key]
+			tc := records.TaskChange{Task: g.state.Task, Proposal: s.Proposal}
+			j, ok := jobIdx[tc.Key()]
 			if !ok {
-				j = len(jobs)
-				jobIdx[key] = j
-				jobs = append(jobs, job{g.state.Task, s.Proposal})
+				j = len(plan.jobs)
+				jobIdx[tc.Key()] = j
+				plan.jobs = append(plan.jobs, tc)
 			}
-			jobOf[gi][i] = j
+			plan.jobOf[gi][i] = j
 		}
 	}
-	runs := make([]realRun, len(jobs))
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(t.cfg.Parallel)
-	for j, jb := range jobs {
-		eg.Go(func() error {
-			r, err := runReal(ectx, t.c.Builder, t.c.Executor, jb.task, jb.p)
-			runs[j] = r
-			return err
-		})
-	}
-	err := eg.Wait()
-	t.account(runs)
-	if err != nil {
-		return nil, rep, fmt.Errorf("lm2lm: step %d: anchor groups: %w", t.step+1, err)
-	}
+	return plan
+}
+
+// absorb reshapes each anchor group from its real gains, pushes one
+// (world-model score, real score) pair per distinct job to the debiaser and
+// one group disagreement to the weighter.
+func (w *wmrl) absorb(ro *rolloutData, plan *anchorPlan, runs []realRun) (AnchorReport, []records.Record) {
+	rep := AnchorReport{Groups: len(plan.groups)}
 	var real []records.Record
 	for j, r := range runs {
 		if r.measured {
 			real = append(real, r.rec)
 			rep.Runs++
 		} else {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s: %s", jobs[j].task.ID, jobs[j].p.Key(), r.failure))
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s: %s", plan.jobs[j].Task.ID, plan.jobs[j].Proposal.Key(), r.failure))
 		}
 	}
-	pushed := make([]bool, len(jobs))
-	for _, gi := range ids {
-		g := ro.groups[gi]
-		cands := make([]reward.Candidate, len(g.samples))
-		var pred, obs []float64
-		seen := map[int]bool{}
-		for i, s := range g.samples {
-			var r realRun
-			j := jobOf[gi][i]
-			if j >= 0 {
-				r = runs[j]
-			}
-			feasible := r.measured && r.rec.Infeasible == ""
-			// A sample that was not measured (unparseable, no change, or a
-			// run that failed for infrastructure reasons) keeps the world
-			// model's verdict and its debiased gain.
-			gain, valid := g.gains[i], g.valid(i)
-			if r.measured {
-				gain, valid = 0, feasible
-				if feasible {
-					gain = r.rec.Gain
-				}
-			}
-			cands[i] = reward.NewCandidate(g.state, s.Proposal, gain, valid)
-			if !r.measured || seen[j] {
-				continue
-			}
-			seen[j] = true
-			y := realReward(t.cfg.Reward, feasible, gain, g.tau)
-			if w.cfg.Debias && !pushed[j] {
-				pushed[j] = true
-				raw := realReward(t.cfg.Reward, g.ok[i], g.preds[i].Gain, g.tau)
-				w.debiaser.Push(toUnit(raw, t.cfg.Reward.Clip), toUnit(y, t.cfg.Reward.Clip))
-				rep.Pairs++
-			}
-			pred = append(pred, g.scaled[i])
-			obs = append(obs, y)
-		}
-		g.rewards = reward.Shape(t.cfg.Reward, g.tau, cands)
-		if w.cfg.Weight && len(pred) > 1 {
-			w.weighter.ObserveGroup(pred, obs)
-		}
-	}
-	if err := t.pool.Add(real...); err != nil {
-		return nil, rep, fmt.Errorf("lm2lm: step %d: anchor records: %w", t.step+1, err)
+	pushed := make([]bool, len(plan.jobs))
+	for _, gi := range plan.groups {
+		rep.Pairs += w.absorbGroup(ro.groups[gi], plan.jobOf[gi], runs, pushed)
 	}
 	rep.Fitted = w.cfg.Debias && w.debiaser.Calibrated()
-	rep.Weight = 1
-	if w.cfg.Weight {
-		rep.Weight = w.weighter.Weight()
-	}
+	rep.Weight = w.weight()
 	rep.Disagree = w.weighter.Disagreement()
-	return anchor, rep, nil
+	return rep, real
 }
 
-// weightAnchors scales the advantages of anchor items in place.
-func weightAnchors(adv []float64, weight float64) {
-	if weight != 1 {
-		dapo.ScaleAdvantages(adv, weight)
+// absorbGroup reshapes one anchor group and feeds the debiaser and the
+// weighter; it returns the number of pairs pushed.
+func (w *wmrl) absorbGroup(g *group, jobOf []int, runs []realRun, pushed []bool) int {
+	rc := w.rc
+	cands := make([]reward.Candidate, len(g.samples))
+	var pred, obs []float64
+	seen := map[int]bool{}
+	pairs := 0
+	for i := range g.samples {
+		s := &g.samples[i]
+		var r realRun
+		j := jobOf[i]
+		if j >= 0 {
+			r = runs[j]
+		}
+		feasible := r.measured && r.rec.Infeasible == ""
+		// A sample that was not measured (unparseable, no change, or a run
+		// that failed for infrastructure reasons) keeps the world model's
+		// verdict and its debiased gain.
+		gain, valid := s.gain, s.valid()
+		if r.measured {
+			gain, valid = 0, feasible
+			if feasible {
+				gain = r.rec.Gain
+			}
+		}
+		cands[i] = reward.NewCandidate(g.state, s.Proposal, gain, valid)
+		if !r.measured || seen[j] {
+			continue
+		}
+		seen[j] = true
+		y := realReward(rc, feasible, gain, g.tau)
+		if w.cfg.Debias && !pushed[j] {
+			pushed[j] = true
+			raw := realReward(rc, s.ok, s.pred.Gain, g.tau)
+			w.debiaser.Push(toUnit(raw, rc.Clip), toUnit(y, rc.Clip))
+			pairs++
+		}
+		pred = append(pred, s.scaled)
+		obs = append(obs, y)
 	}
+	setRewards(g, reward.Shape(rc, g.tau, cands))
+	if w.cfg.Weight && len(pred) > 1 {
+		w.weighter.ObserveGroup(pred, obs)
+	}
+	return pairs
+}
+
+// weight is the weight of the anchor groups' advantages: the weighter's
+// when Weight is on, else 1.
+func (w *wmrl) weight() float64 {
+	if !w.cfg.Weight {
+		return 1
+	}
+	return w.weighter.Weight()
 }

@@ -188,23 +188,34 @@ func calibration(c *lm2lm.CalibrationReport) Calibration {
 	return out
 }
 
+// mainJob is one invocation's state, shared by the steps of run.
+type mainJob struct {
+	o       options
+	prof    profile
+	mode    lm2lm.Calibration
+	w       io.Writer
+	start   time.Time
+	lab     *lab.Lab
+	pool    *builder.Pool
+	cat     []records.Card
+	train   []records.Task
+	held    []records.Task
+	m0      records.Evidence
+	world   *rwm.Ledger
+	pol     *proposer.Policy
+	rep     Report
+	cost    records.Cost // of the training's real runs
+	runs    int
+	results [4]lm2lm.EvalReport // base, base train, trained, trained train
+}
+
+// run is the main job, step by step.
 func run(ctx context.Context, w io.Writer, o options) (err error) {
-	prof, ok := profiles[o.profile]
-	if !ok {
-		return fmt.Errorf("unknown -profile %q", o.profile)
+	j := &mainJob{o: o, w: w, start: time.Now()}
+	if err := j.parseFlags(); err != nil {
+		return err
 	}
-	calib := map[string]lm2lm.Calibration{"top-rated": lm2lm.TopRated, "random": lm2lm.RandomCalibration, "static": lm2lm.Static}
-	mode, ok := calib[o.calibration]
-	if !ok {
-		return fmt.Errorf("unknown -calibration %q", o.calibration)
-	}
-	start := time.Now()
-	if dir := filepath.Dir(o.store); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-	}
-	store, err := records.OpenFile(o.store, records.DefaultFileConfig())
+	store, err := openStore(o.store)
 	if err != nil {
 		return err
 	}
@@ -213,10 +224,58 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 			err = cerr
 		}
 	}()
+	for _, step := range []func(context.Context) error{
+		func(ctx context.Context) error { return j.openLab(ctx, store) },
+		j.drawM0,
+		j.newModels,
+		func(ctx context.Context) error { return j.evaluate(ctx, "untrained", 0) },
+		j.trainPolicy,
+		func(ctx context.Context) error { return j.evaluate(ctx, "trained", 2) },
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	j.printResults()
+	return j.writeReport()
+}
+
+// parseFlags resolves the profile and calibration mode.
+func (j *mainJob) parseFlags() error {
+	var ok bool
+	if j.prof, ok = profiles[j.o.profile]; !ok {
+		return fmt.Errorf("unknown -profile %q", j.o.profile)
+	}
+	calib := map[string]lm2lm.Calibration{"top-rated": lm2lm.TopRated, "random": lm2lm.RandomCalibration, "static": lm2lm.Static}
+	if j.mode, ok = calib[j.o.calibration]; !ok {
+		return fmt.Errorf("unknown -calibration %q", j.o.calibration)
+	}
+	switch j.o.baseline {
+	case "", "sft", "rft":
+	default:
+		return fmt.Errorf("unknown -baseline %q", j.o.baseline)
+	}
+	return nil
+}
+
+// openStore opens the durable records file, making its directory.
+func openStore(path string) (*records.FileStore, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return records.OpenFile(path, records.DefaultFileConfig())
+}
+
+// openLab makes the lab and its idempotent pool, runs the reference runs
+// and splits the tasks.
+func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 	lcfg := lab.DefaultConfig()
-	lcfg.Parallel = o.parallel
-	if o.holdOut != "" {
-		if lcfg.Tasks, err = lab.HoldOutFamily(lcfg.Tasks, o.holdOut); err != nil {
+	lcfg.Parallel = j.o.parallel
+	if j.o.holdOut != "" {
+		var err error
+		if lcfg.Tasks, err = lab.HoldOutFamily(lcfg.Tasks, j.o.holdOut); err != nil {
 			return err
 		}
 	}
@@ -224,150 +283,170 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	pool, err := builder.NewPool(l, builder.PoolConfig{Slots: int64(o.parallel), MaxAttempts: 1, Store: store})
+	pool, err := builder.NewPool(l, builder.PoolConfig{Slots: int64(j.o.parallel), MaxAttempts: 1, Store: store})
 	if err != nil {
 		return err
 	}
-
-	fmt.Fprintf(w, "LM2LM on the embedded lab: profile %s, calibration %s, WMRL %v, seed %d\n", o.profile, mode, o.wmrl, o.seed)
-	fmt.Fprintf(w, "reference runs (b_e, σ_e from %d seeds per task; cached in %s) ...\n", len(lcfg.RefSeeds), o.store)
+	j.lab, j.pool, j.cat = l, pool, lab.Catalogue()
+	fmt.Fprintf(j.w, "LM2LM on the embedded lab: profile %s, calibration %s, WMRL %v, seed %d\n", j.o.profile, j.mode, j.o.wmrl, j.o.seed)
+	fmt.Fprintf(j.w, "reference runs (b_e, σ_e from %d seeds per task; cached in %s) ...\n", len(lcfg.RefSeeds), j.o.store)
 	tasks, err := l.Tasks(ctx)
 	if err != nil {
 		return err
 	}
-	var train, heldTasks []records.Task
 	for _, t := range tasks {
 		if t.Split == records.Train {
-			train = append(train, t)
+			j.train = append(j.train, t)
 		} else {
-			heldTasks = append(heldTasks, t)
+			j.held = append(j.held, t)
 		}
 	}
-	fmt.Fprintf(w, "%d training and %d held-out tasks ready (%.0f s)\n", len(train), len(heldTasks), time.Since(start).Seconds())
+	fmt.Fprintf(j.w, "%d training and %d held-out tasks ready (%.0f s)\n", len(j.train), len(j.held), time.Since(j.start).Seconds())
+	return nil
+}
 
-	// M_0: real records of catalogue proposals drawn uniformly (METHOD.md §1
-	// Data and evaluation: mechanism-library sampling).
-	cat := lab.Catalogue()
-	m0, err := initialRecords(ctx, l, pool, train, cat, prof.m0, o)
+// drawM0 executes the initial records: catalogue proposals drawn uniformly
+// (METHOD.md §1 Data and evaluation: mechanism-library sampling).
+func (j *mainJob) drawM0(ctx context.Context) error {
+	m0, err := initialRecords(ctx, j.lab, j.pool, j.train, j.cat, j.prof.m0, j.o)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "M_0: %d real records (%.0f s)\n", m0.Len(), time.Since(start).Seconds())
+	j.m0 = m0
+	fmt.Fprintf(j.w, "M_0: %d real records (%.0f s)\n", m0.Len(), time.Since(j.start).Seconds())
+	return nil
+}
 
+// newModels makes the embedded world model (counting its calls) and the
+// policy, and starts the report.
+func (j *mainJob) newModels(context.Context) error {
 	wcfg := rwm.DefaultEmbeddedConfig()
-	wcfg.Priors = rwm.PriorsFromCards(cat)
-	wcfg.Cards = cat
-	world := rwm.NewLedger(rwm.NewEmbedded(wcfg))
-
+	wcfg.Priors = rwm.PriorsFromCards(j.cat)
+	wcfg.Cards = j.cat
+	j.world = rwm.NewLedger(rwm.NewEmbedded(wcfg))
 	pcfg := proposer.DefaultPolicyConfig()
-	if o.policyLR > 0 {
-		pcfg.Adam.LR = o.policyLR
+	if j.o.policyLR > 0 {
+		pcfg.Adam.LR = j.o.policyLR
 	}
-	pcfg.DescriptionBuckets = o.descBuckets
-	pol, err := proposer.NewPolicy(cat, pcfg, nil)
+	pcfg.DescriptionBuckets = j.o.descBuckets
+	pol, err := proposer.NewPolicy(j.cat, pcfg, nil)
 	if err != nil {
 		return err
 	}
+	j.pol = pol
+	j.rep = Report{Profile: j.o.profile, Calibration: j.mode.String(), Baseline: j.o.baseline, HoldOut: j.o.holdOut,
+		WMRL: j.o.wmrl, Seed: j.o.seed, M0: j.m0.Len(), RealRuns: map[string]int{}, CPUSeconds: map[string]float64{}}
+	return nil
+}
+
+// evaluate measures J_test on held-out tasks and J_train on one state of
+// each training task (METHOD.md §1 Objective), with empty histories and
+// fixed seeds, so that both policies see the same states; the reports go
+// to results[at] and results[at+1].
+func (j *mainJob) evaluate(ctx context.Context, name string, at int) error {
 	ecfg := lm2lm.DefaultEvalConfig()
-	ecfg.StatesPerTask = prof.evalStates
-	ecfg.Parallel = o.parallel
-	ecfg.Seed = o.seed
-
-	rep := Report{Profile: o.profile, Calibration: mode.String(), Baseline: o.baseline, HoldOut: o.holdOut, WMRL: o.wmrl, Seed: o.seed, M0: m0.Len(),
-		RealRuns: map[string]int{}, CPUSeconds: map[string]float64{}}
-
-	// J_test on held-out tasks and J_train on one state of each training
-	// task (METHOD.md §1 Objective), with empty histories and fixed seeds, so
-	// that both policies see the same states.
+	ecfg.StatesPerTask = j.prof.evalStates
+	ecfg.Parallel = j.o.parallel
+	ecfg.Seed = j.o.seed
 	tcfg := ecfg
 	tcfg.StatesPerTask = 1
-	evaluate := func(name string) (held, trainRep lm2lm.EvalReport, err error) {
-		fmt.Fprintf(w, "\nevaluating the %s policy: %d held-out and %d training states × %d proposals, real runs ...\n",
-			name, len(heldTasks)*ecfg.StatesPerTask, len(train), ecfg.K)
-		if held, err = lm2lm.Evaluate(ctx, ecfg, pol, l, pool, heldTasks, nil); err != nil {
-			return held, trainRep, err
-		}
-		trainRep, err = lm2lm.Evaluate(ctx, tcfg, pol, l, pool, train, nil)
-		rep.RealRuns["eval_"+name] = held.Runs + trainRep.Runs
-		rep.CPUSeconds["eval_"+name] = held.Cost.DeviceSeconds + trainRep.Cost.DeviceSeconds
-		return held, trainRep, err
-	}
-	base, baseTrain, err := evaluate("untrained")
+	fmt.Fprintf(j.w, "\nevaluating the %s policy: %d held-out and %d training states × %d proposals, real runs ...\n",
+		name, len(j.held)*ecfg.StatesPerTask, len(j.train), ecfg.K)
+	held, err := lm2lm.Evaluate(ctx, ecfg, j.pol, j.lab, j.pool, j.held, nil)
 	if err != nil {
 		return err
 	}
-	rep.Base, rep.BaseTrain = summary(base), summary(baseTrain)
-
-	var cost records.Cost
-	var runs int
-	switch o.baseline {
-	case "":
-		cfg := lm2lm.DefaultConfig()
-		cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
-		cfg.Calibration = mode
-		cfg.Parallel = o.parallel
-		cfg.Seed = o.seed
-		if o.wmrl {
-			// WMRL's defaults wait for 200 anchor pairs before the first fit;
-			// a laptop-sized run has fewer, so the example fits sooner.
-			w := lm2lm.DefaultWMRLConfig()
-			w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
-			cfg.WMRL = &w
-		}
-		tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: l, Executor: pool, Tasks: train, Evidence: m0})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "\ntraining: %d steps, %d states × %d proposals per rollout, calibration %v budgets %v\n",
-			cfg.Steps, cfg.States, cfg.DAPO.GroupSize, cfg.Schedule.Steps, cfg.Schedule.Budgets)
-		fmt.Fprintf(w, "%5s %9s %8s %9s %9s  %s\n", "step", "loss", "entropy", "reward", "ĝ/σ_e", "top mechanism (share)")
-		_, err = tr.Run(ctx, func(s lm2lm.StepReport) {
-			st := Step{Step: s.Step, Loss: s.Update.Loss, Entropy: s.Update.Entropy}
-			if c := s.Calibration; c != nil {
-				rep.Calibrations = append(rep.Calibrations, calibration(c))
-				fmt.Fprintf(w, "  calibration at step %d: %d real runs (%d infeasible), mean real gain %+.2f σ_e; "+
-					"predicted vs real reward: Ĵ_M %+.2f, J̄ %+.2f, Δ_M %+.2f, cosine %.2f, pairwise accuracy %.2f\n",
-					c.Step, c.Executed, c.Infeasible, c.MeanRealGain, c.Monitors.Bias.JHat, c.Monitors.Bias.JBar,
-					c.Monitors.Bias.Delta, c.Monitors.Cosine, c.Monitors.Accuracy)
-				for _, f := range c.Failures {
-					fmt.Fprintf(w, "  not measured: %s\n", f)
-				}
-			}
-			if r := s.Rollout; r != nil {
-				st.MeanReward, st.MeanGain = r.MeanReward, r.MeanGain
-				if len(r.Share) > 0 {
-					st.TopShare = fmt.Sprintf("%s (%.0f%%)", r.Share[0].Mechanism, 100*r.Share[0].Fraction)
-				}
-				fmt.Fprintf(w, "%5d %9.4f %8.3f %+9.3f %+9.3f  %s   [kept %d of %d groups]\n",
-					s.Step, st.Loss, st.Entropy, st.MeanReward, st.MeanGain, st.TopShare, r.Kept, r.Groups)
-				if a := r.Anchors; a != nil {
-					fmt.Fprintf(w, "  WMRL: %d anchor groups, %d real runs, debiaser fitted %v, anchor weight %.2f (D %.2f)\n",
-						a.Groups, a.Runs, a.Fitted, a.Weight, a.Disagree)
-				}
-			}
-			rep.Steps = append(rep.Steps, st)
-		})
-		if err != nil {
-			return err
-		}
-		cost, runs = tr.Cost()
-	case "sft", "rft":
-		if err := supervise(ctx, w, o.baseline, prof.steps, pol, m0, &rep); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("unknown -baseline %q", o.baseline)
-	}
-	rep.RealRuns["training"], rep.CPUSeconds["training"] = runs, cost.DeviceSeconds
-
-	trained, trainedTrain, err := evaluate("trained")
+	train, err := lm2lm.Evaluate(ctx, tcfg, j.pol, j.lab, j.pool, j.train, nil)
+	j.rep.RealRuns["eval_"+name] = held.Runs + train.Runs
+	j.rep.CPUSeconds["eval_"+name] = held.Cost.DeviceSeconds + train.Cost.DeviceSeconds
 	if err != nil {
 		return err
 	}
-	rep.Trained, rep.TrainedTrain = summary(trained), summary(trainedTrain)
-	rep.WinRate = num(lm2lm.WinRate(trained, base))
-	rep.Predictions = world.Stats().Calls
+	j.results[at], j.results[at+1] = held, train
+	if at == 0 {
+		j.rep.Base, j.rep.BaseTrain = summary(held), summary(train)
+	} else {
+		j.rep.Trained, j.rep.TrainedTrain = summary(held), summary(train)
+	}
+	return nil
+}
 
+// trainPolicy trains by LM2LM (or a supervised baseline).
+func (j *mainJob) trainPolicy(ctx context.Context) error {
+	if j.o.baseline != "" {
+		err := supervise(ctx, j.w, j.o.baseline, j.prof.steps, j.pol, j.m0, &j.rep)
+		j.rep.RealRuns["training"], j.rep.CPUSeconds["training"] = 0, 0
+		return err
+	}
+	tr, cfg, err := j.newTrainer()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(j.w, "\ntraining: %d steps, %d states × %d proposals per rollout, calibration %v budgets %v\n",
+		cfg.Steps, cfg.States, cfg.DAPO.GroupSize, cfg.Schedule.Steps, cfg.Schedule.Budgets)
+	fmt.Fprintf(j.w, "%5s %9s %8s %9s %9s  %s\n", "step", "loss", "entropy", "reward", "ĝ/σ_e", "top mechanism (share)")
+	if _, err := tr.Run(ctx, j.onStep); err != nil {
+		return err
+	}
+	j.cost, j.runs = tr.Cost()
+	j.rep.RealRuns["training"], j.rep.CPUSeconds["training"] = j.runs, j.cost.DeviceSeconds
+	return nil
+}
+
+// newTrainer configures the LM2LM trainer of the profile.
+func (j *mainJob) newTrainer() (*lm2lm.Trainer, lm2lm.Config, error) {
+	cfg := lm2lm.DefaultConfig()
+	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = j.prof.steps, j.prof.states, j.prof.quota, j.prof.schedule
+	cfg.Calibration = j.mode
+	cfg.Parallel = j.o.parallel
+	cfg.Seed = j.o.seed
+	if j.o.wmrl {
+		// The library's WMRL defaults wait for 200 anchor pairs before the
+		// first fit; a laptop-sized run has fewer, so the example fits
+		// sooner.
+		w := lm2lm.DefaultWMRLConfig()
+		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
+		cfg.WMRL = &w
+	}
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: j.pol, World: j.world, Builder: j.lab, Executor: j.pool, Tasks: j.train, Evidence: j.m0})
+	return tr, cfg, err
+}
+
+// onStep prints and records one training step.
+func (j *mainJob) onStep(s lm2lm.StepReport) {
+	w := j.w
+	st := Step{Step: s.Step, Loss: s.Update.Loss, Entropy: s.Update.Entropy}
+	if c := s.Calibration; c != nil {
+		j.rep.Calibrations = append(j.rep.Calibrations, calibration(c))
+		fmt.Fprintf(w, "  calibration at step %d: %d real runs (%d infeasible), mean real gain %+.2f σ_e; "+
+			"predicted vs real reward: Ĵ_M %+.2f, J̄ %+.2f, Δ_M %+.2f, cosine %.2f, pairwise accuracy %.2f\n",
+			c.Step, c.Executed, c.Infeasible, c.MeanRealGain, c.Monitors.Bias.JHat, c.Monitors.Bias.JBar,
+			c.Monitors.Bias.Delta, c.Monitors.Cosine, c.Monitors.Accuracy)
+		for _, f := range c.Failures {
+			fmt.Fprintf(w, "  not measured: %s\n", f)
+		}
+	}
+	if r := s.Rollout; r != nil {
+		st.MeanReward, st.MeanGain = r.MeanReward, r.MeanGain
+		if len(r.Share) > 0 {
+			st.TopShare = fmt.Sprintf("%s (%.0f%%)", r.Share[0].Mechanism, 100*r.Share[0].Fraction)
+		}
+		fmt.Fprintf(w, "%5d %9.4f %8.3f %+9.3f %+9.3f  %s   [kept %d of %d groups]\n",
+			s.Step, st.Loss, st.Entropy, st.MeanReward, st.MeanGain, st.TopShare, r.Kept, r.Groups)
+		if a := r.Anchors; a != nil {
+			fmt.Fprintf(w, "  WMRL: %d anchor groups, %d real runs, debiaser fitted %v, anchor weight %.2f (D %.2f)\n",
+				a.Groups, a.Runs, a.Fitted, a.Weight, a.Disagree)
+		}
+	}
+	j.rep.Steps = append(j.rep.Steps, st)
+}
+
+// printResults fills the report's evaluation and prints the tables.
+func (j *mainJob) printResults() {
+	base, baseTrain, trained, trainedTrain := j.results[0], j.results[1], j.results[2], j.results[3]
+	j.rep.WinRate = num(lm2lm.WinRate(trained, base))
+	j.rep.Predictions = j.world.Stats().Calls
+	w := j.w
 	for _, tab := range []struct {
 		title         string
 		base, trained lm2lm.EvalReport
@@ -389,21 +468,24 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 		fmt.Fprintf(w, "  %-16s %-15s Base %+7.2f / %+7.2f   trained %+7.2f / %+7.2f\n", f.Family, f.Metric,
 			1e3*b.Avg, 1e3*b.Best, 1e3*f.Avg, 1e3*f.Best)
 	}
-	ws := world.Stats()
 	fmt.Fprintf(w, "\ncost: %d world-model predictions; real runs: M_0 %d, training (calibration and anchors) %d "+
-		"(%.0f CPU s), evaluation %d + %d; wall %.0f s\n", ws.Calls, m0.Len(), runs, cost.DeviceSeconds,
-		rep.RealRuns["eval_untrained"], rep.RealRuns["eval_trained"], time.Since(start).Seconds())
+		"(%.0f CPU s), evaluation %d + %d; wall %.0f s\n", j.world.Stats().Calls, j.m0.Len(), j.runs, j.cost.DeviceSeconds,
+		j.rep.RealRuns["eval_untrained"], j.rep.RealRuns["eval_trained"], time.Since(j.start).Seconds())
+}
 
-	if o.report != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.report, b, 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "report written to %s\n", o.report)
+// writeReport writes the JSON report (when -report is set).
+func (j *mainJob) writeReport() error {
+	if j.o.report == "" {
+		return nil
 	}
+	b, err := json.MarshalIndent(j.rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(j.o.report, b, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(j.w, "report written to %s\n", j.o.report)
 	return nil
 }
 

@@ -95,58 +95,100 @@ func main() {
 	}
 }
 
+// evaluation is one invocation's state, shared by the steps of run.
+type evaluation struct {
+	o     options
+	w     io.Writer
+	start time.Time
+	lab   *lab.Lab
+	ex    *executor
+	cat   []records.Card
+	tasks []records.Task
+	plan  []item           // the generated experiments
+	train []records.Record // context records (the first generated)
+	test  []records.Record // held-out records (the last generated)
+}
+
+// run measures the world model, step by step.
 func run(ctx context.Context, o options, stdout io.Writer) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
+	var files []io.Closer
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
 	refs, err := records.OpenFile(filepath.Join(o.out, "references.jsonl"), records.DefaultFileConfig())
 	if err != nil {
 		return err
 	}
-	defer refs.Close()
+	files = append(files, refs)
 	store, err := records.OpenFile(filepath.Join(o.out, "records.jsonl"), records.DefaultFileConfig())
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	files = append(files, store)
 	report, err := os.Create(filepath.Join(o.out, "report.txt"))
 	if err != nil {
 		return err
 	}
-	defer report.Close()
-	w := io.MultiWriter(stdout, report)
+	files = append(files, report)
+	e := &evaluation{o: o, w: io.MultiWriter(stdout, report), cat: lab.Catalogue()}
+	for _, step := range []func(context.Context) error{
+		func(ctx context.Context) error { return e.references(ctx, refs, store) },
+		e.generate,
+		e.accuracy,
+		e.exploitation,
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(e.w, "\nrwmeval: done in %s (%d runs executed in this invocation)\n", time.Since(e.start).Round(time.Second), e.ex.executed)
+	return nil
+}
 
+// references makes the lab and runs the training tasks' reference runs.
+func (e *evaluation) references(ctx context.Context, refs, store *records.FileStore) error {
 	lb, err := lab.New(lab.DefaultConfig(), refs)
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	var tasks []records.Task
+	e.lab, e.ex = lb, &executor{lab: lb, store: store, parallel: e.o.parallel}
+	e.start = time.Now()
 	for _, id := range lb.IDs(records.Train) {
 		t, err := lb.Task(ctx, id)
 		if err != nil {
 			return fmt.Errorf("reference runs of %s: %w", id, err)
 		}
-		tasks = append(tasks, t)
+		e.tasks = append(e.tasks, t)
 	}
-	fmt.Fprintf(w, "rwmeval: %d training tasks, references ready in %s\n", len(tasks), time.Since(start).Round(time.Second))
+	fmt.Fprintf(e.w, "rwmeval: %d training tasks, references ready in %s\n", len(e.tasks), time.Since(e.start).Round(time.Second))
+	return nil
+}
 
-	cat := lab.Catalogue()
-	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
-	plan := records.DrawChanges(rng, tasks, cat, o.records, nil)
-	ex := &executor{lab: lb, store: store, parallel: o.parallel}
+// generate executes random catalogue proposals (part 1).
+func (e *evaluation) generate(ctx context.Context) error {
+	rng := rand.New(rand.NewPCG(e.o.seed, 0x5eed))
+	e.plan = records.DrawChanges(rng, e.tasks, e.cat, e.o.records, nil)
 	t0 := time.Now()
-	rs, err := ex.records(ctx, plan)
+	rs, err := e.ex.records(ctx, e.plan)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "rwmeval: %d real records (%d executed now, %d from %s) in %s; %d infeasible\n",
-		len(rs), ex.executed, len(rs)-ex.executed, filepath.Join(o.out, "records.jsonl"),
+	fmt.Fprintf(e.w, "rwmeval: %d real records (%d executed now, %d from %s) in %s; %d infeasible\n",
+		len(rs), e.ex.executed, len(rs)-e.ex.executed, filepath.Join(e.o.out, "records.jsonl"),
 		time.Since(t0).Round(time.Second), countInfeasible(rs))
+	e.train, e.test = rs[:len(rs)-e.o.test], rs[len(rs)-e.o.test:]
+	return nil
+}
 
-	// Part 2: accuracy as the context grows.
-	train, test := rs[:len(rs)-o.test], rs[len(rs)-o.test:]
-	fmt.Fprintf(w, "\n## Accuracy on %d held-out real records (%d feasible) as the context grows\n", len(test), len(test)-countInfeasible(test))
+// accuracy reports the accuracy as the context grows (part 2).
+func (e *evaluation) accuracy(ctx context.Context) error {
+	w := e.w
+	fmt.Fprintf(w, "\n## Accuracy on %d held-out real records (%d feasible) as the context grows\n", len(e.test), len(e.test)-countInfeasible(e.test))
 	fmt.Fprintln(w, "gains in σ_e units; pairwise = within-task pairwise ranking accuracy; coverage = share of real gains inside q10–q90 (target 0.80)")
 	for _, v := range []struct {
 		name         string
@@ -158,151 +200,186 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	} {
 		fmt.Fprintf(w, "\n%s\n", v.name)
 		fmt.Fprintf(w, "%8s %9s %9s %9s %9s %9s\n", "context", "spearman", "pairwise", "coverage", "MAE", "bias")
-		for _, n := range o.sizes {
-			if n > len(train) {
-				fmt.Fprintf(w, "%8d (only %d context records; rerun with a larger -records)\n", n, len(train))
-				continue
-			}
-			ev, err := records.NewEvidence(train[:n]...)
-			if err != nil {
+		for _, n := range e.o.sizes {
+			if err := e.accuracyAt(ctx, n, v.priors, v.tune); err != nil {
 				return err
 			}
-			cfg := modelConfig(cat, v.priors)
-			tuned := ""
-			if v.tune {
-				if cfg, _, err = rwm.Tune(ctx, cfg, ev, nil); err != nil {
-					return err
-				}
-				tuned = fmt.Sprintf("   noise %.2g, task corr %.2g/%.2g/%.2g, mech corr %.2g, lengthscale %.2g",
-					cfg.NoiseSigmas, cfg.CorrFamily, cfg.CorrMetric, cfg.CorrAny, cfg.CorrMech, cfg.Lengthscale)
-			}
-			s, err := score(ctx, rwm.NewEmbedded(cfg), ev, test)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(w, "%8d %9.3f %9.3f %9.3f %9.2f %+9.2f%s\n", n, s.spearman, s.pairwise, s.coverage, s.mae, s.bias, tuned)
 		}
 	}
+	return nil
+}
 
-	// Part 3: does a static context get exploited?
-	n0 := min(100, len(train))
-	fmt.Fprintf(w, "\n## Exploitation of a static context (%d records), %d rounds of the top %d\n", n0, o.rounds, o.top)
-	fmt.Fprintln(w, "model: priors from the cards, hyperparameters tuned (rwm.Tune) on the context at the start of each round")
-	ctxRecs := slices.Clone(train[:n0])
+// accuracyAt prints one row of the accuracy curve: n context records.
+func (e *evaluation) accuracyAt(ctx context.Context, n int, priors, tune bool) error {
+	if n > len(e.train) {
+		fmt.Fprintf(e.w, "%8d (only %d context records; rerun with a larger -records)\n", n, len(e.train))
+		return nil
+	}
+	ev, err := records.NewEvidence(e.train[:n]...)
+	if err != nil {
+		return err
+	}
+	cfg := modelConfig(e.cat, priors)
+	tuned := ""
+	if tune {
+		if cfg, _, err = rwm.Tune(ctx, cfg, ev, nil); err != nil {
+			return err
+		}
+		tuned = fmt.Sprintf("   noise %.2g, task corr %.2g/%.2g/%.2g, mech corr %.2g, lengthscale %.2g",
+			cfg.NoiseSigmas, cfg.CorrFamily, cfg.CorrMetric, cfg.CorrAny, cfg.CorrMech, cfg.Lengthscale)
+	}
+	s, err := score(ctx, rwm.NewEmbedded(cfg), ev, e.test)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.w, "%8d %9.3f %9.3f %9.3f %9.2f %+9.2f%s\n", n, s.spearman, s.pairwise, s.coverage, s.mae, s.bias, tuned)
+	return nil
+}
+
+// exploit is the state of the exploitation rounds (part 3).
+type exploit struct {
+	pool       []item
+	ctxRecs    []records.Record
+	executed   map[int]bool // pool items already in context are not picked again
+	prevScores []float64
+	prevTop    []int
+	m          *rwm.Embedded
+}
+
+// exploitation checks whether a static context gets exploited (part 3):
+// rounds of executing the top-rated pool proposals, then the last round's
+// effect on the ranking.
+func (e *evaluation) exploitation(ctx context.Context) error {
+	n0 := min(100, len(e.train))
+	fmt.Fprintf(e.w, "\n## Exploitation of a static context (%d records), %d rounds of the top %d\n", n0, e.o.rounds, e.o.top)
+	fmt.Fprintln(e.w, "model: priors from the cards, hyperparameters tuned (rwm.Tune) on the context at the start of each round")
 	seen := map[string]bool{}
-	for _, it := range plan {
-		seen[itemKey(it.Task, it.Proposal)] = true
+	for _, it := range e.plan {
+		seen[it.Key()] = true
 	}
-	prng := rand.New(rand.NewPCG(o.seed, 0x9001))
-	pool := records.DrawChanges(prng, tasks, cat, o.pool*len(tasks), seen)
-	var prevScores []float64
-	var prevTop []int
-	executed := map[int]bool{} // pool items already in context are not picked again
-	var m *rwm.Embedded
-	for round := 1; round <= o.rounds; round++ {
-		ev, err := records.NewEvidence(ctxRecs...)
-		if err != nil {
+	prng := rand.New(rand.NewPCG(e.o.seed, 0x9001))
+	x := &exploit{pool: records.DrawChanges(prng, e.tasks, e.cat, e.o.pool*len(e.tasks), seen),
+		ctxRecs: slices.Clone(e.train[:n0]), executed: map[int]bool{}}
+	for round := 1; round <= e.o.rounds; round++ {
+		if err := e.round(ctx, x, round); err != nil {
 			return err
 		}
-		// Retune at each calibration point, then keep the model frozen.
-		cfg, _, err := rwm.Tune(ctx, modelConfig(cat, true), ev, nil)
-		if err != nil {
-			return err
-		}
-		m = rwm.NewEmbedded(cfg)
-		preds, err := predictAll(ctx, m, ev, pool)
-		if err != nil {
-			return err
-		}
-		scores := make([]float64, len(pool))
-		for i, p := range preds {
-			scores[i] = p.Gain / pool[i].Task.SeedNoise
-			if !p.Valid {
-				scores[i] = math.Inf(-1)
-			}
-		}
-		var order []int
-		for _, i := range argsortDesc(scores) {
-			if !executed[i] {
-				order = append(order, i)
-			}
-		}
-		top := order[:min(o.top, len(order))]
-		if prevScores != nil {
-			kept := 0
-			for _, i := range top {
-				if slices.Contains(prevTop, i) {
-					kept++
-				}
-			}
-			fmt.Fprintf(w, "\nafter adding the previous round's %d records: Spearman of pool scores vs before %.3f; %d of the previous top %d stay in the top %d\n",
-				len(prevTop), spearman(prevScores, scores), kept, len(prevTop), len(top))
-			fmt.Fprintf(w, "previous top %d now predicted: mean %+.2f σ_e (was %+.2f)\n",
-				len(prevTop), meanAt(scores, prevTop), meanAt(prevScores, prevTop))
-		}
-		var items []item
-		for _, i := range top {
-			items = append(items, pool[i])
-			executed[i] = true
-		}
-		got, err := ex.records(ctx, items)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "\nround %d: top %d of %d candidates with %d records in context\n", round, len(top), len(pool), len(ctxRecs))
-		fmt.Fprintf(w, "%-34s %-44s %8s %17s %8s\n", "task", "proposal", "pred σ", "q10…q90 σ", "real σ")
-		var predSum, realSum float64
-		nReal := 0
-		for k, i := range top {
-			p, r := preds[i], got[k]
-			s := pool[i].Task.SeedNoise
-			real := "infeas."
-			if r.Infeasible == "" {
-				real = fmt.Sprintf("%+8.2f", r.Gain/s)
-				predSum += p.Gain / s
-				realSum += r.Gain / s
-				nReal++
-			}
-			fmt.Fprintf(w, "%-34s %-44s %+8.2f %+8.2f…%+7.2f %8s\n", trunc(pool[i].Task.ID, 34), trunc(pool[i].Proposal.Key(), 44),
-				p.Gain/s, p.Low/s, p.High/s, real)
-		}
-		if nReal > 0 {
-			fmt.Fprintf(w, "mean over %d feasible: predicted %+.2f σ_e, real %+.2f σ_e, over-prediction %+.2f σ_e\n",
-				nReal, predSum/float64(nReal), realSum/float64(nReal), (predSum-realSum)/float64(nReal))
-		}
-		ctxRecs = append(ctxRecs, got...)
-		prevScores, prevTop = scores, top
 	}
-	if o.rounds < 1 {
+	if e.o.rounds < 1 {
 		return nil
 	}
 	// The last round's effect on the ranking (same tuned model, more records).
-	ev, err := records.NewEvidence(ctxRecs...)
+	scores, _, err := x.scores(ctx)
 	if err != nil {
 		return err
 	}
-	preds, err := predictAll(ctx, m, ev, pool)
+	top := argsortDesc(scores)[:min(e.o.top, len(x.pool))]
+	fmt.Fprintf(e.w, "\nafter adding the last round's records: Spearman of pool scores vs before %.3f; %d of the previous top %d stay; previous top now predicted %+.2f σ_e (was %+.2f)\n",
+		spearman(x.prevScores, scores), overlap(top, x.prevTop), len(x.prevTop), meanAt(scores, x.prevTop), meanAt(x.prevScores, x.prevTop))
+	return nil
+}
+
+// scores predicts the pool with x.m under the current context, in σ_e
+// units (−∞ for invalid predictions).
+func (x *exploit) scores(ctx context.Context) ([]float64, []rwm.Prediction, error) {
+	ev, err := records.NewEvidence(x.ctxRecs...)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	scores := make([]float64, len(pool))
+	preds, err := predictAll(ctx, x.m, ev, x.pool)
+	if err != nil {
+		return nil, nil, err
+	}
+	scores := make([]float64, len(x.pool))
 	for i, p := range preds {
-		scores[i] = p.Gain / pool[i].Task.SeedNoise
+		scores[i] = p.Gain / x.pool[i].Task.SeedNoise
 		if !p.Valid {
 			scores[i] = math.Inf(-1)
 		}
 	}
-	top := argsortDesc(scores)[:min(o.top, len(pool))]
-	kept := 0
-	for _, i := range top {
-		if slices.Contains(prevTop, i) {
-			kept++
+	return scores, preds, nil
+}
+
+// overlap counts the elements of a that are in b.
+func overlap(a, b []int) int {
+	n := 0
+	for _, i := range a {
+		if slices.Contains(b, i) {
+			n++
 		}
 	}
-	fmt.Fprintf(w, "\nafter adding the last round's records: Spearman of pool scores vs before %.3f; %d of the previous top %d stay; previous top now predicted %+.2f σ_e (was %+.2f)\n",
-		spearman(prevScores, scores), kept, len(prevTop), meanAt(scores, prevTop), meanAt(prevScores, prevTop))
-	fmt.Fprintf(w, "\nrwmeval: done in %s (%d runs executed in this invocation)\n", time.Since(start).Round(time.Second), ex.executed)
+	return n
+}
+
+// round retunes the model on the context, executes the top-rated
+// candidates not yet executed and adds their records to the context.
+func (e *evaluation) round(ctx context.Context, x *exploit, round int) error {
+	ev, err := records.NewEvidence(x.ctxRecs...)
+	if err != nil {
+		return err
+	}
+	// Retune at each calibration point, then keep the model frozen.
+	cfg, _, err := rwm.Tune(ctx, modelConfig(e.cat, true), ev, nil)
+	if err != nil {
+		return err
+	}
+	x.m = rwm.NewEmbedded(cfg)
+	scores, preds, err := x.scores(ctx)
+	if err != nil {
+		return err
+	}
+	var order []int
+	for _, i := range argsortDesc(scores) {
+		if !x.executed[i] {
+			order = append(order, i)
+		}
+	}
+	top := order[:min(e.o.top, len(order))]
+	if x.prevScores != nil {
+		fmt.Fprintf(e.w, "\nafter adding the previous round's %d records: Spearman of pool scores vs before %.3f; %d of the previous top %d stay in the top %d\n",
+			len(x.prevTop), spearman(x.prevScores, scores), overlap(top, x.prevTop), len(x.prevTop), len(top))
+		fmt.Fprintf(e.w, "previous top %d now predicted: mean %+.2f σ_e (was %+.2f)\n",
+			len(x.prevTop), meanAt(scores, x.prevTop), meanAt(x.prevScores, x.prevTop))
+	}
+	var items []item
+	for _, i := range top {
+		items = append(items, x.pool[i])
+		x.executed[i] = true
+	}
+	got, err := e.ex.records(ctx, items)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.w, "\nround %d: top %d of %d candidates with %d records in context\n", round, len(top), len(x.pool), len(x.ctxRecs))
+	e.printRound(x, top, preds, got)
+	x.ctxRecs = append(x.ctxRecs, got...)
+	x.prevScores, x.prevTop = scores, top
 	return nil
+}
+
+// printRound prints a round's predicted against real gains.
+func (e *evaluation) printRound(x *exploit, top []int, preds []rwm.Prediction, got []records.Record) {
+	w := e.w
+	fmt.Fprintf(w, "%-34s %-44s %8s %17s %8s\n", "task", "proposal", "pred σ", "q10…q90 σ", "real σ")
+	var predSum, realSum float64
+	nReal := 0
+	for k, i := range top {
+		p, r := preds[i], got[k]
+		s := x.pool[i].Task.SeedNoise
+		real := "infeas."
+		if r.Infeasible == "" {
+			real = fmt.Sprintf("%+8.2f", r.Gain/s)
+			predSum += p.Gain / s
+			realSum += r.Gain / s
+			nReal++
+		}
+		fmt.Fprintf(w, "%-34s %-44s %+8.2f %+8.2f…%+7.2f %8s\n", trunc(x.pool[i].Task.ID, 34), trunc(x.pool[i].Proposal.Key(), 44),
+			p.Gain/s, p.Low/s, p.High/s, real)
+	}
+	if nReal > 0 {
+		fmt.Fprintf(w, "mean over %d feasible: predicted %+.2f σ_e, real %+.2f σ_e, over-prediction %+.2f σ_e\n",
+			nReal, predSum/float64(nReal), realSum/float64(nReal), (predSum-realSum)/float64(nReal))
+	}
 }
 
 func modelConfig(cat []records.Card, priors bool) rwm.EmbeddedConfig {
