@@ -69,7 +69,7 @@ func Training(w io.Writer, title string, runs []TrainingRun) error {
 }
 
 // Monitor is one calibration point's reliability monitors (METHOD.md §1
-// On-policy calibration): the bias Δ_M = Ĵ_M − J̄ (predicted minus real
+// On-policy calibration): the bias Δ_M = J̄ − Ĵ_M (real minus predicted
 // expected reward), the advantage cosine, the within-state pairwise
 // accuracy, and the predicted-minus-real reward gap. NaN = undefined.
 type Monitor struct {
@@ -106,7 +106,7 @@ func Reliability(w io.Writer, title string, runs []MonitorRun) error {
 		return out
 	}
 	specs := []lineSpec{
-		{"bias Δ (predicted minus real expected reward)", "Δ (reward units)", quantity(func(m Monitor) float64 { return m.Delta }), 0, 1},
+		{"bias Δ (real minus predicted expected reward)", "Δ (reward units)", quantity(func(m Monitor) float64 { return m.Delta }), 0, 1},
 		{"advantage cosine (predicted vs real)", "cosine", quantity(func(m Monitor) float64 { return m.Cosine }), 0, 1},
 		{"within-state pairwise accuracy", "accuracy (chance = 0.5)", quantity(func(m Monitor) float64 { return m.Accuracy }), 0.5, 1},
 		{"predicted-minus-real reward gap", "gap (reward units)", quantity(func(m Monitor) float64 { return m.Gap }), 0, 1},

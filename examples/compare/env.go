@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -27,6 +28,8 @@ type env struct {
 	lab         *lab.Lab
 	pool        *builder.Pool
 	train, test []records.Task
+	// leftOut lists the tasks left out because a reference run failed.
+	leftOut []string
 }
 
 // suiteTasks returns the lab's tasks for -suite and a predicate telling
@@ -68,12 +71,12 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 		store.Close()
 		return nil, err
 	}
-	tasks, err := references(ctx, w, o, l, len(lcfg.RefSeeds), storePath)
+	tasks, leftOut, err := references(ctx, w, o, l, len(lcfg.RefSeeds), storePath)
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
-	e := &env{store: store, lab: l, pool: pool}
+	e := &env{store: store, lab: l, pool: pool, leftOut: leftOut}
 	for _, t := range tasks {
 		if isTest(t) {
 			e.test = append(e.test, t)
@@ -85,27 +88,38 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 }
 
 // references trains (or reads back) every task's reference runs, one task
-// after the other, with progress counted in tasks.
-func references(ctx context.Context, w io.Writer, o options, l *lab.Lab, seeds int, storePath string) ([]records.Task, error) {
+// after the other, with progress counted in tasks. A task whose reference
+// run fails (lab.ErrReference: it diverged) has no b_e or σ_e and is left
+// out, named on w and in every result file.
+func references(ctx context.Context, w io.Writer, o options, l *lab.Lab, seeds int, storePath string) (tasks []records.Task, leftOut []string, err error) {
 	start := time.Now()
 	ids := l.IDs("")
 	fmt.Fprintf(w, "reference runs: %d tasks × %d seeds (b_e, σ_e; trained once, kept in %s)\n", len(ids), seeds, storePath)
 	rep, err := progress.New(w, progress.Config{Title: "reference runs (tasks)", Total: len(ids), Mode: progressMode(o)})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer rep.Finish()
-	var tasks []records.Task
+	var notes []string
 	for _, id := range ids {
 		t, err := l.Task(ctx, id)
+		rep.Done(1)
+		if errors.Is(err, lab.ErrReference) {
+			leftOut = append(leftOut, id)
+			notes = append(notes, fmt.Sprintf("task %s left out: %v", id, err))
+			continue
+		}
 		if err != nil {
-			return nil, err
+			rep.Finish()
+			return nil, nil, err
 		}
 		tasks = append(tasks, t)
-		rep.Done(1)
 	}
-	fmt.Fprintf(w, "%d tasks ready (%.0f s)\n", len(tasks), time.Since(start).Seconds())
-	return tasks, nil
+	rep.Finish()
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	fmt.Fprintf(w, "%d tasks ready, %d left out (%.0f s)\n", len(tasks), len(leftOut), time.Since(start).Seconds())
+	return tasks, leftOut, nil
 }
 
 // progressMode maps -progress to a progress.Mode.

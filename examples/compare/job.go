@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/lm2lm/lm2lm"
@@ -43,6 +44,9 @@ func expectedRuns(o options, m method, tests int) int {
 			n += b
 		}
 	}
+	if m.kind == "rl" {
+		n += o.probe * probeGroup * (len(p.schedule.Steps) + 1)
+	}
 	return n
 }
 
@@ -51,7 +55,7 @@ func expectedRuns(o options, m method, tests int) int {
 func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporter) (Result, error) {
 	start := time.Now()
 	m, prof := methods[j.method], profiles[o.profile]
-	res := Result{Version: resultVersion, Method: j.method, Seed: j.seed, Profile: o.profile, Suite: o.suite}
+	res := Result{Version: resultVersion, Method: j.method, Seed: j.seed, Profile: o.profile, Suite: o.suite, LeftOut: e.leftOut}
 	cnt := &counter{next: progress.Executor(e.pool, rep)}
 	var m0 records.Evidence
 	if m.kind != "none" { // the untrained policy needs no records
@@ -129,6 +133,7 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 	cat := lab.Catalogue()
 	wcfg := rwm.DefaultEmbeddedConfig()
 	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
+	world := rwm.NewEmbedded(wcfg)
 	cfg := lm2lm.DefaultConfig()
 	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
 	cfg.Calibration, cfg.Parallel, cfg.Seed = m.calibration, o.parallel, seed
@@ -139,18 +144,33 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
 		cfg.WMRL = &w
 	}
-	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: rwm.NewEmbedded(wcfg), Builder: e.lab,
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: e.lab,
 		Executor: cnt, Tasks: e.train, Evidence: m0})
 	if err != nil {
 		return err
 	}
+	probeCnt := &counter{next: cnt.next}
+	pr := &prober{e: e, ex: probeCnt, world: world, pol: pol, evidence: m0, seed: seed, tasks: o.probe}
+	var probeErr error
 	_, err = tr.Run(ctx, func(s lm2lm.StepReport) {
 		res.Steps = append(res.Steps, stepResult(s))
 		if c := s.Calibration; c != nil {
 			res.Calibrations = append(res.Calibrations, calibrationResult(c))
+			if probeErr == nil {
+				probeErr = pr.add(c)
+			}
+		}
+		if o.probe > 0 && probeErr == nil && (slices.Contains(prof.schedule.Steps, s.Step) || s.Step == cfg.Steps) {
+			var p CalibrationResult
+			p, probeErr = pr.measure(ctx, s.Step)
+			res.Probes = append(res.Probes, p)
 		}
 	})
-	return err
+	res.Runs.Probe = probeCnt.take()
+	if err != nil {
+		return err
+	}
+	return probeErr
 }
 
 func stepResult(s lm2lm.StepReport) StepResult {

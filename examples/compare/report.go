@@ -161,7 +161,7 @@ func comparison(o options, dir string, names []string, byMethod map[string][]Res
 		for _, r := range rs {
 			ms.Budget += float64(r.Budget()) / float64(len(rs))
 			ms.EvalRuns += float64(r.Runs.Evaluation.Fresh+r.Runs.Evaluation.Reused) / float64(len(rs))
-			ms.CPUSeconds += r.Runs.M0.CPUSeconds + r.Runs.Training.CPUSeconds + r.Runs.Evaluation.CPUSeconds
+			ms.CPUSeconds += r.Runs.M0.CPUSeconds + r.Runs.Training.CPUSeconds + r.Runs.Evaluation.CPUSeconds + r.Runs.Probe.CPUSeconds
 			ms.WallSeconds += r.WallSeconds
 			ms.Unmeasured += r.Unmeasured
 			rel, _ := filepath.Rel(dir, resultPath(dir, job{r.Method, r.Seed}))
@@ -229,7 +229,7 @@ func writeOutputs(dir string, outs []output, force bool) error {
 // calibrating method, say) is left out.
 func drawCharts(o options, names []string, byMethod map[string][]Result, sums []evalstat.Summary, pairs []evalstat.Paired) ([]output, error) {
 	var train []evalplot.TrainingRun
-	var mon []evalplot.MonitorRun
+	var probes, picks []evalplot.MonitorRun
 	var cal []evalplot.CalibrationPoint
 	for _, m := range names {
 		label := methods[m].label
@@ -237,16 +237,20 @@ func drawCharts(o options, names []string, byMethod map[string][]Result, sums []
 			if len(r.Steps) > 0 {
 				train = append(train, trainingRun(label, r))
 			}
-			if len(r.Calibrations) == 0 {
-				continue
+			if len(r.Probes) > 0 {
+				probes = append(probes, monitorRun(label, r.Seed, r.Probes))
 			}
-			mr := evalplot.MonitorRun{Label: label, Seed: r.Seed}
+			if len(r.Calibrations) > 0 {
+				picks = append(picks, monitorRun(label, r.Seed, r.Calibrations))
+			}
 			for _, c := range r.Calibrations {
-				mr.Points = append(mr.Points, evalplot.Monitor{Step: c.Step, Delta: val(c.Delta), Cosine: val(c.Cosine), Accuracy: val(c.Accuracy), Gap: val(c.Gap)})
 				cal = append(cal, evalplot.CalibrationPoint{Label: label, Seed: r.Seed, Step: c.Step, Predicted: c.Predicted, Real: c.Real})
 			}
-			mon = append(mon, mr)
 		}
+	}
+	mon, monTitle := probes, fmt.Sprintf("reliability of each method's world model at the calibration steps (%d training tasks × 8 proposals of the current policy, run for real)", o.probe)
+	if len(probes) == 0 {
+		mon, monTitle = picks, "reliability monitors on the calibration runs (the top-rated or random picks)"
 	}
 	seeds := fmt.Sprintf("%d seeds, profile %s", o.seeds, o.profile)
 	draws := []struct {
@@ -261,7 +265,7 @@ func drawCharts(o options, names []string, byMethod map[string][]Result, sums []
 			return evalplot.Training(w, "training curves, mean over "+seeds+" (band: lowest to highest seed)", train)
 		}},
 		{"reliability", len(mon) == 0, func(w io.Writer) error {
-			return evalplot.Reliability(w, "reliability monitors at the calibration points, "+seeds, mon)
+			return evalplot.Reliability(w, monTitle+", "+seeds, mon)
 		}},
 		{"calibration", len(cal) == 0, func(w io.Writer) error {
 			return evalplot.Calibration(w, "predicted vs real reward of the calibration runs, "+seeds,
@@ -280,6 +284,14 @@ func drawCharts(o options, names []string, byMethod map[string][]Result, sums []
 		outs = append(outs, output{prefix(o) + "-" + d.name + ".png", buf.Bytes()})
 	}
 	return outs, nil
+}
+
+func monitorRun(label string, seed uint64, cs []CalibrationResult) evalplot.MonitorRun {
+	mr := evalplot.MonitorRun{Label: label, Seed: seed}
+	for _, c := range cs {
+		mr.Points = append(mr.Points, evalplot.Monitor{Step: c.Step, Delta: val(c.Delta), Cosine: val(c.Cosine), Accuracy: val(c.Accuracy), Gap: val(c.Gap)})
+	}
+	return mr
 }
 
 func trainingRun(label string, r Result) evalplot.TrainingRun {

@@ -30,12 +30,18 @@ type Result struct {
 		M0         Runs `json:"m0"`
 		Training   Runs `json:"training"`
 		Evaluation Runs `json:"evaluation"`
+		// Probe: the reliability probes' runs (not part of the budget).
+		Probe Runs `json:"probe"`
 	} `json:"runs"`
+	// LeftOut lists the suite's tasks left out (a reference run failed).
+	LeftOut      []string            `json:"tasks_left_out,omitempty"`
 	States       []StateResult       `json:"states"`
 	Unmeasured   int                 `json:"unmeasured_proposals"`
 	Steps        []StepResult        `json:"steps,omitempty"`
 	Calibrations []CalibrationResult `json:"calibrations,omitempty"`
-	WallSeconds  float64             `json:"wall_seconds"`
+	// Probes are the reliability probes at the calibration steps (prober).
+	Probes      []CalibrationResult `json:"probes,omitempty"`
+	WallSeconds float64             `json:"wall_seconds"`
 }
 
 // Runs counts real runs; CPUSeconds is the fresh ones' device time.
