@@ -267,3 +267,28 @@ func TestEvidenceFingerprint(t *testing.T) {
 	require.NotEqual(t, base, fp(append(rs, rs[0])...), "a duplicate more")
 	require.NotEqual(t, fp(), base)
 }
+
+func TestSimilarity(t *testing.T) {
+	type Task = records.Task
+	Similarity := records.Similarity
+	a := Task{ID: "a", Family: "f"}
+	for _, c := range []struct {
+		b    Task
+		want float64
+	}{
+		{Task{ID: "a", Family: "f"}, 1},
+		{Task{ID: "b", Family: "f"}, 0.5},
+		{Task{ID: "c", Family: "g"}, 0},
+		{Task{ID: "d"}, 0},
+	} {
+		if got := Similarity(a, c.b); got != c.want {
+			t.Errorf("Similarity(a, %s) = %g, want %g", c.b.ID, got, c.want)
+		}
+		if Similarity(a, c.b) != Similarity(c.b, a) {
+			t.Errorf("Similarity(a, %s) is not symmetric", c.b.ID)
+		}
+	}
+	if Similarity(Task{ID: "x"}, Task{ID: "y"}) != 0 {
+		t.Error("two tasks without a family are alike")
+	}
+}
