@@ -20,7 +20,7 @@ import (
 
 func iclTask(id, family string) records.Task {
 	return records.Task{ID: id, Family: family, Split: records.Train, Metric: records.BitsPerByte,
-		RefLoss: 2, SeedNoise: 0.5, Budget: 100, Description: "task " + id}
+		RefLoss: 2, SeedNoise: 0.125, Budget: 100, Description: "task " + id}
 }
 
 func iclRecord(t records.Task, p records.Proposal, sigmas float64, infeasible string) records.Record {
