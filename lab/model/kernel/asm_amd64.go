@@ -31,6 +31,10 @@ type blocks struct {
 	name                 string
 	wideCols, narrowCols int
 	wide, narrow         []gemmFunc
+	lanes                int // float32s per vector of the element-wise kernels
+	addTo, tanh, tanhBwd func(x, y *float32, n int)
+	expShift             func(z *float32, n int, shift float32, sums *[8]float64)
+	adam                 func(p, g, m, v *float32, n int, a, ivc2, b1, b2, c1, c2, eps float32)
 }
 
 // avx512Blocks: up to 8 rows × 32 columns (16 zmm accumulators, the A
@@ -41,6 +45,8 @@ var avx512Blocks = &blocks{
 		asm.Gemm512R5N32, asm.Gemm512R6N32, asm.Gemm512R7N32, asm.Gemm512R8N32},
 	narrow: []gemmFunc{asm.Gemm512R1N16, asm.Gemm512R2N16, asm.Gemm512R3N16, asm.Gemm512R4N16,
 		asm.Gemm512R5N16, asm.Gemm512R6N16, asm.Gemm512R7N16, asm.Gemm512R8N16},
+	lanes: 16, addTo: asm.AddTo512, tanh: asm.Tanh512, tanhBwd: asm.TanhBwd512,
+	expShift: asm.ExpShift512, adam: asm.Adam512,
 }
 
 // avx2Blocks: up to 6 rows × 16 columns (12 ymm accumulators, 2 for B and
@@ -51,10 +57,14 @@ var avx2Blocks = &blocks{
 		asm.Gemm256R5N16, asm.Gemm256R6N16},
 	narrow: []gemmFunc{asm.Gemm256R1N8, asm.Gemm256R2N8, asm.Gemm256R3N8, asm.Gemm256R4N8,
 		asm.Gemm256R5N8, asm.Gemm256R6N8},
+	lanes: 8, addTo: asm.AddTo256, tanh: asm.Tanh256, tanhBwd: asm.TanhBwd256,
+	expShift: asm.ExpShift256, adam: asm.Adam256,
 }
 
-// asmImpl multiplies with the generated kernels; the element-wise loops
-// are the portable ones.
+// asmImpl multiplies with the generated kernels and runs the generated
+// element-wise loops, which give the same bits as the scalar ones
+// (ExpShift's sum to float64 rounding); tails shorter than a vector use the
+// scalar code.
 type asmImpl struct{ bl *blocks }
 
 func (x asmImpl) name() string { return x.bl.name }
@@ -74,11 +84,51 @@ func (x asmImpl) nt(c, a, b []float32, m, k, n int, acc bool, sc *scratch) {
 	x.bl.gemm(c, a, bt, m, k, n, k, 1, acc, sc)
 }
 
-func (x asmImpl) addTo(dst, src []float32)                { addToGo(dst, src) }
-func (x asmImpl) tanh(dst, src []float32)                 { tanhGo(dst, src) }
-func (x asmImpl) tanhBwd(d, a []float32)                  { tanhBwdGo(d, a) }
-func (x asmImpl) expShift(z []float32, s float32) float64 { return expShiftGo(z, s) }
+// vec returns the length of the vector part of a loop over n floats.
+func (x asmImpl) vec(n int) int { return n &^ (x.bl.lanes - 1) }
+
+func (x asmImpl) addTo(dst, src []float32) {
+	if n := x.vec(len(dst)); n > 0 {
+		x.bl.addTo(&dst[0], &src[0], n)
+		dst, src = dst[n:], src[n:]
+	}
+	addToGo(dst, src)
+}
+
+func (x asmImpl) tanh(dst, src []float32) {
+	if n := x.vec(len(dst)); n > 0 {
+		x.bl.tanh(&dst[0], &src[0], n)
+		dst, src = dst[n:], src[n:]
+	}
+	tanhGo(dst, src)
+}
+
+func (x asmImpl) tanhBwd(d, a []float32) {
+	if n := x.vec(len(d)); n > 0 {
+		x.bl.tanhBwd(&d[0], &a[0], n)
+		d, a = d[n:], a[n:]
+	}
+	tanhBwdGo(d, a)
+}
+
+func (x asmImpl) expShift(z []float32, shift float32) float64 {
+	var sum float64
+	if n := x.vec(len(z)); n > 0 {
+		var sums [8]float64
+		x.bl.expShift(&z[0], n, shift, &sums)
+		for _, s := range sums {
+			sum += s
+		}
+		z = z[n:]
+	}
+	return sum + expShiftGo(z, shift)
+}
+
 func (x asmImpl) adam(p, g, m, v []float32, a, ivc2, b1, b2, eps float32) {
+	if n := x.vec(len(p)); n > 0 {
+		x.bl.adam(&p[0], &g[0], &m[0], &v[0], n, a, ivc2, b1, b2, 1-b1, 1-b2, eps)
+		p, g, m, v = p[n:], g[n:], m[n:], v[n:]
+	}
 	adamGo(p, g, m, v, a, ivc2, b1, b2, eps)
 }
 

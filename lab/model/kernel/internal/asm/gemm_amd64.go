@@ -144,6 +144,60 @@ func Gemm256R5N8(c *float32, ldc int, a *float32, sa int, sp int, b *float32, ld
 //go:noescape
 func Gemm256R6N8(c *float32, ldc int, a *float32, sa int, sp int, b *float32, ldb int, k int, acc bool)
 
+// AddTo512 sets dst[i] += src[i] for i < n, n a multiple of 16.
+//
+//go:noescape
+func AddTo512(dst *float32, src *float32, n int)
+
+// TanhBwd512 sets d[i] *= 1 − a[i]² for i < n, n a multiple of 16.
+//
+//go:noescape
+func TanhBwd512(d *float32, a *float32, n int)
+
+// Tanh512 sets dst[i] = Tanh32(src[i]) for i < n, n a multiple of 16.
+//
+//go:noescape
+func Tanh512(dst *float32, src *float32, n int)
+
+// ExpShift512 sets z[i] = Exp32(z[i] − shift) for i < n, n a multiple of 16, and stores
+// the results' sums by lane (mod 8) in float64 into sums.
+//
+//go:noescape
+func ExpShift512(z *float32, n int, shift float32, sums *[8]float64)
+
+// Adam512 applies Adam's update to p[i], m[i], v[i] for i < n, n a multiple of 16
+// (c1 = 1−b1 and c2 = 1−b2 as the scalar code rounds them).
+//
+//go:noescape
+func Adam512(p *float32, grad *float32, m *float32, v *float32, n int, a float32, ivc2 float32, b1 float32, b2 float32, c1 float32, c2 float32, eps float32)
+
+// AddTo256 sets dst[i] += src[i] for i < n, n a multiple of 8.
+//
+//go:noescape
+func AddTo256(dst *float32, src *float32, n int)
+
+// TanhBwd256 sets d[i] *= 1 − a[i]² for i < n, n a multiple of 8.
+//
+//go:noescape
+func TanhBwd256(d *float32, a *float32, n int)
+
+// Tanh256 sets dst[i] = Tanh32(src[i]) for i < n, n a multiple of 8.
+//
+//go:noescape
+func Tanh256(dst *float32, src *float32, n int)
+
+// ExpShift256 sets z[i] = Exp32(z[i] − shift) for i < n, n a multiple of 8, and stores
+// the results' sums by lane (mod 8) in float64 into sums.
+//
+//go:noescape
+func ExpShift256(z *float32, n int, shift float32, sums *[8]float64)
+
+// Adam256 applies Adam's update to p[i], m[i], v[i] for i < n, n a multiple of 8
+// (c1 = 1−b1 and c2 = 1−b2 as the scalar code rounds them).
+//
+//go:noescape
+func Adam256(p *float32, grad *float32, m *float32, v *float32, n int, a float32, ivc2 float32, b1 float32, b2 float32, c1 float32, c2 float32, eps float32)
+
 // FMAPeak512 runs iters rounds of 12 independent vector fused multiply-adds (the FMA peak).
 func FMAPeak512(iters int)
 

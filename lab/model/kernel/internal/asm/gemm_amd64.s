@@ -1948,6 +1948,1148 @@ loop:
 	VZEROUPPER
 	RET
 
+// func AddTo512(dst *float32, src *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·AddTo512(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	XORQ  BX, BX
+	SHLQ  $0x02, DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VMOVUPS (AX)(BX*1), Z0
+	VADDPS  (CX)(BX*1), Z0, Z0
+	VMOVUPS Z0, (AX)(BX*1)
+	ADDQ    $0x00000040, BX
+	CMPQ    BX, DX
+	JB      loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func TanhBwd512(d *float32, a *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·TanhBwd512(SB), NOSPLIT, $0-24
+	MOVQ    d+0(FP), AX
+	MOVQ    a+8(FP), CX
+	MOVQ    n+16(FP), DX
+	VMOVUPS tanhBwdOne512<>+0(SB), Z0
+	XORQ    BX, BX
+	SHLQ    $0x02, DX
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	VMOVUPS (CX)(BX*1), Z1
+	VMULPS  Z1, Z1, Z1
+	VSUBPS  Z1, Z0, Z1
+	VMULPS  (AX)(BX*1), Z1, Z1
+	VMOVUPS Z1, (AX)(BX*1)
+	ADDQ    $0x00000040, BX
+	CMPQ    BX, DX
+	JB      loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA tanhBwdOne512<>+0(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+4(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+8(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+12(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+16(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+20(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+24(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+28(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+32(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+36(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+40(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+44(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+48(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+52(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+56(SB)/4, $0x3f800000
+DATA tanhBwdOne512<>+60(SB)/4, $0x3f800000
+GLOBL tanhBwdOne512<>(SB), RODATA|NOPTR, $64
+
+// func Tanh512(dst *float32, src *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·Tanh512(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	XORQ  BX, BX
+	SHLQ  $0x02, DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VMOVUPS   (CX)(BX*1), Z0
+	VMAXPS    tanhC512<>+64(SB), Z0, Z1
+	VMINPS    tanhC512<>+0(SB), Z1, Z1
+	VMULPS    Z1, Z1, Z2
+	VMULPS    tanhC512<>+256(SB), Z2, Z3
+	VADDPS    tanhC512<>+320(SB), Z3, Z3
+	VMULPS    Z3, Z2, Z3
+	VADDPS    tanhC512<>+384(SB), Z3, Z3
+	VMULPS    Z3, Z2, Z3
+	VADDPS    tanhC512<>+448(SB), Z3, Z3
+	VMULPS    Z3, Z2, Z3
+	VADDPS    tanhC512<>+512(SB), Z3, Z3
+	VMULPS    Z3, Z2, Z3
+	VADDPS    tanhC512<>+576(SB), Z3, Z3
+	VMULPS    Z3, Z2, Z3
+	VADDPS    tanhC512<>+640(SB), Z3, Z3
+	VMULPS    Z3, Z1, Z3
+	VMULPS    tanhC512<>+704(SB), Z2, Z6
+	VADDPS    tanhC512<>+768(SB), Z6, Z6
+	VMULPS    Z6, Z2, Z6
+	VADDPS    tanhC512<>+832(SB), Z6, Z6
+	VMULPS    Z6, Z2, Z2
+	VADDPS    tanhC512<>+896(SB), Z2, Z2
+	VDIVPS    Z2, Z3, Z2
+	VCMPPS    $0x1e, tanhC512<>+192(SB), Z1, K1
+	VCMPPS    $0x11, tanhC512<>+128(SB), Z1, K2
+	KANDW     K1, K2, K1
+	VBLENDMPS Z1, Z2, K1, Z4
+	VCMPPS    $0x03, Z0, Z0, K1
+	VBLENDMPS Z0, Z4, K1, Z5
+	VMOVUPS   Z5, (AX)(BX*1)
+	ADDQ      $0x00000040, BX
+	CMPQ      BX, DX
+	JB        loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA tanhC512<>+0(SB)/4, $0x40fcf84f
+DATA tanhC512<>+4(SB)/4, $0x40fcf84f
+DATA tanhC512<>+8(SB)/4, $0x40fcf84f
+DATA tanhC512<>+12(SB)/4, $0x40fcf84f
+DATA tanhC512<>+16(SB)/4, $0x40fcf84f
+DATA tanhC512<>+20(SB)/4, $0x40fcf84f
+DATA tanhC512<>+24(SB)/4, $0x40fcf84f
+DATA tanhC512<>+28(SB)/4, $0x40fcf84f
+DATA tanhC512<>+32(SB)/4, $0x40fcf84f
+DATA tanhC512<>+36(SB)/4, $0x40fcf84f
+DATA tanhC512<>+40(SB)/4, $0x40fcf84f
+DATA tanhC512<>+44(SB)/4, $0x40fcf84f
+DATA tanhC512<>+48(SB)/4, $0x40fcf84f
+DATA tanhC512<>+52(SB)/4, $0x40fcf84f
+DATA tanhC512<>+56(SB)/4, $0x40fcf84f
+DATA tanhC512<>+60(SB)/4, $0x40fcf84f
+DATA tanhC512<>+64(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+68(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+72(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+76(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+80(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+84(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+88(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+92(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+96(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+100(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+104(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+108(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+112(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+116(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+120(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+124(SB)/4, $0xc0fcf84f
+DATA tanhC512<>+128(SB)/4, $0x39d1b717
+DATA tanhC512<>+132(SB)/4, $0x39d1b717
+DATA tanhC512<>+136(SB)/4, $0x39d1b717
+DATA tanhC512<>+140(SB)/4, $0x39d1b717
+DATA tanhC512<>+144(SB)/4, $0x39d1b717
+DATA tanhC512<>+148(SB)/4, $0x39d1b717
+DATA tanhC512<>+152(SB)/4, $0x39d1b717
+DATA tanhC512<>+156(SB)/4, $0x39d1b717
+DATA tanhC512<>+160(SB)/4, $0x39d1b717
+DATA tanhC512<>+164(SB)/4, $0x39d1b717
+DATA tanhC512<>+168(SB)/4, $0x39d1b717
+DATA tanhC512<>+172(SB)/4, $0x39d1b717
+DATA tanhC512<>+176(SB)/4, $0x39d1b717
+DATA tanhC512<>+180(SB)/4, $0x39d1b717
+DATA tanhC512<>+184(SB)/4, $0x39d1b717
+DATA tanhC512<>+188(SB)/4, $0x39d1b717
+DATA tanhC512<>+192(SB)/4, $0xb9d1b717
+DATA tanhC512<>+196(SB)/4, $0xb9d1b717
+DATA tanhC512<>+200(SB)/4, $0xb9d1b717
+DATA tanhC512<>+204(SB)/4, $0xb9d1b717
+DATA tanhC512<>+208(SB)/4, $0xb9d1b717
+DATA tanhC512<>+212(SB)/4, $0xb9d1b717
+DATA tanhC512<>+216(SB)/4, $0xb9d1b717
+DATA tanhC512<>+220(SB)/4, $0xb9d1b717
+DATA tanhC512<>+224(SB)/4, $0xb9d1b717
+DATA tanhC512<>+228(SB)/4, $0xb9d1b717
+DATA tanhC512<>+232(SB)/4, $0xb9d1b717
+DATA tanhC512<>+236(SB)/4, $0xb9d1b717
+DATA tanhC512<>+240(SB)/4, $0xb9d1b717
+DATA tanhC512<>+244(SB)/4, $0xb9d1b717
+DATA tanhC512<>+248(SB)/4, $0xb9d1b717
+DATA tanhC512<>+252(SB)/4, $0xb9d1b717
+DATA tanhC512<>+256(SB)/4, $0xa59f25c0
+DATA tanhC512<>+260(SB)/4, $0xa59f25c0
+DATA tanhC512<>+264(SB)/4, $0xa59f25c0
+DATA tanhC512<>+268(SB)/4, $0xa59f25c0
+DATA tanhC512<>+272(SB)/4, $0xa59f25c0
+DATA tanhC512<>+276(SB)/4, $0xa59f25c0
+DATA tanhC512<>+280(SB)/4, $0xa59f25c0
+DATA tanhC512<>+284(SB)/4, $0xa59f25c0
+DATA tanhC512<>+288(SB)/4, $0xa59f25c0
+DATA tanhC512<>+292(SB)/4, $0xa59f25c0
+DATA tanhC512<>+296(SB)/4, $0xa59f25c0
+DATA tanhC512<>+300(SB)/4, $0xa59f25c0
+DATA tanhC512<>+304(SB)/4, $0xa59f25c0
+DATA tanhC512<>+308(SB)/4, $0xa59f25c0
+DATA tanhC512<>+312(SB)/4, $0xa59f25c0
+DATA tanhC512<>+316(SB)/4, $0xa59f25c0
+DATA tanhC512<>+320(SB)/4, $0x2a61337e
+DATA tanhC512<>+324(SB)/4, $0x2a61337e
+DATA tanhC512<>+328(SB)/4, $0x2a61337e
+DATA tanhC512<>+332(SB)/4, $0x2a61337e
+DATA tanhC512<>+336(SB)/4, $0x2a61337e
+DATA tanhC512<>+340(SB)/4, $0x2a61337e
+DATA tanhC512<>+344(SB)/4, $0x2a61337e
+DATA tanhC512<>+348(SB)/4, $0x2a61337e
+DATA tanhC512<>+352(SB)/4, $0x2a61337e
+DATA tanhC512<>+356(SB)/4, $0x2a61337e
+DATA tanhC512<>+360(SB)/4, $0x2a61337e
+DATA tanhC512<>+364(SB)/4, $0x2a61337e
+DATA tanhC512<>+368(SB)/4, $0x2a61337e
+DATA tanhC512<>+372(SB)/4, $0x2a61337e
+DATA tanhC512<>+376(SB)/4, $0x2a61337e
+DATA tanhC512<>+380(SB)/4, $0x2a61337e
+DATA tanhC512<>+384(SB)/4, $0xaebd37ff
+DATA tanhC512<>+388(SB)/4, $0xaebd37ff
+DATA tanhC512<>+392(SB)/4, $0xaebd37ff
+DATA tanhC512<>+396(SB)/4, $0xaebd37ff
+DATA tanhC512<>+400(SB)/4, $0xaebd37ff
+DATA tanhC512<>+404(SB)/4, $0xaebd37ff
+DATA tanhC512<>+408(SB)/4, $0xaebd37ff
+DATA tanhC512<>+412(SB)/4, $0xaebd37ff
+DATA tanhC512<>+416(SB)/4, $0xaebd37ff
+DATA tanhC512<>+420(SB)/4, $0xaebd37ff
+DATA tanhC512<>+424(SB)/4, $0xaebd37ff
+DATA tanhC512<>+428(SB)/4, $0xaebd37ff
+DATA tanhC512<>+432(SB)/4, $0xaebd37ff
+DATA tanhC512<>+436(SB)/4, $0xaebd37ff
+DATA tanhC512<>+440(SB)/4, $0xaebd37ff
+DATA tanhC512<>+444(SB)/4, $0xaebd37ff
+DATA tanhC512<>+448(SB)/4, $0x335c0041
+DATA tanhC512<>+452(SB)/4, $0x335c0041
+DATA tanhC512<>+456(SB)/4, $0x335c0041
+DATA tanhC512<>+460(SB)/4, $0x335c0041
+DATA tanhC512<>+464(SB)/4, $0x335c0041
+DATA tanhC512<>+468(SB)/4, $0x335c0041
+DATA tanhC512<>+472(SB)/4, $0x335c0041
+DATA tanhC512<>+476(SB)/4, $0x335c0041
+DATA tanhC512<>+480(SB)/4, $0x335c0041
+DATA tanhC512<>+484(SB)/4, $0x335c0041
+DATA tanhC512<>+488(SB)/4, $0x335c0041
+DATA tanhC512<>+492(SB)/4, $0x335c0041
+DATA tanhC512<>+496(SB)/4, $0x335c0041
+DATA tanhC512<>+500(SB)/4, $0x335c0041
+DATA tanhC512<>+504(SB)/4, $0x335c0041
+DATA tanhC512<>+508(SB)/4, $0x335c0041
+DATA tanhC512<>+512(SB)/4, $0x3779434a
+DATA tanhC512<>+516(SB)/4, $0x3779434a
+DATA tanhC512<>+520(SB)/4, $0x3779434a
+DATA tanhC512<>+524(SB)/4, $0x3779434a
+DATA tanhC512<>+528(SB)/4, $0x3779434a
+DATA tanhC512<>+532(SB)/4, $0x3779434a
+DATA tanhC512<>+536(SB)/4, $0x3779434a
+DATA tanhC512<>+540(SB)/4, $0x3779434a
+DATA tanhC512<>+544(SB)/4, $0x3779434a
+DATA tanhC512<>+548(SB)/4, $0x3779434a
+DATA tanhC512<>+552(SB)/4, $0x3779434a
+DATA tanhC512<>+556(SB)/4, $0x3779434a
+DATA tanhC512<>+560(SB)/4, $0x3779434a
+DATA tanhC512<>+564(SB)/4, $0x3779434a
+DATA tanhC512<>+568(SB)/4, $0x3779434a
+DATA tanhC512<>+572(SB)/4, $0x3779434a
+DATA tanhC512<>+576(SB)/4, $0x3a270ded
+DATA tanhC512<>+580(SB)/4, $0x3a270ded
+DATA tanhC512<>+584(SB)/4, $0x3a270ded
+DATA tanhC512<>+588(SB)/4, $0x3a270ded
+DATA tanhC512<>+592(SB)/4, $0x3a270ded
+DATA tanhC512<>+596(SB)/4, $0x3a270ded
+DATA tanhC512<>+600(SB)/4, $0x3a270ded
+DATA tanhC512<>+604(SB)/4, $0x3a270ded
+DATA tanhC512<>+608(SB)/4, $0x3a270ded
+DATA tanhC512<>+612(SB)/4, $0x3a270ded
+DATA tanhC512<>+616(SB)/4, $0x3a270ded
+DATA tanhC512<>+620(SB)/4, $0x3a270ded
+DATA tanhC512<>+624(SB)/4, $0x3a270ded
+DATA tanhC512<>+628(SB)/4, $0x3a270ded
+DATA tanhC512<>+632(SB)/4, $0x3a270ded
+DATA tanhC512<>+636(SB)/4, $0x3a270ded
+DATA tanhC512<>+640(SB)/4, $0x3ba059dc
+DATA tanhC512<>+644(SB)/4, $0x3ba059dc
+DATA tanhC512<>+648(SB)/4, $0x3ba059dc
+DATA tanhC512<>+652(SB)/4, $0x3ba059dc
+DATA tanhC512<>+656(SB)/4, $0x3ba059dc
+DATA tanhC512<>+660(SB)/4, $0x3ba059dc
+DATA tanhC512<>+664(SB)/4, $0x3ba059dc
+DATA tanhC512<>+668(SB)/4, $0x3ba059dc
+DATA tanhC512<>+672(SB)/4, $0x3ba059dc
+DATA tanhC512<>+676(SB)/4, $0x3ba059dc
+DATA tanhC512<>+680(SB)/4, $0x3ba059dc
+DATA tanhC512<>+684(SB)/4, $0x3ba059dc
+DATA tanhC512<>+688(SB)/4, $0x3ba059dc
+DATA tanhC512<>+692(SB)/4, $0x3ba059dc
+DATA tanhC512<>+696(SB)/4, $0x3ba059dc
+DATA tanhC512<>+700(SB)/4, $0x3ba059dc
+DATA tanhC512<>+704(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+708(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+712(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+716(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+720(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+724(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+728(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+732(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+736(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+740(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+744(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+748(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+752(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+756(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+760(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+764(SB)/4, $0x35a0d3d8
+DATA tanhC512<>+768(SB)/4, $0x38f895d6
+DATA tanhC512<>+772(SB)/4, $0x38f895d6
+DATA tanhC512<>+776(SB)/4, $0x38f895d6
+DATA tanhC512<>+780(SB)/4, $0x38f895d6
+DATA tanhC512<>+784(SB)/4, $0x38f895d6
+DATA tanhC512<>+788(SB)/4, $0x38f895d6
+DATA tanhC512<>+792(SB)/4, $0x38f895d6
+DATA tanhC512<>+796(SB)/4, $0x38f895d6
+DATA tanhC512<>+800(SB)/4, $0x38f895d6
+DATA tanhC512<>+804(SB)/4, $0x38f895d6
+DATA tanhC512<>+808(SB)/4, $0x38f895d6
+DATA tanhC512<>+812(SB)/4, $0x38f895d6
+DATA tanhC512<>+816(SB)/4, $0x38f895d6
+DATA tanhC512<>+820(SB)/4, $0x38f895d6
+DATA tanhC512<>+824(SB)/4, $0x38f895d6
+DATA tanhC512<>+828(SB)/4, $0x38f895d6
+DATA tanhC512<>+832(SB)/4, $0x3b14aa05
+DATA tanhC512<>+836(SB)/4, $0x3b14aa05
+DATA tanhC512<>+840(SB)/4, $0x3b14aa05
+DATA tanhC512<>+844(SB)/4, $0x3b14aa05
+DATA tanhC512<>+848(SB)/4, $0x3b14aa05
+DATA tanhC512<>+852(SB)/4, $0x3b14aa05
+DATA tanhC512<>+856(SB)/4, $0x3b14aa05
+DATA tanhC512<>+860(SB)/4, $0x3b14aa05
+DATA tanhC512<>+864(SB)/4, $0x3b14aa05
+DATA tanhC512<>+868(SB)/4, $0x3b14aa05
+DATA tanhC512<>+872(SB)/4, $0x3b14aa05
+DATA tanhC512<>+876(SB)/4, $0x3b14aa05
+DATA tanhC512<>+880(SB)/4, $0x3b14aa05
+DATA tanhC512<>+884(SB)/4, $0x3b14aa05
+DATA tanhC512<>+888(SB)/4, $0x3b14aa05
+DATA tanhC512<>+892(SB)/4, $0x3b14aa05
+DATA tanhC512<>+896(SB)/4, $0x3ba059dd
+DATA tanhC512<>+900(SB)/4, $0x3ba059dd
+DATA tanhC512<>+904(SB)/4, $0x3ba059dd
+DATA tanhC512<>+908(SB)/4, $0x3ba059dd
+DATA tanhC512<>+912(SB)/4, $0x3ba059dd
+DATA tanhC512<>+916(SB)/4, $0x3ba059dd
+DATA tanhC512<>+920(SB)/4, $0x3ba059dd
+DATA tanhC512<>+924(SB)/4, $0x3ba059dd
+DATA tanhC512<>+928(SB)/4, $0x3ba059dd
+DATA tanhC512<>+932(SB)/4, $0x3ba059dd
+DATA tanhC512<>+936(SB)/4, $0x3ba059dd
+DATA tanhC512<>+940(SB)/4, $0x3ba059dd
+DATA tanhC512<>+944(SB)/4, $0x3ba059dd
+DATA tanhC512<>+948(SB)/4, $0x3ba059dd
+DATA tanhC512<>+952(SB)/4, $0x3ba059dd
+DATA tanhC512<>+956(SB)/4, $0x3ba059dd
+GLOBL tanhC512<>(SB), RODATA|NOPTR, $960
+
+// func ExpShift512(z *float32, n int, shift float32, sums *[8]float64)
+// Requires: AVX, AVX512F, SSE
+TEXT ·ExpShift512(SB), NOSPLIT, $0-32
+	MOVQ         z+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         sums+24(FP), DX
+	MOVSS        shift+16(FP), X0
+	VBROADCASTSS X0, Z0
+	VPXORD       Z1, Z1, Z1
+	XORQ         BX, BX
+	SHLQ         $0x02, CX
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VMOVUPS       (AX)(BX*1), Z5
+	VSUBPS        Z0, Z5, Z5
+	VMULPS        expC512<>+0(SB), Z5, Z6
+	VADDPS        expC512<>+64(SB), Z6, Z6
+	VRNDSCALEPS   $0x09, Z6, Z6
+	VMULPS        expC512<>+128(SB), Z6, Z7
+	VSUBPS        Z7, Z5, Z7
+	VMULPS        expC512<>+192(SB), Z6, Z8
+	VSUBPS        Z8, Z7, Z7
+	VMULPS        expC512<>+256(SB), Z7, Z8
+	VADDPS        expC512<>+320(SB), Z8, Z8
+	VMULPS        Z8, Z7, Z8
+	VADDPS        expC512<>+384(SB), Z8, Z8
+	VMULPS        Z8, Z7, Z8
+	VADDPS        expC512<>+448(SB), Z8, Z8
+	VMULPS        Z8, Z7, Z8
+	VADDPS        expC512<>+512(SB), Z8, Z8
+	VMULPS        Z8, Z7, Z8
+	VADDPS        expC512<>+576(SB), Z8, Z8
+	VMULPS        Z8, Z7, Z8
+	VMULPS        Z7, Z8, Z8
+	VADDPS        Z7, Z8, Z7
+	VADDPS        expC512<>+640(SB), Z7, Z7
+	VCVTTPS2DQ    Z6, Z6
+	VPADDD        expC512<>+768(SB), Z6, Z6
+	VPSLLD        $0x17, Z6, Z6
+	VMULPS        Z6, Z7, Z6
+	VPXORD        Z2, Z2, Z2
+	VCMPPS        $0x1d, expC512<>+704(SB), Z5, K1
+	VBLENDMPS     Z6, Z2, K1, Z3
+	VCMPPS        $0x03, Z5, Z5, K1
+	VBLENDMPS     Z5, Z3, K1, Z4
+	VMOVUPS       Z4, (AX)(BX*1)
+	VCVTPS2PD     Y4, Z5
+	VADDPD        Z5, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z4, Y5
+	VCVTPS2PD     Y5, Z5
+	VADDPD        Z5, Z1, Z1
+	ADDQ          $0x00000040, BX
+	CMPQ          BX, CX
+	JB            loop
+
+done:
+	VMOVUPD Z1, (DX)
+	VZEROUPPER
+	RET
+
+DATA expC512<>+0(SB)/4, $0x3fb8aa3b
+DATA expC512<>+4(SB)/4, $0x3fb8aa3b
+DATA expC512<>+8(SB)/4, $0x3fb8aa3b
+DATA expC512<>+12(SB)/4, $0x3fb8aa3b
+DATA expC512<>+16(SB)/4, $0x3fb8aa3b
+DATA expC512<>+20(SB)/4, $0x3fb8aa3b
+DATA expC512<>+24(SB)/4, $0x3fb8aa3b
+DATA expC512<>+28(SB)/4, $0x3fb8aa3b
+DATA expC512<>+32(SB)/4, $0x3fb8aa3b
+DATA expC512<>+36(SB)/4, $0x3fb8aa3b
+DATA expC512<>+40(SB)/4, $0x3fb8aa3b
+DATA expC512<>+44(SB)/4, $0x3fb8aa3b
+DATA expC512<>+48(SB)/4, $0x3fb8aa3b
+DATA expC512<>+52(SB)/4, $0x3fb8aa3b
+DATA expC512<>+56(SB)/4, $0x3fb8aa3b
+DATA expC512<>+60(SB)/4, $0x3fb8aa3b
+DATA expC512<>+64(SB)/4, $0x3f000000
+DATA expC512<>+68(SB)/4, $0x3f000000
+DATA expC512<>+72(SB)/4, $0x3f000000
+DATA expC512<>+76(SB)/4, $0x3f000000
+DATA expC512<>+80(SB)/4, $0x3f000000
+DATA expC512<>+84(SB)/4, $0x3f000000
+DATA expC512<>+88(SB)/4, $0x3f000000
+DATA expC512<>+92(SB)/4, $0x3f000000
+DATA expC512<>+96(SB)/4, $0x3f000000
+DATA expC512<>+100(SB)/4, $0x3f000000
+DATA expC512<>+104(SB)/4, $0x3f000000
+DATA expC512<>+108(SB)/4, $0x3f000000
+DATA expC512<>+112(SB)/4, $0x3f000000
+DATA expC512<>+116(SB)/4, $0x3f000000
+DATA expC512<>+120(SB)/4, $0x3f000000
+DATA expC512<>+124(SB)/4, $0x3f000000
+DATA expC512<>+128(SB)/4, $0x3f318000
+DATA expC512<>+132(SB)/4, $0x3f318000
+DATA expC512<>+136(SB)/4, $0x3f318000
+DATA expC512<>+140(SB)/4, $0x3f318000
+DATA expC512<>+144(SB)/4, $0x3f318000
+DATA expC512<>+148(SB)/4, $0x3f318000
+DATA expC512<>+152(SB)/4, $0x3f318000
+DATA expC512<>+156(SB)/4, $0x3f318000
+DATA expC512<>+160(SB)/4, $0x3f318000
+DATA expC512<>+164(SB)/4, $0x3f318000
+DATA expC512<>+168(SB)/4, $0x3f318000
+DATA expC512<>+172(SB)/4, $0x3f318000
+DATA expC512<>+176(SB)/4, $0x3f318000
+DATA expC512<>+180(SB)/4, $0x3f318000
+DATA expC512<>+184(SB)/4, $0x3f318000
+DATA expC512<>+188(SB)/4, $0x3f318000
+DATA expC512<>+192(SB)/4, $0xb95e8083
+DATA expC512<>+196(SB)/4, $0xb95e8083
+DATA expC512<>+200(SB)/4, $0xb95e8083
+DATA expC512<>+204(SB)/4, $0xb95e8083
+DATA expC512<>+208(SB)/4, $0xb95e8083
+DATA expC512<>+212(SB)/4, $0xb95e8083
+DATA expC512<>+216(SB)/4, $0xb95e8083
+DATA expC512<>+220(SB)/4, $0xb95e8083
+DATA expC512<>+224(SB)/4, $0xb95e8083
+DATA expC512<>+228(SB)/4, $0xb95e8083
+DATA expC512<>+232(SB)/4, $0xb95e8083
+DATA expC512<>+236(SB)/4, $0xb95e8083
+DATA expC512<>+240(SB)/4, $0xb95e8083
+DATA expC512<>+244(SB)/4, $0xb95e8083
+DATA expC512<>+248(SB)/4, $0xb95e8083
+DATA expC512<>+252(SB)/4, $0xb95e8083
+DATA expC512<>+256(SB)/4, $0x39506967
+DATA expC512<>+260(SB)/4, $0x39506967
+DATA expC512<>+264(SB)/4, $0x39506967
+DATA expC512<>+268(SB)/4, $0x39506967
+DATA expC512<>+272(SB)/4, $0x39506967
+DATA expC512<>+276(SB)/4, $0x39506967
+DATA expC512<>+280(SB)/4, $0x39506967
+DATA expC512<>+284(SB)/4, $0x39506967
+DATA expC512<>+288(SB)/4, $0x39506967
+DATA expC512<>+292(SB)/4, $0x39506967
+DATA expC512<>+296(SB)/4, $0x39506967
+DATA expC512<>+300(SB)/4, $0x39506967
+DATA expC512<>+304(SB)/4, $0x39506967
+DATA expC512<>+308(SB)/4, $0x39506967
+DATA expC512<>+312(SB)/4, $0x39506967
+DATA expC512<>+316(SB)/4, $0x39506967
+DATA expC512<>+320(SB)/4, $0x3ab743ce
+DATA expC512<>+324(SB)/4, $0x3ab743ce
+DATA expC512<>+328(SB)/4, $0x3ab743ce
+DATA expC512<>+332(SB)/4, $0x3ab743ce
+DATA expC512<>+336(SB)/4, $0x3ab743ce
+DATA expC512<>+340(SB)/4, $0x3ab743ce
+DATA expC512<>+344(SB)/4, $0x3ab743ce
+DATA expC512<>+348(SB)/4, $0x3ab743ce
+DATA expC512<>+352(SB)/4, $0x3ab743ce
+DATA expC512<>+356(SB)/4, $0x3ab743ce
+DATA expC512<>+360(SB)/4, $0x3ab743ce
+DATA expC512<>+364(SB)/4, $0x3ab743ce
+DATA expC512<>+368(SB)/4, $0x3ab743ce
+DATA expC512<>+372(SB)/4, $0x3ab743ce
+DATA expC512<>+376(SB)/4, $0x3ab743ce
+DATA expC512<>+380(SB)/4, $0x3ab743ce
+DATA expC512<>+384(SB)/4, $0x3c088908
+DATA expC512<>+388(SB)/4, $0x3c088908
+DATA expC512<>+392(SB)/4, $0x3c088908
+DATA expC512<>+396(SB)/4, $0x3c088908
+DATA expC512<>+400(SB)/4, $0x3c088908
+DATA expC512<>+404(SB)/4, $0x3c088908
+DATA expC512<>+408(SB)/4, $0x3c088908
+DATA expC512<>+412(SB)/4, $0x3c088908
+DATA expC512<>+416(SB)/4, $0x3c088908
+DATA expC512<>+420(SB)/4, $0x3c088908
+DATA expC512<>+424(SB)/4, $0x3c088908
+DATA expC512<>+428(SB)/4, $0x3c088908
+DATA expC512<>+432(SB)/4, $0x3c088908
+DATA expC512<>+436(SB)/4, $0x3c088908
+DATA expC512<>+440(SB)/4, $0x3c088908
+DATA expC512<>+444(SB)/4, $0x3c088908
+DATA expC512<>+448(SB)/4, $0x3d2aa9c1
+DATA expC512<>+452(SB)/4, $0x3d2aa9c1
+DATA expC512<>+456(SB)/4, $0x3d2aa9c1
+DATA expC512<>+460(SB)/4, $0x3d2aa9c1
+DATA expC512<>+464(SB)/4, $0x3d2aa9c1
+DATA expC512<>+468(SB)/4, $0x3d2aa9c1
+DATA expC512<>+472(SB)/4, $0x3d2aa9c1
+DATA expC512<>+476(SB)/4, $0x3d2aa9c1
+DATA expC512<>+480(SB)/4, $0x3d2aa9c1
+DATA expC512<>+484(SB)/4, $0x3d2aa9c1
+DATA expC512<>+488(SB)/4, $0x3d2aa9c1
+DATA expC512<>+492(SB)/4, $0x3d2aa9c1
+DATA expC512<>+496(SB)/4, $0x3d2aa9c1
+DATA expC512<>+500(SB)/4, $0x3d2aa9c1
+DATA expC512<>+504(SB)/4, $0x3d2aa9c1
+DATA expC512<>+508(SB)/4, $0x3d2aa9c1
+DATA expC512<>+512(SB)/4, $0x3e2aaaaa
+DATA expC512<>+516(SB)/4, $0x3e2aaaaa
+DATA expC512<>+520(SB)/4, $0x3e2aaaaa
+DATA expC512<>+524(SB)/4, $0x3e2aaaaa
+DATA expC512<>+528(SB)/4, $0x3e2aaaaa
+DATA expC512<>+532(SB)/4, $0x3e2aaaaa
+DATA expC512<>+536(SB)/4, $0x3e2aaaaa
+DATA expC512<>+540(SB)/4, $0x3e2aaaaa
+DATA expC512<>+544(SB)/4, $0x3e2aaaaa
+DATA expC512<>+548(SB)/4, $0x3e2aaaaa
+DATA expC512<>+552(SB)/4, $0x3e2aaaaa
+DATA expC512<>+556(SB)/4, $0x3e2aaaaa
+DATA expC512<>+560(SB)/4, $0x3e2aaaaa
+DATA expC512<>+564(SB)/4, $0x3e2aaaaa
+DATA expC512<>+568(SB)/4, $0x3e2aaaaa
+DATA expC512<>+572(SB)/4, $0x3e2aaaaa
+DATA expC512<>+576(SB)/4, $0x3f000000
+DATA expC512<>+580(SB)/4, $0x3f000000
+DATA expC512<>+584(SB)/4, $0x3f000000
+DATA expC512<>+588(SB)/4, $0x3f000000
+DATA expC512<>+592(SB)/4, $0x3f000000
+DATA expC512<>+596(SB)/4, $0x3f000000
+DATA expC512<>+600(SB)/4, $0x3f000000
+DATA expC512<>+604(SB)/4, $0x3f000000
+DATA expC512<>+608(SB)/4, $0x3f000000
+DATA expC512<>+612(SB)/4, $0x3f000000
+DATA expC512<>+616(SB)/4, $0x3f000000
+DATA expC512<>+620(SB)/4, $0x3f000000
+DATA expC512<>+624(SB)/4, $0x3f000000
+DATA expC512<>+628(SB)/4, $0x3f000000
+DATA expC512<>+632(SB)/4, $0x3f000000
+DATA expC512<>+636(SB)/4, $0x3f000000
+DATA expC512<>+640(SB)/4, $0x3f800000
+DATA expC512<>+644(SB)/4, $0x3f800000
+DATA expC512<>+648(SB)/4, $0x3f800000
+DATA expC512<>+652(SB)/4, $0x3f800000
+DATA expC512<>+656(SB)/4, $0x3f800000
+DATA expC512<>+660(SB)/4, $0x3f800000
+DATA expC512<>+664(SB)/4, $0x3f800000
+DATA expC512<>+668(SB)/4, $0x3f800000
+DATA expC512<>+672(SB)/4, $0x3f800000
+DATA expC512<>+676(SB)/4, $0x3f800000
+DATA expC512<>+680(SB)/4, $0x3f800000
+DATA expC512<>+684(SB)/4, $0x3f800000
+DATA expC512<>+688(SB)/4, $0x3f800000
+DATA expC512<>+692(SB)/4, $0x3f800000
+DATA expC512<>+696(SB)/4, $0x3f800000
+DATA expC512<>+700(SB)/4, $0x3f800000
+DATA expC512<>+704(SB)/4, $0xc2ae999a
+DATA expC512<>+708(SB)/4, $0xc2ae999a
+DATA expC512<>+712(SB)/4, $0xc2ae999a
+DATA expC512<>+716(SB)/4, $0xc2ae999a
+DATA expC512<>+720(SB)/4, $0xc2ae999a
+DATA expC512<>+724(SB)/4, $0xc2ae999a
+DATA expC512<>+728(SB)/4, $0xc2ae999a
+DATA expC512<>+732(SB)/4, $0xc2ae999a
+DATA expC512<>+736(SB)/4, $0xc2ae999a
+DATA expC512<>+740(SB)/4, $0xc2ae999a
+DATA expC512<>+744(SB)/4, $0xc2ae999a
+DATA expC512<>+748(SB)/4, $0xc2ae999a
+DATA expC512<>+752(SB)/4, $0xc2ae999a
+DATA expC512<>+756(SB)/4, $0xc2ae999a
+DATA expC512<>+760(SB)/4, $0xc2ae999a
+DATA expC512<>+764(SB)/4, $0xc2ae999a
+DATA expC512<>+768(SB)/4, $0x0000007f
+DATA expC512<>+772(SB)/4, $0x0000007f
+DATA expC512<>+776(SB)/4, $0x0000007f
+DATA expC512<>+780(SB)/4, $0x0000007f
+DATA expC512<>+784(SB)/4, $0x0000007f
+DATA expC512<>+788(SB)/4, $0x0000007f
+DATA expC512<>+792(SB)/4, $0x0000007f
+DATA expC512<>+796(SB)/4, $0x0000007f
+DATA expC512<>+800(SB)/4, $0x0000007f
+DATA expC512<>+804(SB)/4, $0x0000007f
+DATA expC512<>+808(SB)/4, $0x0000007f
+DATA expC512<>+812(SB)/4, $0x0000007f
+DATA expC512<>+816(SB)/4, $0x0000007f
+DATA expC512<>+820(SB)/4, $0x0000007f
+DATA expC512<>+824(SB)/4, $0x0000007f
+DATA expC512<>+828(SB)/4, $0x0000007f
+GLOBL expC512<>(SB), RODATA|NOPTR, $832
+
+// func Adam512(p *float32, grad *float32, m *float32, v *float32, n int, a float32, ivc2 float32, b1 float32, b2 float32, c1 float32, c2 float32, eps float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·Adam512(SB), NOSPLIT, $0-68
+	MOVQ         p+0(FP), AX
+	MOVQ         grad+8(FP), CX
+	MOVQ         m+16(FP), DX
+	MOVQ         v+24(FP), BX
+	MOVQ         n+32(FP), SI
+	MOVSS        a+40(FP), X0
+	VBROADCASTSS X0, Z0
+	MOVSS        ivc2+44(FP), X1
+	VBROADCASTSS X1, Z1
+	MOVSS        b1+48(FP), X2
+	VBROADCASTSS X2, Z2
+	MOVSS        b2+52(FP), X3
+	VBROADCASTSS X3, Z3
+	MOVSS        c1+56(FP), X4
+	VBROADCASTSS X4, Z4
+	MOVSS        c2+60(FP), X5
+	VBROADCASTSS X5, Z5
+	MOVSS        eps+64(FP), X6
+	VBROADCASTSS X6, Z6
+	XORQ         DI, DI
+	SHLQ         $0x02, SI
+	TESTQ        SI, SI
+	JZ           done
+
+loop:
+	VMOVUPS (CX)(DI*1), Z7
+	VMULPS  Z4, Z7, Z8
+	VMULPS  (DX)(DI*1), Z2, Z9
+	VADDPS  Z8, Z9, Z8
+	VMULPS  Z5, Z7, Z9
+	VMULPS  Z7, Z9, Z7
+	VMULPS  (BX)(DI*1), Z3, Z9
+	VADDPS  Z7, Z9, Z7
+	VMOVUPS Z8, (DX)(DI*1)
+	VMOVUPS Z7, (BX)(DI*1)
+	VMULPS  Z1, Z7, Z7
+	VSQRTPS Z7, Z7
+	VMULPS  Z8, Z0, Z8
+	VADDPS  Z6, Z7, Z7
+	VDIVPS  Z7, Z8, Z7
+	VMOVUPS (AX)(DI*1), Z8
+	VSUBPS  Z7, Z8, Z7
+	VMOVUPS Z7, (AX)(DI*1)
+	ADDQ    $0x00000040, DI
+	CMPQ    DI, SI
+	JB      loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func AddTo256(dst *float32, src *float32, n int)
+// Requires: AVX
+TEXT ·AddTo256(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	XORQ  BX, BX
+	SHLQ  $0x02, DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VMOVUPS (AX)(BX*1), Y0
+	VADDPS  (CX)(BX*1), Y0, Y0
+	VMOVUPS Y0, (AX)(BX*1)
+	ADDQ    $0x00000020, BX
+	CMPQ    BX, DX
+	JB      loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func TanhBwd256(d *float32, a *float32, n int)
+// Requires: AVX
+TEXT ·TanhBwd256(SB), NOSPLIT, $0-24
+	MOVQ    d+0(FP), AX
+	MOVQ    a+8(FP), CX
+	MOVQ    n+16(FP), DX
+	VMOVUPS tanhBwdOne256<>+0(SB), Y0
+	XORQ    BX, BX
+	SHLQ    $0x02, DX
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	VMOVUPS (CX)(BX*1), Y1
+	VMULPS  Y1, Y1, Y1
+	VSUBPS  Y1, Y0, Y1
+	VMULPS  (AX)(BX*1), Y1, Y1
+	VMOVUPS Y1, (AX)(BX*1)
+	ADDQ    $0x00000020, BX
+	CMPQ    BX, DX
+	JB      loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA tanhBwdOne256<>+0(SB)/4, $0x3f800000
+DATA tanhBwdOne256<>+4(SB)/4, $0x3f800000
+DATA tanhBwdOne256<>+8(SB)/4, $0x3f800000
+DATA tanhBwdOne256<>+12(SB)/4, $0x3f800000
+DATA tanhBwdOne256<>+16(SB)/4, $0x3f800000
+DATA tanhBwdOne256<>+20(SB)/4, $0x3f800000
+DATA tanhBwdOne256<>+24(SB)/4, $0x3f800000
+DATA tanhBwdOne256<>+28(SB)/4, $0x3f800000
+GLOBL tanhBwdOne256<>(SB), RODATA|NOPTR, $32
+
+// func Tanh256(dst *float32, src *float32, n int)
+// Requires: AVX
+TEXT ·Tanh256(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	XORQ  BX, BX
+	SHLQ  $0x02, DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VMOVUPS   (CX)(BX*1), Y0
+	VMAXPS    tanhC256<>+32(SB), Y0, Y1
+	VMINPS    tanhC256<>+0(SB), Y1, Y1
+	VMULPS    Y1, Y1, Y2
+	VMULPS    tanhC256<>+128(SB), Y2, Y3
+	VADDPS    tanhC256<>+160(SB), Y3, Y3
+	VMULPS    Y3, Y2, Y3
+	VADDPS    tanhC256<>+192(SB), Y3, Y3
+	VMULPS    Y3, Y2, Y3
+	VADDPS    tanhC256<>+224(SB), Y3, Y3
+	VMULPS    Y3, Y2, Y3
+	VADDPS    tanhC256<>+256(SB), Y3, Y3
+	VMULPS    Y3, Y2, Y3
+	VADDPS    tanhC256<>+288(SB), Y3, Y3
+	VMULPS    Y3, Y2, Y3
+	VADDPS    tanhC256<>+320(SB), Y3, Y3
+	VMULPS    Y3, Y1, Y3
+	VMULPS    tanhC256<>+352(SB), Y2, Y4
+	VADDPS    tanhC256<>+384(SB), Y4, Y4
+	VMULPS    Y4, Y2, Y4
+	VADDPS    tanhC256<>+416(SB), Y4, Y4
+	VMULPS    Y4, Y2, Y2
+	VADDPS    tanhC256<>+448(SB), Y2, Y2
+	VDIVPS    Y2, Y3, Y2
+	VCMPPS    $0x1e, tanhC256<>+96(SB), Y1, Y3
+	VCMPPS    $0x11, tanhC256<>+64(SB), Y1, Y4
+	VANDPS    Y3, Y4, Y3
+	VBLENDVPS Y3, Y1, Y2, Y1
+	VCMPPS    $0x03, Y0, Y0, Y2
+	VBLENDVPS Y2, Y0, Y1, Y0
+	VMOVUPS   Y0, (AX)(BX*1)
+	ADDQ      $0x00000020, BX
+	CMPQ      BX, DX
+	JB        loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA tanhC256<>+0(SB)/4, $0x40fcf84f
+DATA tanhC256<>+4(SB)/4, $0x40fcf84f
+DATA tanhC256<>+8(SB)/4, $0x40fcf84f
+DATA tanhC256<>+12(SB)/4, $0x40fcf84f
+DATA tanhC256<>+16(SB)/4, $0x40fcf84f
+DATA tanhC256<>+20(SB)/4, $0x40fcf84f
+DATA tanhC256<>+24(SB)/4, $0x40fcf84f
+DATA tanhC256<>+28(SB)/4, $0x40fcf84f
+DATA tanhC256<>+32(SB)/4, $0xc0fcf84f
+DATA tanhC256<>+36(SB)/4, $0xc0fcf84f
+DATA tanhC256<>+40(SB)/4, $0xc0fcf84f
+DATA tanhC256<>+44(SB)/4, $0xc0fcf84f
+DATA tanhC256<>+48(SB)/4, $0xc0fcf84f
+DATA tanhC256<>+52(SB)/4, $0xc0fcf84f
+DATA tanhC256<>+56(SB)/4, $0xc0fcf84f
+DATA tanhC256<>+60(SB)/4, $0xc0fcf84f
+DATA tanhC256<>+64(SB)/4, $0x39d1b717
+DATA tanhC256<>+68(SB)/4, $0x39d1b717
+DATA tanhC256<>+72(SB)/4, $0x39d1b717
+DATA tanhC256<>+76(SB)/4, $0x39d1b717
+DATA tanhC256<>+80(SB)/4, $0x39d1b717
+DATA tanhC256<>+84(SB)/4, $0x39d1b717
+DATA tanhC256<>+88(SB)/4, $0x39d1b717
+DATA tanhC256<>+92(SB)/4, $0x39d1b717
+DATA tanhC256<>+96(SB)/4, $0xb9d1b717
+DATA tanhC256<>+100(SB)/4, $0xb9d1b717
+DATA tanhC256<>+104(SB)/4, $0xb9d1b717
+DATA tanhC256<>+108(SB)/4, $0xb9d1b717
+DATA tanhC256<>+112(SB)/4, $0xb9d1b717
+DATA tanhC256<>+116(SB)/4, $0xb9d1b717
+DATA tanhC256<>+120(SB)/4, $0xb9d1b717
+DATA tanhC256<>+124(SB)/4, $0xb9d1b717
+DATA tanhC256<>+128(SB)/4, $0xa59f25c0
+DATA tanhC256<>+132(SB)/4, $0xa59f25c0
+DATA tanhC256<>+136(SB)/4, $0xa59f25c0
+DATA tanhC256<>+140(SB)/4, $0xa59f25c0
+DATA tanhC256<>+144(SB)/4, $0xa59f25c0
+DATA tanhC256<>+148(SB)/4, $0xa59f25c0
+DATA tanhC256<>+152(SB)/4, $0xa59f25c0
+DATA tanhC256<>+156(SB)/4, $0xa59f25c0
+DATA tanhC256<>+160(SB)/4, $0x2a61337e
+DATA tanhC256<>+164(SB)/4, $0x2a61337e
+DATA tanhC256<>+168(SB)/4, $0x2a61337e
+DATA tanhC256<>+172(SB)/4, $0x2a61337e
+DATA tanhC256<>+176(SB)/4, $0x2a61337e
+DATA tanhC256<>+180(SB)/4, $0x2a61337e
+DATA tanhC256<>+184(SB)/4, $0x2a61337e
+DATA tanhC256<>+188(SB)/4, $0x2a61337e
+DATA tanhC256<>+192(SB)/4, $0xaebd37ff
+DATA tanhC256<>+196(SB)/4, $0xaebd37ff
+DATA tanhC256<>+200(SB)/4, $0xaebd37ff
+DATA tanhC256<>+204(SB)/4, $0xaebd37ff
+DATA tanhC256<>+208(SB)/4, $0xaebd37ff
+DATA tanhC256<>+212(SB)/4, $0xaebd37ff
+DATA tanhC256<>+216(SB)/4, $0xaebd37ff
+DATA tanhC256<>+220(SB)/4, $0xaebd37ff
+DATA tanhC256<>+224(SB)/4, $0x335c0041
+DATA tanhC256<>+228(SB)/4, $0x335c0041
+DATA tanhC256<>+232(SB)/4, $0x335c0041
+DATA tanhC256<>+236(SB)/4, $0x335c0041
+DATA tanhC256<>+240(SB)/4, $0x335c0041
+DATA tanhC256<>+244(SB)/4, $0x335c0041
+DATA tanhC256<>+248(SB)/4, $0x335c0041
+DATA tanhC256<>+252(SB)/4, $0x335c0041
+DATA tanhC256<>+256(SB)/4, $0x3779434a
+DATA tanhC256<>+260(SB)/4, $0x3779434a
+DATA tanhC256<>+264(SB)/4, $0x3779434a
+DATA tanhC256<>+268(SB)/4, $0x3779434a
+DATA tanhC256<>+272(SB)/4, $0x3779434a
+DATA tanhC256<>+276(SB)/4, $0x3779434a
+DATA tanhC256<>+280(SB)/4, $0x3779434a
+DATA tanhC256<>+284(SB)/4, $0x3779434a
+DATA tanhC256<>+288(SB)/4, $0x3a270ded
+DATA tanhC256<>+292(SB)/4, $0x3a270ded
+DATA tanhC256<>+296(SB)/4, $0x3a270ded
+DATA tanhC256<>+300(SB)/4, $0x3a270ded
+DATA tanhC256<>+304(SB)/4, $0x3a270ded
+DATA tanhC256<>+308(SB)/4, $0x3a270ded
+DATA tanhC256<>+312(SB)/4, $0x3a270ded
+DATA tanhC256<>+316(SB)/4, $0x3a270ded
+DATA tanhC256<>+320(SB)/4, $0x3ba059dc
+DATA tanhC256<>+324(SB)/4, $0x3ba059dc
+DATA tanhC256<>+328(SB)/4, $0x3ba059dc
+DATA tanhC256<>+332(SB)/4, $0x3ba059dc
+DATA tanhC256<>+336(SB)/4, $0x3ba059dc
+DATA tanhC256<>+340(SB)/4, $0x3ba059dc
+DATA tanhC256<>+344(SB)/4, $0x3ba059dc
+DATA tanhC256<>+348(SB)/4, $0x3ba059dc
+DATA tanhC256<>+352(SB)/4, $0x35a0d3d8
+DATA tanhC256<>+356(SB)/4, $0x35a0d3d8
+DATA tanhC256<>+360(SB)/4, $0x35a0d3d8
+DATA tanhC256<>+364(SB)/4, $0x35a0d3d8
+DATA tanhC256<>+368(SB)/4, $0x35a0d3d8
+DATA tanhC256<>+372(SB)/4, $0x35a0d3d8
+DATA tanhC256<>+376(SB)/4, $0x35a0d3d8
+DATA tanhC256<>+380(SB)/4, $0x35a0d3d8
+DATA tanhC256<>+384(SB)/4, $0x38f895d6
+DATA tanhC256<>+388(SB)/4, $0x38f895d6
+DATA tanhC256<>+392(SB)/4, $0x38f895d6
+DATA tanhC256<>+396(SB)/4, $0x38f895d6
+DATA tanhC256<>+400(SB)/4, $0x38f895d6
+DATA tanhC256<>+404(SB)/4, $0x38f895d6
+DATA tanhC256<>+408(SB)/4, $0x38f895d6
+DATA tanhC256<>+412(SB)/4, $0x38f895d6
+DATA tanhC256<>+416(SB)/4, $0x3b14aa05
+DATA tanhC256<>+420(SB)/4, $0x3b14aa05
+DATA tanhC256<>+424(SB)/4, $0x3b14aa05
+DATA tanhC256<>+428(SB)/4, $0x3b14aa05
+DATA tanhC256<>+432(SB)/4, $0x3b14aa05
+DATA tanhC256<>+436(SB)/4, $0x3b14aa05
+DATA tanhC256<>+440(SB)/4, $0x3b14aa05
+DATA tanhC256<>+444(SB)/4, $0x3b14aa05
+DATA tanhC256<>+448(SB)/4, $0x3ba059dd
+DATA tanhC256<>+452(SB)/4, $0x3ba059dd
+DATA tanhC256<>+456(SB)/4, $0x3ba059dd
+DATA tanhC256<>+460(SB)/4, $0x3ba059dd
+DATA tanhC256<>+464(SB)/4, $0x3ba059dd
+DATA tanhC256<>+468(SB)/4, $0x3ba059dd
+DATA tanhC256<>+472(SB)/4, $0x3ba059dd
+DATA tanhC256<>+476(SB)/4, $0x3ba059dd
+GLOBL tanhC256<>(SB), RODATA|NOPTR, $480
+
+// func ExpShift256(z *float32, n int, shift float32, sums *[8]float64)
+// Requires: AVX, AVX2, SSE
+TEXT ·ExpShift256(SB), NOSPLIT, $0-32
+	MOVQ         z+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         sums+24(FP), DX
+	MOVSS        shift+16(FP), X0
+	VBROADCASTSS X0, Y0
+	VXORPD       Y1, Y1, Y1
+	VXORPD       Y2, Y2, Y2
+	XORQ         BX, BX
+	SHLQ         $0x02, CX
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VMOVUPS      (AX)(BX*1), Y3
+	VSUBPS       Y0, Y3, Y3
+	VMULPS       expC256<>+0(SB), Y3, Y4
+	VADDPS       expC256<>+32(SB), Y4, Y4
+	VROUNDPS     $0x09, Y4, Y4
+	VMULPS       expC256<>+64(SB), Y4, Y5
+	VSUBPS       Y5, Y3, Y5
+	VMULPS       expC256<>+96(SB), Y4, Y6
+	VSUBPS       Y6, Y5, Y5
+	VMULPS       expC256<>+128(SB), Y5, Y6
+	VADDPS       expC256<>+160(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       expC256<>+192(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       expC256<>+224(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       expC256<>+256(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       expC256<>+288(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VMULPS       Y5, Y6, Y6
+	VADDPS       Y5, Y6, Y5
+	VADDPS       expC256<>+320(SB), Y5, Y5
+	VCVTTPS2DQ   Y4, Y4
+	VPADDD       expC256<>+384(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y4, Y5, Y4
+	VXORPS       Y5, Y5, Y5
+	VCMPPS       $0x1d, expC256<>+352(SB), Y3, Y6
+	VBLENDVPS    Y6, Y4, Y5, Y4
+	VCMPPS       $0x03, Y3, Y3, Y5
+	VBLENDVPS    Y5, Y3, Y4, Y3
+	VMOVUPS      Y3, (AX)(BX*1)
+	VCVTPS2PD    X3, Y4
+	VADDPD       Y4, Y1, Y1
+	VEXTRACTF128 $0x01, Y3, X3
+	VCVTPS2PD    X3, Y3
+	VADDPD       Y3, Y2, Y2
+	ADDQ         $0x00000020, BX
+	CMPQ         BX, CX
+	JB           loop
+
+done:
+	VMOVUPD Y1, (DX)
+	VMOVUPD Y2, 32(DX)
+	VZEROUPPER
+	RET
+
+DATA expC256<>+0(SB)/4, $0x3fb8aa3b
+DATA expC256<>+4(SB)/4, $0x3fb8aa3b
+DATA expC256<>+8(SB)/4, $0x3fb8aa3b
+DATA expC256<>+12(SB)/4, $0x3fb8aa3b
+DATA expC256<>+16(SB)/4, $0x3fb8aa3b
+DATA expC256<>+20(SB)/4, $0x3fb8aa3b
+DATA expC256<>+24(SB)/4, $0x3fb8aa3b
+DATA expC256<>+28(SB)/4, $0x3fb8aa3b
+DATA expC256<>+32(SB)/4, $0x3f000000
+DATA expC256<>+36(SB)/4, $0x3f000000
+DATA expC256<>+40(SB)/4, $0x3f000000
+DATA expC256<>+44(SB)/4, $0x3f000000
+DATA expC256<>+48(SB)/4, $0x3f000000
+DATA expC256<>+52(SB)/4, $0x3f000000
+DATA expC256<>+56(SB)/4, $0x3f000000
+DATA expC256<>+60(SB)/4, $0x3f000000
+DATA expC256<>+64(SB)/4, $0x3f318000
+DATA expC256<>+68(SB)/4, $0x3f318000
+DATA expC256<>+72(SB)/4, $0x3f318000
+DATA expC256<>+76(SB)/4, $0x3f318000
+DATA expC256<>+80(SB)/4, $0x3f318000
+DATA expC256<>+84(SB)/4, $0x3f318000
+DATA expC256<>+88(SB)/4, $0x3f318000
+DATA expC256<>+92(SB)/4, $0x3f318000
+DATA expC256<>+96(SB)/4, $0xb95e8083
+DATA expC256<>+100(SB)/4, $0xb95e8083
+DATA expC256<>+104(SB)/4, $0xb95e8083
+DATA expC256<>+108(SB)/4, $0xb95e8083
+DATA expC256<>+112(SB)/4, $0xb95e8083
+DATA expC256<>+116(SB)/4, $0xb95e8083
+DATA expC256<>+120(SB)/4, $0xb95e8083
+DATA expC256<>+124(SB)/4, $0xb95e8083
+DATA expC256<>+128(SB)/4, $0x39506967
+DATA expC256<>+132(SB)/4, $0x39506967
+DATA expC256<>+136(SB)/4, $0x39506967
+DATA expC256<>+140(SB)/4, $0x39506967
+DATA expC256<>+144(SB)/4, $0x39506967
+DATA expC256<>+148(SB)/4, $0x39506967
+DATA expC256<>+152(SB)/4, $0x39506967
+DATA expC256<>+156(SB)/4, $0x39506967
+DATA expC256<>+160(SB)/4, $0x3ab743ce
+DATA expC256<>+164(SB)/4, $0x3ab743ce
+DATA expC256<>+168(SB)/4, $0x3ab743ce
+DATA expC256<>+172(SB)/4, $0x3ab743ce
+DATA expC256<>+176(SB)/4, $0x3ab743ce
+DATA expC256<>+180(SB)/4, $0x3ab743ce
+DATA expC256<>+184(SB)/4, $0x3ab743ce
+DATA expC256<>+188(SB)/4, $0x3ab743ce
+DATA expC256<>+192(SB)/4, $0x3c088908
+DATA expC256<>+196(SB)/4, $0x3c088908
+DATA expC256<>+200(SB)/4, $0x3c088908
+DATA expC256<>+204(SB)/4, $0x3c088908
+DATA expC256<>+208(SB)/4, $0x3c088908
+DATA expC256<>+212(SB)/4, $0x3c088908
+DATA expC256<>+216(SB)/4, $0x3c088908
+DATA expC256<>+220(SB)/4, $0x3c088908
+DATA expC256<>+224(SB)/4, $0x3d2aa9c1
+DATA expC256<>+228(SB)/4, $0x3d2aa9c1
+DATA expC256<>+232(SB)/4, $0x3d2aa9c1
+DATA expC256<>+236(SB)/4, $0x3d2aa9c1
+DATA expC256<>+240(SB)/4, $0x3d2aa9c1
+DATA expC256<>+244(SB)/4, $0x3d2aa9c1
+DATA expC256<>+248(SB)/4, $0x3d2aa9c1
+DATA expC256<>+252(SB)/4, $0x3d2aa9c1
+DATA expC256<>+256(SB)/4, $0x3e2aaaaa
+DATA expC256<>+260(SB)/4, $0x3e2aaaaa
+DATA expC256<>+264(SB)/4, $0x3e2aaaaa
+DATA expC256<>+268(SB)/4, $0x3e2aaaaa
+DATA expC256<>+272(SB)/4, $0x3e2aaaaa
+DATA expC256<>+276(SB)/4, $0x3e2aaaaa
+DATA expC256<>+280(SB)/4, $0x3e2aaaaa
+DATA expC256<>+284(SB)/4, $0x3e2aaaaa
+DATA expC256<>+288(SB)/4, $0x3f000000
+DATA expC256<>+292(SB)/4, $0x3f000000
+DATA expC256<>+296(SB)/4, $0x3f000000
+DATA expC256<>+300(SB)/4, $0x3f000000
+DATA expC256<>+304(SB)/4, $0x3f000000
+DATA expC256<>+308(SB)/4, $0x3f000000
+DATA expC256<>+312(SB)/4, $0x3f000000
+DATA expC256<>+316(SB)/4, $0x3f000000
+DATA expC256<>+320(SB)/4, $0x3f800000
+DATA expC256<>+324(SB)/4, $0x3f800000
+DATA expC256<>+328(SB)/4, $0x3f800000
+DATA expC256<>+332(SB)/4, $0x3f800000
+DATA expC256<>+336(SB)/4, $0x3f800000
+DATA expC256<>+340(SB)/4, $0x3f800000
+DATA expC256<>+344(SB)/4, $0x3f800000
+DATA expC256<>+348(SB)/4, $0x3f800000
+DATA expC256<>+352(SB)/4, $0xc2ae999a
+DATA expC256<>+356(SB)/4, $0xc2ae999a
+DATA expC256<>+360(SB)/4, $0xc2ae999a
+DATA expC256<>+364(SB)/4, $0xc2ae999a
+DATA expC256<>+368(SB)/4, $0xc2ae999a
+DATA expC256<>+372(SB)/4, $0xc2ae999a
+DATA expC256<>+376(SB)/4, $0xc2ae999a
+DATA expC256<>+380(SB)/4, $0xc2ae999a
+DATA expC256<>+384(SB)/4, $0x0000007f
+DATA expC256<>+388(SB)/4, $0x0000007f
+DATA expC256<>+392(SB)/4, $0x0000007f
+DATA expC256<>+396(SB)/4, $0x0000007f
+DATA expC256<>+400(SB)/4, $0x0000007f
+DATA expC256<>+404(SB)/4, $0x0000007f
+DATA expC256<>+408(SB)/4, $0x0000007f
+DATA expC256<>+412(SB)/4, $0x0000007f
+GLOBL expC256<>(SB), RODATA|NOPTR, $416
+
+// func Adam256(p *float32, grad *float32, m *float32, v *float32, n int, a float32, ivc2 float32, b1 float32, b2 float32, c1 float32, c2 float32, eps float32)
+// Requires: AVX, AVX2, SSE
+TEXT ·Adam256(SB), NOSPLIT, $0-68
+	MOVQ         p+0(FP), AX
+	MOVQ         grad+8(FP), CX
+	MOVQ         m+16(FP), DX
+	MOVQ         v+24(FP), BX
+	MOVQ         n+32(FP), SI
+	MOVSS        a+40(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVSS        ivc2+44(FP), X1
+	VBROADCASTSS X1, Y1
+	MOVSS        b1+48(FP), X2
+	VBROADCASTSS X2, Y2
+	MOVSS        b2+52(FP), X3
+	VBROADCASTSS X3, Y3
+	MOVSS        c1+56(FP), X4
+	VBROADCASTSS X4, Y4
+	MOVSS        c2+60(FP), X5
+	VBROADCASTSS X5, Y5
+	MOVSS        eps+64(FP), X6
+	VBROADCASTSS X6, Y6
+	XORQ         DI, DI
+	SHLQ         $0x02, SI
+	TESTQ        SI, SI
+	JZ           done
+
+loop:
+	VMOVUPS (CX)(DI*1), Y7
+	VMULPS  Y4, Y7, Y8
+	VMULPS  (DX)(DI*1), Y2, Y9
+	VADDPS  Y8, Y9, Y8
+	VMULPS  Y5, Y7, Y9
+	VMULPS  Y7, Y9, Y7
+	VMULPS  (BX)(DI*1), Y3, Y9
+	VADDPS  Y7, Y9, Y7
+	VMOVUPS Y8, (DX)(DI*1)
+	VMOVUPS Y7, (BX)(DI*1)
+	VMULPS  Y1, Y7, Y7
+	VSQRTPS Y7, Y7
+	VMULPS  Y8, Y0, Y8
+	VADDPS  Y6, Y7, Y7
+	VDIVPS  Y7, Y8, Y7
+	VMOVUPS (AX)(DI*1), Y8
+	VSUBPS  Y7, Y8, Y7
+	VMOVUPS Y7, (AX)(DI*1)
+	ADDQ    $0x00000020, DI
+	CMPQ    DI, SI
+	JB      loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func FMAPeak512(iters int)
 // Requires: AVX, AVX512F
 TEXT ·FMAPeak512(SB), NOSPLIT, $0-8

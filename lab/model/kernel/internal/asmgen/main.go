@@ -38,6 +38,8 @@ func main() {
 			gemm(fmt.Sprintf("Gemm256R%dN%d", r, nr), r, nr/8, 32, YMM, fma256)
 		}
 	}
+	elementwise(isa512)
+	elementwise(isa256)
 	peak("FMAPeak512", 64, ZMM)
 	peak("FMAPeak256", 32, YMM)
 	Generate()
