@@ -93,6 +93,15 @@ type PolicyConfig struct {
 	// job (examples/lm2lm) turns it on with 64 buckets and LR 0.02: over
 	// seeds 1–3 held-out Avg@4 −1.97 σ_e vs −7.78 σ_e without it (Base −4.34).
 	DescriptionBuckets int `json:"description_buckets"`
+	// DescriptorBuckets is the number of hashed one-hot features for the
+	// task's named numeric descriptors (records.Task.Descriptors, the
+	// structured twin of the description): each (name, value) becomes the
+	// bucket FNV-1a(name, q(v)) modulo DescriptorBuckets with the
+	// quarter-octave bin q(v) = ⌊4·sign(v)·log₂(1 + |v|)⌋, so learning rates
+	// a factor 2 apart, widths 64 and 128, or one-hot 0 and 1 land in
+	// different bins. Default 0 = off (library choice: like the description,
+	// it is only as useful as the host's descriptors).
+	DescriptorBuckets int `json:"descriptor_buckets,omitempty"`
 	// InitStd is the standard deviation of the initial weights; default 0,
 	// which starts from the uniform policy and needs no rng. Library
 	// choice: uniform is the least informed start and is exactly
@@ -132,6 +141,8 @@ func (c PolicyConfig) Validate() error {
 		return fmt.Errorf("%w: FamilyBuckets = %d, want in [1, %d]", ErrConfig, c.FamilyBuckets, maxFamilyBuckets)
 	case c.DescriptionBuckets < 0 || c.DescriptionBuckets > maxFamilyBuckets:
 		return fmt.Errorf("%w: DescriptionBuckets = %d, want in [0, %d]", ErrConfig, c.DescriptionBuckets, maxFamilyBuckets)
+	case c.DescriptorBuckets < 0 || c.DescriptorBuckets > maxFamilyBuckets:
+		return fmt.Errorf("%w: DescriptorBuckets = %d, want in [0, %d]", ErrConfig, c.DescriptorBuckets, maxFamilyBuckets)
 	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):
 		return fmt.Errorf("%w: InitStd = %g, want finite and ≥ 0", ErrConfig, c.InitStd)
 	}

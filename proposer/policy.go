@@ -2,11 +2,13 @@ package proposer
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -32,7 +34,8 @@ import (
 //     each card of the catalogue whether the history holds it with a
 //     positive gain, a non-positive gain or an infeasible run, and the same
 //     three indicators for the most recent history record alone, and the
-//     hashed words of the task's description (PolicyConfig.DescriptionBuckets)
+//     hashed words of the task's description (PolicyConfig.DescriptionBuckets),
+//     and its binned numeric descriptors (PolicyConfig.DescriptorBuckets)
 //     (METHOD.md §1 Vocabulary: research state s = (e, h));
 //   - previous tokens: for a parameter token, the choices already made for
 //     the card's earlier parameters.
@@ -114,6 +117,8 @@ type layout struct {
 	histLast  int // offset of the (slot, outcome) indicators of the last record
 	descOff   int // offset of the hashed description words
 	descN     int // number of description buckets (0 = none)
+	dscOff    int // offset of the hashed descriptor bins
+	dscN      int // number of descriptor buckets (0 = none)
 	nSlots    int // catalogue cards + no-change + unknown
 }
 
@@ -213,6 +218,7 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 	lay.histSet, off = off, off+lay.nSlots*numOutcomes
 	lay.histLast, off = off, off+lay.nSlots*numOutcomes
 	lay.descOff, lay.descN, off = off, cfg.DescriptionBuckets, off+cfg.DescriptionBuckets
+	lay.dscOff, lay.dscN, off = off, cfg.DescriptorBuckets, off+cfg.DescriptorBuckets
 	lay.dState = off
 
 	// Heads: the card head, then one per (card, parameter).
@@ -276,7 +282,41 @@ func (l *layout) stateFeatures(s records.State, buckets int) []int {
 		r := hist[len(hist)-1]
 		f = append(f, l.histLast+l.slot(r.Proposal)*numOutcomes+outcome(r))
 	}
-	return append(f, l.descriptionFeatures(s.Task.Description)...)
+	f = append(f, l.descriptionFeatures(s.Task.Description)...)
+	return append(f, l.descriptorFeatures(s.Task.Descriptors)...)
+}
+
+// descriptorFeatures returns the distinct hashed (name, bin) indices of a
+// task's descriptors in increasing order (PolicyConfig.DescriptorBuckets).
+func (l *layout) descriptorFeatures(d map[string]float64) []int {
+	if l.dscN == 0 || len(d) == 0 {
+		return nil
+	}
+	out := make([]int, 0, len(d))
+	var buf [8]byte
+	for name, v := range d {
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		h.Write([]byte{0})
+		binary.LittleEndian.PutUint64(buf[:], uint64(descriptorBin(v)))
+		h.Write(buf[:])
+		out = append(out, l.dscOff+int(h.Sum64()%uint64(l.dscN)))
+	}
+	sort.Ints(out)
+	return slices.Compact(out)
+}
+
+// descriptorBin is the quarter-octave bin ⌊4·sign(v)·log₂(1 + |v|)⌋ of a
+// descriptor value (PolicyConfig.DescriptorBuckets).
+func descriptorBin(v float64) int64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return math.MinInt64
+	}
+	b := 4 * math.Log2(1+math.Abs(v))
+	if v < 0 {
+		b = -b
+	}
+	return int64(math.Floor(b))
 }
 
 // descriptionFeatures returns the distinct hashed-word indices of a task

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -397,4 +398,38 @@ func TestDescriptionFeatures(t *testing.T) {
 	require.NotEqual(t, l.descriptionFeatures("lr 0.008"), l.descriptionFeatures("lr 0.002"))
 	require.Empty(t, l.descriptionFeatures(""))
 	require.Empty(t, (&layout{descOff: 100}).descriptionFeatures("lr 0.008"), "0 buckets = off")
+}
+
+func TestDescriptorBin(t *testing.T) {
+	// ⌊4·sign(v)·log₂(1 + |v|)⌋, hand-computed.
+	for _, tc := range []struct {
+		v    float64
+		want int64
+	}{
+		{0, 0}, {1, 4}, {-1, -4}, {3, 8}, {-3, -8}, {0.1, 0}, {0.2, 1},
+		{63, 24}, {127, 28}, {-2.5, -8}, {-2, -7}, // log₂3.5·4 = 7.23 → −8; log₂3·4 = 6.34 → −7
+	} {
+		require.Equal(t, tc.want, descriptorBin(tc.v), "v = %g", tc.v)
+	}
+}
+
+func TestDescriptorFeatures(t *testing.T) {
+	l := layout{dscOff: 200, dscN: 1 << 12}
+	d := map[string]float64{"log10_lr": -2.5, "width": 64, "objective_ar": 1}
+	got := l.descriptorFeatures(d)
+	require.Len(t, got, 3, "3 descriptors, 4096 buckets: no collision for these names")
+	require.True(t, sort.IntsAreSorted(got))
+	for _, f := range got {
+		require.GreaterOrEqual(t, f, 200)
+		require.Less(t, f, 200+1<<12)
+	}
+	require.Equal(t, got, l.descriptorFeatures(maps.Clone(d)), "map order does not matter")
+	hot := maps.Clone(d)
+	hot["log10_lr"] = -1.5
+	require.NotEqual(t, got, l.descriptorFeatures(hot), "a learning rate 10× hotter is another bin")
+	near := maps.Clone(d)
+	near["width"] = 65
+	require.Equal(t, got, l.descriptorFeatures(near), "widths 64 and 65 share a bin")
+	require.Empty(t, (&layout{dscOff: 200}).descriptorFeatures(d), "0 buckets = off")
+	require.Empty(t, l.descriptorFeatures(nil))
 }

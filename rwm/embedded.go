@@ -31,12 +31,16 @@ const Z90 = 1.2815515655446004
 // The kernel between (task e, proposal a) and (e′, a′) is
 //
 //	k = c · (amp(a)·amp(a′) · kTask(e, e′) · kMech(a, a′) + Offset² · kTask(e, e′))
-//	kTask = 1 for the same task, CorrFamily for the same family,
+//	kTask = kStruct · ((1 − DescriptorWeight) + DescriptorWeight·kDesc)
+//	kStruct = 1 for the same task, CorrFamily for the same family,
 //	        CorrMetric for the same metric, CorrAny otherwise
+//	kDesc = exp(−Σ_n (asinh(d_n) − asinh(d′_n))² / (2·DescriptorLengthscale²))
 //	kMech = CorrOtherMech + [same mechanism]·((CorrMech − CorrOtherMech)
 //	        + (1 − CorrMech)·Π_params (Mismatch + (1 − Mismatch)·m))
 //
-// where m compares one named parameter: exp(−(φ(x)−φ(y))²/(2·Lengthscale²))
+// where d_n are the tasks' named numeric descriptors (records.Task
+// Descriptors; a name one task lacks counts as 0), and m compares one named
+// parameter: exp(−(φ(x)−φ(y))²/(2·Lengthscale²))
 // with φ(x) = asinh(x/NumericScale) for numbers (a log scale for values ≫
 // NumericScale, so factors 2 and 4 are as close as 0.1 and 0.2), equality
 // for other values, 1 when both proposals omit it and 0 when one omits it.
@@ -88,6 +92,19 @@ type EmbeddedConfig struct {
 	// family, METHOD.md §1 Data and evaluation). Need 1 ≥ CorrFamily ≥
 	// CorrMetric ≥ CorrAny ≥ 0. An empty Family matches no other task.
 	CorrFamily, CorrMetric, CorrAny float64
+	// DescriptorWeight is the share of kTask that follows the tasks'
+	// descriptors (kDesc above): with 0 (default, library choice: the
+	// structural kernel alone, for hosts without descriptors) two tasks of
+	// one family are alike whatever their recipes; with w > 0 tasks whose
+	// recipes are close (learning rate, widths, budget, data) share more
+	// strength than distant ones of the same family. Need 0 ≤ w ≤ 1.
+	DescriptorWeight float64
+	// DescriptorLengthscale is the squared-exponential lengthscale of kDesc
+	// in asinh units summed over descriptors; default 1 (library choice:
+	// asinh is a log scale for large values, so one factor e in one
+	// descriptor, or a learning rate 10× off in log10 units plus a
+	// different optimiser, halves the correlation).
+	DescriptorLengthscale float64
 	// CorrMech is kMech for the same mechanism with unrelated parameters and
 	// CorrOtherMech for different mechanisms; defaults 0.6 and 0.1 (library
 	// choice: proposals of one mechanism direction behave alike, METHOD.md §1
@@ -140,6 +157,7 @@ func DefaultEmbeddedConfig() EmbeddedConfig {
 		CorrFamily: 0.8, CorrMetric: 0.5, CorrAny: 0.3,
 		CorrMech: 0.6, CorrOtherMech: 0.1,
 		Lengthscale: math.Log(4), NumericScale: 1e-6, Mismatch: 0.3,
+		DescriptorWeight: 0, DescriptorLengthscale: 1,
 		InfeasibleSigmas: -6, CacheSize: 4, Jitter: 1e-9,
 	}
 }
@@ -168,6 +186,10 @@ func (c EmbeddedConfig) Validate() error {
 			c.CorrMech, c.CorrOtherMech)
 	case !fin(c.Lengthscale) || c.Lengthscale <= 0:
 		return fmt.Errorf("rwm: embedded: Lengthscale %g, want > 0", c.Lengthscale)
+	case !in01(c.DescriptorWeight):
+		return fmt.Errorf("rwm: embedded: DescriptorWeight %g, want in [0, 1]", c.DescriptorWeight)
+	case !fin(c.DescriptorLengthscale) || c.DescriptorLengthscale <= 0:
+		return fmt.Errorf("rwm: embedded: DescriptorLengthscale %g, want > 0", c.DescriptorLengthscale)
 	case !fin(c.NumericScale) || c.NumericScale <= 0:
 		return fmt.Errorf("rwm: embedded: NumericScale %g, want > 0", c.NumericScale)
 	case !in01(c.Mismatch):
@@ -261,6 +283,9 @@ func configDigest(c EmbeddedConfig, priors map[string]records.Prior) string {
 	fmt.Fprintf(h, "%v %v %v %v %v %v %v %v %v %v %v %v %v\n", c.SignalSigmas, c.MeanSigmas, c.NoiseSigmas,
 		c.CorrFamily, c.CorrMetric, c.CorrAny, c.CorrMech, c.CorrOtherMech, c.Lengthscale, c.NumericScale,
 		c.Mismatch, c.InfeasibleSigmas, c.Jitter)
+	if c.DescriptorWeight != 0 {
+		fmt.Fprintf(h, "desc %v %v\n", c.DescriptorWeight, c.DescriptorLengthscale)
+	}
 	names := make([]string, 0, len(priors))
 	for m := range priors {
 		names = append(names, m)
@@ -368,7 +393,14 @@ func (e *Embedded) structural(p records.Proposal) string {
 type feat struct {
 	task, family, metric, mech int32 // interned; −1 = unknown to the context
 	params                     []pval
+	desc                       []dval // sorted by name; nil unless DescriptorWeight > 0
 	amp, mu                    float64
+}
+
+// dval is one task descriptor: x = asinh(value).
+type dval struct {
+	name int32
+	x    float64
 }
 
 // pval is one parameter: numeric (x = φ(value)) or categorical (cat).
@@ -608,7 +640,43 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 		ft.params = append(ft.params, pv)
 	}
 	slices.SortFunc(ft.params, func(a, b pval) int { return cmp.Compare(a.name, b.name) })
+	if e.cfg.DescriptorWeight > 0 {
+		for name, v := range t.Descriptors {
+			did := id("d", name)
+			if did == -1 {
+				did = unknown
+				unknown--
+			}
+			ft.desc = append(ft.desc, dval{name: did, x: math.Asinh(v)})
+		}
+		slices.SortFunc(ft.desc, func(a, b dval) int { return cmp.Compare(a.name, b.name) })
+	}
 	return ft
+}
+
+// descKernel is kDesc of EmbeddedConfig: a squared exponential on the
+// asinh descriptors, a name missing on one side counting as 0.
+func (e *Embedded) descKernel(a, b []dval) float64 {
+	var d2 float64
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		var d float64
+		switch {
+		case j == len(b) || (i < len(a) && a[i].name < b[j].name):
+			d = a[i].x
+			i++
+		case i == len(a) || b[j].name < a[i].name:
+			d = b[j].x
+			j++
+		default:
+			d = a[i].x - b[j].x
+			i++
+			j++
+		}
+		d2 += d * d
+	}
+	l := e.cfg.DescriptorLengthscale
+	return math.Exp(-d2 / (2 * l * l))
 }
 
 // Kernel returns the prior covariance k((ta, pa), (tb, pb)) of the two
@@ -633,6 +701,9 @@ func (e *Embedded) kernel(a, b *feat) float64 {
 		kt = c.CorrMetric
 	default:
 		kt = c.CorrAny
+	}
+	if w := c.DescriptorWeight; w > 0 {
+		kt *= (1 - w) + w*e.descKernel(a.desc, b.desc)
 	}
 	km := c.CorrOtherMech
 	if a.mech == b.mech && a.mech >= 0 {
