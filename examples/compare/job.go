@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"time"
 
 	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/progress"
@@ -39,6 +41,11 @@ func expectedRuns(o options, m method, tests int) int {
 	if m.kind != "none" {
 		n += p.m0
 	}
+	if m.extra {
+		for _, b := range p.schedule.Budgets {
+			n += b
+		}
+	}
 	if m.kind == "rl" && m.calibration != lm2lm.Static {
 		for _, b := range p.schedule.Budgets {
 			n += b
@@ -64,6 +71,17 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 			return res, fmt.Errorf("%s: M_0: %w", j, err)
 		}
 	}
+	if m.extra {
+		extra := 0
+		for _, b := range prof.schedule.Budgets {
+			extra += b
+		}
+		rng := rand.New(rand.NewPCG(j.seed, 0x6d3027))
+		var err error
+		if m0, _, err = baseline.StaticPlusRandom(ctx, rng, m0, e.train, lab.Catalogue(), extra, e.lab, cnt, o.parallel); err != nil {
+			return res, fmt.Errorf("%s: M'_0: %w", j, err)
+		}
+	}
 	res.M0 = m0.Len()
 	res.Runs.M0 = cnt.take()
 	pcfg := proposer.DefaultPolicyConfig()
@@ -75,11 +93,16 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	if err != nil {
 		return res, err
 	}
+	var prop proposer.Proposer = pol
 	switch m.kind {
 	case "sft", "rft":
 		err = supervise(ctx, m.kind, prof.steps, pol, m0, &res)
 	case "rl":
 		err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res)
+	case "bestknown":
+		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), m0)
+	case "rerank":
+		prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, newWorld(), m0)
 	}
 	if err != nil {
 		return res, fmt.Errorf("%s: training: %w", j, err)
@@ -87,7 +110,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	res.Runs.Training = cnt.take()
 	ecfg := lm2lm.DefaultEvalConfig()
 	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed = prof.evalStates, o.parallel, j.seed
-	ev, err := lm2lm.Evaluate(ctx, ecfg, pol, e.lab, cnt, e.test, nil)
+	ev, err := lm2lm.Evaluate(ctx, ecfg, prop, e.lab, cnt, e.test, nil)
 	if err != nil {
 		return res, fmt.Errorf("%s: evaluation: %w", j, err)
 	}
@@ -126,14 +149,20 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 	return out, unmeasured
 }
 
+// newWorld returns the embedded world model with the lab catalogue's
+// priors (the main job's).
+func newWorld() rwm.WorldModel {
+	cat := lab.Catalogue()
+	wcfg := rwm.DefaultEmbeddedConfig()
+	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
+	return rwm.NewEmbedded(wcfg)
+}
+
 // train runs the trainer (LM2LM, its ablations, WMRL) and keeps its
 // per-step numbers and calibration monitors.
 func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) error {
 	prof := profiles[o.profile]
-	cat := lab.Catalogue()
-	wcfg := rwm.DefaultEmbeddedConfig()
-	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
-	world := rwm.NewEmbedded(wcfg)
+	world := newWorld()
 	cfg := lm2lm.DefaultConfig()
 	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
 	cfg.Calibration, cfg.Parallel, cfg.Seed = m.calibration, o.parallel, seed

@@ -30,7 +30,7 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, static, random, lm2lm, lm2lm-wmrl, static-wmrl"}},
+		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, bestknown, rerank, static, static-random, random, lm2lm, lm2lm-wmrl, static-wmrl"}},
 		{[]string{"-methods", "lm2lm,lm2lm"}, []string{`"lm2lm" appears twice`}},
 		{[]string{"-methods", ","}, []string{"-methods is empty"}},
 		{[]string{"-profile", "huge", "-suite", "v3"}, []string{"valid: tiny, short, default, paper", "valid: v1, v2"}},
@@ -68,14 +68,14 @@ func tinyTasks() []lab.TaskSpec {
 	return append(train, held...)
 }
 
-// TestCompareEndToEnd runs four methods × two seeds on the real lab with
+// TestCompareEndToEnd runs five methods × two seeds on the real lab with
 // the tiny profile, then again: the second invocation runs nothing, pays
 // for nothing and prints the same table.
 func TestCompareEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains about 150 tiny models; runs without -short")
 	}
-	o := options{methods: []string{"base", "sft", "static", "lm2lm"}, seeds: 2, firstSeed: 1, profile: "tiny", suite: "v1", probe: 2,
+	o := options{methods: []string{"base", "sft", "bestknown", "static", "lm2lm"}, seeds: 2, firstSeed: 1, profile: "tiny", suite: "v1", probe: 2,
 		out: cmp.Or(os.Getenv("LM2LM_COMPARE_OUT"), t.TempDir()), progress: "lines", parallel: 2, resamples: 200, policyLR: 0.02, descBuckets: 64, specs: tinyTasks()}
 	var first bytes.Buffer
 	require.NoError(t, run(context.Background(), &first, o))
@@ -83,7 +83,7 @@ func TestCompareEndToEnd(t *testing.T) {
 	dir := runDir(o)
 	files, err := filepath.Glob(filepath.Join(dir, "*"))
 	require.NoError(t, err)
-	p := filepath.Join(dir, "compare-seeds1-2-base+sft+static+lm2lm")
+	p := filepath.Join(dir, "compare-seeds1-2-base+sft+bestknown+static+lm2lm")
 	for _, f := range []string{".md", ".json", "-methods.png", "-training.png", "-reliability.png", "-calibration.png"} {
 		require.Contains(t, files, p+f)
 	}
@@ -92,7 +92,7 @@ func TestCompareEndToEnd(t *testing.T) {
 			require.FileExists(t, filepath.Join(dir, "runs", m+"-seed"+s+".json"))
 		}
 	}
-	require.Contains(t, first.String(), "0 finished earlier, 8 to run")
+	require.Contains(t, first.String(), "0 finished earlier, 10 to run")
 	require.Contains(t, first.String(), "msg=progress")
 	r, ok, err := readResult(dir, job{"lm2lm", 2}, o)
 	require.NoError(t, err)
@@ -113,12 +113,17 @@ func TestCompareEndToEnd(t *testing.T) {
 	require.Positive(t, st.Probes[0].Executed)
 	require.Equal(t, st.Probes[0].Executed, len(st.Probes[0].Real))
 	require.Equal(t, st.Probes[0].Executed+st.Probes[1].Executed, st.Runs.Probe.Fresh+st.Runs.Probe.Reused)
+	bk, ok, err := readResult(dir, job{"bestknown", 2}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 8+4, bk.M0, "M'_0: M_0 and the calibration budget in random records")
+	require.Equal(t, 8+4, bk.Budget())
 	stat, err := os.Stat(filepath.Join(dir, "records.jsonl"))
 	require.NoError(t, err)
 
 	var second bytes.Buffer
 	require.NoError(t, run(context.Background(), &second, o))
-	require.Contains(t, second.String(), "8 finished earlier, 0 to run")
+	require.Contains(t, second.String(), "10 finished earlier, 0 to run")
 	require.Contains(t, second.String(), "this invocation: 0 real runs paid for (0 CPU s), 0 reused")
 	require.Equal(t, table(first.String()), table(second.String()))
 	again, err := os.Stat(filepath.Join(dir, "records.jsonl"))

@@ -13,22 +13,31 @@ type method struct {
 	label string // for tables and charts
 	order int    // row order
 	// kind: "none" (the untrained policy), "sft" or "rft" (maximum
-	// likelihood on M_0), "rl" (the trainer).
-	kind        string
+	// likelihood on M_0), "bestknown" or "rerank" (package baseline's
+	// proposers over M'_0), "rl" (the trainer).
+	kind string
+	// extra: the calibration budget is spent up front on random real
+	// records (M'_0 = M_0 + as many random records, METHOD.md §1 Data and
+	// evaluation: the static RWM with 100 random extra records), so the
+	// method pays LM2LM's real-run budget.
+	extra       bool
 	calibration lm2lm.Calibration
 	wmrl        bool
 	baseline    bool // a baseline the trained methods are compared against
 }
 
 var methods = map[string]method{
-	"base":        {label: "Base (untrained)", order: 0, kind: "none", baseline: true},
-	"sft":         {label: "SFT on M₀", order: 1, kind: "sft", baseline: true},
-	"rft":         {label: "RFT on M₀'s gains", order: 2, kind: "rft", baseline: true},
-	"static":      {label: "static world model", order: 3, kind: "rl", calibration: lm2lm.Static},
-	"random":      {label: "random calibration", order: 4, kind: "rl", calibration: lm2lm.RandomCalibration},
-	"lm2lm":       {label: "LM2LM", order: 5, kind: "rl", calibration: lm2lm.TopRated},
-	"lm2lm-wmrl":  {label: "LM2LM + WMRL", order: 6, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
-	"static-wmrl": {label: "WMRL (static + anchors)", order: 7, kind: "rl", calibration: lm2lm.Static, wmrl: true},
+	"base":          {label: "Base (untrained)", order: 0, kind: "none", baseline: true},
+	"sft":           {label: "SFT on M₀", order: 1, kind: "sft", baseline: true},
+	"rft":           {label: "RFT on M₀'s gains", order: 2, kind: "rft", baseline: true},
+	"bestknown":     {label: "best known changes (M'₀)", order: 3, kind: "bestknown", extra: true, baseline: true},
+	"rerank":        {label: "world-model rerank (M'₀)", order: 4, kind: "rerank", extra: true, baseline: true},
+	"static":        {label: "static world model", order: 5, kind: "rl", calibration: lm2lm.Static},
+	"static-random": {label: "static + random records (M'₀)", order: 6, kind: "rl", calibration: lm2lm.Static, extra: true},
+	"random":        {label: "random calibration", order: 7, kind: "rl", calibration: lm2lm.RandomCalibration},
+	"lm2lm":         {label: "LM2LM", order: 8, kind: "rl", calibration: lm2lm.TopRated},
+	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 9, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
+	"static-wmrl":   {label: "WMRL (static + anchors)", order: 10, kind: "rl", calibration: lm2lm.Static, wmrl: true},
 }
 
 // methodNames lists the methods in row order.
