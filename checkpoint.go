@@ -1,10 +1,14 @@
 package lm2lm
 
 import (
+	"context"
+	"crypto/sha256"
 	"encoding"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 
 	"github.com/lm2lm/lm2lm/proposer"
@@ -14,11 +18,22 @@ import (
 // ErrCheckpoint marks a checkpoint that cannot be written or restored.
 var ErrCheckpoint = errors.New("lm2lm: checkpoint")
 
-const checkpointVersion = 1
+// checkpointFormat names the checkpoint layout (version 2: a checksummed
+// envelope, WMRL state). Version 1 checkpoints (a bare checkpoint with
+// "version": 1, no checksum, no WMRL) are still read.
+const checkpointFormat = "lm2lm/Trainer/v2"
+
+// envelope is the outer JSON of a checkpoint: the format, the SHA-256 of
+// the body's bytes (hex) and the body, a checkpoint.
+type envelope struct {
+	Format string          `json:"format"`
+	SHA256 string          `json:"sha256"`
+	Body   json.RawMessage `json:"body"`
+}
 
 // checkpoint is the JSON form of a trainer's state between steps.
 type checkpoint struct {
-	Version  int                         `json:"version"`
+	Version  int                         `json:"version,omitempty"` // 1 in version 1 checkpoints; absent in the body of version 2
 	Seed     uint64                      `json:"seed"`
 	Step     int                         `json:"step"`
 	RNG      []byte                      `json:"rng"`
@@ -28,28 +43,23 @@ type checkpoint struct {
 	Cost     records.Cost                `json:"cost"`
 	Runs     int                         `json:"runs"`
 	Policy   []byte                      `json:"policy"`
-	// Calibrations is the number of schedule points already executed (absent
-	// in older checkpoints: 0, which is right for any checkpoint written
-	// between completed steps).
+	// Calibrations is the number of schedule points already executed.
 	Calibrations int `json:"calibrations,omitempty"`
+	// WMRL is the correction's state (debiaser and weighter) when WMRL is
+	// on; absent otherwise.
+	WMRL json.RawMessage `json:"wmrl,omitempty"`
 }
 
 // MarshalBinary returns a checkpoint of the trainer between steps: the
 // step, the random source, the evidence M, the pool of the training tasks,
-// the rest of the current rollout, the cost so far and the policy. The
-// policy must implement encoding.BinaryMarshaler (the embedded policy
-// does). Restore it into a trainer built with the same Config and
-// Components by UnmarshalBinary; training then continues exactly as if it
-// had not stopped.
-//
-// Checkpoints of a trainer with WMRL on are not supported yet: the
-// debiaser's fit history cannot be restored exactly, so MarshalBinary
-// returns an error wrapping ErrCheckpoint rather than a checkpoint that
-// would resume differently.
+// the rest of the current rollout, the cost so far, WMRL's debiaser and
+// weighter when WMRL is on, and the policy. The policy must implement
+// encoding.BinaryMarshaler (the embedded policy does). The checkpoint is a
+// JSON envelope holding a format name and the SHA-256 of its body. Restore
+// it into a trainer built with the same Config and Components by
+// UnmarshalBinary; training then continues exactly as if it had not
+// stopped, bit for bit (Go's JSON encoding of float64 round-trips).
 func (t *Trainer) MarshalBinary() ([]byte, error) {
-	if _, on := t.core.corr.(*wmrl); on {
-		return nil, fmt.Errorf("%w: trainers with WMRL on cannot be checkpointed", ErrCheckpoint)
-	}
 	pm, ok := t.c.Policy.(encoding.BinaryMarshaler)
 	if !ok {
 		return nil, fmt.Errorf("%w: policy %T cannot be marshalled", ErrCheckpoint, t.c.Policy)
@@ -62,14 +72,23 @@ func (t *Trainer) MarshalBinary() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: rng: %w", ErrCheckpoint, err)
 	}
-	cp := checkpoint{Version: checkpointVersion, Seed: t.cfg.Seed, Step: t.step, RNG: rng,
+	corr, err := t.core.corr.state()
+	if err != nil {
+		return nil, fmt.Errorf("%w: WMRL: %w", ErrCheckpoint, err)
+	}
+	cp := checkpoint{Seed: t.cfg.Seed, Step: t.step, RNG: rng,
 		Evidence: t.m.Records(), Pool: map[string][]records.Record{}, Batches: t.batches, Policy: pol,
-		Calibrations: t.calDone}
+		Calibrations: t.calDone, WMRL: corr}
 	cp.Cost, cp.Runs = t.Cost()
 	for _, task := range t.c.Tasks {
 		cp.Pool[task.ID] = t.pool.Records(task.ID)
 	}
-	b, err := json.Marshal(cp)
+	body, err := json.Marshal(cp)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	sum := sha256.Sum256(body)
+	b, err := json.Marshal(envelope{Format: checkpointFormat, SHA256: hex.EncodeToString(sum[:]), Body: body})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
@@ -77,53 +96,226 @@ func (t *Trainer) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary restores a checkpoint written by MarshalBinary. The
-// trainer must have been built with the same Config (the seed is checked)
-// and a policy that implements encoding.BinaryUnmarshaler. The trainer's
-// pool is replaced by a new one holding the checkpoint's records of the
-// training tasks, so a Components.Pool the host keeps is not updated
-// afterwards (read Trainer.Pool instead). On error the trainer is unchanged.
+// trainer must have been built with the same Config (the seed and WMRL
+// being on or off are checked) and a policy that implements
+// encoding.BinaryUnmarshaler. The whole checkpoint is validated before any
+// state is replaced: the format and checksum; the step and the calibrations
+// done against the schedule; the random source; real-only, valid evidence;
+// pool records of the training tasks only; mini-batches as many as the
+// rollout has left, of training tasks, with finite advantages, log-probs
+// and temperatures, one log-prob per token, and tokens the policy knows
+// (when it is a proposer.Scorer); a finite, non-negative cost; WMRL's state
+// (calibrate.ErrState); and the policy's own checkpoint. On error, which
+// wraps ErrCheckpoint, the trainer is unchanged. The trainer's pool is
+// replaced by a new one holding the checkpoint's records of the training
+// tasks, so a Components.Pool the host keeps is not updated afterwards
+// (read Trainer.Pool instead).
 func (t *Trainer) UnmarshalBinary(data []byte) error {
-	var cp checkpoint
-	if err := json.Unmarshal(data, &cp); err != nil {
+	cp, err := openCheckpoint(data)
+	if err != nil {
+		return err
+	}
+	st, err := t.restoreState(cp)
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
-	if cp.Version != checkpointVersion {
-		return fmt.Errorf("%w: version %d, want %d", ErrCheckpoint, cp.Version, checkpointVersion)
-	}
-	if cp.Seed != t.cfg.Seed {
-		return fmt.Errorf("%w: written with seed %d, trainer has seed %d", ErrCheckpoint, cp.Seed, t.cfg.Seed)
-	}
-	if cp.Step < 0 || cp.Step > t.cfg.Steps {
-		return fmt.Errorf("%w: step %d outside 0..%d", ErrCheckpoint, cp.Step, t.cfg.Steps)
-	}
-	if cp.Calibrations < 0 || cp.Calibrations > len(t.cfg.Schedule.Steps) {
-		return fmt.Errorf("%w: %d calibrations done, schedule has %d", ErrCheckpoint, cp.Calibrations, len(t.cfg.Schedule.Steps))
 	}
 	pu, ok := t.c.Policy.(encoding.BinaryUnmarshaler)
 	if !ok {
 		return fmt.Errorf("%w: policy %T cannot be unmarshalled", ErrCheckpoint, t.c.Policy)
 	}
-	m, err := records.NewEvidence(cp.Evidence...)
-	if err != nil {
-		return fmt.Errorf("%w: evidence: %w", ErrCheckpoint, err)
-	}
-	pool := &records.Pool{}
-	for _, task := range t.c.Tasks {
-		if err := pool.Add(cp.Pool[task.ID]...); err != nil {
-			return fmt.Errorf("%w: pool: %w", ErrCheckpoint, err)
-		}
-	}
-	src := &rand.PCG{}
-	if err := src.UnmarshalBinary(cp.RNG); err != nil {
-		return fmt.Errorf("%w: rng: %w", ErrCheckpoint, err)
-	}
+	// Last: the policy validates its checkpoint before replacing anything.
 	if err := pu.UnmarshalBinary(cp.Policy); err != nil {
 		return fmt.Errorf("%w: policy: %w", ErrCheckpoint, err)
 	}
-	t.step, t.m, t.pool, t.batches, t.calDone = cp.Step, m, pool, cp.Batches, cp.Calibrations
-	t.src, t.rng = src, rand.New(src)
+	t.step, t.m, t.pool, t.batches, t.calDone = cp.Step, st.m, st.pool, cp.Batches, cp.Calibrations
+	t.src, t.rng, t.core.corr = st.src, rand.New(st.src), st.corr
+	t.pendingCal = nil
 	t.mu.Lock()
 	t.cost, t.runs = cp.Cost, cp.Runs
 	t.mu.Unlock()
+	return nil
+}
+
+// openCheckpoint checks the envelope's format and checksum and decodes
+// the body; a version 1 checkpoint is decoded as it is.
+func openCheckpoint(data []byte) (checkpoint, error) {
+	var cp checkpoint
+	var env envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return cp, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	if env.Format == "" {
+		if err := json.Unmarshal(data, &cp); err != nil {
+			return cp, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+		}
+		if cp.Version != 1 || len(cp.WMRL) > 0 {
+			return cp, fmt.Errorf("%w: neither format %q nor version 1", ErrCheckpoint, checkpointFormat)
+		}
+		return cp, nil
+	}
+	if env.Format != checkpointFormat {
+		return cp, fmt.Errorf("%w: format %q, want %q", ErrCheckpoint, env.Format, checkpointFormat)
+	}
+	sum := sha256.Sum256(env.Body)
+	if hex.EncodeToString(sum[:]) != env.SHA256 {
+		return cp, fmt.Errorf("%w: checksum mismatch: the checkpoint is corrupt", ErrCheckpoint)
+	}
+	if err := json.Unmarshal(env.Body, &cp); err != nil {
+		return cp, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	if cp.Version != 0 {
+		return cp, fmt.Errorf("%w: body version %d in format %q", ErrCheckpoint, cp.Version, checkpointFormat)
+	}
+	return cp, nil
+}
+
+// restored is the state a checkpoint restores, built and validated before
+// the trainer is touched.
+type restored struct {
+	m    records.Evidence
+	pool *records.Pool
+	src  *rand.PCG
+	corr correction
+}
+
+// restoreState validates cp against the trainer and builds its state.
+func (t *Trainer) restoreState(cp checkpoint) (restored, error) {
+	var st restored
+	if err := t.checkProgress(cp); err != nil {
+		return st, err
+	}
+	var err error
+	if st.m, err = records.NewEvidence(cp.Evidence...); err != nil {
+		return st, fmt.Errorf("evidence: %w", err)
+	}
+	if st.pool, err = t.restorePool(cp.Pool); err != nil {
+		return st, err
+	}
+	st.src = &rand.PCG{}
+	if err := st.src.UnmarshalBinary(cp.RNG); err != nil {
+		return st, fmt.Errorf("rng: %w", err)
+	}
+	if err := t.checkBatches(cp); err != nil {
+		return st, err
+	}
+	if !finiteCost(cp.Cost) || cp.Runs < 0 {
+		return st, fmt.Errorf("cost %+v of %d runs is not finite and non-negative", cp.Cost, cp.Runs)
+	}
+	if st.corr, err = t.core.corr.restored(cp.WMRL); err != nil {
+		return st, fmt.Errorf("WMRL: %w", err)
+	}
+	return st, nil
+}
+
+// checkProgress checks the seed, the step and the calibrations done.
+func (t *Trainer) checkProgress(cp checkpoint) error {
+	switch {
+	case cp.Seed != t.cfg.Seed:
+		return fmt.Errorf("written with seed %d, trainer has seed %d", cp.Seed, t.cfg.Seed)
+	case cp.Step < 0 || cp.Step > t.cfg.Steps:
+		return fmt.Errorf("step %d outside 0..%d", cp.Step, t.cfg.Steps)
+	case t.cfg.Calibration == Static && cp.Calibrations != 0:
+		return fmt.Errorf("%d calibrations done, calibration is static", cp.Calibrations)
+	case cp.Calibrations < 0 || cp.Calibrations > len(t.cfg.Schedule.Steps):
+		return fmt.Errorf("%d calibrations done, schedule has %d", cp.Calibrations, len(t.cfg.Schedule.Steps))
+	}
+	if t.cfg.Calibration == Static {
+		return nil
+	}
+	for u, s := range t.cfg.Schedule.Steps {
+		// A calibration runs at the start of step s+1: done before any later
+		// step, not done before its own.
+		if (s < cp.Step && u >= cp.Calibrations) || (s > cp.Step && u < cp.Calibrations) {
+			return fmt.Errorf("%d calibrations done at step %d, schedule %v", cp.Calibrations, cp.Step, t.cfg.Schedule.Steps)
+		}
+	}
+	return nil
+}
+
+// restorePool rebuilds the state pool from the checkpoint's records, which
+// must belong to the training tasks they are filed under.
+func (t *Trainer) restorePool(recs map[string][]records.Record) (*records.Pool, error) {
+	known := map[string]bool{}
+	for _, task := range t.c.Tasks {
+		known[task.ID] = true
+	}
+	pool := &records.Pool{}
+	for _, task := range t.c.Tasks {
+		for _, r := range recs[task.ID] {
+			if r.Task.ID != task.ID {
+				return nil, fmt.Errorf("pool: a record of task %q filed under %q", r.Task.ID, task.ID)
+			}
+		}
+		if err := pool.Add(recs[task.ID]...); err != nil {
+			return nil, fmt.Errorf("pool: %w", err)
+		}
+	}
+	for id := range recs {
+		if !known[id] {
+			return nil, fmt.Errorf("pool: task %q is not a training task", id)
+		}
+	}
+	return pool, nil
+}
+
+// checkBatches checks the rest of the rollout: as many mini-batches as
+// steps are left before the next rollout, items of training tasks with
+// finite numbers, and samples the policy can score.
+func (t *Trainer) checkBatches(cp checkpoint) error {
+	re := t.cfg.RolloutEvery
+	if want := (re - cp.Step%re) % re; len(cp.Batches) != want {
+		return fmt.Errorf("%d mini-batches left at step %d, want %d", len(cp.Batches), cp.Step, want)
+	}
+	tasks := map[string]records.Task{}
+	for _, task := range t.c.Tasks {
+		tasks[task.ID] = task
+	}
+	sc, _ := t.c.Policy.(proposer.Scorer)
+	for b, batch := range cp.Batches {
+		if len(batch) == 0 {
+			return fmt.Errorf("mini-batch %d is empty", b)
+		}
+		for i, it := range batch {
+			if err := checkItem(it, tasks, sc); err != nil {
+				return fmt.Errorf("mini-batch %d item %d: %w", b, i, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkItem checks one mini-batch item.
+func checkItem(it proposer.Item, tasks map[string]records.Task, sc proposer.Scorer) error {
+	if task, ok := tasks[it.State.Task.ID]; !ok || task.Validate() != nil {
+		return fmt.Errorf("task %q is not a training task", it.State.Task.ID)
+	}
+	s := it.Sample
+	switch {
+	case math.IsNaN(it.Advantage) || math.IsInf(it.Advantage, 0):
+		return fmt.Errorf("advantage %g is not finite", it.Advantage)
+	case math.IsNaN(s.Temperature) || math.IsInf(s.Temperature, 0) || s.Temperature < 0:
+		return fmt.Errorf("temperature %g", s.Temperature)
+	case s.Invalid:
+		return nil
+	case len(s.LogProbs) != len(s.Tokens) || len(s.Tokens) == 0:
+		return fmt.Errorf("%d log-probs for %d tokens", len(s.LogProbs), len(s.Tokens))
+	}
+	for k, lp := range s.LogProbs {
+		if math.IsNaN(lp) || math.IsInf(lp, 0) || lp > 0 {
+			return fmt.Errorf("log-prob %d = %g", k, lp)
+		}
+	}
+	if err := s.Proposal.Validate(); err != nil {
+		return err
+	}
+	if sc != nil {
+		lp, err := sc.Score(context.Background(), it.State, s)
+		if err != nil {
+			return fmt.Errorf("tokens the policy does not know: %w", err)
+		}
+		if len(lp) != len(s.Tokens) {
+			return fmt.Errorf("the policy scores %d tokens, the sample has %d", len(lp), len(s.Tokens))
+		}
+	}
 	return nil
 }

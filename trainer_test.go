@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm"
@@ -75,7 +77,7 @@ func tasks() []records.Task {
 }
 
 // m0 executes the given proposals on the first task for real.
-func m0(t *testing.T, mechs ...string) records.Evidence {
+func m0(t testing.TB, mechs ...string) records.Evidence {
 	t.Helper()
 	var rs []records.Record
 	for _, m := range mechs {
@@ -98,7 +100,7 @@ func smallConfig() lm2lm.Config {
 	return cfg
 }
 
-func newTrainer(t *testing.T, cfg lm2lm.Config, world rwm.WorldModel) (*lm2lm.Trainer, *proposer.Policy) {
+func newTrainer(t testing.TB, cfg lm2lm.Config, world rwm.WorldModel) (*lm2lm.Trainer, *proposer.Policy) {
 	t.Helper()
 	pcfg := proposer.DefaultPolicyConfig()
 	pcfg.Adam.LR = 0.05
@@ -805,4 +807,86 @@ func TestShareCountsUnparseableSamples(t *testing.T) {
 	require.True(t, names["wider"])
 	require.False(t, names[""])
 	require.Positive(t, rep.Rollout.Invalid)
+}
+
+func TestCheckpointResumeBitIdentical(t *testing.T) {
+	// Stopping after several steps (mid-rollout, at a rollout boundary just
+	// before a calibration, after it) and resuming from a checkpoint gives
+	// the same step reports, the same final policy and the same final
+	// trainer state byte for byte, with LM2LM's calibration alone and with
+	// WMRL's anchors, debiaser and weighter on as well (METHOD.md §2).
+	ctx := context.Background()
+	for _, withWMRL := range []bool{false, true} {
+		cfg := smallConfig()
+		cfg.Steps = 20
+		if withWMRL {
+			cfg.WMRL = wmrlConfig()
+		}
+		straight, pol := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		want, err := straight.Run(ctx, nil)
+		require.NoError(t, err)
+		wantPol, err := pol.MarshalBinary()
+		require.NoError(t, err)
+		wantState, err := straight.MarshalBinary()
+		require.NoError(t, err)
+		for _, stopAt := range []int{3, 8, 13} {
+			first, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+			var got []lm2lm.StepReport
+			for first.Step() < stopAt {
+				r, err := first.StepOnce(ctx)
+				require.NoError(t, err)
+				got = append(got, r)
+			}
+			cp, err := first.MarshalBinary()
+			require.NoError(t, err)
+			resumed, rpol := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+			require.NoError(t, resumed.UnmarshalBinary(cp))
+			rest, err := resumed.Run(ctx, nil)
+			require.NoError(t, err)
+			got = append(got, rest...)
+			if diff := cmp.Diff(want, got, cmpopts.EquateNaNs()); diff != "" {
+				t.Fatalf("WMRL %v, stop at %d: reports differ (-straight +resumed):\n%s", withWMRL, stopAt, diff)
+			}
+			gotPol, err := rpol.MarshalBinary()
+			require.NoError(t, err)
+			require.Equal(t, wantPol, gotPol, "WMRL %v, stop at %d: final policy", withWMRL, stopAt)
+			gotState, err := resumed.MarshalBinary()
+			require.NoError(t, err)
+			require.Equal(t, string(wantState), string(gotState), "WMRL %v, stop at %d: final trainer state", withWMRL, stopAt)
+		}
+		if withWMRL {
+			var anchors int
+			for _, r := range want {
+				if r.Rollout != nil && r.Rollout.Anchors != nil && r.Rollout.Anchors.Fitted {
+					anchors++
+				}
+			}
+			require.Positive(t, anchors, "the debiaser fits within the run, so its state matters")
+		}
+	}
+}
+
+func TestCheckpointWMRLMismatch(t *testing.T) {
+	// A checkpoint with WMRL state does not restore into a trainer with WMRL
+	// off, nor the other way round.
+	ctx := context.Background()
+	cfg := smallConfig()
+	cfg.Steps = 4
+	off, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	_, err := off.Run(ctx, nil)
+	require.NoError(t, err)
+	cfg.WMRL = wmrlConfig()
+	on, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	_, err = on.Run(ctx, nil)
+	require.NoError(t, err)
+	cpOff, err := off.MarshalBinary()
+	require.NoError(t, err)
+	cpOn, err := on.MarshalBinary()
+	require.NoError(t, err)
+	fresh, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	require.ErrorIs(t, fresh.UnmarshalBinary(cpOff), lm2lm.ErrCheckpoint)
+	require.Zero(t, fresh.Step(), "a refused checkpoint leaves the trainer unchanged")
+	cfg.WMRL = nil
+	fresh, _ = newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	require.ErrorIs(t, fresh.UnmarshalBinary(cpOn), lm2lm.ErrCheckpoint)
 }

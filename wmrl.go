@@ -1,6 +1,8 @@
 package lm2lm
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 
@@ -55,6 +57,11 @@ type correction interface {
 	// groups' rewards from the real gains and updates its own state. It
 	// returns the report and the real records obtained.
 	absorb(ro *rolloutData, plan *anchorPlan, runs []realRun) (AnchorReport, []records.Record)
+	// state returns the correction's state for a checkpoint (nil: none).
+	state() (json.RawMessage, error)
+	// restored returns a new correction of the same configuration holding
+	// the checkpointed state, validated; the receiver is not changed.
+	restored(state json.RawMessage) (correction, error)
 }
 
 // noCorrection is the correction of a trainer with WMRL off.
@@ -64,6 +71,13 @@ func (noCorrection) debias(gain, _ float64) float64                      { retur
 func (noCorrection) anchors(*rolloutData, []int, *rand.Rand) *anchorPlan { return nil }
 func (noCorrection) absorb(*rolloutData, *anchorPlan, []realRun) (AnchorReport, []records.Record) {
 	return AnchorReport{Weight: 1}, nil
+}
+func (noCorrection) state() (json.RawMessage, error) { return nil, nil }
+func (c noCorrection) restored(state json.RawMessage) (correction, error) {
+	if len(state) > 0 {
+		return nil, errors.New("the checkpoint holds WMRL state, the trainer has WMRL off")
+	}
+	return c, nil
 }
 
 // anchorPlan is one rollout's anchor groups and the runs they need.
@@ -223,4 +237,47 @@ func (w *wmrl) weight() float64 {
 		return 1
 	}
 	return w.weighter.Weight()
+}
+
+// wmrlState is the checkpointed state of WMRL's correction.
+type wmrlState struct {
+	Debiaser json.RawMessage `json:"debiaser,omitempty"` // absent when Debias is off
+	Weighter json.RawMessage `json:"weighter"`
+}
+
+func (w *wmrl) state() (json.RawMessage, error) {
+	var st wmrlState
+	var err error
+	if w.debiaser != nil {
+		if st.Debiaser, err = w.debiaser.MarshalBinary(); err != nil {
+			return nil, err
+		}
+	}
+	if st.Weighter, err = w.weighter.MarshalBinary(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(st)
+}
+
+func (w *wmrl) restored(state json.RawMessage) (correction, error) {
+	if len(state) == 0 {
+		return nil, errors.New("the trainer has WMRL on, the checkpoint holds no WMRL state")
+	}
+	var st wmrlState
+	if err := json.Unmarshal(state, &st); err != nil {
+		return nil, err
+	}
+	out := newWMRL(w.cfg, w.rc)
+	if (out.debiaser != nil) != (len(st.Debiaser) > 0) {
+		return nil, fmt.Errorf("debiaser state present %v, debiasing on %v", len(st.Debiaser) > 0, out.debiaser != nil)
+	}
+	if out.debiaser != nil {
+		if err := out.debiaser.UnmarshalBinary(st.Debiaser); err != nil {
+			return nil, err
+		}
+	}
+	if err := out.weighter.UnmarshalBinary(st.Weighter); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
