@@ -7,7 +7,9 @@
 // writes job.json there and a generated batch script job.sh beside it. The
 // script only changes into the directory and execs the configured command
 // with a minimal environment (env -i with PATH, HOME and configured
-// names) and the two file paths; every word in it comes from configuration
+// names, plus the device variables Slurm set on the node for the job's
+// GRES, Config.NodeEnv, so that a run uses the GPUs it was given) and the
+// two file paths; every word in it comes from configuration
 // and is shell-quoted, and nothing comes from the proposal, which the
 // training script reads from job.json as data. The job is submitted with
 // `sbatch --parsable --no-requeue` (the pool, not Slurm, owns retries),

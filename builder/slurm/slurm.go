@@ -65,10 +65,15 @@ type Config struct {
 	// PassEnv names variables copied from this process's environment into
 	// the job besides PATH and HOME; Env holds extra "NAME=value" entries.
 	// sbatch itself runs with only these and Slurm's settings (SubmitEnv),
-	// and the script starts the command with exactly these (library
-	// choice: no secret of the submitting process reaches Slurm or a
-	// proposal's run).
+	// and the script starts the command with exactly these and NodeEnv
+	// (library choice: no secret of the submitting process reaches Slurm
+	// or a proposal's run).
 	PassEnv, Env []string
+	// NodeEnv names variables the script keeps from the job's own
+	// environment on the compute node when Slurm set them there: the
+	// devices of the allocation, which a run must see to use the GPUs it
+	// was given rather than another job's. Default DeviceEnv.
+	NodeEnv []string
 	// PollInterval is the time between state polls. Default 1 s
 	// (library choice: near Slurm's own scheduling latency with
 	// batch_sched_delay=0, cheap for slurmctld at a few hundred jobs).
@@ -100,7 +105,26 @@ type Config struct {
 // DefaultConfig returns the defaults; Command must still be set.
 func DefaultConfig() Config {
 	return Config{JobName: "lm2lm", PollInterval: time.Second, MaxPollErrors: 30, CancelWait: 30 * time.Second, ScancelAttempts: 3,
-		LogTail: 8 << 10, Sbatch: "sbatch", Scontrol: "scontrol", Squeue: "squeue", Scancel: "scancel"}
+		LogTail: 8 << 10, Sbatch: "sbatch", Scontrol: "scontrol", Squeue: "squeue", Scancel: "scancel",
+		NodeEnv: DeviceEnv()}
+}
+
+// DeviceEnv returns the variables through which Slurm's GRES plugins give a
+// job its devices (NVIDIA, AMD, Intel GPUs): CUDA_VISIBLE_DEVICES,
+// GPU_DEVICE_ORDINAL, ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES,
+// ZE_AFFINITY_MASK.
+func DeviceEnv() []string {
+	return []string{"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"}
+}
+
+// envName reports whether s is a portable environment variable name.
+func envName(s string) bool {
+	for i, r := range s {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // Validate reports the first problem with c.
@@ -130,6 +154,11 @@ func (c Config) Validate() error {
 	for _, e := range c.Env {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return fmt.Errorf("slurm: Config.Env entry %q is not NAME=value", e)
+		}
+	}
+	for _, n := range c.NodeEnv {
+		if !envName(n) {
+			return fmt.Errorf("slurm: Config.NodeEnv entry %q is not a variable name", n)
 		}
 	}
 	for _, s := range append(append([]string{c.WorkDir}, c.Command...), c.Env...) {
@@ -176,7 +205,8 @@ func Quote(s string) string {
 
 // Script returns the batch script of a job whose directory is dir: it
 // changes into dir and execs the configured command with a minimal
-// environment and the job and result file paths. Every word comes from
+// environment (and the NodeEnv variables the node set for the job) and the
+// job and result file paths. Every word comes from
 // configuration or from dir and is shell-quoted; nothing comes from the
 // job, which the command reads from the job file.
 func (x *Executor) Script(dir string, environ []string) string {
@@ -188,6 +218,11 @@ func (x *Executor) Script(dir string, environ []string) string {
 	b.WriteString("exec /usr/bin/env -i")
 	for _, kv := range builder.MinimalEnv(environ, x.cfg.PassEnv, x.cfg.Env) {
 		b.WriteString(" " + Quote(kv))
+	}
+	for _, n := range x.cfg.NodeEnv {
+		// Expands to the one word NAME=value when the node set NAME, to
+		// nothing otherwise; n is a checked variable name.
+		fmt.Fprintf(&b, ` ${%s+"%s=$%s"}`, n, n, n)
 	}
 	for _, a := range x.cfg.Command {
 		b.WriteString(" " + Quote(a))

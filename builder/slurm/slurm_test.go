@@ -286,3 +286,33 @@ func TestSubmitEnv(t *testing.T) {
 		"SBATCH_ACCOUNT=lab", "CUDA_HOME=/cuda", "USER=me", "AWS_SECRET_ACCESS_KEY=y"})
 	require.Equal(t, []string{"PATH=/bin", "CUDA_HOME=/cuda", "USER=me", "SLURM_CONF=/etc/slurm/slurm.conf", "SBATCH_ACCOUNT=lab"}, got)
 }
+
+// The script keeps the devices Slurm gave the job (NodeEnv) and nothing
+// else of the node's environment; a value is passed on literally.
+func TestScriptKeepsNodeDevices(t *testing.T) {
+	dir := t.TempDir()
+	cfg := slurm.DefaultConfig()
+	cfg.Command = []string{"/bin/sh", "-c", `env > "$1.env"; printf '{"loss": 2}' > "$2"`, "sh"}
+	x, err := slurm.New(cfg)
+	require.NoError(t, err)
+	script := x.Script(dir, []string{"PATH=/usr/bin:/bin", "HOME=/root"})
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "job.sh"), []byte(script), 0o700))
+	cmd := exec.Command("/bin/sh", filepath.Join(dir, "job.sh"))
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "CUDA_VISIBLE_DEVICES=2,3", "ZE_AFFINITY_MASK=a b $(touch pwned) 'q'",
+		"SLURM_JOB_ID=7", "SECRET=x"}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s\n%s", out, script)
+	env, err := os.ReadFile(filepath.Join(dir, "job.json.env"))
+	require.NoError(t, err)
+	require.Contains(t, string(env), "CUDA_VISIBLE_DEVICES=2,3\n")
+	require.Contains(t, string(env), "ZE_AFFINITY_MASK=a b $(touch pwned) 'q'\n")
+	require.NotContains(t, string(env), "ROCR_VISIBLE_DEVICES", "unset on the node: not set for the run")
+	require.NotContains(t, string(env), "SECRET")
+	require.NotContains(t, string(env), "SLURM_JOB_ID")
+	_, err = os.Stat(filepath.Join(dir, "pwned"))
+	require.True(t, os.IsNotExist(err))
+
+	cfg.NodeEnv = []string{"CUDA_VISIBLE_DEVICES", "BAD NAME"}
+	_, err = slurm.New(cfg)
+	require.Error(t, err)
+}
