@@ -33,11 +33,22 @@
 //     METHOD.md §1 On-policy calibration). Reliability monitors compare
 //     predicted and real rewards on exactly those proposals.
 //
-// WMRL (METHOD.md §2) corrects W numerically instead: about 10% of groups
-// (anchor groups) are also executed for real, an isotonic map from predicted
-// to real score is refitted online, and the policy gradients of anchor and
-// world-model groups are combined with inverse-variance weights (packages
-// calibrate and dapo).
+// WMRL (METHOD.md §2) corrects W numerically instead: about 10% of the kept
+// groups (anchor groups) are also executed for real and trained on real
+// rewards, an isotonic map from predicted to real score is refitted online
+// on their pairs and applied to every world-model reward, and the anchor
+// groups' advantages are multiplied by an inverse-variance weight 1 + c·D
+// relative to world-model groups, where D is the measured disagreement
+// (calibrate.Weighter, dapo.ScaleAdvantages). That is WMRL's per-group form
+// of inverse-variance denoising: the trainer does not call dapo.Combine,
+// which combines separately computed gradient estimates and is offered for
+// hosts that compute them (packages calibrate and dapo).
+//
+// Inside the Trainer, a pure planning core computes τ_e, shaped rewards,
+// dynamic sampling, advantages, mini-batches, calibration picks and the
+// monitors from the predictions and real outcomes it is given; the Trainer
+// performs the world-model calls and real runs the core names. WMRL plugs
+// into the core as a correction.
 //
 // # Package map
 //

@@ -15,7 +15,8 @@ import (
 // EvalConfig parameterises Evaluate (METHOD.md §1 Data and evaluation).
 type EvalConfig struct {
 	// StatesPerTask is the number of research states drawn per held-out
-	// task; default 4.
+	// task; default 4 (library choice: METHOD.md §1 gives 60 AR and 18
+	// diffusion states over its held-out tasks).
 	StatesPerTask int
 	// K is the number of proposals per state, each executed for real;
 	// default 4 (Avg@4, Best@4).
@@ -23,10 +24,11 @@ type EvalConfig struct {
 	// MaxHistory is the longest history drawn for a state from the pool;
 	// default records.MaxHistory.
 	MaxHistory int
-	// Parallel bounds concurrent real runs; default 2.
+	// Parallel bounds concurrent real runs; default 2 (library choice).
 	Parallel int
 	// Seed fixes the states and the proposals' random source, so two
-	// policies evaluated with one seed see the same states; default 1.
+	// policies evaluated with one seed see the same states; default 1
+	// (library choice).
 	Seed uint64
 }
 

@@ -100,10 +100,10 @@ type Config struct {
 	// records.MaxHistory (8).
 	MaxHistory int
 	// Parallel bounds concurrent world-model calls and concurrent real runs;
-	// default 2.
+	// default 2 (library choice).
 	Parallel int
 	// Seed seeds the trainer's random source (state sampling, proposals,
-	// random calibration). Default 1.
+	// random calibration). Default 1 (library choice).
 	Seed uint64
 	// Now stamps synthetic records; default a zero time (library choice:
 	// keeps runs reproducible byte for byte).

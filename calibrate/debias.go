@@ -31,10 +31,12 @@ type OnlineDebiaser struct {
 	rejected int
 }
 
-// NewOnlineDebiaser returns a debiaser that fits after minPairs pairs
-// (WMRL: 200), refits every refitEvery new pairs (64, values < 1 mean 1),
-// uses bins equal-width bins (10; 0 = exact isotonic fit; negative
-// panics) and keeps the newest capacity pairs (5000; ≤ 0 means no cap).
+// NewOnlineDebiaser returns a debiaser that fits after minPairs pairs,
+// refits every refitEvery new pairs (values < 1 mean 1), uses bins
+// equal-width bins (0 = exact isotonic fit; negative panics) and keeps the
+// newest capacity pairs (≤ 0 means no cap). DefaultWMRLConfig gives 200,
+// 64, 10 and 5000: library choice taken from WMRL's code (METHOD.md §2
+// gives no numbers).
 func NewOnlineDebiaser(minPairs, refitEvery, bins, capacity int) *OnlineDebiaser {
 	if bins < 0 {
 		panic("calibrate: NewOnlineDebiaser: bins < 0")

@@ -3,7 +3,8 @@ package calibrate
 import "math"
 
 // DisagreementFloor is the variance of the real scores below which a group
-// has no ranking information and Disagreement is undefined (WMRL: 1e-9).
+// has no ranking information and Disagreement is undefined: 1e-9, library
+// choice taken from WMRL's code (METHOD.md §2 gives no number).
 const DisagreementFloor = 1e-9
 
 // AnchorCount returns how many of groups are anchor groups, scored both by
@@ -84,7 +85,8 @@ func Disagreement(pred, real []float64) (float64, bool) {
 // Weighter turns measured disagreement into the weight of anchor-group
 // advantages relative to world-model groups (METHOD.md §2 Inverse-Variance
 // Denoising). With V_WM = (1 + c·D)·V_E, the inverse-variance weight of an
-// anchor group is 1 + c·D. As in WMRL:
+// anchor group is 1 + c·D. METHOD.md §2 gives only that principle; the
+// rest follows WMRL's code (library choice):
 //
 //   - D is an EWMA of the observed group disagreements with
 //     α = 1 − 0.5^(1/halfLife) (halfLife < 1 counts as 1); the first
@@ -107,8 +109,10 @@ type Weighter struct {
 	frozen            bool
 }
 
-// NewWeighter returns a weighter with the given half-life (WMRL: 64
-// observations), warm-up (32), maximum weight (4) and target weight (2).
+// NewWeighter returns a weighter with the given half-life (in
+// observations), warm-up, maximum weight and target weight.
+// DefaultWMRLConfig gives 64, 32, 4 and 2: library choice taken from
+// WMRL's code (METHOD.md §2 gives no numbers).
 func NewWeighter(halfLife, warmup int, maxWeight, target float64) *Weighter {
 	return &Weighter{
 		alpha:     1 - math.Pow(0.5, 1/float64(max(halfLife, 1))),

@@ -126,7 +126,9 @@ func pava(v, w []float64) []float64 {
 	return out
 }
 
-// FitBinned is WMRL's binned isotonic fit (METHOD.md §2 Online Debiasing):
+// FitBinned is WMRL's binned isotonic fit (METHOD.md §2 Online Debiasing
+// asks for an isotonic regression; the binning is library choice following
+// WMRL's code):
 // bins equal-width bins over [0, 1] with edges i·(1/bins), left-closed
 // (x in [edge_i, edge_{i+1}) falls in bin i; x = 1 falls in the last bin);
 // x below 0 or above 1 is clamped to 0 or 1, so it falls in an end bin
