@@ -30,8 +30,8 @@
 //
 // Besides matrix multiplies, a Kernel has the element-wise loops that
 // dominated a run after the multiplies were fast (tanh and its derivative,
-// exp for softmax, the Adam update); the AVX-512 versions give the same bits
-// as the scalar ones.
+// exp for softmax, the Adam update); the avx512, avx2 and simd versions give
+// the same bits as the scalar ones (ExpShift's sum to float64 rounding).
 //
 // All matrices are dense, row-major []float32. A Kernel does no I/O, starts
 // no goroutines and is not safe for concurrent use (it owns scratch space);
