@@ -33,13 +33,20 @@ type env struct {
 }
 
 // suiteTasks returns the lab's tasks for -suite and a predicate telling
-// training and test tasks apart. v2 leaves the validation split out (no
-// choice here is tuned on it).
+// training and test tasks apart. v2 leaves the validation split out;
+// v2-val evaluates on it instead of the test split (where settings are
+// chosen).
 func suiteTasks(suite string) (specs []lab.TaskSpec, isTest func(records.Task) bool) {
 	if suite == "v1" {
 		return lab.SuiteV1(), func(t records.Task) bool { return t.Split != records.Train }
 	}
 	s := lab.SuiteV2(lab.DefaultSuiteSeed)
+	if suite == "v2-val" {
+		// Where settings are chosen: the same training split, the
+		// validation tasks in place of the test tasks.
+		specs = append(append([]lab.TaskSpec(nil), s.Train...), s.Validation...)
+		return specs, func(t records.Task) bool { return strings.Contains(t.ID, "/val/") }
+	}
 	specs = append(append([]lab.TaskSpec(nil), s.Train...), s.Test()...)
 	return specs, func(t records.Task) bool { return strings.Contains(t.ID, "/test-") }
 }

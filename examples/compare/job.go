@@ -89,6 +89,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 		pcfg.Adam.LR = o.policyLR
 	}
 	pcfg.DescriptionBuckets = o.descBuckets
+	pcfg.DescriptorBuckets = o.descriptorBuckets
 	pol, err := proposer.NewPolicy(lab.Catalogue(), pcfg, nil)
 	if err != nil {
 		return res, err
@@ -102,7 +103,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	case "bestknown":
 		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), m0)
 	case "rerank":
-		prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, newWorld(), m0)
+		prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, newWorld(o), m0)
 	}
 	if err != nil {
 		return res, fmt.Errorf("%s: training: %w", j, err)
@@ -151,9 +152,10 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 
 // newWorld returns the embedded world model with the lab catalogue's
 // priors (the main job's).
-func newWorld() rwm.WorldModel {
+func newWorld(o options) rwm.WorldModel {
 	cat := lab.Catalogue()
 	wcfg := rwm.DefaultEmbeddedConfig()
+	wcfg.DescriptorWeight = o.worldDesc
 	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
 	return rwm.NewEmbedded(wcfg)
 }
@@ -162,7 +164,7 @@ func newWorld() rwm.WorldModel {
 // per-step numbers and calibration monitors.
 func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) error {
 	prof := profiles[o.profile]
-	world := newWorld()
+	world := newWorld(o)
 	cfg := lm2lm.DefaultConfig()
 	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
 	cfg.Calibration, cfg.Parallel, cfg.Seed = m.calibration, o.parallel, seed

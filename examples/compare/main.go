@@ -59,6 +59,8 @@ type options struct {
 	probe               int
 	policyLR            float64
 	descBuckets         int
+	descriptorBuckets   int
+	worldDesc           float64
 	force               bool
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
@@ -95,7 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.seeds, "seeds", 5, "number of seeds per method (seeds first-seed … first-seed+N−1)")
 	fs.Uint64Var(&o.firstSeed, "first-seed", 1, "first seed")
 	fs.StringVar(&o.profile, "profile", "default", "size of each run: "+strings.Join(profileNames(), " | "))
-	fs.StringVar(&o.suite, "suite", "v2", "task suite: v2 (lab v2: train on its training split, test on its test split, in and out of distribution) | v1 (the 20 training and 4 held-out tasks)")
+	fs.StringVar(&o.suite, "suite", "v2", "task suite: v2 (lab v2: train on its training split, test on its test split, in and out of distribution) | v2-val (train on lab v2's training split, evaluate on its validation split: where settings are chosen) | v1 (the 20 training and 4 held-out tasks)")
 	fs.StringVar(&o.out, "out", "out/compare", "parent of the run directory")
 	fs.StringVar(&o.progress, "progress", "auto", "auto (a bar on a terminal, log lines otherwise) | bar | lines")
 	fs.IntVar(&o.parallel, "parallel", 2, "real runs trained at once")
@@ -103,6 +105,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.probe, "probe", 4, "training tasks × 8 proposals run for real at each calibration step of every trained method to measure its world model's reliability the same way for all (0 = off)")
 	fs.Float64Var(&o.policyLR, "policy-lr", 0.02, "Adam learning rate of the policy (the main job's; 0 = the library default)")
 	fs.IntVar(&o.descBuckets, "description-buckets", 64, "hashed task-description features of the policy (the main job's; 0 = off)")
+	fs.IntVar(&o.descriptorBuckets, "descriptor-buckets", 0, "hashed binned task-descriptor features of the policy (proposer.PolicyConfig.DescriptorBuckets; 0 = off)")
+	fs.Float64Var(&o.worldDesc, "world-descriptors", 0, "share of the embedded world model's task kernel that follows task descriptors (rwm.EmbeddedConfig.DescriptorWeight, in [0, 1]; 0 = off)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -146,8 +150,8 @@ func (o options) validate() error {
 	if _, ok := profiles[o.profile]; !ok {
 		bad("unknown -profile %q; valid: %s", o.profile, strings.Join(profileNames(), ", "))
 	}
-	if !slices.Contains([]string{"v1", "v2"}, o.suite) {
-		bad("unknown -suite %q; valid: v1, v2", o.suite)
+	if !slices.Contains([]string{"v1", "v2", "v2-val"}, o.suite) {
+		bad("unknown -suite %q; valid: v1, v2, v2-val", o.suite)
 	}
 	if !slices.Contains([]string{"auto", "bar", "lines"}, o.progress) {
 		bad("unknown -progress %q; valid: auto, bar, lines", o.progress)
@@ -163,6 +167,12 @@ func (o options) validate() error {
 	}
 	if o.policyLR < 0 {
 		bad("-policy-lr %g; want ≥ 0", o.policyLR)
+	}
+	if o.descriptorBuckets < 0 || o.descriptorBuckets > 1<<16 {
+		bad("-descriptor-buckets %d; want in [0, 65536]", o.descriptorBuckets)
+	}
+	if !(o.worldDesc >= 0 && o.worldDesc <= 1) {
+		bad("-world-descriptors %g; want in [0, 1]", o.worldDesc)
 	}
 	if o.descBuckets < 0 {
 		bad("-description-buckets %d; want ≥ 0", o.descBuckets)

@@ -37,6 +37,7 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		{[]string{"-seeds", "0", "-parallel", "0", "-resamples", "10"}, []string{"-seeds 0", "-parallel 0", "-resamples 10"}},
 		{[]string{"-progress", "fancy", "-policy-lr", "-1", "-description-buckets", "-2"}, []string{"valid: auto, bar, lines", "-policy-lr -1", "-description-buckets -2"}},
 		{[]string{"extra"}, []string{"unexpected arguments"}},
+		{[]string{"-descriptor-buckets", "-1", "-world-descriptors", "1.5"}, []string{"-descriptor-buckets -1", "-world-descriptors 1.5"}},
 	}
 	for _, tt := range tests {
 		_, err := parseFlags(tt.args, &bytes.Buffer{})
@@ -165,4 +166,13 @@ func TestResultFilesAreNeverReplaced(t *testing.T) {
 	_, ok, err := readResult(dir, job{"base", 1}, o)
 	require.NoError(t, err)
 	require.False(t, ok)
+}
+
+func TestLeversHaveTheirOwnRunDirectory(t *testing.T) {
+	// Results of the research-state levers never mix with the defaults'.
+	o := options{out: "out", suite: "v2-val", profile: "short"}
+	require.Equal(t, filepath.Join("out", "v2-val-short"), runDir(o))
+	o.descriptorBuckets, o.worldDesc = 256, 0.5
+	require.Equal(t, filepath.Join("out", "v2-val-short-d256-w0.5"), runDir(o))
+	require.Contains(t, command(o), "-descriptor-buckets 256 -world-descriptors 0.5")
 }

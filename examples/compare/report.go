@@ -53,6 +53,12 @@ func command(o options) string {
 	if !slices.Equal(o.methods, methodNames()) {
 		c += " -methods " + strings.Join(o.methods, ",")
 	}
+	if o.descriptorBuckets != 0 {
+		c += fmt.Sprintf(" -descriptor-buckets %d", o.descriptorBuckets)
+	}
+	if o.worldDesc != 0 {
+		c += fmt.Sprintf(" -world-descriptors %g", o.worldDesc)
+	}
 	return c
 }
 

@@ -28,7 +28,15 @@ func plan(o options) []job {
 }
 
 // runDir is the run directory of a suite and profile.
-func runDir(o options) string { return filepath.Join(o.out, o.suite+"-"+o.profile) }
+func runDir(o options) string {
+	name := o.suite + "-" + o.profile
+	if o.descriptorBuckets != 0 || o.worldDesc != 0 {
+		// The research-state levers change every trained method: their
+		// results live apart from the default settings'.
+		name += fmt.Sprintf("-d%d-w%g", o.descriptorBuckets, o.worldDesc)
+	}
+	return filepath.Join(o.out, name)
+}
 
 func run(ctx context.Context, w io.Writer, o options) error {
 	if err := o.validate(); err != nil {
