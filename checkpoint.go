@@ -42,6 +42,7 @@ type checkpoint struct {
 	Batches  [][]proposer.Item           `json:"batches"`
 	Cost     records.Cost                `json:"cost"`
 	Runs     int                         `json:"runs"`
+	Reused   int                         `json:"reused,omitempty"`
 	Policy   []byte                      `json:"policy"`
 	// Calibrations is the number of schedule points already executed.
 	Calibrations int `json:"calibrations,omitempty"`
@@ -80,6 +81,7 @@ func (t *Trainer) MarshalBinary() ([]byte, error) {
 		Evidence: t.m.Records(), Pool: map[string][]records.Record{}, Batches: t.batches, Policy: pol,
 		Calibrations: t.calDone, WMRL: corr}
 	cp.Cost, cp.Runs = t.Cost()
+	cp.Reused = t.Reused()
 	for _, task := range t.c.Tasks {
 		cp.Pool[task.ID] = t.pool.Records(task.ID)
 	}
@@ -131,7 +133,7 @@ func (t *Trainer) UnmarshalBinary(data []byte) error {
 	t.src, t.rng, t.core.corr = st.src, rand.New(st.src), st.corr
 	t.pendingCal = nil
 	t.mu.Lock()
-	t.cost, t.runs = cp.Cost, cp.Runs
+	t.cost, t.runs, t.reused = cp.Cost, cp.Runs, cp.Reused
 	t.mu.Unlock()
 	return nil
 }

@@ -15,7 +15,8 @@ import (
 // RunReal builds and executes proposal p on task for real and returns its
 // real record. A proposal that cannot be built or whose run is infeasible
 // gives a record with Infeasible set (METHOD.md §1 Reward 2: it earns −c).
-// ran reports whether the executor was called. A run that failed for reasons
+// ran reports whether a run was paid for: the executor was called and did
+// not serve a reused outcome (builder.Outcome.Reused). A run that failed for reasons
 // other than the proposal (a build or run failure of no known class, a
 // transient failure the executor gave up on, or an outcome that is not a
 // valid record) returns a zero record and a nil error: the proposal is
@@ -23,7 +24,7 @@ import (
 // failures). Cancellation returns an error wrapping the cause.
 func RunReal(ctx context.Context, b builder.Builder, e builder.Executor, task records.Task, p records.Proposal) (rec records.Record, ran bool, err error) {
 	r, err := runReal(ctx, b, e, task, p)
-	return r.rec, r.ran, err
+	return r.rec, r.fresh(), err
 }
 
 // realRun is the result of one attempt to measure a proposal for real.
@@ -31,11 +32,32 @@ type realRun struct {
 	rec      records.Record // the real record when measured, else zero
 	measured bool           // rec holds a record (feasible or infeasible)
 	ran      bool           // the executor was called
+	reused   bool           // the executor served a stored or coalesced outcome (builder.Outcome.Reused): nothing was paid
+	seed     uint64         // the job's seed (0 when nothing was built)
 	cost     records.Cost   // what the run cost as reported (its record's cost when measured)
 	failure  string         // why it was not measured
 }
 
+// fresh reports whether r was a run paid for here: the executor was called
+// and did not serve a reused outcome.
+func (r realRun) fresh() bool { return r.ran && !r.reused }
+
+// seededChange is a change to measure, with the seed to run it with when
+// setSeed is set (else the builder's seed).
+type seededChange struct {
+	records.TaskChange
+	seed    uint64
+	setSeed bool
+}
+
 func runReal(ctx context.Context, b builder.Builder, e builder.Executor, task records.Task, p records.Proposal) (realRun, error) {
+	return runSeeded(ctx, b, e, seededChange{TaskChange: records.TaskChange{Task: task, Proposal: p}})
+}
+
+// runSeeded is runReal with the job's seed replaced by c.seed when
+// c.setSeed is set.
+func runSeeded(ctx context.Context, b builder.Builder, e builder.Executor, c seededChange) (realRun, error) {
+	task, p := c.Task, c.Proposal
 	job, err := b.Build(ctx, task, p)
 	if err != nil {
 		switch {
@@ -47,8 +69,11 @@ func runReal(ctx context.Context, b builder.Builder, e builder.Executor, task re
 		}
 		return realRun{failure: "build: " + err.Error()}, nil
 	}
+	if c.setSeed {
+		job.Seed = c.seed
+	}
 	out, err := e.Execute(ctx, job)
-	r := realRun{ran: true, cost: out.Cost}
+	r := realRun{ran: true, reused: out.Reused, seed: job.Seed, cost: out.Cost}
 	switch {
 	case err == nil:
 		r.rec = out.Record(job)
@@ -90,12 +115,21 @@ func finiteCost(c records.Cost) bool {
 // returns the results in job order. On the first error (cancellation) it
 // returns what it has, with the error.
 func runAll(ctx context.Context, b builder.Builder, e builder.Executor, parallel int, jobs []records.TaskChange) ([]realRun, error) {
+	sc := make([]seededChange, len(jobs))
+	for i, j := range jobs {
+		sc[i] = seededChange{TaskChange: j}
+	}
+	return runAllSeeded(ctx, b, e, parallel, sc)
+}
+
+// runAllSeeded is runAll over changes that may carry their seeds.
+func runAllSeeded(ctx context.Context, b builder.Builder, e builder.Executor, parallel int, jobs []seededChange) ([]realRun, error) {
 	runs := make([]realRun, len(jobs))
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(parallel)
 	for j, jb := range jobs {
 		eg.Go(func() error {
-			r, err := runReal(ectx, b, e, jb.Task, jb.Proposal)
+			r, err := runSeeded(ectx, b, e, jb)
 			runs[j] = r
 			return err
 		})

@@ -220,9 +220,10 @@ type Trainer struct {
 	// completed yet; it is attached to the step that completes.
 	pendingCal *CalibrationReport
 
-	mu   sync.Mutex // guards cost and runs, summed by concurrent real runs
-	cost records.Cost
-	runs int
+	mu     sync.Mutex // guards cost and runs, summed by concurrent real runs
+	cost   records.Cost
+	runs   int
+	reused int
 }
 
 // New returns a trainer, or an error wrapping ErrConfig.
@@ -276,11 +277,23 @@ func (t *Trainer) Pool() *records.Pool { return t.pool }
 // Step returns the number of updates done.
 func (t *Trainer) Step() int { return t.step }
 
-// Cost returns the summed cost and number of the real runs the trainer made.
+// Cost returns the summed cost and number of the real runs the trainer
+// paid for: fresh executions only. A measurement the executor served from
+// its records store or from a coalesced twin (builder.Outcome.Reused) is
+// counted by Reused instead, so a second invocation over the same store
+// reports what it really spent.
 func (t *Trainer) Cost() (records.Cost, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.cost, t.runs
+}
+
+// Reused returns the number of measurements the executor served without a
+// run (builder.Outcome.Reused).
+func (t *Trainer) Reused() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reused
 }
 
 // StepReport describes one training step.
@@ -547,9 +560,12 @@ func (t *Trainer) execute(ctx context.Context, jobs []records.TaskChange) ([]rea
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, r := range runs {
-		if r.ran {
+		switch {
+		case r.fresh():
 			t.cost = t.cost.Add(r.cost)
 			t.runs++
+		case r.ran:
+			t.reused++
 		}
 	}
 	return runs, err

@@ -275,25 +275,30 @@ func TestEvaluate(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.States, 6)
 	var n, neg, above, infeasible int
-	var sumAvg, sumBest float64
-	var states int
+	var sumAvg, sumBest, sumFeas float64
+	var states, feasStates int
 	for _, s := range rep.States {
 		require.Len(t, s.Records, 4)
-		var sum, best float64
-		k := 0
+		require.Len(t, s.Samples, 4)
+		var sum, best, feas float64
+		k, nf := 0, 0
 		for _, r := range s.Records {
 			n++
+			// An infeasible run counts −c σ_e = −6 in Avg@K and Best@K.
+			g := -6.0
 			if r.Infeasible != "" {
 				infeasible++
 				neg++
-				continue
-			}
-			g := r.Gain / r.Task.SeedNoise
-			if g <= 0 {
-				neg++
-			}
-			if g > 2 {
-				above++
+			} else {
+				g = r.Gain / r.Task.SeedNoise
+				feas += g
+				nf++
+				if g <= 0 {
+					neg++
+				}
+				if g > 2 {
+					above++
+				}
 			}
 			if k == 0 || g > best {
 				best = g
@@ -301,17 +306,22 @@ func TestEvaluate(t *testing.T) {
 			sum += g
 			k++
 		}
-		if k > 0 {
-			states++
-			sumAvg += sum / float64(k)
-			sumBest += best
-			require.InDelta(t, sum/float64(k), s.Avg, 1e-9)
+		states++
+		sumAvg += sum / float64(k)
+		sumBest += best
+		require.InDelta(t, sum/float64(k), s.Avg, 1e-9)
+		require.InDelta(t, best, s.Best, 1e-9)
+		if nf > 0 {
+			feasStates++
+			sumFeas += feas / float64(nf)
+			require.InDelta(t, feas/float64(nf), s.AvgFeasible, 1e-9)
 		} else {
-			require.True(t, math.IsNaN(s.Avg))
+			require.True(t, math.IsNaN(s.AvgFeasible))
 		}
 	}
 	require.InDelta(t, sumAvg/float64(states), rep.AvgK, 1e-9)
 	require.InDelta(t, sumBest/float64(states), rep.BestK, 1e-9)
+	require.InDelta(t, sumFeas/float64(feasStates), rep.AvgKFeasible, 1e-9)
 	require.InDelta(t, float64(neg)/float64(n), rep.NegativeRate, 1e-12)
 	require.InDelta(t, float64(above)/float64(n), rep.Above2Sigma, 1e-12)
 	require.InDelta(t, float64(infeasible)/float64(n), rep.InfeasibleRate, 1e-12)
