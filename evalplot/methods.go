@@ -116,7 +116,7 @@ func Methods(w io.Writer, title string, k int, sums []evalstat.Summary, pairs []
 			}
 		}
 		specs = append(specs, spec{fmt.Sprintf("paired difference vs %s", against),
-			fmt.Sprintf("Avg@%d minus %s's, same states (%s units)", k, against, Sigma), rs, 0, 1})
+			fmt.Sprintf("Avg@%d minus %s, same states (%s units)", k, against, Sigma), rs, 0, 1})
 	}
 	panels := make([]*plot.Plot, len(specs))
 	for i, s := range specs {

@@ -158,7 +158,10 @@ func TestResultFilesAreNeverReplaced(t *testing.T) {
 	dir := t.TempDir()
 	j := job{"lm2lm", 3}
 	require.NoError(t, writeResult(dir, j, Result{Version: resultVersion, Method: "lm2lm", Seed: 3}))
-	err := writeResult(dir, j, Result{Version: resultVersion, Method: "lm2lm", Seed: 3, M0: 7})
+	fi, err := os.Stat(resultPath(dir, j))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o644), fi.Mode().Perm())
+	err = writeResult(dir, j, Result{Version: resultVersion, Method: "lm2lm", Seed: 3, M0: 7})
 	require.True(t, errors.Is(err, os.ErrExist), err)
 	o := options{profile: "tiny", suite: "v1"}
 	_, _, err = readResult(dir, j, o)
@@ -175,4 +178,15 @@ func TestLeversHaveTheirOwnRunDirectory(t *testing.T) {
 	o.descriptorBuckets, o.worldDesc = 256, 0.5
 	require.Equal(t, filepath.Join("out", "v2-val-short-d256-w0.5"), runDir(o))
 	require.Contains(t, command(o), "-descriptor-buckets 256 -world-descriptors 0.5")
+}
+
+func TestCommandReproducesTheFlags(t *testing.T) {
+	o, err := parseFlags([]string{"-profile", "short", "-seeds", "2", "-probe", "2", "-methods", "base,lm2lm"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, "go run ./examples/compare -profile short -suite v2 -seeds 2 -probe 2 -methods base,lm2lm", command(o))
+	require.Equal(t, "compare-seeds1-2-base+lm2lm", prefix(o))
+	o, err = parseFlags([]string{"-first-seed", "3", "-policy-lr", "0.05"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, "go run ./examples/compare -profile default -suite v2 -seeds 5 -first-seed 3 -policy-lr 0.05", command(o))
+	require.Equal(t, "compare-seeds3-7", prefix(o))
 }

@@ -47,8 +47,14 @@ type MethodSummary struct {
 // command is the command line that reproduces the comparison.
 func command(o options) string {
 	c := fmt.Sprintf("go run ./examples/compare -profile %s -suite %s -seeds %d", o.profile, o.suite, o.seeds)
-	if o.firstSeed != 1 {
-		c += fmt.Sprintf(" -first-seed %d", o.firstSeed)
+	for _, f := range []struct {
+		name       string
+		value, def any
+	}{{"first-seed", o.firstSeed, uint64(1)}, {"probe", o.probe, 4}, {"resamples", o.resamples, 2000},
+		{"policy-lr", o.policyLR, 0.02}, {"description-buckets", o.descBuckets, 64}} {
+		if f.value != f.def {
+			c += fmt.Sprintf(" -%s %v", f.name, f.value)
+		}
 	}
 	if !slices.Equal(o.methods, methodNames()) {
 		c += " -methods " + strings.Join(o.methods, ",")
@@ -215,7 +221,7 @@ func writeOutputs(dir string, outs []output, force bool) error {
 		}
 	}
 	if len(changed) > 0 && !force {
-		return fmt.Errorf("%s: %s would change (other results than when written); pass -force to replace them or choose another -out",
+		return fmt.Errorf("%s: %s would change (other results, or another version of this program, than when written); pass -force to replace them or choose another -out",
 			dir, strings.Join(changed, ", "))
 	}
 	for _, f := range outs {
