@@ -30,6 +30,9 @@ type env struct {
 	train, test []records.Task
 	// leftOut lists the tasks left out because a reference run failed.
 	leftOut []string
+	// refSeeds are the lab's reference seeds: the evaluation runs sample k
+	// of a state with one of them, so K samples are K measurements.
+	refSeeds []uint64
 }
 
 // suiteTasks returns the lab's tasks for -suite and a predicate telling
@@ -83,7 +86,7 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 		store.Close()
 		return nil, err
 	}
-	e := &env{store: store, lab: l, pool: pool, leftOut: leftOut}
+	e := &env{store: store, lab: l, pool: pool, leftOut: leftOut, refSeeds: lcfg.RefSeeds}
 	for _, t := range tasks {
 		if isTest(t) {
 			e.test = append(e.test, t)
@@ -134,6 +137,23 @@ func progressMode(o options) progress.Mode {
 	return map[string]progress.Mode{"auto": progress.Auto, "bar": progress.Bar, "lines": progress.Lines}[o.progress]
 }
 
+// histories returns the pool the evaluation states draw their histories
+// from: n real records of random changes on every test task (METHOD.md §1
+// Research state: a task and 0–8 earlier outcomes of that task), drawn with
+// a fixed seed so that every method and seed shares them and they are paid
+// for once.
+func histories(ctx context.Context, e *env, ex *counter, n, parallel int) (*records.Pool, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	items := records.DrawChanges(rand.New(rand.NewPCG(0x68697374, 1)), e.test, lab.Catalogue(), n*len(e.test), nil)
+	recs, err := measureAll(ctx, e, ex, items, parallel)
+	if err != nil {
+		return nil, err
+	}
+	return records.NewPool(recs...)
+}
+
 // counter is an Executor that counts the runs it passes on, fresh and
 // reused (builder.Outcome.Reused), and the CPU seconds of the fresh ones.
 type counter struct {
@@ -164,6 +184,18 @@ func (c *counter) take() Runs {
 // draw depends on the seed only, so every method of one seed shares M_0.
 func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train []records.Task, m int, seed uint64, parallel int) (records.Evidence, error) {
 	items := records.DrawChanges(rand.New(rand.NewPCG(seed, 0x6d30)), train, lab.Catalogue(), m, nil)
+	recs, err := measureAll(ctx, &env{lab: l}, ex, items, parallel)
+	if err != nil {
+		return records.Evidence{}, err
+	}
+	return records.NewEvidence(recs...)
+}
+
+// measureAll measures every change for real, at most parallel at once, and
+// returns the records measured (changes that failed for reasons other than
+// the proposal are left out, as lm2lm.RunReal does).
+func measureAll(ctx context.Context, e *env, ex builder.Executor, items []records.TaskChange, parallel int) ([]records.Record, error) {
+	l := e.lab
 	recs := make([]records.Record, len(items))
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(parallel)
@@ -175,7 +207,7 @@ func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train 
 		})
 	}
 	if err := eg.Wait(); err != nil {
-		return records.Evidence{}, err
+		return nil, err
 	}
 	var keep []records.Record
 	for _, r := range recs {
@@ -183,5 +215,5 @@ func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train 
 			keep = append(keep, r)
 		}
 	}
-	return records.NewEvidence(keep...)
+	return keep, nil
 }

@@ -109,9 +109,15 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 		return res, fmt.Errorf("%s: training: %w", j, err)
 	}
 	res.Runs.Training = cnt.take()
+	hist, err := histories(ctx, e, cnt, o.history, o.parallel)
+	if err != nil {
+		return res, fmt.Errorf("%s: histories of the test states: %w", j, err)
+	}
+	res.Runs.History = cnt.take()
 	ecfg := lm2lm.DefaultEvalConfig()
-	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed = prof.evalStates, o.parallel, j.seed
-	ev, err := lm2lm.Evaluate(ctx, ecfg, prop, e.lab, cnt, e.test, nil)
+	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed, ecfg.Seeds = prof.evalStates, o.parallel, j.seed, e.refSeeds
+	ecfg.Clip = -infeasibleGain
+	ev, err := lm2lm.Evaluate(ctx, ecfg, prop, e.lab, cnt, e.test, hist)
 	if err != nil {
 		return res, fmt.Errorf("%s: evaluation: %w", j, err)
 	}
@@ -122,7 +128,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 }
 
 // cells turns an evaluation into per-state gains in σ_e units, an
-// infeasible run counting infeasibleGain. States are named "<task>#<i>",
+// infeasible run counting infeasibleGain (lm2lm.SampleEval.Gain). States are named "<task>#<i>",
 // the i-th state of the task, so every method of one seed names the same
 // states alike. It also returns the count of proposals that produced no
 // record (build or run failures that were not the proposal's fault) and
@@ -135,13 +141,14 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 		id := st.State.Task.ID
 		s := StateResult{ID: fmt.Sprintf("%s#%d", id, perTask[id]), Task: id}
 		perTask[id]++
-		for _, r := range st.Records {
-			if r.Infeasible != "" {
-				s.Gains = append(s.Gains, infeasibleGain)
-				s.Infeasible++
-				continue
+		for _, smp := range st.Samples {
+			if !smp.Measured {
+				continue // invalid or failed: in ev.Invalid or ev.Failures
 			}
-			s.Gains = append(s.Gains, r.Gain/r.Task.SeedNoise)
+			s.Gains = append(s.Gains, smp.Gain) // σ_e units, −c when infeasible
+			if !smp.Feasible {
+				s.Infeasible++
+			}
 		}
 		if len(s.Gains) > 0 {
 			out = append(out, s)

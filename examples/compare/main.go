@@ -56,7 +56,7 @@ type options struct {
 	profile, suite, out string
 	progress            string
 	parallel, resamples int
-	probe               int
+	probe, history      int
 	policyLR            float64
 	descBuckets         int
 	descriptorBuckets   int
@@ -102,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.progress, "progress", "auto", "auto (a bar on a terminal, log lines otherwise) | bar | lines")
 	fs.IntVar(&o.parallel, "parallel", 2, "real runs trained at once")
 	fs.IntVar(&o.resamples, "resamples", 2000, "bootstrap replicates of each confidence interval")
+	fs.IntVar(&o.history, "history", 8, "real records of random changes per test task that the test states draw their histories from (0 = empty histories)")
 	fs.IntVar(&o.probe, "probe", 4, "training tasks × 8 proposals run for real at each calibration step of every trained method to measure its world model's reliability the same way for all (0 = off)")
 	fs.Float64Var(&o.policyLR, "policy-lr", 0.02, "Adam learning rate of the policy (the main job's; 0 = the library default)")
 	fs.IntVar(&o.descBuckets, "description-buckets", 64, "hashed task-description features of the policy (the main job's; 0 = off)")
@@ -161,6 +162,9 @@ func (o options) validate() error {
 	}
 	if o.resamples < 100 {
 		bad("-resamples %d; want ≥ 100", o.resamples)
+	}
+	if o.history < 0 {
+		bad("-history %d; want ≥ 0", o.history)
 	}
 	if o.probe < 0 {
 		bad("-probe %d; want ≥ 0", o.probe)

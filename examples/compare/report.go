@@ -50,7 +50,7 @@ func command(o options) string {
 	for _, f := range []struct {
 		name       string
 		value, def any
-	}{{"first-seed", o.firstSeed, uint64(1)}, {"probe", o.probe, 4}, {"resamples", o.resamples, 2000},
+	}{{"first-seed", o.firstSeed, uint64(1)}, {"probe", o.probe, 4}, {"history", o.history, 8}, {"resamples", o.resamples, 2000},
 		{"policy-lr", o.policyLR, 0.02}, {"description-buckets", o.descBuckets, 64}} {
 		if f.value != f.def {
 			c += fmt.Sprintf(" -%s %v", f.name, f.value)
@@ -173,7 +173,7 @@ func comparison(o options, dir string, names []string, byMethod map[string][]Res
 		for _, r := range rs {
 			ms.Budget += float64(r.Budget()) / float64(len(rs))
 			ms.EvalRuns += float64(r.Runs.Evaluation.Fresh+r.Runs.Evaluation.Reused) / float64(len(rs))
-			ms.CPUSeconds += r.Runs.M0.CPUSeconds + r.Runs.Training.CPUSeconds + r.Runs.Evaluation.CPUSeconds + r.Runs.Probe.CPUSeconds
+			ms.CPUSeconds += r.Runs.M0.CPUSeconds + r.Runs.Training.CPUSeconds + r.Runs.Evaluation.CPUSeconds + r.Runs.Probe.CPUSeconds + r.Runs.History.CPUSeconds
 			ms.WallSeconds += r.WallSeconds
 			ms.Unmeasured += r.Unmeasured
 			rel, _ := filepath.Rel(dir, resultPath(dir, job{r.Method, r.Seed}))

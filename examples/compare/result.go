@@ -13,7 +13,7 @@ import (
 
 // resultVersion is the format of result files; a file of another version
 // is an error, never silently re-run or overwritten.
-const resultVersion = 1
+const resultVersion = 2
 
 // Result is one (method, seed): what it cost, how it trained, and the real
 // gains of its proposals on every test state. Undefined numbers are null.
@@ -32,6 +32,9 @@ type Result struct {
 		Evaluation Runs `json:"evaluation"`
 		// Probe: the reliability probes' runs (not part of the budget).
 		Probe Runs `json:"probe"`
+		// History: the test states' history records (shared by every
+		// method and seed: paid for by the first job, reused after).
+		History Runs `json:"history"`
 	} `json:"runs"`
 	// LeftOut lists the suite's tasks left out (a reference run failed).
 	LeftOut      []string            `json:"tasks_left_out,omitempty"`

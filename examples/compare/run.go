@@ -102,7 +102,7 @@ func runAll(ctx context.Context, w io.Writer, o options, dir string, jobs []job,
 			return paid, err
 		}
 		results[i] = r
-		for _, x := range []Runs{r.Runs.M0, r.Runs.Training, r.Runs.Evaluation, r.Runs.Probe} {
+		for _, x := range []Runs{r.Runs.M0, r.Runs.Training, r.Runs.Evaluation, r.Runs.Probe, r.Runs.History} {
 			paid.Fresh, paid.Reused, paid.CPUSeconds = paid.Fresh+x.Fresh, paid.Reused+x.Reused, paid.CPUSeconds+x.CPUSeconds
 		}
 		fmt.Fprintf(w, "%s: %s, %d states; real runs: budget %d (M_0 + training), evaluation %d; %.0f s\n",
