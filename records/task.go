@@ -67,8 +67,8 @@ type Task struct {
 	Description string  `json:"description"` // free text for humans and LLM prompts
 	// Descriptors are named numeric descriptors of the task, the structured
 	// twin of Description (e.g. "log10_lr", "width", "budget_log10_flops"):
-	// the host defines and documents the names (the lab's are listed on
-	// lab.Descriptors); names are non-empty, at most 64 bytes of lower-case
+	// the host defines and documents the names (the lab's are its Desc*
+	// constants); names are non-empty, at most 64 bytes of lower-case
 	// ASCII letters, digits and '_', and values are finite. Nil = none.
 	Descriptors map[string]float64 `json:"descriptors,omitempty"`
 }
