@@ -49,18 +49,26 @@ import (
 type profile struct {
 	steps, states, quota, m0, evalStates int
 	schedule                             calibrate.Schedule
+	// sizes are the V2 suite's tasks per family (lab.GenerateSuite with
+	// lab.DefaultSpace and lab.DefaultSuiteSeed; stable task IDs, so a small
+	// profile's tasks are tasks of the full suite). The main job trains on
+	// the training part and evaluates J_test on the test part (in- and
+	// out-of-distribution); the validation part is left to selection tools.
+	sizes lab.SuiteSizes
 }
 
 var profiles = map[string]profile{
 	// tiny: the end-to-end test's profile (examples/lm2lm/main_test.go).
-	"tiny": {steps: 16, states: 12, quota: 8, m0: 8, evalStates: 1, schedule: calibrate.Schedule{Steps: []int{8}, Budgets: []int{4}}},
+	"tiny": {steps: 16, states: 12, quota: 8, m0: 8, evalStates: 1, schedule: calibrate.Schedule{Steps: []int{8}, Budgets: []int{4}},
+		sizes: lab.SuiteSizes{Train: 1, TestIn: 1}},
 	// short: about a minute; a smoke test of the whole loop.
-	"short": {steps: 24, states: 48, quota: 32, m0: 24, evalStates: 2, schedule: calibrate.Schedule{Steps: []int{8, 16}, Budgets: []int{8, 8}}},
+	"short": {steps: 24, states: 48, quota: 32, m0: 24, evalStates: 2, schedule: calibrate.Schedule{Steps: []int{8, 16}, Budgets: []int{8, 8}},
+		sizes: lab.SuiteSizes{Train: 4, TestIn: 1, TestOut: 1}},
 	// default: the paper's step count, schedule and real-run budget (100
 	// initial + 100 calibration records), with 128 states per rollout.
-	"default": {steps: 96, states: 128, quota: 96, m0: 100, evalStates: 8, schedule: calibrate.DefaultSchedule()},
+	"default": {steps: 96, states: 128, quota: 96, m0: 100, evalStates: 8, schedule: calibrate.DefaultSchedule(), sizes: lab.DefaultSuiteSizes()},
 	// paper: also the paper's 277 states → 256 kept groups per rollout.
-	"paper": {steps: 96, states: 277, quota: 256, m0: 100, evalStates: 8, schedule: calibrate.DefaultSchedule()},
+	"paper": {steps: 96, states: 277, quota: 256, m0: 100, evalStates: 8, schedule: calibrate.DefaultSchedule(), sizes: lab.DefaultSuiteSizes()},
 }
 
 type options struct {
@@ -68,7 +76,7 @@ type options struct {
 	seed                                uint64
 	parallel                            int
 	wmrl                                bool
-	baseline, holdOut                   string
+	baseline, holdOut, suite            string
 	policyLR                            float64
 	descBuckets                         int
 }
@@ -83,11 +91,12 @@ func main() {
 	flag.IntVar(&o.parallel, "parallel", 2, "real runs trained at once")
 	// The policy reads the task description and learns at 0.02 rather than
 	// the library defaults (off, 0.05): over seeds 1–3 of the default
-	// profile this gave held-out Avg@4 −1.97 σ_e vs −7.78 σ_e (Base −4.34)
+	// profile on the V1 suite this gave held-out Avg@4 −1.97 σ_e vs −7.78 σ_e (Base −4.34)
 	// and training Avg@4 +3.15 vs +1.40 (Base −5.52).
 	flag.Float64Var(&o.policyLR, "policy-lr", 0.02, "Adam learning rate of the policy (0 = proposer.DefaultAdamConfig's)")
 	flag.IntVar(&o.descBuckets, "description-buckets", 64, "hashed task-description features of the policy (proposer.PolicyConfig.DescriptionBuckets; 0 = off)")
 	flag.StringVar(&o.baseline, "baseline", "", "train by maximum likelihood on M_0 instead of LM2LM: sft (all feasible records) or rft (positive gains only)")
+	flag.StringVar(&o.suite, "suite", "v2", "lab task suite: v2 (generated, lab.SuiteV2: train on its training part, test on its test part) or v1 (the first lab's 24 tasks)")
 	flag.StringVar(&o.holdOut, "hold-out-family", "", "hold out this whole family (training tasks, M_0 and the world model never see it): the generalisation experiment")
 	flag.BoolVar(&o.wmrl, "wmrl", false, "add WMRL's anchor groups, online isotonic debiasing and inverse-variance weighting (METHOD.md §2)")
 	flag.Parse()
@@ -106,6 +115,7 @@ type Report struct {
 	Calibration  string             `json:"calibration"`
 	Baseline     string             `json:"baseline,omitempty"`
 	HoldOut      string             `json:"hold_out_family,omitempty"`
+	Suite        string             `json:"suite,omitempty"`
 	WMRL         bool               `json:"wmrl"`
 	Seed         uint64             `json:"seed"`
 	M0           int                `json:"m0_records"`
@@ -268,13 +278,29 @@ func openStore(path string) (*records.FileStore, error) {
 	return records.OpenFile(path, records.DefaultFileConfig())
 }
 
+// suiteTasks returns the main job's tasks: the V2 suite's training and
+// test parts (sizes per family), or the V1 suite.
+func suiteTasks(suite string, sizes lab.SuiteSizes) ([]lab.TaskSpec, error) {
+	switch suite {
+	case "v1":
+		return lab.SuiteV1(), nil
+	case "v2", "":
+		s := lab.GenerateSuite(lab.DefaultSpace(), sizes, lab.DefaultSuiteSeed)
+		return append(append([]lab.TaskSpec(nil), s.Train...), s.Test()...), nil
+	}
+	return nil, fmt.Errorf("unknown -suite %q (v2 or v1)", suite)
+}
+
 // openLab makes the lab and its idempotent pool, runs the reference runs
 // and splits the tasks.
 func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 	lcfg := lab.DefaultConfig()
 	lcfg.Parallel = j.o.parallel
+	var err error
+	if lcfg.Tasks, err = suiteTasks(j.o.suite, j.prof.sizes); err != nil {
+		return err
+	}
 	if j.o.holdOut != "" {
-		var err error
 		if lcfg.Tasks, err = lab.HoldOutFamily(lcfg.Tasks, j.o.holdOut); err != nil {
 			return err
 		}
@@ -334,7 +360,7 @@ func (j *mainJob) newModels(context.Context) error {
 		return err
 	}
 	j.pol = pol
-	j.rep = Report{Profile: j.o.profile, Calibration: j.mode.String(), Baseline: j.o.baseline, HoldOut: j.o.holdOut,
+	j.rep = Report{Profile: j.o.profile, Calibration: j.mode.String(), Baseline: j.o.baseline, HoldOut: j.o.holdOut, Suite: j.o.suite,
 		WMRL: j.o.wmrl, Seed: j.o.seed, M0: j.m0.Len(), RealRuns: map[string]int{}, CPUSeconds: map[string]float64{}}
 	return nil
 }

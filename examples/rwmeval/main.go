@@ -63,12 +63,14 @@ type options struct {
 	pool     int
 	parallel int
 	seed     uint64
+	suite    string
 }
 
 func main() {
 	var o options
 	var sizes string
 	flag.StringVar(&o.out, "out", "out/rwmeval", "directory of the record stores and the report")
+	flag.StringVar(&o.suite, "suite", "v2", "lab task suite whose training tasks are used: v2 (lab.SuiteV2) or v1 (the first lab's tasks)")
 	flag.IntVar(&o.records, "records", 360, "real records to generate on training tasks (context + held-out test)")
 	flag.IntVar(&o.test, "test", 60, "of which held out for testing (the last ones generated)")
 	flag.StringVar(&sizes, "sizes", "0,25,50,100,200,300", "context sizes of the accuracy curve")
@@ -152,7 +154,16 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 
 // references makes the lab and runs the training tasks' reference runs.
 func (e *evaluation) references(ctx context.Context, refs, store *records.FileStore) error {
-	lb, err := lab.New(lab.DefaultConfig(), refs)
+	cfg := lab.DefaultConfig()
+	switch e.o.suite {
+	case "v2", "":
+		cfg.Tasks = lab.SuiteV2(lab.DefaultSuiteSeed).Train
+	case "v1":
+		cfg.Tasks = lab.SuiteV1()
+	default:
+		return fmt.Errorf("unknown -suite %q (v2 or v1)", e.o.suite)
+	}
+	lb, err := lab.New(cfg, refs)
 	if err != nil {
 		return err
 	}
