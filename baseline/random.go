@@ -20,9 +20,9 @@ type Draw struct {
 }
 
 // RandomDraws draws up to n distinct (task, proposal) pairs by
-// mechanism-library sampling (METHOD.md §1 Data and evaluation): a task
-// uniformly from tasks, a card uniformly from cat, and a choice uniformly
-// per parameter. Pairs already in known (same task and proposal key) and
+// mechanism-library sampling (records.DrawChanges, METHOD.md §1 Data and
+// evaluation): a task uniformly from tasks, a card uniformly from cat, and a
+// choice uniformly per parameter. Pairs already in known (same task and proposal key) and
 // repeats are drawn again: the runs are paid for, and a repeat would
 // measure nothing new. It gives up after 100·n draws (a small catalogue),
 // returning fewer pairs. It is pure: the result is a function of rng's
@@ -31,23 +31,14 @@ func RandomDraws(rng *rand.Rand, tasks []records.Task, cat []records.Card, n int
 	if n <= 0 || len(tasks) == 0 || len(cat) == 0 {
 		return nil
 	}
-	seen := map[string]bool{}
+	skip := map[string]bool{}
 	for i := range known.Len() {
 		r := known.At(i)
-		seen[r.Task.ID+"\x00"+r.Proposal.Key()] = true
+		skip[records.TaskChange{Task: r.Task, Proposal: r.Proposal}.Key()] = true
 	}
 	var out []Draw
-	for draws := 0; len(out) < n && draws < 100*n; draws++ {
-		t := tasks[rng.IntN(len(tasks))]
-		c := cat[rng.IntN(len(cat))]
-		p := records.Proposal{Mechanism: c.Mechanism, Params: map[string]string{}}
-		for _, ps := range c.Params {
-			p.Params[ps.Name] = ps.Choices[rng.IntN(len(ps.Choices))]
-		}
-		if k := t.ID + "\x00" + p.Key(); !seen[k] {
-			seen[k] = true
-			out = append(out, Draw{t, p})
-		}
+	for _, c := range records.DrawChanges(rng, tasks, cat, n, skip) {
+		out = append(out, Draw{Task: c.Task, Proposal: c.Proposal})
 	}
 	return out
 }

@@ -21,7 +21,7 @@ func TestMainJobEndToEnd(t *testing.T) {
 	}
 	dir := t.TempDir()
 	o := options{profile: "tiny", calibration: "top-rated", store: filepath.Join(dir, "records.jsonl"),
-		report: filepath.Join(dir, "report.json"), seed: 3, parallel: 2}
+		report: filepath.Join(dir, "report.json"), seed: 3, parallel: 2, evalHistory: 4}
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), &out, o))
 	t.Log(out.String())
@@ -39,14 +39,29 @@ func TestMainJobEndToEnd(t *testing.T) {
 	require.NotNil(t, rep.WinRate)
 	require.Len(t, rep.Base.Family, 4)
 
-	// Same seed, same store: every run is already recorded, the report is
-	// identical.
+	require.Equal(t, 8, rep.RealRuns["m0"])
+	hist := rep.RealRuns["eval_histories"] + rep.Reused["eval_histories"]
+	require.Positive(t, hist)
+	require.Zero(t, hist%4, "4 records of each held-out task")
+	require.Positive(t, rep.RealRuns["eval_untrained"])
+
+	// Same seed, same store: every run is already recorded, so nothing is
+	// paid for, every measurement is reused, and the results are identical.
 	out.Reset()
 	o.report = filepath.Join(dir, "again.json")
 	require.NoError(t, run(context.Background(), &out, o))
 	again, err := os.ReadFile(o.report)
 	require.NoError(t, err)
-	require.JSONEq(t, string(first), string(again))
+	var rep2 Report
+	require.NoError(t, json.Unmarshal(again, &rep2))
+	for phase, n := range rep2.RealRuns {
+		require.Zero(t, n, "phase %s paid again", phase)
+	}
+	require.Equal(t, rep.RealRuns["m0"]+rep.Reused["m0"], rep2.Reused["m0"])
+	require.Equal(t, rep.RealRuns["eval_untrained"]+rep.Reused["eval_untrained"], rep2.Reused["eval_untrained"])
+	rep.RealRuns, rep.CPUSeconds, rep.Reused = nil, nil, nil
+	rep2.RealRuns, rep2.CPUSeconds, rep2.Reused = nil, nil, nil
+	require.Equal(t, rep, rep2)
 
 	// The RFT baseline on the same store: no calibration runs, one
 	// maximum-likelihood step per training step.
