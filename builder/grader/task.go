@@ -2,7 +2,9 @@ package grader
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/csv"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -260,4 +262,15 @@ func sameLabel(a, b string) bool {
 		return fa == fb
 	}
 	return strings.TrimSpace(a) == strings.TrimSpace(b)
+}
+
+// Proposal returns the proposal of a solution: Mechanism names its
+// approach (what WMRL's diversity and share statistics count), Text is the
+// code, and Params["code"] holds the first 12 bytes of the code's SHA-256
+// in hex. records.Proposal.Key leaves Text out, so the hash is what makes
+// two different codes two different proposals for duplicate detection
+// (METHOD.md §1 Reward 3), stores and rwm.Cache.
+func Proposal(approach, code string) records.Proposal {
+	h := sha256.Sum256([]byte(code))
+	return records.Proposal{Mechanism: approach, Params: map[string]string{"code": hex.EncodeToString(h[:12])}, Text: code}
 }

@@ -111,3 +111,12 @@ func TestTaskValidate(t *testing.T) {
 	require.Equal(t, 1.0, r.RefLoss)
 	require.InDelta(t, 1.0/6, r.SeedNoise, 1e-15)
 }
+
+func TestProposal(t *testing.T) {
+	a, b := Proposal("knn", "print(1)\n"), Proposal("knn", "print(2)\n")
+	require.NoError(t, a.Validate())
+	require.NotEqual(t, a.Key(), b.Key(), "different code, different proposal")
+	require.Equal(t, a.Key(), Proposal("knn", "print(1)\n").Key())
+	require.Equal(t, "print(1)\n", a.Text)
+	require.Len(t, a.Params["code"], 24)
+}

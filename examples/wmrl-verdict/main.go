@@ -171,7 +171,7 @@ func pickWorld(o Options, truth Truth, w io.Writer) (rwm.WorldModel, bool, error
 		return nil, false, err
 	}
 	fmt.Fprintf(w, "verdict world model: %s\n", m.ID())
-	return rwm.NewCache(m, rwm.DefaultCacheConfig()), false, nil
+	return &TextCache{Inner: m}, false, nil
 }
 
 // train runs the trainer with WMRL on and returns the first step whose

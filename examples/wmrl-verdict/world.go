@@ -124,3 +124,47 @@ func taskIDs(ts []records.Task) []string {
 	}
 	return out
 }
+
+// TextCache remembers a world model's predictions by task and solution
+// code (rwm.Cache keys by the proposal's canonical key, which leaves out
+// the text and here includes the draw tag). Errors are not remembered.
+// Safe for concurrent use.
+type TextCache struct {
+	Inner rwm.WorldModel
+
+	mu   sync.Mutex
+	seen map[string]*cacheEntry
+}
+
+type cacheEntry struct {
+	once sync.Once
+	p    rwm.Prediction
+	err  error
+}
+
+// Predict implements rwm.WorldModel.
+func (c *TextCache) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error) {
+	if err := ctx.Err(); err != nil {
+		return rwm.Prediction{}, fmt.Errorf("wmrl-verdict: %w", err)
+	}
+	k := truthKey(q.Task.ID, q.Proposal.Text)
+	c.mu.Lock()
+	if c.seen == nil {
+		c.seen = map[string]*cacheEntry{}
+	}
+	e, ok := c.seen[k]
+	if !ok {
+		e = &cacheEntry{}
+		c.seen[k] = e
+	}
+	c.mu.Unlock()
+	e.once.Do(func() { e.p, e.err = c.Inner.Predict(ctx, q) })
+	if e.err != nil {
+		c.mu.Lock()
+		if c.seen[k] == e {
+			delete(c.seen, k)
+		}
+		c.mu.Unlock()
+	}
+	return e.p, e.err
+}

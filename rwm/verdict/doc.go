@@ -24,6 +24,10 @@
 // proposal. The records in a query's Evidence are not shown (WMRL's world
 // model is never calibrated through its context; compare rwm/openai).
 //
+// records.Proposal.Key leaves the text out: give each distinct code its own
+// key (grader.Proposal puts a hash of the code in Params) before using
+// rwm.Cache or the trainer's duplicate rule on solutions.
+//
 // Model is safe for concurrent use and does network I/O; Parse, Aggregate,
 // Precheck and Prompt are pure.
 package verdict
