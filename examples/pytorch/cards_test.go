@@ -157,3 +157,32 @@ func TestMeanStd(t *testing.T) {
 	require.InDelta(t, 2, m, 1e-15)
 	require.InDelta(t, 1, s, 1e-15)
 }
+
+// Proposals come from LLMs as outside text: Apply never panics, and it
+// returns a recipe train.py accepts or an infeasible error.
+func FuzzApply(f *testing.F) {
+	f.Add("lr-scale", "factor", "2", "", "")
+	f.Add("width", "factor", "0.3", "", "")
+	f.Add("sgd", "lr_factor", "1e3", "momentum", "-0")
+	f.Add("heads", "n", "7", "x", "1")
+	f.Add("batch-size", "factor", "0.0625", "", "")
+	f.Add("context", "factor", "1e-300", "", "")
+	f.Fuzz(func(t *testing.T, mech, k1, v1, k2, v2 string) {
+		p := records.Proposal{Mechanism: mech, Params: map[string]string{k1: v1}}
+		if k2 != "" {
+			p.Params[k2] = v2
+		}
+		for _, ts := range Tasks("/p", "/c", 4) {
+			r, err := Apply(ts.Reference, p)
+			if err != nil {
+				if !errors.Is(err, builder.ErrInfeasible) {
+					t.Fatalf("Apply(%v) = %v, want an infeasible error", p, err)
+				}
+				continue
+			}
+			if err := r.Validate(); err != nil {
+				t.Fatalf("Apply(%v) returned a recipe train.py rejects: %v", p, err)
+			}
+		}
+	})
+}
