@@ -55,13 +55,13 @@ func TestSlurmTrain(t *testing.T) {
 	b := newTestBuilder(t, nil)
 	none := records.Proposal{Mechanism: records.NoChange}
 	t.Run("same loss as a subprocess", func(t *testing.T) {
-		j := jobWith(t, b, prop("width", "factor", "0.5"), func(s *Spec) { s.ReferenceLosses = map[string]float64{"1": 4} })
+		j := jobWith(t, b, prop("width", "factor", "0.5"), func(s *Spec) { s.ReferenceLosses = map[string]float64{"1": 4.6} })
 		got, err := newSlurm(t, t.TempDir(), 0).Execute(context.Background(), j)
 		require.NoError(t, err, "log:\n%s", got.Log)
 		local, err := newSubprocess(t, t.TempDir(), 0).Execute(context.Background(), j)
 		require.NoError(t, err)
 		require.Equal(t, local.Loss, got.Loss)
-		require.Equal(t, 4-got.Loss, got.Gain)
+		require.Equal(t, 4.6-got.Loss, got.Gain)
 	})
 	long := func(s *Spec) { s.Recipe.Steps = 10_000_000 }
 	t.Run("timeout", func(t *testing.T) {
