@@ -117,12 +117,34 @@ func (g *Grader) stage(t Task, dir, code string) error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
+	if err := traversable(filepath.Dir(dir)); err != nil {
+		return err
+	}
 	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
 			return err
 		}
 		return os.Lchown(p, g.cfg.DropTo, g.cfg.DropTo)
 	})
+}
+
+// traversable checks that an unprivileged user can reach a directory
+// below dir: every directory from dir up to the root must be searchable by
+// others, else the run would fail for the host's reason and be graded as
+// the solution's runtime error.
+func traversable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errStart, err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%w: %s is not searchable by the unprivileged user (mode %v); set Config.TempDir", errStart, d, fi.Mode().Perm())
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
 }
 
 func readSubmission(t Task, dir string, answers map[string]string) (float64, error) {
