@@ -81,6 +81,23 @@ func RelativeRepresentative(spec TaskSpec, c records.Card) (p records.Proposal, 
 	return records.Proposal{}, false
 }
 
+// RelativeChoices returns the proposals a landscape sweep runs for the
+// card on a task: RelativeRepresentative, and for lr-scale also its
+// opposite, factor ½, because whether a reference learns too fast or too
+// slowly is the state the learning rate's best direction depends on. Empty
+// when the card has no relative choice on the task.
+func RelativeChoices(spec TaskSpec, c records.Card) []records.Proposal {
+	p, ok := RelativeRepresentative(spec, c)
+	if !ok {
+		return nil
+	}
+	out := []records.Proposal{p}
+	if c.Mechanism == "lr-scale" {
+		out = append(out, records.Proposal{Mechanism: "lr-scale", Params: map[string]string{"factor": "0.5"}})
+	}
+	return out
+}
+
 // Representative returns the card's representative proposal for a task:
 // RelativeRepresentative, falling back to cards.Representative when that
 // has none.

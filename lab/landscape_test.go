@@ -119,7 +119,15 @@ func TestRelativeRepresentative(t *testing.T) {
 		require.True(t, ok, tc.card)
 		require.Equal(t, tc.want, cards.Render(p))
 	}
+	// The learning rate is swept both ways; other cards once.
+	var got []string
+	for _, p := range lab.RelativeChoices(spec, byName["lr-scale"]) {
+		got = append(got, cards.Render(p))
+	}
+	require.Equal(t, []string{"lr-scale factor=2", "lr-scale factor=0.5"}, got)
+	require.Len(t, lab.RelativeChoices(spec, byName["width"]), 1)
 	spec.Config.Hidden = 512 // ×2 is out of the card's range
+	require.Empty(t, lab.RelativeChoices(spec, byName["width"]))
 	_, ok := lab.RelativeRepresentative(spec, byName["width"])
 	require.False(t, ok)
 	spec.Config.Activation = "gelu" // the first activation choice is a no-op

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -69,9 +70,9 @@ func landscapeJobs(ctx context.Context, log io.Writer, l *lab.Lab, ids []string,
 	var sw lab.Sweep
 	var jobs []builder.Job
 	var where [][2]int
-	cat := lab.Catalogue()
-	for _, c := range cat {
-		sw.Cards = append(sw.Cards, c.Mechanism)
+	cols := landscapeColumns(l, ids)
+	for _, c := range cols {
+		sw.Cards = append(sw.Cards, c.name)
 	}
 	seeds := seedList(l, nSeeds)
 	fmt.Fprintf(log, "reference runs of %d tasks...\n", len(ids))
@@ -80,11 +81,10 @@ func landscapeJobs(ctx context.Context, log io.Writer, l *lab.Lab, ids []string,
 		if err != nil {
 			return sw, nil, nil, err
 		}
-		spec, _ := l.Spec(id)
 		sw.Tasks = append(sw.Tasks, task)
-		sw.Cells = append(sw.Cells, make([]lab.Cell, len(cat)))
-		for k, c := range cat {
-			p, ok := lab.RelativeRepresentative(spec, c)
+		sw.Cells = append(sw.Cells, make([]lab.Cell, len(cols)))
+		for k, c := range cols {
+			p, ok := c.choice[id]
 			if !ok {
 				continue
 			}
@@ -102,6 +102,35 @@ func landscapeJobs(ctx context.Context, log io.Writer, l *lab.Lab, ids []string,
 		}
 	}
 	return sw, jobs, where, nil
+}
+
+// column is one column of the landscape: a card's n-th relative choice
+// (lab.RelativeChoices) on every task that has one.
+type column struct {
+	name   string                      // the card, or "card k=v" for a further choice
+	choice map[string]records.Proposal // by task ID
+}
+
+func landscapeColumns(l *lab.Lab, ids []string) []column {
+	var cols []column
+	for _, c := range lab.Catalogue() {
+		var cs []column
+		for _, id := range ids {
+			spec, _ := l.Spec(id)
+			for n, p := range lab.RelativeChoices(spec, c) {
+				for len(cs) <= n {
+					name := c.Mechanism
+					if len(cs) > 0 {
+						name = cards.Render(p)
+					}
+					cs = append(cs, column{name: name, choice: map[string]records.Proposal{}})
+				}
+				cs[n].choice[id] = p
+			}
+		}
+		cols = append(cols, cs...)
+	}
+	return cols
 }
 
 // printLandscape writes the report's four lines to w and the raw figures
