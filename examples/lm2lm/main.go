@@ -138,6 +138,7 @@ type Report struct {
 // same per family in the metric's units.
 type Summary struct {
 	AvgK, BestK                               *float64
+	AvgKFeasible                              *float64 `json:"AvgKFeasible"` // feasible samples only, beside AvgK (infeasible = −6 σ_e)
 	NegativeRate, Above2Sigma, InfeasibleRate float64
 	Family                                    []Family
 }
@@ -178,7 +179,7 @@ func num(x float64) *float64 {
 }
 
 func summary(r lm2lm.EvalReport) Summary {
-	s := Summary{AvgK: num(r.AvgK), BestK: num(r.BestK), NegativeRate: r.NegativeRate,
+	s := Summary{AvgK: num(r.AvgK), BestK: num(r.BestK), AvgKFeasible: num(r.AvgKFeasible), NegativeRate: r.NegativeRate,
 		Above2Sigma: r.Above2Sigma, InfeasibleRate: r.InfeasibleRate}
 	for _, f := range r.Family {
 		s.Family = append(s.Family, Family{f.Family, f.Metric, num(f.Avg), num(f.Best)})
@@ -525,12 +526,12 @@ func (j *mainJob) printResults() {
 		base, trained lm2lm.EvalReport
 	}{{"held-out tasks (J_test)", base, trained}, {"training tasks (J_train)", baseTrain, trainedTrain}} {
 		fmt.Fprintf(w, "\n%s: gains in σ_e units, real runs\n", tab.title)
-		fmt.Fprintf(w, "%-10s %8s %8s %10s %10s %11s\n", "policy", "Avg@4", "Best@4", "neg. rate", "> 2σ_e", "infeasible")
+		fmt.Fprintf(w, "%-10s %8s %8s %10s %10s %10s %11s\n", "policy", "Avg@4", "Best@4", "feas. avg", "neg. rate", "> 2σ_e", "infeasible")
 		for _, x := range []struct {
 			name string
 			r    lm2lm.EvalReport
 		}{{"Base", tab.base}, {"trained", tab.trained}} {
-			fmt.Fprintf(w, "%-10s %+8.2f %+8.2f %9.1f%% %9.1f%% %10.1f%%\n", x.name, x.r.AvgK, x.r.BestK,
+			fmt.Fprintf(w, "%-10s %+8.2f %+8.2f %+10.2f %9.1f%% %9.1f%% %10.1f%%\n", x.name, x.r.AvgK, x.r.BestK, x.r.AvgKFeasible,
 				100*x.r.NegativeRate, 100*x.r.Above2Sigma, 100*x.r.InfeasibleRate)
 		}
 		fmt.Fprintf(w, "win rate of the trained policy vs Base per state: %.2f\n", lm2lm.WinRate(tab.trained, tab.base))
