@@ -108,6 +108,20 @@ func (b *Builder) Build(ctx context.Context, t records.Task, p records.Proposal)
 	if err := ctx.Err(); err != nil {
 		return builder.Job{}, fmt.Errorf("pytorch: build: %w: %w", builder.ErrCancelled, err)
 	}
+	return b.build(t, p, true)
+}
+
+// referenceJob returns the job of a reference run of t with seed: the
+// reference recipe without a reference to measure against, so that the
+// script reports no gain and the executor fills in b_e − ℓ (the run
+// defines b_e; its task's RefLoss is not known yet).
+func (b *Builder) referenceJob(t records.Task, seed uint64) (builder.Job, error) {
+	j, err := b.build(t, records.Proposal{Mechanism: records.NoChange}, false)
+	j.Seed = seed
+	return j, err
+}
+
+func (b *Builder) build(t records.Task, p records.Proposal, withRef bool) (builder.Job, error) {
 	b.mu.Lock()
 	ts, ok := b.tasks[t.ID]
 	var losses map[string]float64
@@ -125,9 +139,12 @@ func (b *Builder) Build(ctx context.Context, t records.Task, p records.Proposal)
 	if err != nil {
 		return builder.Job{}, fmt.Errorf("pytorch: build %s on %s: %w", p.Key(), t.ID, err)
 	}
-	ref := ts.Reference
 	spec := Spec{Corpus: ts.Corpus, Block: 1024, ValEvery: 10, EvalBytes: b.cfg.EvalBytes, Recipe: r,
-		Reference: &ref, ReferenceLosses: losses, Device: b.cfg.Device, Threads: b.cfg.Threads}
+		Device: b.cfg.Device, Threads: b.cfg.Threads}
+	if withRef {
+		ref := ts.Reference
+		spec.Reference, spec.ReferenceLosses = &ref, losses
+	}
 	raw, err := json.Marshal(spec)
 	if err != nil {
 		return builder.Job{}, fmt.Errorf("pytorch: build %s on %s: %w", p.Key(), t.ID, err)

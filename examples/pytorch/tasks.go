@@ -127,11 +127,10 @@ func referenceLosses(ctx context.Context, b *Builder, ex builder.Executor, store
 			continue
 		}
 		g.Go(func() error {
-			j, err := b.Build(gctx, t, none)
+			j, err := b.referenceJob(t, s)
 			if err != nil {
 				return err
 			}
-			j.Seed = s
 			o, err := ex.Execute(gctx, j)
 			if err != nil {
 				return fmt.Errorf("%w: task %s seed %d: %w", ErrReference, t.ID, s, err)

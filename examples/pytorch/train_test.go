@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -129,4 +130,43 @@ func TestTrainTimeoutAndCancel(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		requireNoProcesses(t, dir)
 	})
+}
+
+// References measures b_e and σ_e with the reference seeds (METHOD.md §1
+// Vocabulary), stores the runs as records.Reference, passes their losses
+// to later jobs, and a second call reuses the stored runs.
+func TestReferences(t *testing.T) {
+	requireTorch(t)
+	b := newTestBuilder(t, nil)
+	x := newSubprocess(t, t.TempDir(), 0)
+	store := records.NewMemStore()
+	ctx := context.Background()
+	tasks, err := References(ctx, b, x, store, 2)
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	rs, err := store.Scan(ctx, records.Filter{TaskID: testTask.ID, Source: records.Reference})
+	require.NoError(t, err)
+	require.Len(t, rs, 3)
+	losses := map[uint64]float64{}
+	var ls []float64
+	for _, r := range rs {
+		losses[r.Seeds[0]] = r.Loss
+		ls = append(ls, r.Loss)
+		require.Equal(t, tasks[0].RefLoss-r.Loss, r.Gain)
+	}
+	mean, std := meanStd(ls)
+	require.Equal(t, mean, tasks[0].RefLoss)
+	require.Equal(t, std, tasks[0].SeedNoise)
+	j, err := b.Build(ctx, tasks[0], prop("lr-scale", "factor", "2"))
+	require.NoError(t, err)
+	var s Spec
+	require.NoError(t, json.Unmarshal(j.Spec, &s))
+	require.Equal(t, map[string]float64{"1": losses[1], "2": losses[2], "3": losses[3]}, s.ReferenceLosses)
+
+	again, err := References(ctx, b, x, store, 2)
+	require.NoError(t, err)
+	require.Equal(t, tasks, again)
+	rs, err = store.Scan(ctx, records.Filter{TaskID: testTask.ID})
+	require.NoError(t, err)
+	require.Len(t, rs, 3, "the second call reuses the stored runs")
 }
