@@ -49,6 +49,10 @@ type checkpoint struct {
 	// WMRL is the correction's state (debiaser and weighter) when WMRL is
 	// on; absent otherwise.
 	WMRL json.RawMessage `json:"wmrl,omitempty"`
+	// Trigger is the last calibration (step, predicted and real rewards)
+	// when Config.Trigger is set and a calibration has run; absent
+	// otherwise.
+	Trigger *lastCalibration `json:"trigger,omitempty"`
 }
 
 // MarshalBinary returns a checkpoint of the trainer between steps: the
@@ -80,6 +84,10 @@ func (t *Trainer) MarshalBinary() ([]byte, error) {
 	cp := checkpoint{Seed: t.cfg.Seed, Step: t.step, RNG: rng,
 		Evidence: t.m.Records(), Pool: map[string][]records.Record{}, Batches: t.batches, Policy: pol,
 		Calibrations: t.calDone, WMRL: corr}
+	if t.cfg.Trigger != nil && t.last.Step >= 0 {
+		last := t.last
+		cp.Trigger = &last
+	}
 	cp.Cost, cp.Runs = t.Cost()
 	cp.Reused = t.Reused()
 	for _, task := range t.c.Tasks {
@@ -132,6 +140,10 @@ func (t *Trainer) UnmarshalBinary(data []byte) error {
 	t.step, t.m, t.pool, t.batches, t.calDone = cp.Step, st.m, st.pool, cp.Batches, cp.Calibrations
 	t.src, t.rng, t.core.corr = st.src, rand.New(st.src), st.corr
 	t.pendingCal = nil
+	t.last = lastCalibration{Step: -1}
+	if cp.Trigger != nil {
+		t.last = *cp.Trigger
+	}
 	t.mu.Lock()
 	t.cost, t.runs, t.reused = cp.Cost, cp.Runs, cp.Reused
 	t.mu.Unlock()
@@ -224,11 +236,53 @@ func (t *Trainer) checkProgress(cp checkpoint) error {
 	if t.cfg.Calibration == Static {
 		return nil
 	}
+	if t.cfg.Trigger != nil {
+		return t.checkTrigger(cp)
+	}
+	if cp.Trigger != nil {
+		return fmt.Errorf("trigger state, the trainer has no calibration trigger")
+	}
 	for u, s := range t.cfg.Schedule.Steps {
 		// A calibration runs at the start of step s+1: done before any later
 		// step, not done before its own.
 		if (s < cp.Step && u >= cp.Calibrations) || (s > cp.Step && u < cp.Calibrations) {
 			return fmt.Errorf("%d calibrations done at step %d, schedule %v", cp.Calibrations, cp.Step, t.cfg.Schedule.Steps)
+		}
+	}
+	return nil
+}
+
+// checkTrigger checks the calibrations done and the last calibration under
+// a calibration trigger: no point past its deadline is left undone, and
+// the last calibration ran at a rollout boundary no later than the step
+// and its point's deadline, with finite rewards in matching groups.
+func (t *Trainer) checkTrigger(cp checkpoint) error {
+	h := t.cfg.Trigger.Horizon
+	for u, s := range t.cfg.Schedule.Steps {
+		if s+h < cp.Step && u >= cp.Calibrations {
+			return fmt.Errorf("calibration %d not done at step %d, its deadline is step %d", u, cp.Step, s+h)
+		}
+	}
+	last := cp.Trigger
+	switch {
+	case cp.Calibrations == 0 && last == nil:
+		return nil
+	case cp.Calibrations == 0 || last == nil:
+		return fmt.Errorf("%d calibrations done, trigger state present: %v", cp.Calibrations, last != nil)
+	case last.Step < 0 || last.Step > cp.Step || last.Step%t.cfg.RolloutEvery != 0 ||
+		last.Step > t.cfg.Schedule.Steps[cp.Calibrations-1]+h:
+		return fmt.Errorf("last calibration at step %d, at step %d after %d calibrations", last.Step, cp.Step, cp.Calibrations)
+	case len(last.Predicted) != len(last.Real):
+		return fmt.Errorf("trigger state: %d predicted and %d real groups", len(last.Predicted), len(last.Real))
+	}
+	for g := range last.Predicted {
+		if len(last.Predicted[g]) != len(last.Real[g]) {
+			return fmt.Errorf("trigger state: group %d has %d predicted and %d real rewards", g, len(last.Predicted[g]), len(last.Real[g]))
+		}
+		for i := range last.Predicted[g] {
+			if !finite(last.Predicted[g][i]) || !finite(last.Real[g][i]) {
+				return fmt.Errorf("trigger state: group %d reward %d is not finite", g, i)
+			}
 		}
 	}
 	return nil
@@ -321,3 +375,5 @@ func checkItem(it proposer.Item, tasks map[string]records.Task, sc proposer.Scor
 	}
 	return nil
 }
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

@@ -387,3 +387,40 @@ func (c *core) calibrationReport(ro *rolloutData, step, budget int, picks []ref,
 	rep.Monitors = calibrate.Monitor(rep.Predicted, rep.Real)
 	return rep
 }
+
+// calibrationDue is the calibration decision at the rollout boundary
+// before update step+1, given the schedule points already executed (done),
+// the step of the last calibration (negative: none) and its monitors (nil:
+// none). Without a trigger it is the fixed schedule: point u runs at
+// Steps[u] (METHOD.md §1 On-policy calibration). With a trigger (beyond the
+// paper, METHOD.md §1 Known weaknesses) the schedule's budgets are spent in
+// order: the next point u = done runs at the first boundary where the
+// trigger fires on the last calibration's monitors, and at step
+// Steps[u] + Horizon at the latest, so the trigger never spends more than
+// the schedule's total nor calibrates after the last scheduled step plus
+// Horizon. Before the first calibration there are no real residuals, so
+// point 0 waits for its deadline. reason says why the point runs ("" for
+// the fixed schedule).
+func calibrationDue(s calibrate.Schedule, trig *TriggerConfig, step, done, last int, m *calibrate.Monitors) (u, budget int, reason string, ok bool) {
+	if trig == nil {
+		for u, st := range s.Steps {
+			if st == step && u >= done {
+				return u, s.Budgets[u], "", true
+			}
+		}
+		return 0, 0, "", false
+	}
+	if done >= len(s.Steps) {
+		return 0, 0, "", false
+	}
+	if deadline := s.Steps[done] + trig.Horizon; step >= deadline {
+		return done, s.Budgets[done], fmt.Sprintf("deadline step %d", deadline), true
+	}
+	if m == nil {
+		return 0, 0, "", false
+	}
+	if fire, why := trig.Rule.Fire(step, last, *m); fire {
+		return done, s.Budgets[done], why, true
+	}
+	return 0, 0, "", false
+}

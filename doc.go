@@ -54,7 +54,8 @@
 //
 //   - lm2lm (this package): Trainer runs the loop above with the
 //     interfaces below (Config.Calibration selects top-rated, random or no
-//     calibration; Config.WMRL adds WMRL's corrections) and checkpoints
+//     calibration; Config.WMRL adds WMRL's corrections; Config.Trigger
+//     times calibrations adaptively at the schedule's budgets) and checkpoints
 //     between steps; Evaluate executes a policy's proposals on held-out
 //     research states for real (METHOD.md §1 Data and evaluation).
 //   - records: tasks, proposals and canonical keys, records, research states,

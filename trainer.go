@@ -113,6 +113,51 @@ type Config struct {
 	// (default). It combines with any Calibration mode: LM2LM's context
 	// calibration and WMRL's numeric correction can run alone or together.
 	WMRL *WMRLConfig
+	// Trigger, when set, replaces the fixed timing of Schedule by the
+	// adaptive calibration trigger at the same budgets (beyond the paper,
+	// METHOD.md §1 Known weaknesses); nil = the fixed schedule (default).
+	// It needs a Calibration other than Static.
+	Trigger *TriggerConfig
+}
+
+// TriggerConfig times calibrations by calibrate.Trigger instead of the
+// fixed schedule, at equal total real-run budget: the schedule's points
+// are executed in order with their budgets B_u, the next one as soon as
+// the trigger fires at a rollout boundary on the reliability monitors of
+// the last calibration (predicted under M_u vs real normalised rewards of
+// exactly its runs, CalibrationReport.Monitors), and at step
+// Schedule.Steps[u] + Horizon at the latest. Point 0 runs at its deadline:
+// before it no real residuals exist. The trigger thus never spends more
+// than Schedule.Total() runs and never calibrates after the last scheduled
+// step plus Horizon (library choice: it moves calibrations, it does not
+// change the budget, so that it compares with the schedule at equal cost).
+type TriggerConfig struct {
+	// Rule holds the thresholds, MinPairs and MinInterval;
+	// calibrate.DefaultTrigger() by default. Rule.Budget is not used: the
+	// budgets are the schedule's.
+	Rule calibrate.Trigger
+	// Horizon is how many steps a point may run after its scheduled step
+	// when the trigger has not fired; a multiple of RolloutEvery, default 0
+	// (library choice: the trigger only brings calibrations forward, so by
+	// every scheduled step at least the schedule's runs are spent).
+	Horizon int
+}
+
+// DefaultTriggerConfig returns the defaults documented on TriggerConfig.
+func DefaultTriggerConfig() TriggerConfig {
+	return TriggerConfig{Rule: calibrate.DefaultTrigger()}
+}
+
+// Validate reports an invalid rule or a negative horizon, wrapping
+// calibrate.ErrConfig.
+func (c TriggerConfig) Validate() error {
+	if err := c.Rule.Validate(); err != nil {
+		return err
+	}
+	if c.Horizon < 0 {
+		return fmt.Errorf("%w: trigger Horizon = %d, want ≥ 0", calibrate.ErrConfig, c.Horizon)
+	}
+	return nil
 }
 
 // DefaultConfig returns the paper's configuration (METHOD.md §1).
@@ -154,6 +199,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
+	if err := c.validateTrigger(); err != nil {
+		return err
+	}
 	if c.DAPO.Quota > c.States {
 		return fmt.Errorf("%w: DAPO.Quota = %d exceeds States = %d", ErrConfig, c.DAPO.Quota, c.States)
 	}
@@ -172,6 +220,23 @@ func (c Config) Validate() error {
 				return fmt.Errorf("%w: calibration step %d is not a multiple of RolloutEvery = %d", ErrConfig, s, c.RolloutEvery)
 			}
 		}
+	}
+	return nil
+}
+
+// validateTrigger checks the trigger against the calibration mode and the
+// rollout length.
+func (c Config) validateTrigger() error {
+	switch {
+	case c.Trigger == nil:
+		return nil
+	case c.Calibration == Static:
+		return fmt.Errorf("%w: a calibration trigger needs a calibration other than static", ErrConfig)
+	case c.Trigger.Horizon%c.RolloutEvery != 0:
+		return fmt.Errorf("%w: trigger Horizon = %d is not a multiple of RolloutEvery = %d", ErrConfig, c.Trigger.Horizon, c.RolloutEvery)
+	}
+	if err := c.Trigger.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }
@@ -219,6 +284,9 @@ type Trainer struct {
 	// pendingCal is the report of a calibration whose step has not
 	// completed yet; it is attached to the step that completes.
 	pendingCal *CalibrationReport
+	// last is the last calibration's step and predicted and real rewards,
+	// what the trigger reads (Config.Trigger); step −1 before any.
+	last lastCalibration
 
 	mu     sync.Mutex // guards cost and runs, summed by concurrent real runs
 	cost   records.Cost
@@ -260,6 +328,7 @@ func New(cfg Config, c Components) (*Trainer, error) {
 		rng:  rand.New(src),
 		m:    c.Evidence,
 		pool: pool,
+		last: lastCalibration{Step: -1},
 	}
 	t.core = core{cfg: cfg, corr: noCorrection{}}
 	if cfg.WMRL != nil {
@@ -331,8 +400,12 @@ type RolloutReport struct {
 
 // CalibrationReport describes one calibration point.
 type CalibrationReport struct {
-	Step     int // the calibration point u: updates done before it
-	Budget   int // B_u
+	Step   int // the calibration point u: updates done before it
+	Budget int // B_u
+	// Trigger says why the point ran when Config.Trigger is set: the
+	// monitor that crossed its threshold (e.g. "gap 1.8 > 1") or
+	// "deadline step N"; "" under the fixed schedule.
+	Trigger  string
 	Executed int // runs that produced a record (feasible or not)
 	// Records are the new real records added to M.
 	Records []records.Record
@@ -404,8 +477,9 @@ func (t *Trainer) newRollout(ctx context.Context) (RolloutReport, error) {
 	if err != nil {
 		return RolloutReport{}, err
 	}
-	if u, b, ok := t.due(); ok {
+	if u, b, why, ok := t.due(); ok {
 		cr, err := t.calibrate(ctx, ro, u, b)
+		cr.Trigger = why
 		if t.calDone > u {
 			// Its records are in M: report it with the step that
 			// completes, even if this attempt fails below.
@@ -423,18 +497,27 @@ func (t *Trainer) newRollout(ctx context.Context) (RolloutReport, error) {
 	return t.prepare(ctx, ro)
 }
 
-// due returns the schedule point u and budget B_u of a calibration due at
-// the current step and not yet executed (never under Static).
-func (t *Trainer) due() (u, budget int, ok bool) {
+// due returns the schedule point u, budget B_u and reason of a calibration
+// due at the current step and not yet executed (never under Static), as
+// the core decides it (calibrationDue).
+func (t *Trainer) due() (u, budget int, reason string, ok bool) {
 	if t.cfg.Calibration == Static {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
-	for u, s := range t.cfg.Schedule.Steps {
-		if s == t.step && u >= t.calDone {
-			return u, t.cfg.Schedule.Budgets[u], true
-		}
+	var m *calibrate.Monitors
+	if t.last.Step >= 0 {
+		mon := calibrate.Monitor(t.last.Predicted, t.last.Real)
+		m = &mon
 	}
-	return 0, 0, false
+	return calibrationDue(t.cfg.Schedule, t.cfg.Trigger, t.step, t.calDone, t.last.Step, m)
+}
+
+// lastCalibration is the last calibration's step and the predicted and
+// real normalised rewards its monitors are computed from.
+type lastCalibration struct {
+	Step      int         `json:"step"`
+	Predicted [][]float64 `json:"predicted,omitempty"`
+	Real      [][]float64 `json:"real,omitempty"`
 }
 
 // rollout draws States states, samples G proposals each from the current
@@ -545,6 +628,7 @@ func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, u, budget int)
 	}
 	t.m = m
 	t.calDone = u + 1
+	t.last = lastCalibration{Step: t.step, Predicted: rep.Predicted, Real: rep.Real}
 	if err := t.pool.Add(rep.Records...); err != nil {
 		return rep, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
 	}
