@@ -15,12 +15,14 @@
 // Real runs are kept in a durable records file (-store, default
 // out/lm2lm-records.jsonl) through an idempotent builder.Pool, so a second
 // invocation reuses every run it already paid for. A JSON report is written
-// to -report.
+// to -report, by default out/lm2lm/<suite>-<profile>-<method>-seed<N>.json,
+// and never replaced unless -force.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,6 +39,7 @@ import (
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
@@ -78,30 +81,19 @@ type options struct {
 	baseline, holdOut, suite            string
 	policyLR                            float64
 	descBuckets, evalHistory            int
+	progress                            string // auto | bar | lines
+	force                               bool   // replace an existing report
 }
 
 func main() {
-	var o options
-	flag.StringVar(&o.profile, "profile", "default", "tiny | short | default | paper")
-	flag.StringVar(&o.calibration, "calibration", "top-rated", "top-rated | random | static")
-	flag.StringVar(&o.store, "store", "out/lm2lm-records.jsonl", "durable records file for real runs (reused across invocations)")
-	flag.StringVar(&o.report, "report", "out/lm2lm-report.json", "JSON report to write; empty = none")
-	flag.Uint64Var(&o.seed, "seed", 1, "seed of the trainer, the initial records and the evaluation")
-	flag.IntVar(&o.parallel, "parallel", 2, "real runs trained at once")
-	// On every suite the policy's settings are the library defaults (Adam LR 0.05, no
-	// description features). Earlier main jobs used 0.02 and 64 buckets,
-	// chosen because they gave the best held-out Avg@4: chosen on the very
-	// tasks they were reported on. A setting other than the default is
-	// adopted only when it wins on lab v2's validation split
-	// (examples/compare -suite v2-val); see the README.
-	flag.Float64Var(&o.policyLR, "policy-lr", 0, "Adam learning rate of the policy (0 = proposer.DefaultAdamConfig's)")
-	flag.IntVar(&o.descBuckets, "description-buckets", 0, "hashed task-description features of the policy (proposer.PolicyConfig.DescriptionBuckets; 0 = off)")
-	flag.IntVar(&o.evalHistory, "eval-history", 8, "real records drawn per held-out task once, as the evaluation states' histories (paid as evaluation cost; 0 = empty histories)")
-	flag.StringVar(&o.baseline, "baseline", "", "train by maximum likelihood on M_0 instead of LM2LM: sft (all feasible records) or rft (positive gains only)")
-	flag.StringVar(&o.suite, "suite", "v2", "lab task suite: v2 (generated, lab.SuiteV2: train on its training part, test on its test part) or v1 (the first lab's 24 tasks)")
-	flag.StringVar(&o.holdOut, "hold-out-family", "", "hold out this whole family (training tasks, M_0 and the world model never see it): the generalisation experiment")
-	flag.BoolVar(&o.wmrl, "wmrl", false, "add WMRL's anchor groups, online isotonic debiasing and inverse-variance weighting (METHOD.md §2)")
-	flag.Parse()
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lm2lm:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Stdout, o); err != nil {
@@ -225,6 +217,7 @@ type mainJob struct {
 	// trainReused counts the training's measurements served from the store.
 	trainReused int
 	results     [4]lm2lm.EvalReport // base, base train, trained, trained train
+	finish      []func()            // ends the training's progress display
 }
 
 // run is the main job, step by step.
@@ -260,21 +253,14 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	return j.writeReport()
 }
 
-// parseFlags resolves the profile and calibration mode.
+// parseFlags validates every flag and resolves the profile and
+// calibration mode.
 func (j *mainJob) parseFlags() error {
-	var ok bool
-	if j.prof, ok = profiles[j.o.profile]; !ok {
-		return fmt.Errorf("unknown -profile %q", j.o.profile)
+	if err := j.o.validate(); err != nil {
+		return err
 	}
-	calib := map[string]lm2lm.Calibration{"top-rated": lm2lm.TopRated, "random": lm2lm.RandomCalibration, "static": lm2lm.Static}
-	if j.mode, ok = calib[j.o.calibration]; !ok {
-		return fmt.Errorf("unknown -calibration %q", j.o.calibration)
-	}
-	switch j.o.baseline {
-	case "", "sft", "rft":
-	default:
-		return fmt.Errorf("unknown -baseline %q", j.o.baseline)
-	}
+	j.prof = profiles[j.o.profile]
+	j.mode = map[string]lm2lm.Calibration{"top-rated": lm2lm.TopRated, "random": lm2lm.RandomCalibration, "static": lm2lm.Static}[j.o.calibration]
 	return nil
 }
 
@@ -326,7 +312,7 @@ func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 	j.lab, j.pool, j.cat, j.seeds = l, pool, lab.Catalogue(), lcfg.RefSeeds
 	fmt.Fprintf(j.w, "LM2LM on the embedded lab: profile %s, calibration %s, WMRL %v, seed %d\n", j.o.profile, j.mode, j.o.wmrl, j.o.seed)
 	fmt.Fprintf(j.w, "reference runs (b_e, σ_e from %d seeds per task; cached in %s) ...\n", len(lcfg.RefSeeds), j.o.store)
-	tasks, err := l.Tasks(ctx)
+	tasks, err := j.references(ctx)
 	if err != nil {
 		return err
 	}
@@ -341,10 +327,43 @@ func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 	return nil
 }
 
+// references trains (or reads back) every task's reference runs, with
+// progress counted in tasks.
+func (j *mainJob) references(ctx context.Context) ([]records.Task, error) {
+	ids := j.lab.IDs("")
+	rep, err := j.progress("reference runs (tasks)", len(ids))
+	if err != nil {
+		return nil, err
+	}
+	defer rep.Finish()
+	tasks := make([]records.Task, 0, len(ids))
+	for _, id := range ids {
+		t, err := j.lab.Task(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		rep.Done(1)
+		tasks = append(tasks, t)
+	}
+	return tasks, nil
+}
+
+// progress starts a progress display of total units on the job's writer:
+// a bar on a terminal, periodic log/slog lines otherwise (-progress).
+func (j *mainJob) progress(title string, total int) (*progress.Reporter, error) {
+	mode := map[string]progress.Mode{"": progress.Auto, "auto": progress.Auto, "bar": progress.Bar, "lines": progress.Lines}[j.o.progress]
+	return progress.New(j.w, progress.Config{Title: title, Total: total, Mode: mode})
+}
+
 // drawM0 executes the initial records: catalogue proposals drawn uniformly
 // (METHOD.md §1 Data and evaluation: mechanism-library sampling).
 func (j *mainJob) drawM0(ctx context.Context) error {
-	m0, spent, err := initialRecords(ctx, j.lab, j.pool, j.train, j.cat, j.prof.m0, j.o)
+	rep, err := j.progress("M_0: real runs", j.prof.m0)
+	if err != nil {
+		return err
+	}
+	m0, spent, err := initialRecords(ctx, j.lab, progress.Executor(j.pool, rep), j.train, j.cat, j.prof.m0, j.o)
+	rep.Finish()
 	if err != nil {
 		return err
 	}
@@ -363,7 +382,12 @@ func (j *mainJob) drawHistories(ctx context.Context) error {
 		rng := rand.New(rand.NewPCG(j.o.seed, 0x68697374+uint64(i)))
 		draws = append(draws, baseline.RandomDraws(rng, []records.Task{t}, j.cat, j.o.evalHistory, records.Evidence{})...)
 	}
-	recs, spent, err := baseline.RunDraws(ctx, j.lab, j.pool, draws, j.o.parallel)
+	rep, err := j.progress("evaluation histories: real runs", len(draws))
+	if err != nil {
+		return err
+	}
+	recs, spent, err := baseline.RunDraws(ctx, j.lab, progress.Executor(j.pool, rep), draws, j.o.parallel)
+	rep.Finish()
 	if err != nil {
 		return err
 	}
@@ -415,11 +439,17 @@ func (j *mainJob) evaluate(ctx context.Context, name string, at int) error {
 	}
 	fmt.Fprintf(j.w, "\nevaluating the %s policy: %d held-out and %d training states × %d proposals, real runs ...\n",
 		name, len(j.held)*ecfg.StatesPerTask, len(j.train), ecfg.K)
-	held, err := lm2lm.Evaluate(ctx, ecfg, j.pol, j.lab, j.pool, j.held, j.hist)
+	rep, err := j.progress("evaluation of the "+name+" policy: real runs", ecfg.K*(len(j.held)*ecfg.StatesPerTask+len(j.train)))
 	if err != nil {
 		return err
 	}
-	train, err := lm2lm.Evaluate(ctx, tcfg, j.pol, j.lab, j.pool, j.train, trainHist)
+	defer rep.Finish()
+	ex := progress.Executor(j.pool, rep)
+	held, err := lm2lm.Evaluate(ctx, ecfg, j.pol, j.lab, ex, j.held, j.hist)
+	if err != nil {
+		return err
+	}
+	train, err := lm2lm.Evaluate(ctx, tcfg, j.pol, j.lab, ex, j.train, trainHist)
 	j.rep.RealRuns["eval_"+name] = held.Runs + train.Runs
 	j.rep.Reused["eval_"+name] = held.Reused + train.Reused
 	j.rep.CPUSeconds["eval_"+name] = held.Cost.DeviceSeconds + train.Cost.DeviceSeconds
@@ -449,7 +479,11 @@ func (j *mainJob) trainPolicy(ctx context.Context) error {
 	fmt.Fprintf(j.w, "\ntraining: %d steps, %d states × %d proposals per rollout, calibration %v budgets %v\n",
 		cfg.Steps, cfg.States, cfg.DAPO.GroupSize, cfg.Schedule.Steps, cfg.Schedule.Budgets)
 	fmt.Fprintf(j.w, "%5s %9s %8s %9s %9s  %s\n", "step", "loss", "entropy", "reward", "ĝ/σ_e", "top mechanism (share)")
-	if _, err := tr.Run(ctx, j.onStep); err != nil {
+	_, err = tr.Run(ctx, j.onStep)
+	for _, f := range j.finish {
+		f()
+	}
+	if err != nil {
 		return err
 	}
 	j.cost, j.runs = tr.Cost()
@@ -473,7 +507,17 @@ func (j *mainJob) newTrainer() (*lm2lm.Trainer, lm2lm.Config, error) {
 		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
 		cfg.WMRL = &w
 	}
-	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: j.pol, World: j.world, Builder: j.lab, Executor: j.pool, Tasks: j.train, Evidence: j.m0})
+	budget := 0
+	for _, b := range cfg.Schedule.Budgets {
+		budget += b
+	}
+	rep, err := j.progress("training: real runs", budget)
+	if err != nil {
+		return nil, cfg, err
+	}
+	j.finish = append(j.finish, rep.Finish)
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: j.pol, World: j.world, Builder: j.lab,
+		Executor: progress.Executor(j.pool, rep), Tasks: j.train, Evidence: j.m0})
 	return tr, cfg, err
 }
 
@@ -506,15 +550,6 @@ func (j *mainJob) onStep(s lm2lm.StepReport) {
 	j.rep.Steps = append(j.rep.Steps, st)
 }
 
-// reusedTotal is the number of measurements served from the store.
-func (j *mainJob) reusedTotal() int {
-	n := 0
-	for _, v := range j.rep.Reused {
-		n += v
-	}
-	return n
-}
-
 // printResults fills the report's evaluation and prints the tables.
 func (j *mainJob) printResults() {
 	base, baseTrain, trained, trainedTrain := j.results[0], j.results[1], j.results[2], j.results[3]
@@ -542,28 +577,83 @@ func (j *mainJob) printResults() {
 		fmt.Fprintf(w, "  %-16s %-15s Base %+7.2f / %+7.2f   trained %+7.2f / %+7.2f\n", f.Family, f.Metric,
 			1e3*b.Avg, 1e3*b.Best, 1e3*f.Avg, 1e3*f.Best)
 	}
-	rr := j.rep.RealRuns
 	fmt.Fprintf(w, "\nreal-run budget of the method: M_0 %d records + training (calibration and anchors) %d runs = %d\n",
 		j.m0.Len(), j.runs+j.trainReused, j.m0.Len()+j.runs+j.trainReused)
-	fmt.Fprintf(w, "cost of this invocation (fresh runs only; %d reused from the store): %d world-model predictions; "+
-		"real runs: M_0 %d, training %d (%.0f CPU s), evaluation histories %d, evaluation %d + %d; wall %.0f s\n",
-		j.reusedTotal(), j.world.Stats().Calls, rr["m0"], j.runs, j.cost.DeviceSeconds, rr["eval_histories"],
-		rr["eval_untrained"], rr["eval_trained"], time.Since(j.start).Seconds())
+	j.printCost()
 }
 
-// writeReport writes the JSON report (when -report is set).
+// printCost prints what this invocation paid for and what it reused from
+// the store, by phase.
+func (j *mainJob) printCost() {
+	phases := []struct{ name, key string }{{"M_0", "m0"}, {"training", "training"},
+		{"evaluation histories", "eval_histories"}, {"evaluation before", "eval_untrained"}, {"evaluation after", "eval_trained"}}
+	byPhase := func(m map[string]int) (int, string) {
+		total, parts := 0, []string{}
+		for _, p := range phases {
+			total += m[p.key]
+			parts = append(parts, fmt.Sprintf("%s %d", p.name, m[p.key]))
+		}
+		return total, strings.Join(parts, ", ")
+	}
+	cpu := 0.0
+	for _, v := range j.rep.CPUSeconds {
+		cpu += v
+	}
+	paid, paidBy := byPhase(j.rep.RealRuns)
+	reused, reusedBy := byPhase(j.rep.Reused)
+	fmt.Fprintf(j.w, "paid now: %d real runs (%s; %.0f CPU s) and %d world-model predictions\n", paid, paidBy, cpu, j.world.Stats().Calls)
+	fmt.Fprintf(j.w, "reused from %s: %d real runs (%s)\n", j.o.store, reused, reusedBy)
+	fmt.Fprintf(j.w, "wall time %.0f s\n", time.Since(j.start).Seconds())
+}
+
+// writeReport writes the JSON report (unless -report none), never
+// replacing a file unless -force.
 func (j *mainJob) writeReport() error {
-	if j.o.report == "" {
+	path := j.o.reportPath()
+	if path == "" {
 		return nil
 	}
 	b, err := json.MarshalIndent(j.rep, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(j.o.report, b, 0o644); err != nil {
+	if err := writeFile(path, append(b, '\n'), j.o.force); err != nil {
 		return err
 	}
-	fmt.Fprintf(j.w, "report written to %s\n", j.o.report)
+	fmt.Fprintf(j.w, "report written to %s\n", path)
+	return nil
+}
+
+// writeFile writes b to path through a temporary file, so the file appears
+// complete; without replace it fails with fs.ErrExist if path exists.
+func writeFile(path string, b []byte, replace bool) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if replace {
+		return os.Rename(tmp.Name(), path)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return fmt.Errorf("report not written: %w (a report is never replaced without -force)", err)
+	}
 	return nil
 }
 

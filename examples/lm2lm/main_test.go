@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,7 +24,7 @@ func TestMainJobEndToEnd(t *testing.T) {
 	}
 	dir := t.TempDir()
 	o := options{profile: "tiny", calibration: "top-rated", store: filepath.Join(dir, "records.jsonl"),
-		report: filepath.Join(dir, "report.json"), seed: 3, parallel: 2, evalHistory: 4}
+		report: filepath.Join(dir, "report.json"), seed: 3, parallel: 2, evalHistory: 4, progress: "lines"}
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), &out, o))
 	t.Log(out.String())
@@ -78,11 +81,72 @@ func TestMainJobEndToEnd(t *testing.T) {
 	require.Empty(t, rft.Calibrations)
 }
 
-func TestUnknownFlags(t *testing.T) {
-	var out bytes.Buffer
-	require.ErrorContains(t, run(context.Background(), &out, options{profile: "huge"}), "unknown -profile")
-	require.ErrorContains(t, run(context.Background(), &out, options{profile: "tiny", calibration: "best"}), "unknown -calibration")
+func TestFlagsValidatedAllAtOnce(t *testing.T) {
+	var stderr bytes.Buffer
+	_, err := parseFlags([]string{"-profile", "huge", "-calibration", "best", "-baseline", "dpo", "-suite", "v3",
+		"-progress", "fancy", "-parallel", "0", "-policy-lr", "-1", "-description-buckets", "-2", "-eval-history", "-1",
+		"-hold-out-family", "no-such-family", "-store", ""}, &stderr)
+	require.ErrorIs(t, err, errUsage)
+	for _, want := range []string{
+		`unknown -profile "huge"; valid: tiny, short, default, paper`,
+		`unknown -calibration "best"; valid: top-rated, random, static`,
+		`unknown -baseline "dpo"; valid: sft, rft`,
+		`unknown -suite "v3"; valid: v2, v1`,
+		`unknown -progress "fancy"; valid: auto, bar, lines`,
+		"-parallel 0; want ≥ 1", "-policy-lr -1", "-description-buckets -2", "-eval-history -1", "-store is empty",
+	} {
+		require.ErrorContains(t, err, want)
+	}
+	// A family is checked against the suite's families, which are listed.
+	_, err = parseFlags([]string{"-profile", "tiny", "-hold-out-family", "no-such-family"}, &stderr)
+	require.ErrorContains(t, err, `unknown -hold-out-family "no-such-family"; valid: `)
+	_, err = parseFlags([]string{"-baseline", "sft", "-wmrl"}, &stderr)
+	require.ErrorContains(t, err, "-wmrl with -baseline sft")
+	_, err = parseFlags([]string{"-profile", "tiny", "extra"}, &stderr)
+	require.ErrorIs(t, err, errUsage)
+
+	// run validates too, before opening the store.
 	dir := t.TempDir()
-	o := options{profile: "tiny", calibration: "static", store: filepath.Join(dir, "r.jsonl"), holdOut: "no-such-family"}
-	require.ErrorContains(t, run(context.Background(), &out, o), "no-such-family")
+	o := options{profile: "huge", calibration: "top-rated", store: filepath.Join(dir, "r.jsonl"), parallel: 2}
+	require.ErrorContains(t, run(context.Background(), &bytes.Buffer{}, o), "unknown -profile")
+	require.NoFileExists(t, o.store)
+}
+
+func TestHelpSaysWhatTheProgramDoes(t *testing.T) {
+	var stderr bytes.Buffer
+	_, err := parseFlags([]string{"-h"}, &stderr)
+	require.ErrorIs(t, err, flag.ErrHelp)
+	require.True(t, strings.HasPrefix(stderr.String(), "lm2lm runs the full LM2LM method"), stderr.String())
+	require.Contains(t, stderr.String(), "-profile")
+}
+
+func TestReportNamedAndNeverOverwritten(t *testing.T) {
+	o, err := parseFlags([]string{"-profile", "short", "-calibration", "static", "-wmrl", "-seed", "7"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join("out", "lm2lm", "v2-short-static+wmrl-seed7.json"), o.reportPath())
+	o.baseline, o.wmrl, o.holdOut, o.evalHistory = "rft", false, "arith", 4
+	require.Equal(t, filepath.Join("out", "lm2lm", "v2-short-rft-holdout-arith-hist4-seed7.json"), o.reportPath())
+	o.report = "none"
+	require.Empty(t, o.reportPath())
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "report.json")
+	require.NoError(t, writeFile(path, []byte("first"), false))
+	// An existing report is refused before any run, and by the writer.
+	_, err = parseFlags([]string{"-profile", "tiny", "-report", path}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "report "+path+" exists")
+	require.ErrorIs(t, writeFile(path, []byte("second"), false), fs.ErrExist)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "first", string(b))
+	// -force replaces it.
+	_, err = parseFlags([]string{"-profile", "tiny", "-report", path, "-force"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.NoError(t, writeFile(path, []byte("second"), true))
+	b, err = os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "second", string(b))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary file left behind")
 }
