@@ -172,16 +172,7 @@ func newWorld(o options) rwm.WorldModel {
 func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) error {
 	prof := profiles[o.profile]
 	world := newWorld(o)
-	cfg := lm2lm.DefaultConfig()
-	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
-	cfg.Calibration, cfg.Parallel, cfg.Seed = m.calibration, o.parallel, seed
-	if m.wmrl {
-		// As the main job: WMRL's defaults wait for 200 anchor pairs before
-		// the first fit; a laptop-sized run has fewer, so it fits sooner.
-		w := lm2lm.DefaultWMRLConfig()
-		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
-		cfg.WMRL = &w
-	}
+	cfg := trainerConfig(o, m, seed)
 	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: e.lab,
 		Executor: cnt, Tasks: e.train, Evidence: m0})
 	if err != nil {
@@ -211,6 +202,37 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 	return probeErr
 }
 
+// trainerConfig returns the trainer's configuration of method m under o.
+func trainerConfig(o options, m method, seed uint64) lm2lm.Config {
+	prof := profiles[o.profile]
+	cfg := lm2lm.DefaultConfig()
+	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
+	cfg.Calibration, cfg.Parallel, cfg.Seed = m.calibration, o.parallel, seed
+	cfg.Reward.Pessimism = o.pessimism
+	cfg.Trigger = trigger(o, m, prof.schedule)
+	if m.wmrl {
+		// As the main job: WMRL's defaults wait for 200 anchor pairs before
+		// the first fit; a laptop-sized run has fewer, so it fits sooner.
+		w := lm2lm.DefaultWMRLConfig()
+		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
+		cfg.WMRL = &w
+	}
+	return cfg
+}
+
+// trigger returns the adaptive calibration trigger of a calibrating method
+// under -trigger, nil otherwise. Its MinPairs is capped at the smallest
+// budget (library choice: the residuals it reads are one calibration's
+// runs, so a profile with 8-run calibrations could never fire at 16).
+func trigger(o options, m method, s calibrate.Schedule) *lm2lm.TriggerConfig {
+	if !o.trigger || m.calibration == lm2lm.Static {
+		return nil
+	}
+	t := lm2lm.DefaultTriggerConfig()
+	t.Rule.MinPairs = min(t.Rule.MinPairs, slices.Min(s.Budgets))
+	return &t
+}
+
 func stepResult(s lm2lm.StepReport) StepResult {
 	st := StepResult{Step: s.Step, Loss: s.Update.Loss, Entropy: s.Update.Entropy}
 	if r := s.Rollout; r != nil {
@@ -225,7 +247,7 @@ func stepResult(s lm2lm.StepReport) StepResult {
 func calibrationResult(c *lm2lm.CalibrationReport) CalibrationResult {
 	out := CalibrationResult{Step: c.Step, Executed: c.Executed, Infeasible: c.Infeasible,
 		Delta: num(c.Monitors.Bias.Delta), Cosine: num(c.Monitors.Cosine), Accuracy: num(c.Monitors.Accuracy),
-		Gap: num(calibrate.Gap(c.Predicted, c.Real))}
+		Gap: num(calibrate.Gap(c.Predicted, c.Real)), Trigger: c.Trigger}
 	for g := range c.Predicted {
 		for k := range c.Predicted[g] {
 			out.Predicted = append(out.Predicted, c.Predicted[g][k])

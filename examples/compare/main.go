@@ -61,6 +61,8 @@ type options struct {
 	descBuckets         int
 	descriptorBuckets   int
 	worldDesc           float64
+	pessimism           float64
+	trigger             bool
 	force               bool
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
@@ -108,6 +110,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.descBuckets, "description-buckets", 64, "hashed task-description features of the policy (the main job's; 0 = off)")
 	fs.IntVar(&o.descriptorBuckets, "descriptor-buckets", 0, "hashed binned task-descriptor features of the policy (proposer.PolicyConfig.DescriptorBuckets; 0 = off)")
 	fs.Float64Var(&o.worldDesc, "world-descriptors", 0, "share of the embedded world model's task kernel that follows task descriptors (rwm.EmbeddedConfig.DescriptorWeight, in [0, 1]; 0 = off)")
+	fs.Float64Var(&o.pessimism, "pessimism", 0, "weight κ of the world model's q10 in the trained methods' rewards (reward.Config.Pessimism, in [0, 1]; 0 = off)")
+	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -177,6 +181,9 @@ func (o options) validate() error {
 	}
 	if !(o.worldDesc >= 0 && o.worldDesc <= 1) {
 		bad("-world-descriptors %g; want in [0, 1]", o.worldDesc)
+	}
+	if !(o.pessimism >= 0 && o.pessimism <= 1) {
+		bad("-pessimism %g; want in [0, 1]", o.pessimism)
 	}
 	if o.descBuckets < 0 {
 		bad("-description-buckets %d; want ≥ 0", o.descBuckets)

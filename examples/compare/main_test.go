@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -38,6 +39,8 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		{[]string{"-progress", "fancy", "-policy-lr", "-1", "-description-buckets", "-2"}, []string{"valid: auto, bar, lines", "-policy-lr -1", "-description-buckets -2"}},
 		{[]string{"extra"}, []string{"unexpected arguments"}},
 		{[]string{"-descriptor-buckets", "-1", "-world-descriptors", "1.5"}, []string{"-descriptor-buckets -1", "-world-descriptors 1.5"}},
+		{[]string{"-pessimism", "1.5"}, []string{"-pessimism 1.5; want in [0, 1]"}},
+		{[]string{"-pessimism", "NaN"}, []string{"-pessimism NaN"}},
 	}
 	for _, tt := range tests {
 		_, err := parseFlags(tt.args, &bytes.Buffer{})
@@ -178,6 +181,42 @@ func TestLeversHaveTheirOwnRunDirectory(t *testing.T) {
 	o.descriptorBuckets, o.worldDesc = 256, 0.5
 	require.Equal(t, filepath.Join("out", "v2-val-short-d256-w0.5"), runDir(o))
 	require.Contains(t, command(o), "-descriptor-buckets 256 -world-descriptors 0.5")
+	o.pessimism, o.trigger = 0.25, true
+	require.Equal(t, filepath.Join("out", "v2-val-short-d256-w0.5-p0.25-trigger"), runDir(o))
+	require.Contains(t, command(o), "-world-descriptors 0.5 -pessimism 0.25 -trigger")
+	o.descriptorBuckets, o.worldDesc, o.trigger = 0, 0, false
+	require.Equal(t, filepath.Join("out", "v2-val-short-p0.25"), runDir(o))
+	o.pessimism, o.trigger = 0, true
+	require.Equal(t, filepath.Join("out", "v2-val-short-trigger"), runDir(o))
+}
+
+func TestTrainerLevers(t *testing.T) {
+	// -pessimism reaches the trained methods' reward config; -trigger times
+	// the calibrating methods (MinPairs capped at the short profile's 8-run
+	// budgets, the default profile keeps 16) and leaves the static ones on
+	// no calibration; both off by default.
+	o, err := parseFlags([]string{"-profile", "short", "-pessimism", "0.5", "-trigger"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	for _, name := range []string{"lm2lm", "random", "lm2lm-wmrl", "static", "static-wmrl"} {
+		cfg := trainerConfig(o, methods[name], 3)
+		require.NoError(t, cfg.Validate(), name)
+		require.Equal(t, 0.5, cfg.Reward.Pessimism, name)
+		if methods[name].calibration == lm2lm.Static {
+			require.Nil(t, cfg.Trigger, name)
+			continue
+		}
+		require.NotNil(t, cfg.Trigger, name)
+		require.Equal(t, 8, cfg.Trigger.Rule.MinPairs, name)
+		require.Equal(t, 8, cfg.Trigger.Rule.MinInterval, name)
+		require.Zero(t, cfg.Trigger.Horizon, name)
+	}
+	o.profile = "default"
+	require.Equal(t, 16, trainerConfig(o, methods["lm2lm"], 1).Trigger.Rule.MinPairs)
+	o, err = parseFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	cfg := trainerConfig(o, methods["lm2lm"], 1)
+	require.Zero(t, cfg.Reward.Pessimism)
+	require.Nil(t, cfg.Trigger)
 }
 
 func TestCommandReproducesTheFlags(t *testing.T) {

@@ -65,6 +65,12 @@ func command(o options) string {
 	if o.worldDesc != 0 {
 		c += fmt.Sprintf(" -world-descriptors %g", o.worldDesc)
 	}
+	if o.pessimism != 0 {
+		c += fmt.Sprintf(" -pessimism %g", o.pessimism)
+	}
+	if o.trigger {
+		c += " -trigger"
+	}
 	return c
 }
 

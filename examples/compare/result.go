@@ -91,6 +91,9 @@ type CalibrationResult struct {
 	Gap        *float64  `json:"gap"`
 	Predicted  []float64 `json:"predicted_reward"`
 	Real       []float64 `json:"real_reward"`
+	// Trigger says why the calibration ran under -trigger (the monitor
+	// that fired, or "deadline step N"); empty under the fixed schedule.
+	Trigger string `json:"trigger,omitempty"`
 }
 
 // num returns nil for a NaN or infinite x, so that JSON can hold it.

@@ -35,6 +35,13 @@ func runDir(o options) string {
 		// results live apart from the default settings'.
 		name += fmt.Sprintf("-d%d-w%g", o.descriptorBuckets, o.worldDesc)
 	}
+	if o.pessimism != 0 {
+		// So do the trainer's levers.
+		name += fmt.Sprintf("-p%g", o.pessimism)
+	}
+	if o.trigger {
+		name += "-trigger"
+	}
 	return filepath.Join(o.out, name)
 }
 
