@@ -6,8 +6,8 @@
 // policy are trained for real and added to M. Before and after training
 // the policy is evaluated on held-out tasks with real runs (Avg@4, Best@4).
 //
-//	go run ./examples/lm2lm                       # the default profile, a few minutes on 2 cores
-//	go run ./examples/lm2lm -profile short        # about a minute
+//	go run ./examples/lm2lm                       # the default profile (README: profiles and measured timings)
+//	go run ./examples/lm2lm -profile short        # a smoke test of the whole loop
 //	go run ./examples/lm2lm -profile paper        # 277 states → 256 groups per rollout
 //	go run ./examples/lm2lm -calibration static   # the static-RWM ablation
 //	go run ./examples/lm2lm -calibration static -wmrl   # WMRL's corrections instead (METHOD.md §2)
