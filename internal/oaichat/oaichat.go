@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -32,6 +33,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/lm2lm/lm2lm/internal/wait"
+	"github.com/lm2lm/lm2lm/records"
 )
 
 // Environment variables read when a setting is empty (explicit settings
@@ -52,17 +54,59 @@ var (
 	ErrTransient = errors.New("transient failure")
 	// ErrNotConfigured is returned when no server or no model is known.
 	ErrNotConfigured = errors.New("not configured")
+	// ErrBodyTooLarge: a response body exceeded Transport.MaxBodyBytes.
+	ErrBodyTooLarge = errors.New("response body too large")
 )
+
+// Transport holds the transport settings that both OpenAI backends
+// (rwm/openai and proposer/openai) share, each exposing it as the embedded
+// Transport of its Config: retries of one call, their waits, and limits.
+type Transport struct {
+	// MaxRetries after the first attempt of a call; default 3 (library
+	// choice: rides out a short outage; rwm.Retry can add more).
+	MaxRetries int
+	// Timeout of one attempt; default 2m (library choice: a long reasoning
+	// answer fits, a hung connection does not stall a rollout). 0 = none.
+	Timeout time.Duration
+	// BaseDelay is the first backoff wait, doubled per retry and capped at
+	// MaxDelay; defaults 500ms and 30s (library choice: the usual HTTP
+	// client backoff). MaxDelay also caps an honoured Retry-After: a server
+	// asking for a longer wait fails the call at once with the transient
+	// error (carrying the wait, for a caller that wants to honour it).
+	BaseDelay, MaxDelay time.Duration
+	// MaxBodyBytes bounds a response body: a longer one (by Content-Length
+	// or as read) fails the attempt with ErrBodyTooLarge, not transient,
+	// having buffered at most this much. Default 4 MiB (library choice: a
+	// chat completion with several long samples and log-probabilities is
+	// well under 1 MiB). Must be > 0.
+	MaxBodyBytes int64
+}
+
+// DefaultTransport returns the defaults documented on Transport.
+func DefaultTransport() Transport {
+	return Transport{MaxRetries: 3, Timeout: 2 * time.Minute, BaseDelay: 500 * time.Millisecond,
+		MaxDelay: 30 * time.Second, MaxBodyBytes: 4 << 20}
+}
+
+// Validate reports the first problem with t (without a package prefix).
+func (t Transport) Validate() error {
+	switch {
+	case t.MaxRetries < 0:
+		return fmt.Errorf("MaxRetries = %d, want ≥ 0", t.MaxRetries)
+	case t.Timeout < 0 || t.BaseDelay < 0 || t.MaxDelay < 0:
+		return fmt.Errorf("negative duration (Timeout %v, BaseDelay %v, MaxDelay %v)", t.Timeout, t.BaseDelay, t.MaxDelay)
+	case t.MaxBodyBytes <= 0:
+		return fmt.Errorf("MaxBodyBytes = %d, want > 0", t.MaxBodyBytes)
+	}
+	return nil
+}
 
 // Settings configure a Client. The owning packages expose them as fields of
 // their Config with defaults and sources.
 type Settings struct {
 	BaseURL, APIKey, Model string
-	MaxRetries             int           // retries after the first attempt
-	Timeout                time.Duration // per attempt; 0 = none
-	BaseDelay              time.Duration // first backoff delay, doubled per retry
-	MaxDelay               time.Duration // cap of a backoff delay and of an honoured Retry-After
-	HTTPClient             *http.Client  // nil = the SDK's default client
+	Transport
+	HTTPClient *http.Client // nil = the SDK's default client
 	// Sleep waits d or until ctx is done (nil = a timer). Tests inject a
 	// recorder.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -115,6 +159,7 @@ func New(s Settings) *Client {
 		option.WithBaseURL(s.BaseURL),
 		option.WithAPIKey(s.APIKey),
 		option.WithMaxRetries(0),
+		option.WithMiddleware(limitBody(s.MaxBodyBytes)),
 	}
 	if s.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(s.HTTPClient))
@@ -282,6 +327,10 @@ func (c *Client) once(ctx context.Context, params openai.ChatCompletionNewParams
 	if actx.Err() != nil {
 		return nil, &AttemptError{Transient: true, Err: fmt.Errorf("attempt timed out after %v: %w", c.s.Timeout, actx.Err())}
 	}
+	if errors.Is(err, ErrBodyTooLarge) {
+		// A server that sends more than the limit will do so again.
+		return nil, &AttemptError{Status: statusOf(res), Err: err}
+	}
 	status := statusOf(res)
 	var apiErr *openai.Error
 	if errors.As(err, &apiErr) {
@@ -304,6 +353,50 @@ func (c *Client) once(ctx context.Context, params openai.ChatCompletionNewParams
 	}
 	return nil, ae
 }
+
+// limitBody is a middleware that fails a response whose body is longer
+// than n bytes (0 or less: no limit) with ErrBodyTooLarge: at once when
+// Content-Length says so, otherwise when the reader gets past n bytes, so
+// that nothing above n+1 bytes is ever buffered.
+func limitBody(n int64) option.Middleware {
+	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		res, err := next(req)
+		if err != nil || res == nil || res.Body == nil || n <= 0 {
+			return res, err
+		}
+		if res.ContentLength > n {
+			res.Body.Close()
+			res.Body = io.NopCloser(strings.NewReader(""))
+			return res, fmt.Errorf("%w: Content-Length %d, limit %d", ErrBodyTooLarge, res.ContentLength, n)
+		}
+		res.Body = &limitedBody{rc: res.Body, left: n, limit: n}
+		return res, nil
+	}
+}
+
+// limitedBody reads at most limit bytes of rc and fails past them.
+type limitedBody struct {
+	rc          io.ReadCloser
+	left, limit int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		if n, _ := io.ReadFull(b.rc, one[:]); n > 0 {
+			return 0, fmt.Errorf("%w: more than %d bytes", ErrBodyTooLarge, b.limit)
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
 
 func statusOf(res *http.Response) int {
 	if res == nil {
@@ -460,4 +553,25 @@ func Budget(b int) string {
 		return "unknown"
 	}
 	return strconv.Itoa(b)
+}
+
+// TaskLine is the JSON line that shows a task in both backends' prompts
+// (the TASK line of a world model's data block, the task of a proposer's).
+type TaskLine struct {
+	ID          string  `json:"id"`
+	Family      string  `json:"family"`
+	Metric      string  `json:"metric"`
+	RefLoss     float64 `json:"ref_loss"`
+	SeedNoise   float64 `json:"seed_noise"`
+	Budget      int     `json:"budget,omitempty"`
+	Description string  `json:"description,omitempty"`
+}
+
+// MaxDescription is how many bytes of a task description a prompt shows.
+const MaxDescription = 2000
+
+// NewTaskLine returns t's line, its description cut to MaxDescription bytes.
+func NewTaskLine(t records.Task) TaskLine {
+	return TaskLine{ID: t.ID, Family: t.Family, Metric: string(t.Metric), RefLoss: t.RefLoss,
+		SeedNoise: t.SeedNoise, Budget: t.Budget, Description: Truncate(t.Description, MaxDescription)}
 }

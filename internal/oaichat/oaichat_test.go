@@ -148,8 +148,8 @@ func (r *recorder) sleep(ctx context.Context, d time.Duration) error {
 }
 
 func newClient(srv *oaitest.Server, rec *recorder, retries int) *Client {
-	return New(Settings{BaseURL: srv.URL(), Model: "m", MaxRetries: retries, Timeout: 5 * time.Second,
-		BaseDelay: 100 * time.Millisecond, MaxDelay: 20 * time.Second, Sleep: rec.sleep})
+	return New(Settings{BaseURL: srv.URL(), Model: "m", Transport: Transport{MaxRetries: retries, Timeout: 5 * time.Second,
+		BaseDelay: 100 * time.Millisecond, MaxDelay: 20 * time.Second}, Sleep: rec.sleep})
 }
 
 func params() openai.ChatCompletionNewParams {
@@ -226,7 +226,7 @@ func TestCompleteHungConnection(t *testing.T) {
 	srv := oaitest.New(t, func(oaitest.Request) oaitest.Reply { return oaitest.Text("ok") })
 	srv.Push(oaitest.Hang())
 	rec := &recorder{}
-	c := New(Settings{BaseURL: srv.URL(), Model: "m", MaxRetries: 5, Timeout: 300 * time.Millisecond, BaseDelay: time.Millisecond, Sleep: rec.sleep})
+	c := New(Settings{BaseURL: srv.URL(), Model: "m", Transport: Transport{MaxRetries: 5, Timeout: 300 * time.Millisecond, BaseDelay: time.Millisecond}, Sleep: rec.sleep})
 	comp, _, err := c.Complete(context.Background(), params())
 	require.NoError(t, err, "a timed-out attempt is retried")
 	require.Equal(t, "ok", comp.Choices[0].Message.Content)
@@ -236,7 +236,7 @@ func TestCompleteHungConnection(t *testing.T) {
 func TestCompleteCancelledWhileHung(t *testing.T) {
 	srv := oaitest.New(t, nil)
 	srv.Push(oaitest.Hang())
-	c := New(Settings{BaseURL: srv.URL(), Model: "m", MaxRetries: 3})
+	c := New(Settings{BaseURL: srv.URL(), Model: "m", Transport: Transport{MaxRetries: 3}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -53,16 +53,6 @@ type promptData struct {
 	Catalogue, NoChange    bool
 }
 
-type taskLine struct {
-	ID          string  `json:"id"`
-	Family      string  `json:"family"`
-	Metric      string  `json:"metric"`
-	RefLoss     float64 `json:"ref_loss"`
-	SeedNoise   float64 `json:"seed_noise"`
-	Budget      int     `json:"budget,omitempty"`
-	Description string  `json:"description,omitempty"`
-}
-
 type historyLine struct {
 	Mechanism  string            `json:"mechanism"`
 	Params     map[string]string `json:"params,omitempty"`
@@ -95,8 +85,7 @@ func (p *Proposer) Messages(s records.State) ([]Message, error) {
 // free form); history texts are truncated to textChars bytes (0 omits them).
 func Messages(s records.State, catalogue []records.Card, allowNoChange bool, textChars int) ([]Message, error) {
 	t := s.Task
-	tl, err := oaichat.JSONData(taskLine{ID: t.ID, Family: t.Family, Metric: string(t.Metric), RefLoss: t.RefLoss,
-		SeedNoise: t.SeedNoise, Budget: t.Budget, Description: oaichat.Truncate(t.Description, 2000)})
+	tl, err := oaichat.JSONData(oaichat.NewTaskLine(t))
 	if err != nil {
 		return nil, fmt.Errorf("proposer/openai: prompt: %w", err)
 	}

@@ -73,11 +73,11 @@ type Config struct {
 	// HistoryTextChars truncates each history record's text in the prompt;
 	// default 300.
 	HistoryTextChars int
-	// MaxRetries, Timeout, BaseDelay and MaxDelay govern retries of one
-	// request as in rwm/openai; defaults 3, 2m, 500ms and 30s.
-	MaxRetries          int
-	Timeout             time.Duration
-	BaseDelay, MaxDelay time.Duration
+	// Transport: retries of one request, their waits and the response
+	// body limit, shared with rwm/openai; defaults in DefaultTransport (3
+	// retries, 2m per attempt, backoff 500ms doubling to 30s, a Retry-After
+	// beyond MaxDelay fails at once, bodies up to 4 MiB).
+	Transport
 	// HTTPClient carries the requests; nil = the SDK's default client.
 	HTTPClient *http.Client
 	// Sleep waits between retries; nil = a timer honouring ctx.
@@ -86,12 +86,18 @@ type Config struct {
 	Getenv func(string) string
 }
 
+// Transport is the transport settings shared by both OpenAI backends
+// (retries, timeouts, response limit); see its fields.
+type Transport = oaichat.Transport
+
+// DefaultTransport returns the transport defaults.
+func DefaultTransport() Transport { return oaichat.DefaultTransport() }
+
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
 		Temperature: 1, MaxTokens: 512, Logprobs: true, UseN: true, AllowNoChange: true,
-		HistoryTextChars: 300, MaxRetries: 3, Timeout: 2 * time.Minute,
-		BaseDelay: 500 * time.Millisecond, MaxDelay: 30 * time.Second,
+		HistoryTextChars: 300, Transport: DefaultTransport(),
 	}
 }
 
@@ -108,10 +114,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("proposer/openai: TopLogprobs needs Logprobs")
 	case c.HistoryTextChars < 0:
 		return fmt.Errorf("proposer/openai: HistoryTextChars = %d, want ≥ 0", c.HistoryTextChars)
-	case c.MaxRetries < 0:
-		return fmt.Errorf("proposer/openai: MaxRetries = %d, want ≥ 0", c.MaxRetries)
-	case c.Timeout < 0 || c.BaseDelay < 0 || c.MaxDelay < 0:
-		return fmt.Errorf("proposer/openai: negative duration (Timeout %v, BaseDelay %v, MaxDelay %v)", c.Timeout, c.BaseDelay, c.MaxDelay)
+	}
+	if err := c.Transport.Validate(); err != nil {
+		return fmt.Errorf("proposer/openai: %w", err)
 	}
 	for i, card := range c.Catalogue {
 		if strings.TrimSpace(card.Mechanism) == "" {
@@ -143,8 +148,7 @@ func New(cfg Config) (*Proposer, error) {
 	}
 	s, err := oaichat.Resolve(oaichat.Settings{
 		BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
-		MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, BaseDelay: cfg.BaseDelay, MaxDelay: cfg.MaxDelay,
-		HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
+		Transport: cfg.Transport, HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
 	}, cfg.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("proposer/openai: %w", err)

@@ -6,13 +6,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lm2lm/lm2lm/internal/oaichat"
 	"github.com/lm2lm/lm2lm/internal/oaitest"
 	"github.com/lm2lm/lm2lm/records"
 )
 
 // dataBlock is the decoded data block of a user message.
 type dataBlock struct {
-	Task     taskLine
+	Task     oaichat.TaskLine
 	Records  []recordLine
 	Proposal proposalLine
 	Fence    string

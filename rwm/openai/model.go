@@ -69,17 +69,12 @@ type Config struct {
 	// rwm.Cache assumes when it keys by records.Proposal.Key) and a trained
 	// proposer cannot sway the world model with its wording.
 	RecordTextChars, ProposalTextChars int
-	// MaxRetries after the first attempt of a call; default 3 (library
-	// choice: rides out a short outage; rwm.Retry can add more).
-	MaxRetries int
-	// Timeout of one attempt; default 2m (library choice: a long reasoning
-	// answer fits, a hung connection does not stall a rollout). 0 = none.
-	Timeout time.Duration
-	// BaseDelay is the first backoff wait, doubled per retry and capped at
-	// MaxDelay; defaults 500ms and 30s (library choice: the usual HTTP
-	// client backoff). A Retry-After longer than MaxDelay ends the retries
-	// with an *rwm.TransientError carrying it.
-	BaseDelay, MaxDelay time.Duration
+	// Transport: retries of one call, their waits and the response body
+	// limit, shared with proposer/openai; defaults in DefaultTransport
+	// (3 retries, 2m per attempt, backoff 500ms doubling to 30s, a
+	// Retry-After beyond MaxDelay fails the call at once with an
+	// *rwm.TransientError carrying it, bodies up to 4 MiB).
+	Transport
 	// HTTPClient carries the requests; nil = the SDK's default client.
 	HTTPClient *http.Client
 	// Sleep waits between retries; nil = a timer honouring ctx. Tests inject
@@ -89,6 +84,13 @@ type Config struct {
 	Getenv func(string) string
 }
 
+// Transport is the transport settings shared by both OpenAI backends
+// (retries, timeouts, response limit); see its fields.
+type Transport = oaichat.Transport
+
+// DefaultTransport returns the transport defaults.
+func DefaultTransport() Transport { return oaichat.DefaultTransport() }
+
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
@@ -97,10 +99,7 @@ func DefaultConfig() Config {
 		ContextChars:      24000,
 		RecordTextChars:   240,
 		ProposalTextChars: 2000,
-		MaxRetries:        3,
-		Timeout:           2 * time.Minute,
-		BaseDelay:         500 * time.Millisecond,
-		MaxDelay:          30 * time.Second,
+		Transport:         DefaultTransport(),
 	}
 }
 
@@ -117,10 +116,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rwm/openai: MaxRecords = %d, ContextChars = %d, want ≥ 0", c.MaxRecords, c.ContextChars)
 	case c.RecordTextChars < 0 || c.ProposalTextChars < 0:
 		return fmt.Errorf("rwm/openai: RecordTextChars = %d, ProposalTextChars = %d, want ≥ 0", c.RecordTextChars, c.ProposalTextChars)
-	case c.MaxRetries < 0:
-		return fmt.Errorf("rwm/openai: MaxRetries = %d, want ≥ 0", c.MaxRetries)
-	case c.Timeout < 0 || c.BaseDelay < 0 || c.MaxDelay < 0:
-		return fmt.Errorf("rwm/openai: negative duration (Timeout %v, BaseDelay %v, MaxDelay %v)", c.Timeout, c.BaseDelay, c.MaxDelay)
+	}
+	if err := c.Transport.Validate(); err != nil {
+		return fmt.Errorf("rwm/openai: %w", err)
 	}
 	return nil
 }
@@ -147,8 +145,7 @@ func New(cfg Config) (*Model, error) {
 	}
 	s, err := oaichat.Resolve(oaichat.Settings{
 		BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
-		MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, BaseDelay: cfg.BaseDelay, MaxDelay: cfg.MaxDelay,
-		HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
+		Transport: cfg.Transport, HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
 	}, cfg.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("rwm/openai: %w", err)

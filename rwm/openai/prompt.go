@@ -54,16 +54,6 @@ type promptData struct {
 	Shown, Total           int
 }
 
-type taskLine struct {
-	ID          string  `json:"id"`
-	Family      string  `json:"family"`
-	Metric      string  `json:"metric"`
-	RefLoss     float64 `json:"ref_loss"`
-	SeedNoise   float64 `json:"seed_noise"`
-	Budget      int     `json:"budget,omitempty"`
-	Description string  `json:"description,omitempty"`
-}
-
 type proposalLine struct {
 	Mechanism string            `json:"mechanism"`
 	Params    map[string]string `json:"params,omitempty"`
@@ -133,8 +123,7 @@ func Relevance(ev records.Evidence, t records.Task, p records.Proposal) []int {
 func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 	t := q.Task
 	var lines []string
-	tl, err := oaichat.JSONData(taskLine{ID: t.ID, Family: t.Family, Metric: string(t.Metric), RefLoss: t.RefLoss,
-		SeedNoise: t.SeedNoise, Budget: t.Budget, Description: oaichat.Truncate(t.Description, 2000)})
+	tl, err := oaichat.JSONData(oaichat.NewTaskLine(t))
 	if err != nil {
 		return "", "", fmt.Errorf("rwm/openai: prompt: %w", err)
 	}
