@@ -65,6 +65,12 @@ type RetryConfig struct {
 	Base       time.Duration
 	Multiplier float64
 	Max        time.Duration
+	// MaxAfter caps the wait a failure may ask for (TransientError.After,
+	// an HTTP Retry-After): a failure asking for longer is returned at
+	// once, still transient, without waiting. Default 5 min (library
+	// choice: a rate limit of a few minutes is ridden out; a server asking
+	// for an hour is down for this run, and the caller should know now).
+	MaxAfter time.Duration
 	// Sleep waits d or until ctx is done, returning ctx's error then. Nil
 	// means a real timer; tests inject an instant one.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -72,7 +78,7 @@ type RetryConfig struct {
 
 // DefaultRetryConfig returns the default retry policy.
 func DefaultRetryConfig() RetryConfig {
-	return RetryConfig{Attempts: 4, Base: 500 * time.Millisecond, Multiplier: 2, Max: 30 * time.Second}
+	return RetryConfig{Attempts: 4, Base: 500 * time.Millisecond, Multiplier: 2, Max: 30 * time.Second, MaxAfter: 5 * time.Minute}
 }
 
 // Validate reports the first problem with c.
@@ -82,6 +88,8 @@ func (c RetryConfig) Validate() error {
 		return fmt.Errorf("rwm: retry attempts %d, want ≥ 1", c.Attempts)
 	case c.Base < 0 || c.Max < 0:
 		return fmt.Errorf("rwm: retry waits %s, %s, want ≥ 0", c.Base, c.Max)
+	case c.MaxAfter < 0:
+		return fmt.Errorf("rwm: retry MaxAfter %s, want ≥ 0", c.MaxAfter)
 	case !(c.Multiplier >= 1):
 		return fmt.Errorf("rwm: retry multiplier %g, want ≥ 1", c.Multiplier)
 	}
@@ -119,8 +127,9 @@ func (e *RetryError) Unwrap() error { return e.Err }
 
 // Retry retries a world model's transient failures (errors wrapping
 // ErrTransient) with exponential backoff, waiting at least the After of a
-// TransientError (an HTTP Retry-After). Other errors, including a done
-// ctx, return at once. A Retry is safe for concurrent use.
+// TransientError (an HTTP Retry-After) up to RetryConfig.MaxAfter: a
+// failure asking for a longer wait is returned at once. Other errors,
+// including a done ctx, return at once. A Retry is safe for concurrent use.
 type Retry struct {
 	inner WorldModel
 	cfg   RetryConfig
@@ -162,7 +171,11 @@ func (r *Retry) Predict(ctx context.Context, q Query) (Prediction, error) {
 		if n >= r.cfg.Attempts {
 			return Prediction{}, &RetryError{Attempts: n, Err: last}
 		}
-		wait := max(r.cfg.Backoff(n), retryAfter(err))
+		after := retryAfter(err)
+		if after > r.cfg.MaxAfter {
+			return Prediction{}, fmt.Errorf("rwm: retry: the model asks to wait %s, more than MaxAfter %s: %w", after, r.cfg.MaxAfter, err)
+		}
+		wait := max(r.cfg.Backoff(n), after)
 		if err := r.cfg.Sleep(ctx, wait); err != nil {
 			return Prediction{}, fmt.Errorf("rwm: retry: waiting after %v: %w", last, err)
 		}

@@ -17,12 +17,14 @@
 package oaitest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -590,4 +592,33 @@ func (s *Sleeps) All() []time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]time.Duration(nil), s.d...)
+}
+
+// HugeBody returns a server that answers every request with status 200
+// and a JSON body of size bytes, generated as it is sent (the server holds
+// no copy): a completion whose content string is padded with spaces. With
+// withLength the response has a Content-Length, otherwise it is chunked.
+// The caller closes the server.
+func HugeBody(size int64, withLength bool) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		head := []byte(`{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"`)
+		tail := []byte(`"}}]}`)
+		w.Header().Set("Content-Type", "application/json")
+		if withLength {
+			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		}
+		w.WriteHeader(http.StatusOK)
+		if _, err := w.Write(head); err != nil {
+			return
+		}
+		pad := bytes.Repeat([]byte{' '}, 64<<10)
+		for left := size - int64(len(head)+len(tail)); left > 0; {
+			n := min(left, int64(len(pad)))
+			if _, err := w.Write(pad[:n]); err != nil {
+				return
+			}
+			left -= n
+		}
+		_, _ = w.Write(tail)
+	}))
 }

@@ -233,8 +233,7 @@ func (c *ICL) Messages(s records.State) ([]Message, error) {
 // writes them.
 func dataLines(s records.State, textChars int) ([]string, error) {
 	t := s.Task
-	tl, err := oaichat.JSONData(taskLine{ID: t.ID, Family: t.Family, Metric: string(t.Metric), RefLoss: t.RefLoss,
-		SeedNoise: t.SeedNoise, Budget: t.Budget, Description: oaichat.Truncate(t.Description, 2000)})
+	tl, err := oaichat.JSONData(oaichat.NewTaskLine(t))
 	if err != nil {
 		return nil, fmt.Errorf("proposer/openai: icl prompt: %w", err)
 	}

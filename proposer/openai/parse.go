@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -35,8 +36,10 @@ func (e *ParseError) Error() string {
 // Unwrap returns Err.
 func (e *ParseError) Unwrap() error { return e.Err }
 
-// ParseProposal reads a proposal from an LLM answer: the first balanced
-// JSON object of content (prose and code fences around it are ignored) with
+// ParseProposal reads a proposal from an LLM answer: the one balanced JSON
+// object of content (prose and code fences around it are ignored; a second
+// object, or a repeated key, is ErrAmbiguous: see oaichat.OneJSONObject)
+// with
 //
 //   - "mechanism": required, a non-empty string;
 //   - "params": optional object whose values are strings, numbers (kept as
@@ -52,13 +55,16 @@ func (e *ParseError) Unwrap() error { return e.Err }
 // ("none") is accepted, without parameters, when allowNoChange is set. The
 // result passes records.Proposal.Validate. Errors are *ParseError.
 func ParseProposal(content string, catalogue []records.Card, allowNoChange bool) (records.Proposal, error) {
-	obj, ok := oaichat.FirstJSONObject(content)
-	if !ok {
-		detail := "no balanced, valid JSON object"
+	obj, err := oaichat.OneJSONObject(content)
+	if err != nil {
+		sentinel, detail := ErrAmbiguous, err.Error()
+		if errors.Is(err, oaichat.ErrNoObject) {
+			sentinel, detail = ErrNoJSON, "no balanced, valid JSON object"
+		}
 		if strings.TrimSpace(content) == "" {
 			detail = "empty answer"
 		}
-		return records.Proposal{}, &ParseError{Detail: detail, Err: ErrNoJSON}
+		return records.Proposal{}, &ParseError{Detail: detail, Err: sentinel}
 	}
 	var fields map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader([]byte(obj)))

@@ -28,6 +28,9 @@ var (
 	// ParseProposal wraps one of the next four in a *ParseError.
 	// ErrNoJSON: the answer holds no valid JSON object.
 	ErrNoJSON = errors.New("proposer/openai: no JSON object in the answer")
+	// ErrAmbiguous: the answer holds more than one JSON object (such as an
+	// echo of injected data), or an object repeats a key.
+	ErrAmbiguous = errors.New("proposer/openai: ambiguous answer")
 	// ErrBadField: a field is missing or has the wrong type.
 	ErrBadField = errors.New("proposer/openai: bad field")
 	// ErrNotInCatalogue: the proposal does not instantiate a card.

@@ -13,7 +13,7 @@ import (
 func Example() {
 	// A stand-in for an OpenAI-compatible server (vLLM, SGLang, …).
 	srv := oaitest.NewServer(func(oaitest.Request) oaitest.Reply {
-		return oaitest.Text(`Here you go: {"gain": 0.006, "q10": 0.001, "q90": 0.011, "valid": true, "reason": "longer warmup helped before"}`)
+		return oaitest.Text(`{"gain": 0.006, "q10": 0.001, "q90": 0.011, "valid": true, "reason": "longer warmup helped before"}`)
 	})
 	defer srv.Close()
 

@@ -52,10 +52,12 @@ type Config struct {
 	// MaxTokens caps the answer (max_completion_tokens); default 0 = the
 	// server's limit (library choice: reasoning models need room).
 	MaxTokens int
-	// Format of the requested answer; default FormatJSONSchema. Whatever
-	// the format, the answer is parsed leniently (the first JSON object in
-	// the text), and a server that rejects the format with 400 is asked
-	// again without it; if that succeeds, the model keeps to FormatText.
+	// Format of the requested answer; default FormatJSONSchema. An answer
+	// to a JSON format must be exactly one JSON object
+	// (ParsePredictionJSON); a text answer must hold exactly one
+	// (ParsePrediction). A server that rejects a JSON format with 400 is
+	// asked again without it; if that succeeds, the model keeps to
+	// FormatText.
 	Format Format
 	// MaxRecords is the most records of M shown; default 64. ContextChars
 	// bounds their encoded size in bytes; default 24000 (library choice:
@@ -244,12 +246,14 @@ func (m *Model) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error
 	if err != nil {
 		return rwm.Prediction{}, err
 	}
-	comp, u, err := m.client.Complete(ctx, m.params(system, user, m.format()))
-	if err != nil && m.format() != FormatText && isStatus(err, http.StatusBadRequest) {
+	format := m.format()
+	comp, u, err := m.client.Complete(ctx, m.params(system, user, format))
+	if err != nil && format != FormatText && isStatus(err, http.StatusBadRequest) {
 		// The server may not support the response format: ask for JSON in
 		// text, which ParsePrediction reads anyway, and keep doing so if
 		// that works.
 		var u2 oaichat.Usage
+		format = FormatText
 		comp, u2, err = m.client.Complete(ctx, m.params(system, user, FormatText))
 		u = u.Add(u2)
 		if err == nil {
@@ -268,7 +272,11 @@ func (m *Model) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error
 		}
 		return rwm.Prediction{Usage: usage}, &PredictionError{Content: clip(msg), Err: ErrRefused}
 	}
-	p, err := ParsePrediction(ch.Message.Content, q.Task)
+	parse := ParsePrediction
+	if format != FormatText {
+		parse = ParsePredictionJSON
+	}
+	p, err := parse(ch.Message.Content, q.Task)
 	p.Usage = usage
 	if err != nil {
 		if ch.FinishReason == "length" {

@@ -29,6 +29,10 @@ var (
 	ErrRefused = fmt.Errorf("rwm/openai: refusal: %w", rwm.ErrBadPrediction)
 	// ErrNoJSON: the answer holds no valid JSON object.
 	ErrNoJSON = fmt.Errorf("rwm/openai: no JSON object in the answer: %w", rwm.ErrBadPrediction)
+	// ErrAmbiguous: the answer is not exactly one JSON object (a JSON-mode
+	// answer with anything around its object, a text answer with a second
+	// object, such as an echo of injected data), or an object repeats a key.
+	ErrAmbiguous = fmt.Errorf("rwm/openai: ambiguous answer: %w", rwm.ErrBadPrediction)
 	// ErrMissingField: a required field is absent or null.
 	ErrMissingField = fmt.Errorf("rwm/openai: missing field: %w", rwm.ErrBadPrediction)
 	// ErrFieldType: a field has the wrong JSON type.
@@ -73,9 +77,10 @@ func (e *PredictionError) Unwrap() error { return e.Err }
 
 func clip(s string) string { return oaichat.Truncate(s, 200) }
 
-// ParsePrediction reads an answer in the format of UserTemplate: the first
-// balanced JSON object of content (the whole content for a server in JSON
-// mode, or an object inside prose or a code fence) with
+// ParsePrediction reads a free-text answer in the format of UserTemplate:
+// the one balanced JSON object of content (inside prose or a code fence;
+// a second object, or a repeated key, is ErrAmbiguous: see
+// oaichat.OneJSONObject) with
 //
 //   - "valid": required, a boolean (the strings "true" and "false" are
 //     accepted);
@@ -91,14 +96,39 @@ func clip(s string) string { return oaichat.Truncate(s, 200) }
 // Prediction{Valid: false, Reason}. Other fields are ignored. Every failure
 // is a *PredictionError wrapping rwm.ErrBadPrediction.
 func ParsePrediction(content string, task records.Task) (rwm.Prediction, error) {
-	obj, ok := oaichat.FirstJSONObject(content)
-	if !ok {
-		detail := "no balanced, valid JSON object"
-		if strings.TrimSpace(content) == "" {
-			detail = "empty answer"
-		}
-		return rwm.Prediction{}, &PredictionError{Detail: detail, Content: clip(content), Err: ErrNoJSON}
+	obj, err := oaichat.OneJSONObject(content)
+	if err != nil {
+		return rwm.Prediction{}, answerError(content, err)
 	}
+	return parseObject(obj, task)
+}
+
+// ParsePredictionJSON reads the answer of a server asked for a JSON format
+// (FormatJSONSchema, FormatJSONObject): content must be exactly one JSON
+// object, with no repeated key (ErrAmbiguous otherwise; see
+// oaichat.OnlyJSONObject); its fields are read as ParsePrediction reads
+// them.
+func ParsePredictionJSON(content string, task records.Task) (rwm.Prediction, error) {
+	obj, err := oaichat.OnlyJSONObject(content)
+	if err != nil {
+		return rwm.Prediction{}, answerError(content, err)
+	}
+	return parseObject(obj, task)
+}
+
+func answerError(content string, err error) error {
+	sentinel, detail := ErrAmbiguous, err.Error()
+	if errors.Is(err, oaichat.ErrNoObject) {
+		sentinel, detail = ErrNoJSON, "no balanced, valid JSON object"
+	}
+	if strings.TrimSpace(content) == "" {
+		detail = "empty answer"
+	}
+	return &PredictionError{Detail: detail, Content: clip(content), Err: sentinel}
+}
+
+// parseObject reads the fields of an answer's JSON object.
+func parseObject(obj string, task records.Task) (rwm.Prediction, error) {
 	var fields map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader([]byte(obj)))
 	dec.UseNumber()
