@@ -87,18 +87,26 @@ func runReaper(graceNs string, args []string) int {
 }
 
 // killDescendants kills and reaps every child of this process until none
-// is left: as a subreaper it inherits the orphans of each one it kills.
+// is left: as a subreaper it inherits the orphans of each one it kills. It
+// never blocks in wait: a child that appeared after a scan of /proc (a fork
+// in flight) is found by the next scan, 10 ms later.
 func killDescendants() {
 	self := os.Getpid()
 	for {
 		for _, pid := range childrenOf(self) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		var ws syscall.WaitStatus
-		_, err := syscall.Wait4(-1, &ws, 0, nil)
-		if errors.Is(err, syscall.ECHILD) {
-			return
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if errors.Is(err, syscall.ECHILD) {
+				return
+			}
+			if pid <= 0 {
+				break
+			}
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -124,7 +124,8 @@ func New(cfg Config) (*Model, error) {
 	}
 	s, err := oaichat.Resolve(oaichat.Settings{
 		BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
-		MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, BaseDelay: cfg.BaseDelay, MaxDelay: cfg.MaxDelay,
+		Transport: oaichat.Transport{MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, BaseDelay: cfg.BaseDelay,
+			MaxDelay: cfg.MaxDelay, MaxBodyBytes: oaichat.DefaultTransport().MaxBodyBytes},
 		HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
 	}, cfg.Getenv)
 	if err != nil {
