@@ -60,6 +60,8 @@ func TestMainJobEndToEnd(t *testing.T) {
 	for phase, n := range rep2.RealRuns {
 		require.Zero(t, n, "phase %s paid again", phase)
 	}
+	require.Contains(t, out.String(), "paid now: 0 real runs (M_0 0, training 0, evaluation histories 0, evaluation before 0, evaluation after 0;")
+	require.Contains(t, out.String(), "reused from "+o.store+": ")
 	require.Equal(t, rep.RealRuns["m0"]+rep.Reused["m0"], rep2.Reused["m0"])
 	require.Equal(t, rep.RealRuns["eval_untrained"]+rep.Reused["eval_untrained"], rep2.Reused["eval_untrained"])
 	rep.RealRuns, rep.CPUSeconds, rep.Reused = nil, nil, nil
