@@ -378,7 +378,7 @@ func TestCancellation(t *testing.T) {
 	// Cancelled while training: a long run stops early.
 	var spec model.Config
 	require.NoError(t, json.Unmarshal(j.Spec, &spec))
-	spec.Steps = 1_000_000
+	spec.Steps = int(model.MaxRunFLOPs / 2 / model.StepFLOPs(spec)) // within the caps, minutes of work
 	j.Spec, _ = json.Marshal(spec)
 	cctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()

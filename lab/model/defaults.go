@@ -12,6 +12,10 @@ var (
 	// ErrInvalidConfig: a Config field is out of range; the message names
 	// every offending field. The lab maps it to an infeasible proposal.
 	ErrInvalidConfig = errors.New("model: invalid config")
+	// ErrTooLarge: the configuration is in range field by field but exceeds
+	// MaxStepFLOPs, MaxRunFLOPs or MaxParams; it comes wrapped together
+	// with ErrInvalidConfig (the lab reports it as infeasible).
+	ErrTooLarge = errors.New("model: configuration too large")
 	// ErrInvalidData: the data cannot train or evaluate the configuration
 	// (too short, or a symbol ≥ Vocab).
 	ErrInvalidData = errors.New("model: invalid data")
@@ -142,8 +146,41 @@ func (c Config) Validate() error {
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(bad, "; "))
 	}
+	// Size caps: every field is in range, so the counts are defined.
+	if f := StepFLOPs(c); f > MaxStepFLOPs {
+		add("one step costs %.3g FLOPs, want ≤ MaxStepFLOPs = %.3g", f, MaxStepFLOPs)
+	}
+	if f := TrainFLOPs(c) + EvalFLOPs(c); f > MaxRunFLOPs {
+		add("the run costs %.3g FLOPs, want ≤ MaxRunFLOPs = %.3g", f, MaxRunFLOPs)
+	}
+	if n := Params(c); n > MaxParams {
+		add("%d parameters, want ≤ MaxParams = %d", n, MaxParams)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %w: %s", ErrInvalidConfig, ErrTooLarge, strings.Join(bad, "; "))
+	}
 	return nil
 }
+
+// Size caps that Validate enforces on top of the per-field ranges, so that a
+// hand-made configuration at every field's upper limit cannot run for hours
+// or exhaust memory (library choice: each is far above any recipe of the
+// lab — its runs cost at most a few GFLOPs in steps of at most about 0.5
+// GFLOP and have well under a million parameters — and a run at the caps
+// takes minutes, not hours, on one core at the pure-Go kernel's ~20
+// GFLOP/s).
+const (
+	// MaxStepFLOPs bounds one training step's matrix-multiply FLOPs
+	// (StepFLOPs): about half a second at 20 GFLOP/s, which also bounds
+	// the step's activations (Batch × widths).
+	MaxStepFLOPs = 1e10
+	// MaxRunFLOPs bounds a whole run: TrainFLOPs + EvalFLOPs.
+	MaxRunFLOPs = 2e12
+	// MaxParams bounds the trainable parameters (Params); with Adam's two
+	// moments and the gradient, 4 float32 copies of 16 Mi parameters are
+	// 256 MiB.
+	MaxParams = 1 << 24
+)
 
 // inputVocab is the embedding table's row count: Vocab plus the mask symbol
 // (index Vocab) for the masked objectives.

@@ -40,8 +40,10 @@ type Result struct {
 // library choice (fits the activations of the default model in L2).
 const evalBatch = 256
 
-// ctxEvery is how often (in steps) Train checks its context.
-const ctxEvery = 16
+// ctxEvery is how often (in steps) Train checks its context: every step,
+// so a cancelled or timed-out run stops within one step (at most
+// MaxStepFLOPs of work).
+const ctxEvery = 1
 
 // Train trains cfg on d.Train from seed and evaluates it on d.Val (see
 // Result.Loss for the metric). The same (cfg, d, seed) gives the same Result
@@ -53,7 +55,7 @@ const ctxEvery = 16
 //
 // A diverged run returns Result{Diverged: true} and a nil error. Errors wrap
 // ErrInvalidConfig, ErrInvalidData, or ctx.Err() when ctx is done (checked
-// every 16 steps and between evaluation batches). Train starts no goroutines
+// every step and between evaluation batches). Train starts no goroutines
 // and is safe to call concurrently.
 func Train(ctx context.Context, cfg Config, d Data, seed uint64) (Result, error) {
 	return train(ctx, cfg, d, seed, kernel.New())
