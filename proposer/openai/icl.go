@@ -219,7 +219,7 @@ func (c *ICL) Messages(s records.State) ([]Message, error) {
 	var b strings.Builder
 	err = iclTmpl.Execute(&b, iclPromptData{promptData: promptData{
 		TaskID: oaichat.Plain(t.ID), Family: oaichat.Plain(t.Family), Metric: oaichat.Plain(string(t.Metric)),
-		RefLoss: num(t.RefLoss), Sigma: num(t.SeedNoise), Budget: oaichat.Budget(t.Budget),
+		RefLoss: records.FormatNumber(t.RefLoss), Sigma: records.FormatNumber(t.SeedNoise), Budget: oaichat.Budget(t.Budget),
 		Fence: oaichat.Fence(data), Data: data, History: len(s.History),
 		Catalogue: len(cfg.Catalogue) > 0, NoChange: cfg.AllowNoChange,
 	}, Records: len(rel)})

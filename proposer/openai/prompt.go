@@ -2,7 +2,6 @@ package openai
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"text/template"
 
@@ -121,7 +120,7 @@ func Messages(s records.State, catalogue []records.Card, allowNoChange bool, tex
 	var b strings.Builder
 	err = userTmpl.Execute(&b, promptData{
 		TaskID: oaichat.Plain(t.ID), Family: oaichat.Plain(t.Family), Metric: oaichat.Plain(string(t.Metric)),
-		RefLoss: num(t.RefLoss), Sigma: num(t.SeedNoise), Budget: oaichat.Budget(t.Budget),
+		RefLoss: records.FormatNumber(t.RefLoss), Sigma: records.FormatNumber(t.SeedNoise), Budget: oaichat.Budget(t.Budget),
 		Fence: oaichat.Fence(data), Data: data, History: len(s.History),
 		Catalogue: len(catalogue) > 0, NoChange: allowNoChange,
 	})
@@ -130,5 +129,3 @@ func Messages(s records.State, catalogue []records.Card, allowNoChange bool, tex
 	}
 	return []Message{{Role: "system", Content: SystemPrompt}, {Role: "user", Content: b.String()}}, nil
 }
-
-func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

@@ -3,7 +3,6 @@ package openai
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"text/template"
 
@@ -168,7 +167,7 @@ func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 	data := strings.Join(lines, "\n")
 	var b strings.Builder
 	err = userTmpl.Execute(&b, promptData{
-		TaskID: oaichat.Plain(t.ID), Family: oaichat.Plain(t.Family), Metric: oaichat.Plain(string(t.Metric)), RefLoss: num(t.RefLoss), Sigma: num(t.SeedNoise), Budget: oaichat.Budget(t.Budget),
+		TaskID: oaichat.Plain(t.ID), Family: oaichat.Plain(t.Family), Metric: oaichat.Plain(string(t.Metric)), RefLoss: records.FormatNumber(t.RefLoss), Sigma: records.FormatNumber(t.SeedNoise), Budget: oaichat.Budget(t.Budget),
 		Fence: oaichat.Fence(data), Data: data, Shown: shown, Total: q.Evidence.Len(),
 	})
 	if err != nil {
@@ -176,5 +175,3 @@ func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 	}
 	return SystemPrompt, b.String(), nil
 }
-
-func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
