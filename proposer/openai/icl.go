@@ -229,13 +229,13 @@ func (c *ICL) Messages(s records.State) ([]Message, error) {
 	return []Message{{Role: "system", Content: SystemPrompt}, {Role: "user", Content: b.String()}}, nil
 }
 
-// dataLines returns the TASK line and the HISTORY lines of s, as Messages
-// writes them.
+// dataLines returns the TASK line and the HISTORY lines of s, shared by
+// Messages and the ICL prompt.
 func dataLines(s records.State, textChars int) ([]string, error) {
 	t := s.Task
 	tl, err := oaichat.JSONData(oaichat.NewTaskLine(t))
 	if err != nil {
-		return nil, fmt.Errorf("proposer/openai: icl prompt: %w", err)
+		return nil, fmt.Errorf("proposer/openai: prompt: %w", err)
 	}
 	lines := []string{"TASK " + tl}
 	for i, r := range s.History {
@@ -250,7 +250,7 @@ func dataLines(s records.State, textChars int) ([]string, error) {
 		}
 		js, err := oaichat.JSONData(hl)
 		if err != nil {
-			return nil, fmt.Errorf("proposer/openai: icl prompt: history %d: %w", i, err)
+			return nil, fmt.Errorf("proposer/openai: prompt: history %d: %w", i, err)
 		}
 		lines = append(lines, "HISTORY "+js)
 	}

@@ -84,26 +84,9 @@ func (p *Proposer) Messages(s records.State) ([]Message, error) {
 // free form); history texts are truncated to textChars bytes (0 omits them).
 func Messages(s records.State, catalogue []records.Card, allowNoChange bool, textChars int) ([]Message, error) {
 	t := s.Task
-	tl, err := oaichat.JSONData(oaichat.NewTaskLine(t))
+	lines, err := dataLines(s, textChars)
 	if err != nil {
-		return nil, fmt.Errorf("proposer/openai: prompt: %w", err)
-	}
-	lines := []string{"TASK " + tl}
-	for i, r := range s.History {
-		hl := historyLine{Mechanism: r.Proposal.Mechanism, Params: r.Proposal.Params, Source: string(r.Source),
-			Infeasible: oaichat.Truncate(r.Infeasible, 200)}
-		if textChars > 0 {
-			hl.Text = oaichat.Truncate(r.Proposal.Text, textChars)
-		}
-		if r.Infeasible == "" {
-			g, gs := r.Gain, r.Gain/r.Task.SeedNoise
-			hl.Gain, hl.GainSigmas = &g, &gs
-		}
-		js, err := oaichat.JSONData(hl)
-		if err != nil {
-			return nil, fmt.Errorf("proposer/openai: prompt: history %d: %w", i, err)
-		}
-		lines = append(lines, "HISTORY "+js)
+		return nil, err
 	}
 	for _, c := range catalogue {
 		cl := cardLine{Mechanism: c.Mechanism, Description: c.Description}
