@@ -30,20 +30,26 @@ func ApplyProposal(ref model.Config, p records.Proposal) (model.Config, error) {
 
 // relativeSize names the size parameter of the cards whose representative
 // choice is relative to the reference (RelativeRepresentative), with the
-// edit it makes: double a width, context or batch, add a layer.
+// edit it makes (double a width, context or batch, add a layer) and, for
+// RelativeChoices, its opposite (halve it, remove a layer; nil: none, as
+// the residual cards are about adding depth).
 var relativeSize = map[string]struct {
-	param string
-	next  func(ref model.Config) int
+	param      string
+	next, prev func(ref model.Config) int
 }{
-	"width":              {"hidden", func(c model.Config) int { return 2 * c.Hidden }},
-	"embed-dim":          {"embed", func(c model.Config) int { return 2 * c.Embed }},
-	"context":            {"length", func(c model.Config) int { return 2 * c.Context }},
-	"batch-size":         {"batch", func(c model.Config) int { return 2 * c.Batch }},
-	"batch-size-sqrt-lr": {"batch", func(c model.Config) int { return 2 * c.Batch }},
-	"depth":              {"layers", func(c model.Config) int { return c.Layers + 1 }},
-	"residual-depth":     {"layers", func(c model.Config) int { return max(2, c.Layers+1) }},
-	"deep-normed":        {"layers", func(c model.Config) int { return max(2, c.Layers+1) }},
+	"width":              {"hidden", func(c model.Config) int { return 2 * c.Hidden }, func(c model.Config) int { return c.Hidden / 2 }},
+	"embed-dim":          {"embed", func(c model.Config) int { return 2 * c.Embed }, func(c model.Config) int { return c.Embed / 2 }},
+	"context":            {"length", func(c model.Config) int { return 2 * c.Context }, func(c model.Config) int { return c.Context / 2 }},
+	"batch-size":         {"batch", func(c model.Config) int { return 2 * c.Batch }, func(c model.Config) int { return c.Batch / 2 }},
+	"batch-size-sqrt-lr": {"batch", func(c model.Config) int { return 2 * c.Batch }, func(c model.Config) int { return c.Batch / 2 }},
+	"depth":              {"layers", func(c model.Config) int { return c.Layers + 1 }, func(c model.Config) int { return c.Layers - 1 }},
+	"residual-depth":     {"layers", func(c model.Config) int { return max(2, c.Layers+1) }, nil},
+	"deep-normed":        {"layers", func(c model.Config) int { return max(2, c.Layers+1) }, nil},
 }
+
+// relativeFactor names the cards whose representative multiplies a value
+// by a factor > 1; RelativeChoices also sweeps the reciprocal.
+var relativeFactor = map[string]string{"lr-scale": "factor", "model-scale": "factor"}
 
 // RelativeRepresentative returns the card's representative proposal for a
 // task, expressed relative to the task's reference so that it means the
@@ -82,20 +88,64 @@ func RelativeRepresentative(spec TaskSpec, c records.Card) (p records.Proposal, 
 }
 
 // RelativeChoices returns the proposals a landscape sweep runs for the
-// card on a task: RelativeRepresentative, and for lr-scale also its
-// opposite, factor ½, because whether a reference learns too fast or too
-// slowly is the state the learning rate's best direction depends on. Empty
-// when the card has no relative choice on the task.
+// card on a task: RelativeRepresentative and, where the card has a
+// direction, its opposite (RelativeOpposite), because whether a reference
+// learns too fast or too slowly, or is too large or too small for its
+// budget and data, is the state the best direction depends on. Empty when
+// the card has no relative choice on the task.
 func RelativeChoices(spec TaskSpec, c records.Card) []records.Proposal {
-	p, ok := RelativeRepresentative(spec, c)
-	if !ok {
-		return nil
+	var out []records.Proposal
+	if p, ok := RelativeRepresentative(spec, c); ok {
+		out = append(out, p)
 	}
-	out := []records.Proposal{p}
-	if c.Mechanism == "lr-scale" {
-		out = append(out, records.Proposal{Mechanism: "lr-scale", Params: map[string]string{"factor": "0.5"}})
+	if p, ok := RelativeOpposite(spec, c); ok {
+		out = append(out, p)
 	}
 	return out
+}
+
+// OppositeLabel names a card's opposite choice in a landscape (e.g.
+// "width ×½", "depth −1", "lr-scale factor=0.5"); ok is false for a card
+// without one.
+func OppositeLabel(c records.Card) (label string, ok bool) {
+	if rel, found := relativeSize[c.Mechanism]; found && rel.prev != nil {
+		if rel.param == "layers" {
+			return c.Mechanism + " −1", true
+		}
+		return c.Mechanism + " ×½", true
+	}
+	if param, found := relativeFactor[c.Mechanism]; found {
+		return c.Mechanism + " " + param + "=0.5", true
+	}
+	return "", false
+}
+
+// RelativeOpposite returns the opposite of the card's relative
+// representative: half the size (one layer fewer) for the size cards, the
+// factor ½ for lr-scale and model-scale. ok is false when the card has no
+// direction, the value is out of the card's range or it changes nothing.
+func RelativeOpposite(spec TaskSpec, c records.Card) (records.Proposal, bool) {
+	p := cards.Representative(c)
+	params := map[string]string{}
+	for k, v := range p.Params {
+		params[k] = v
+	}
+	if rel, found := relativeSize[c.Mechanism]; found && rel.prev != nil {
+		params[rel.param] = strconv.Itoa(rel.prev(spec.Config))
+	} else if param, found := relativeFactor[c.Mechanism]; found {
+		params[param] = "0.5"
+	} else {
+		return records.Proposal{}, false
+	}
+	p.Params = params
+	if _, err := cards.Parse(cards.Render(p)); err != nil {
+		return records.Proposal{}, false
+	}
+	cfg, err := cards.Apply(spec.Config, p)
+	if err != nil || cfg == spec.Config {
+		return records.Proposal{}, false
+	}
+	return p, true
 }
 
 // Representative returns the card's representative proposal for a task:

@@ -119,16 +119,34 @@ func TestRelativeRepresentative(t *testing.T) {
 		require.True(t, ok, tc.card)
 		require.Equal(t, tc.want, cards.Render(p))
 	}
-	// The learning rate is swept both ways; other cards once.
-	var got []string
-	for _, p := range lab.RelativeChoices(spec, byName["lr-scale"]) {
-		got = append(got, cards.Render(p))
+	// Cards with a direction are swept both ways; other cards once.
+	choices := func(card string) []string {
+		var got []string
+		for _, p := range lab.RelativeChoices(spec, byName[card]) {
+			got = append(got, cards.Render(p))
+		}
+		return got
 	}
-	require.Equal(t, []string{"lr-scale factor=2", "lr-scale factor=0.5"}, got)
-	require.Len(t, lab.RelativeChoices(spec, byName["width"]), 1)
-	spec.Config.Hidden = 512 // ×2 is out of the card's range
-	require.Empty(t, lab.RelativeChoices(spec, byName["width"]))
-	_, ok := lab.RelativeRepresentative(spec, byName["width"])
+	require.Equal(t, []string{"lr-scale factor=2", "lr-scale factor=0.5"}, choices("lr-scale"))
+	require.Equal(t, []string{"model-scale factor=2", "model-scale factor=0.5"}, choices("model-scale"))
+	require.Equal(t, []string{"width hidden=128", "width hidden=32"}, choices("width"))
+	require.Equal(t, []string{"batch-size batch=256", "batch-size batch=64"}, choices("batch-size"))
+	require.Equal(t, []string{"depth layers=2", "depth layers=0"}, choices("depth"))
+	require.Equal(t, []string{"residual-depth layers=2"}, choices("residual-depth"))
+	require.Equal(t, []string{"dropout rate=0.1"}, choices("dropout"))
+	for card, want := range map[string]string{"width": "width ×½", "depth": "depth −1", "lr-scale": "lr-scale factor=0.5"} {
+		got, ok := lab.OppositeLabel(byName[card])
+		require.True(t, ok)
+		require.Equal(t, want, got)
+	}
+	_, ok := lab.OppositeLabel(byName["dropout"])
+	require.False(t, ok)
+	spec.Config.Hidden = 512 // ×2 is out of the card's range, ×½ is not
+	require.Equal(t, []string{"width hidden=256"}, choices("width"))
+	_, ok = lab.RelativeRepresentative(spec, byName["width"])
+	require.False(t, ok)
+	spec.Config.Hidden = 8 // ×½ is out of the card's range
+	_, ok = lab.RelativeOpposite(spec, byName["width"])
 	require.False(t, ok)
 	spec.Config.Activation = "gelu" // the first activation choice is a no-op
 	p, ok := lab.RelativeRepresentative(spec, byName["activation"])

@@ -18,7 +18,6 @@ import (
 
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/lab"
-	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -48,6 +47,7 @@ func runLandscape(ctx context.Context, w, log io.Writer, l *lab.Lab, store recor
 		return err
 	}
 	printLandscape(w, log, rep, median(cpus))
+	printCards(log, sw.Cards, rep.Robust.Scores)
 	if o.chart != "" {
 		if err := heatMap(o.chart, sw, rep.Robust.Scores); err != nil {
 			return err
@@ -104,33 +104,65 @@ func landscapeJobs(ctx context.Context, log io.Writer, l *lab.Lab, ids []string,
 	return sw, jobs, where, nil
 }
 
-// column is one column of the landscape: a card's n-th relative choice
-// (lab.RelativeChoices) on every task that has one.
+// column is one column of the landscape: a card's relative representative
+// or its opposite (lab.RelativeChoices) on every task that has one.
 type column struct {
-	name   string                      // the card, or "card k=v" for a further choice
+	name   string                      // the card, or lab.OppositeLabel for its opposite
 	choice map[string]records.Proposal // by task ID
 }
 
 func landscapeColumns(l *lab.Lab, ids []string) []column {
 	var cols []column
 	for _, c := range lab.Catalogue() {
-		var cs []column
+		rep := column{name: c.Mechanism, choice: map[string]records.Proposal{}}
+		opp := column{choice: map[string]records.Proposal{}}
+		opp.name, _ = lab.OppositeLabel(c)
 		for _, id := range ids {
 			spec, _ := l.Spec(id)
-			for n, p := range lab.RelativeChoices(spec, c) {
-				for len(cs) <= n {
-					name := c.Mechanism
-					if len(cs) > 0 {
-						name = cards.Render(p)
-					}
-					cs = append(cs, column{name: name, choice: map[string]records.Proposal{}})
-				}
-				cs[n].choice[id] = p
+			if p, ok := lab.RelativeRepresentative(spec, c); ok {
+				rep.choice[id] = p
+			}
+			if p, ok := lab.RelativeOpposite(spec, c); ok {
+				opp.choice[id] = p
 			}
 		}
-		cols = append(cols, cs...)
+		cols = append(cols, rep)
+		if opp.name != "" {
+			cols = append(cols, opp)
+		}
 	}
 	return cols
+}
+
+// printCards writes each card's mean robust score over the tasks (a
+// skipped cell counts 0, as in Avg@K) and the tasks where it is above +2
+// and below −2, best first: the cards a context-free policy would pick.
+func printCards(log io.Writer, cards []string, z [][]float64) {
+	type stat struct {
+		name     string
+		mean     float64
+		up, down int
+	}
+	st := make([]stat, len(cards))
+	for k, name := range cards {
+		st[k].name = name
+		for _, row := range z {
+			v := row[k]
+			if math.IsNaN(v) {
+				continue
+			}
+			st[k].mean += v / float64(len(z))
+			if v > 2 {
+				st[k].up++
+			} else if v < -2 {
+				st[k].down++
+			}
+		}
+	}
+	sort.SliceStable(st, func(a, b int) bool { return st[a].mean > st[b].mean })
+	for _, s := range st {
+		fmt.Fprintf(log, "card %-24s mean %+6.2f  above +2 on %2d, below −2 on %2d of %d tasks\n", s.name, s.mean, s.up, s.down, len(z))
+	}
 }
 
 // printLandscape writes the report's four lines to w and the raw figures

@@ -57,6 +57,7 @@ type options struct {
 	list      bool
 	refs      bool
 	landscape bool
+	part      string
 }
 
 func main() {
@@ -73,6 +74,7 @@ func main() {
 	flag.BoolVar(&o.list, "list", false, "list the suite's tasks and exit")
 	flag.BoolVar(&o.refs, "refs", false, "print every task's b_e, σ_e with its 95% interval, and CPU seconds per reference run, and exit")
 	flag.BoolVar(&o.landscape, "landscape", false, "print the landscape report over the validation tasks")
+	flag.StringVar(&o.part, "part", "val", "-landscape over the V2 suite's part: val (the report's), train, test-in or test-out")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -113,8 +115,13 @@ func suiteTasks(o options) ([]lab.TaskSpec, []string, error) {
 	switch o.suite {
 	case "v2":
 		s := lab.SuiteV2(o.suiteSeed)
+		parts := map[string][]lab.TaskSpec{"val": s.Validation, "train": s.Train, "test-in": s.TestIn, "test-out": s.TestOut}
+		part, ok := parts[o.part]
+		if !ok {
+			return nil, nil, fmt.Errorf("-part %q, want val, train, test-in or test-out", o.part)
+		}
 		var ids []string
-		for _, t := range s.Validation {
+		for _, t := range part {
 			ids = append(ids, t.ID)
 		}
 		return s.All(), ids, nil
