@@ -115,7 +115,7 @@ func suiteTasks(o options) ([]lab.TaskSpec, []string, error) {
 	switch o.suite {
 	case "v2":
 		s := lab.SuiteV2(o.suiteSeed)
-		parts := map[string][]lab.TaskSpec{"val": s.Validation, "train": s.Train, "test-in": s.TestIn, "test-out": s.TestOut}
+		parts := map[string][]lab.TaskSpec{"": s.Validation, "val": s.Validation, "train": s.Train, "test-in": s.TestIn, "test-out": s.TestOut}
 		part, ok := parts[o.part]
 		if !ok {
 			return nil, nil, fmt.Errorf("-part %q, want val, train, test-in or test-out", o.part)
