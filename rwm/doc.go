@@ -15,6 +15,11 @@
 //     (EmbeddedConfig documents the kernel and its fixed hyperparameters;
 //     Tune picks them from a small grid by marginal likelihood on the
 //     records, LogMarginal scores one configuration);
+//   - Tuned, the embedded model that re-tunes itself when its records
+//     change: each query is predicted by an Embedded of the configuration
+//     Tune picks on the query's evidence, tuned once per distinct evidence
+//     (in training, once per calibration segment, METHOD.md §1 On-policy
+//     calibration);
 //   - wrappers any backend can use, each a WorldModel itself: Cache (LRU,
 //     keyed by model identity, task, proposal key and evidence fingerprint,
 //     with coalescing of identical calls in flight), Limit (concurrency

@@ -26,3 +26,30 @@ func ExampleLedger() {
 	// {Calls:3 Errors:0 CacheHits:2 BackendCalls:1 PromptTokens:0 CompletionTokens:0}
 	// {Hits:2 Coalesced:0 Misses:1 Evictions:0 Len:1}
 }
+
+func ExampleTuned() {
+	// A world model whose hyperparameters follow its records (METHOD.md §1
+	// Research World Model): tuned by marginal likelihood once per evidence.
+	wm := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+	ctx := context.Background()
+	for _, n := range []int{12, 12, 40} { // a calibration point adds 28 records
+		ev := rwmtest.Evidence(n)
+		for _, p := range rwmtest.Proposals() {
+			if _, err := wm.Predict(ctx, rwm.Query{Task: rwmtest.Task(0), Proposal: p, Evidence: ev}); err != nil {
+				fmt.Println(err)
+			}
+		}
+		cfg, lm, err := wm.Config(ctx, ev)
+		if err != nil {
+			fmt.Println(err)
+		}
+		fmt.Printf("%d records: noise %.2g σ_e, task correlations %.2g/%.2g/%.2g, mechanism %.2g, lengthscale %.3g, log marginal %.2f\n",
+			n, cfg.NoiseSigmas, cfg.CorrFamily, cfg.CorrMetric, cfg.CorrAny, cfg.CorrMech, cfg.Lengthscale, lm)
+	}
+	fmt.Printf("%+v\n", wm.Stats())
+	// Output:
+	// 12 records: noise 1 σ_e, task correlations 0.5/0.25/0.1, mechanism 0.9, lengthscale 2.77, log marginal -24.26
+	// 12 records: noise 1 σ_e, task correlations 0.5/0.25/0.1, mechanism 0.9, lengthscale 2.77, log marginal -24.26
+	// 40 records: noise 2 σ_e, task correlations 0.95/0.8/0.6, mechanism 0.9, lengthscale 2.77, log marginal -95.02
+	// {Tunings:2 Hits:16 Coalesced:0 Evictions:0 Len:2}
+}

@@ -1,0 +1,230 @@
+package rwm
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sync"
+
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// TunedStats counts what a Tuned model did.
+type TunedStats struct {
+	Tunings   int64 // Tune runs started (one per distinct evidence held, plus retries after errors)
+	Hits      int64 // queries whose evidence was already tuned
+	Coalesced int64 // queries that waited for a tuning in flight
+	Evictions int64 // tuned evidence sets dropped for size
+	Len       int   // tuned evidence sets held now
+}
+
+// Tuned is the embedded world model whose hyperparameters follow its
+// records: for each query it uses the configuration that Tune picks on the
+// query's evidence (type-II maximum likelihood over a grid) and predicts
+// with an Embedded of that configuration. Its prediction for a query equals
+// NewEmbedded(cfg).Predict with cfg, _, _ := Tune(ctx, base, q.Evidence,
+// grid): a function of (task, proposal, records), so, as METHOD.md §1
+// Research World Model requires, the model is calibrated only by adding
+// records to M and changes only when its records do. Like Embedded's, the
+// evidence key identifies tasks by ID.
+//
+// Tuning costs one factorisation per grid configuration (81 for TuneGrid),
+// so Tuned runs it once per distinct evidence (keyed by
+// Evidence.Fingerprint) and keeps the tuned models of the base.CacheSize
+// most recently used evidence sets. A trainer's evidence changes only at
+// calibration points (METHOD.md §1 On-policy calibration), so each training
+// segment is tuned once, on the records it is calibrated with. Concurrent
+// first queries on one evidence wait for a single tuning; a waiter whose
+// ctx ends stops waiting, and if the tuning's owner is cancelled the
+// waiters tune themselves. Errors are never cached. A Tuned is safe for
+// concurrent use.
+type Tuned struct {
+	base EmbeddedConfig
+	grid []EmbeddedConfig
+	id   string
+	size int
+
+	// tune is Tune; tests replace it to hold or fail a tuning.
+	tune func(context.Context, EmbeddedConfig, records.Evidence, []EmbeddedConfig) (EmbeddedConfig, float64, error)
+
+	mu      sync.Mutex
+	lru     *list.List // of *tunedEntry, most recent first
+	entries map[string]*list.Element
+	stats   TunedStats
+}
+
+// tunedEntry is the tuned model of one evidence; done closes when the
+// tuning ends.
+type tunedEntry struct {
+	key   string
+	done  chan struct{}
+	model *Embedded
+	logML float64
+	err   error
+}
+
+var (
+	_ WorldModel = (*Tuned)(nil)
+	_ Identifier = (*Tuned)(nil)
+)
+
+// NewTuned returns the self-tuning embedded model that searches grid
+// (TuneGrid(base) when nil) around base; with fewer than 10 records it uses
+// base (see Tune). It panics on an invalid base or grid configuration or an
+// empty non-nil grid (programmer errors; call Validate first for configs
+// from outside).
+func NewTuned(base EmbeddedConfig, grid []EmbeddedConfig) *Tuned {
+	if err := base.Validate(); err != nil {
+		panic(err.Error())
+	}
+	if grid == nil {
+		grid = TuneGrid(base)
+	}
+	if len(grid) == 0 {
+		panic("rwm: tuned: empty grid")
+	}
+	grid = append([]EmbeddedConfig(nil), grid...)
+	h := sha256.New()
+	fmt.Fprintf(h, "base %s\n", embeddedDigest(base))
+	for i, c := range grid {
+		if err := c.Validate(); err != nil {
+			panic(fmt.Sprintf("rwm: tuned: grid configuration %d: %v", i, err))
+		}
+		fmt.Fprintf(h, "grid %s\n", embeddedDigest(c))
+	}
+	return &Tuned{
+		base: base, grid: grid, size: base.CacheSize, tune: Tune,
+		id:  "rwm.Tuned/" + hex.EncodeToString(h.Sum(nil)[:8]),
+		lru: list.New(), entries: map[string]*list.Element{},
+	}
+}
+
+// embeddedDigest is configDigest with the priors keyed as NewEmbedded keys
+// them.
+func embeddedDigest(c EmbeddedConfig) string {
+	priors := map[string]records.Prior{}
+	for m, p := range c.Priors {
+		priors[records.CanonicalName(m)] = p
+	}
+	return configDigest(c, priors)
+}
+
+// ID names the model, its base configuration and its grid.
+func (t *Tuned) ID() string { return t.id }
+
+// Base returns the base configuration.
+func (t *Tuned) Base() EmbeddedConfig { return t.base }
+
+// Grid returns a copy of the grid that Tune searches.
+func (t *Tuned) Grid() []EmbeddedConfig { return append([]EmbeddedConfig(nil), t.grid...) }
+
+// Stats returns a snapshot of the model's counters.
+func (t *Tuned) Stats() TunedStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.stats
+	s.Len = t.lru.Len()
+	return s
+}
+
+// Predict tunes on q.Evidence (once per distinct evidence) and returns the
+// tuned embedded model's prediction of q.
+func (t *Tuned) Predict(ctx context.Context, q Query) (Prediction, error) {
+	if err := ctx.Err(); err != nil {
+		return Prediction{}, fmt.Errorf("rwm: tuned: %w", err)
+	}
+	if err := q.Validate(); err != nil {
+		return Prediction{}, err
+	}
+	e, err := t.tuned(ctx, q.Evidence)
+	if err != nil {
+		return Prediction{}, err
+	}
+	return e.model.Predict(ctx, q)
+}
+
+// Config returns the configuration Tune picks on ev and its log marginal
+// likelihood (LogMarginal), tuning if ev is new: what Predict uses for
+// queries with that evidence.
+func (t *Tuned) Config(ctx context.Context, ev records.Evidence) (EmbeddedConfig, float64, error) {
+	if err := ctx.Err(); err != nil {
+		return t.base, 0, fmt.Errorf("rwm: tuned: %w", err)
+	}
+	e, err := t.tuned(ctx, ev)
+	if err != nil {
+		return t.base, 0, err
+	}
+	return e.model.Config(), e.logML, nil
+}
+
+// tuned returns ev's finished entry, tuning it or waiting for the tuning
+// in flight.
+func (t *Tuned) tuned(ctx context.Context, ev records.Evidence) (*tunedEntry, error) {
+	key := ev.Fingerprint()
+	for {
+		t.mu.Lock()
+		if el, ok := t.entries[key]; ok {
+			t.lru.MoveToFront(el)
+			e := el.Value.(*tunedEntry)
+			select {
+			case <-e.done:
+				t.stats.Hits++
+			default:
+				t.stats.Coalesced++
+			}
+			t.mu.Unlock()
+			select {
+			case <-e.done:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("rwm: tuned: %w", ctx.Err())
+			}
+			if e.err == nil {
+				return e, nil
+			}
+			if isCtxErr(e.err) && ctx.Err() == nil {
+				continue // the owner was cancelled, not this caller: tune here
+			}
+			return nil, e.err
+		}
+		e := &tunedEntry{key: key, done: make(chan struct{})}
+		t.entries[key] = t.lru.PushFront(e)
+		t.stats.Tunings++
+		t.evict()
+		t.mu.Unlock()
+		t.run(ctx, e, ev)
+		if e.err != nil {
+			return nil, e.err
+		}
+		return e, nil
+	}
+}
+
+// run tunes e on ev, then publishes it (or, on error, forgets it).
+func (t *Tuned) run(ctx context.Context, e *tunedEntry, ev records.Evidence) {
+	cfg, lm, err := t.tune(ctx, t.base, ev, t.grid)
+	if err != nil {
+		e.err = fmt.Errorf("rwm: tuned: tuning on %d records: %w", ev.Len(), err)
+		t.mu.Lock()
+		if el, ok := t.entries[e.key]; ok && el.Value.(*tunedEntry) == e {
+			t.lru.Remove(el)
+			delete(t.entries, e.key)
+		}
+		t.mu.Unlock()
+	} else {
+		e.model, e.logML = NewEmbedded(cfg), lm
+	}
+	close(e.done)
+}
+
+// evict drops the least recently used entries beyond the size; t.mu held.
+// A dropped entry in flight still serves the callers already waiting on it.
+func (t *Tuned) evict() {
+	for t.lru.Len() > t.size {
+		last := t.lru.Back()
+		t.lru.Remove(last)
+		delete(t.entries, last.Value.(*tunedEntry).key)
+		t.stats.Evictions++
+	}
+}

@@ -1,0 +1,208 @@
+package rwm_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
+	"github.com/lm2lm/lm2lm/rwm/rwmtest"
+)
+
+func TestTunedConformance(t *testing.T) {
+	rwmtest.Run(t, func(*testing.T) rwm.WorldModel {
+		return rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+	}, rwmtest.Options{Deterministic: true, Parallel: 6})
+}
+
+// flatRecords are 30 records whose gains depend on the mechanism only, not
+// on the task: Tune picks the grid's strongest task correlations for them
+// (CorrAny 0.6 instead of the default 0.3, TestTune).
+func flatRecords() []records.Record {
+	var rs []records.Record
+	for i := range 30 {
+		tk := task([]string{"a", "b", "c"}[i%3], []string{"f1", "f2", "f3"}[i%3], records.BitsPerByte)
+		mech := []string{"m1", "m2", "m3", "m4", "m5"}[(i/3)%5]
+		rs = append(rs, real(tk, prop(mech), float64((i/3)%5)*2-4, uint64(i)))
+	}
+	return rs
+}
+
+func TestTunedPredictsWithTheTunedConfig(t *testing.T) {
+	// Tuned's prediction is NewEmbedded(cfg).Predict with cfg what Tune
+	// returns on the query's evidence (METHOD.md §1 Research World Model:
+	// still a function of the task, the proposal and the records).
+	ctx := context.Background()
+	base := rwm.DefaultEmbeddedConfig()
+	m := rwm.NewTuned(base, nil)
+	flat := evidence(t, flatRecords()...)
+	queries := func(ev records.Evidence) []rwm.Query {
+		var qs []rwm.Query
+		for _, tk := range []records.Task{task("a", "f1", records.BitsPerByte), task("new", "f9", records.BitsPerByte), rwmtest.Task(1)} {
+			for _, p := range append(rwmtest.Proposals(), prop("m5"), prop("m1")) {
+				qs = append(qs, rwm.Query{Task: tk, Proposal: p, Evidence: ev})
+			}
+		}
+		return qs
+	}
+	for name, ev := range map[string]records.Evidence{"flat": flat, "suite40": rwmtest.Evidence(40), "suite5": rwmtest.Evidence(5)} {
+		t.Run(name, func(t *testing.T) {
+			cfg, lm, err := rwm.Tune(ctx, base, ev, nil)
+			require.NoError(t, err)
+			got, gotLM, err := m.Config(ctx, ev)
+			require.NoError(t, err)
+			require.Equal(t, cfg, got)
+			require.Equal(t, lm, gotLM)
+			want := rwm.NewEmbedded(cfg)
+			for _, q := range queries(ev) {
+				require.Equal(t, predict(t, want, q), predict(t, m, q), q.Proposal.Key())
+			}
+		})
+	}
+	// On the flat records the tuned model is not the base one: a new task
+	// of an unrelated family borrows more from them (CorrAny 0.6, not 0.3).
+	cfg, _, err := m.Config(ctx, flat)
+	require.NoError(t, err)
+	require.Equal(t, 0.6, cfg.CorrAny)
+	q := rwm.Query{Task: task("new", "f9", records.BitsPerByte), Proposal: prop("m5"), Evidence: flat}
+	tuned, plain := predict(t, m, q), predict(t, rwm.NewEmbedded(base), q)
+	require.Greater(t, tuned.Gain, plain.Gain)
+	require.Greater(t, tuned.Gain, 0.0)
+	// With fewer than 10 records Tune keeps base: the plain prediction.
+	q.Evidence = rwmtest.Evidence(5)
+	require.Equal(t, predict(t, rwm.NewEmbedded(base), q), predict(t, m, q))
+}
+
+// smallGrid is a 2-configuration grid that keeps the counting tests fast.
+func smallGrid(base rwm.EmbeddedConfig) []rwm.EmbeddedConfig {
+	wide := base
+	wide.NoiseSigmas *= 2
+	return []rwm.EmbeddedConfig{base, wide}
+}
+
+func TestTunedTunesOncePerEvidence(t *testing.T) {
+	ctx := context.Background()
+	base := rwm.DefaultEmbeddedConfig()
+	base.CacheSize = 2
+	m := rwm.NewTuned(base, smallGrid(base))
+	a, b, c := rwmtest.Evidence(20), rwmtest.Evidence(21), rwmtest.Evidence(22)
+	q := func(ev records.Evidence, i int) rwm.Query {
+		return rwm.Query{Task: rwmtest.Task(i % 3), Proposal: rwmtest.Proposals()[i%5], Evidence: ev}
+	}
+	for i := range 10 {
+		predict(t, m, q(a, i))
+	}
+	require.Equal(t, rwm.TunedStats{Tunings: 1, Hits: 9, Len: 1}, m.Stats())
+	// The same records in another order are the same evidence.
+	rs := a.Records()
+	slices.Reverse(rs)
+	predict(t, m, q(evidence(t, rs...), 0))
+	require.Equal(t, rwm.TunedStats{Tunings: 1, Hits: 10, Len: 1}, m.Stats())
+	// A calibration point adds records: one more tuning, then A is still held.
+	predict(t, m, q(b, 0))
+	predict(t, m, q(b, 1))
+	predict(t, m, q(a, 2))
+	require.Equal(t, rwm.TunedStats{Tunings: 2, Hits: 12, Len: 2}, m.Stats())
+	// A third evidence evicts the least recently used (B), which is tuned
+	// again when it comes back.
+	predict(t, m, q(c, 0))
+	predict(t, m, q(a, 0))
+	predict(t, m, q(b, 0))
+	require.Equal(t, rwm.TunedStats{Tunings: 4, Hits: 13, Evictions: 2, Len: 2}, m.Stats())
+	// An invalid query is refused before any tuning.
+	bad := q(rwmtest.Evidence(30), 0)
+	bad.Task.SeedNoise = 0
+	_, err := m.Predict(ctx, bad)
+	require.ErrorIs(t, err, records.ErrInvalid)
+	require.Equal(t, int64(4), m.Stats().Tunings)
+}
+
+func TestTunedConcurrentFirstQueriesTuneOnce(t *testing.T) {
+	// Run with -race: 16 goroutines query two new evidence sets at once;
+	// each set is tuned exactly once and every answer agrees with a
+	// sequential model's.
+	base := rwm.DefaultEmbeddedConfig()
+	m, ref := rwm.NewTuned(base, nil), rwm.NewTuned(base, nil)
+	evs := []records.Evidence{rwmtest.Evidence(24), evidence(t, flatRecords()...)}
+	queries := make([]rwm.Query, 16)
+	want := make([]rwm.Prediction, len(queries))
+	for i := range queries {
+		queries[i] = rwm.Query{Task: rwmtest.Task(i % 4), Proposal: rwmtest.Proposals()[i%5], Evidence: evs[i%2]}
+		want[i] = predict(t, ref, queries[i])
+	}
+	got := make([]rwm.Prediction, len(queries))
+	errs := make([]error, len(queries))
+	var wg sync.WaitGroup
+	for i := range queries {
+		wg.Go(func() { got[i], errs[i] = m.Predict(context.Background(), queries[i]) })
+	}
+	wg.Wait()
+	for i := range queries {
+		require.NoError(t, errs[i])
+		require.Equal(t, want[i], got[i])
+	}
+	s := m.Stats()
+	require.Equal(t, int64(2), s.Tunings)
+	require.Equal(t, int64(14), s.Hits+s.Coalesced)
+}
+
+func TestTunedCancelled(t *testing.T) {
+	m := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	q := rwm.Query{Task: rwmtest.Task(0), Proposal: rwmtest.Proposals()[0], Evidence: rwmtest.Evidence(20)}
+	_, err := m.Predict(ctx, q)
+	require.ErrorIs(t, err, context.Canceled)
+	_, _, err = m.Config(ctx, q.Evidence)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, rwm.TunedStats{}, m.Stats())
+}
+
+func TestTunedID(t *testing.T) {
+	base := rwm.DefaultEmbeddedConfig()
+	id := rwm.NewTuned(base, nil).ID()
+	require.Regexp(t, `^rwm\.Tuned/[0-9a-f]{16}$`, id)
+	require.Equal(t, id, rwm.NewTuned(base, rwm.TuneGrid(base)).ID())
+	require.NotEqual(t, rwm.NewEmbedded(base).ID(), id)
+	other := base
+	other.NoiseSigmas = 0.5
+	ids := map[string]string{
+		"default":    id,
+		"small grid": rwm.NewTuned(base, smallGrid(base)).ID(),
+		"base noise": rwm.NewTuned(other, nil).ID(),
+		"base only":  rwm.NewTuned(base, []rwm.EmbeddedConfig{base}).ID(),
+	}
+	desc := base
+	desc.DescriptorWeight = 0.5
+	ids["descriptors"] = rwm.NewTuned(desc, nil).ID()
+	priors := base
+	priors.Priors = map[string]records.Prior{"lr-scale": {Mean: 1, Std: 2}}
+	ids["priors"] = rwm.NewTuned(priors, nil).ID()
+	seen := map[string]string{}
+	for name, id := range ids {
+		require.NotContains(t, seen, id, "%s and %s share an ID", name, seen[id])
+		seen[id] = name
+	}
+	// The grid is copied: changing the caller's slice changes nothing.
+	grid := smallGrid(base)
+	m := rwm.NewTuned(base, grid)
+	grid[1].NoiseSigmas = 9
+	require.Equal(t, 2.0, m.Grid()[1].NoiseSigmas)
+	require.Equal(t, base, m.Base())
+}
+
+func TestNewTunedPanicsOnBadConfig(t *testing.T) {
+	base := rwm.DefaultEmbeddedConfig()
+	bad := base
+	bad.Lengthscale = math.NaN()
+	require.PanicsWithValue(t, "rwm: tuned: empty grid", func() { rwm.NewTuned(base, []rwm.EmbeddedConfig{}) })
+	require.Panics(t, func() { rwm.NewTuned(bad, nil) })
+	require.PanicsWithValue(t, fmt.Sprintf("rwm: tuned: grid configuration 1: %v", bad.Validate()),
+		func() { rwm.NewTuned(base, []rwm.EmbeddedConfig{base, bad}) })
+}
