@@ -158,12 +158,17 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 }
 
 // newWorld returns the embedded world model with the lab catalogue's
-// priors (the main job's).
+// priors (the main job's); with -world-tune, the model around the same
+// config that re-tunes its hyperparameters on each evidence it is given
+// (rwm.Tuned over rwm.TuneGrid).
 func newWorld(o options) rwm.WorldModel {
 	cat := lab.Catalogue()
 	wcfg := rwm.DefaultEmbeddedConfig()
 	wcfg.DescriptorWeight = o.worldDesc
 	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
+	if o.worldTune {
+		return rwm.NewTuned(wcfg, nil)
+	}
 	return rwm.NewEmbedded(wcfg)
 }
 

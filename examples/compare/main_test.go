@@ -16,6 +16,7 @@ import (
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
 )
 
 func TestHelpSaysWhatItDoes(t *testing.T) {
@@ -188,6 +189,33 @@ func TestLeversHaveTheirOwnRunDirectory(t *testing.T) {
 	require.Equal(t, filepath.Join("out", "v2-val-short-p0.25"), runDir(o))
 	o.pessimism, o.trigger = 0, true
 	require.Equal(t, filepath.Join("out", "v2-val-short-trigger"), runDir(o))
+	o.trigger, o.worldTune = false, true
+	require.Equal(t, filepath.Join("out", "v2-val-short-tune"), runDir(o))
+	require.Contains(t, command(o), " -world-tune")
+	o.worldDesc, o.pessimism = 0.5, 0.25
+	require.Equal(t, filepath.Join("out", "v2-val-short-d0-w0.5-tune-p0.25"), runDir(o))
+	require.Contains(t, command(o), "-world-descriptors 0.5 -world-tune -pessimism 0.25")
+}
+
+func TestWorldTuneLever(t *testing.T) {
+	// -world-tune wraps the same base config (catalogue priors and cards,
+	// descriptor weight) in rwm.Tuned over the documented grid; off by
+	// default, the plain embedded model.
+	o, err := parseFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.False(t, o.worldTune)
+	plain, ok := newWorld(o).(*rwm.Embedded)
+	require.True(t, ok, "default world model %T", newWorld(o))
+	o, err = parseFlags([]string{"-world-tune", "-world-descriptors", "0.25"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	tuned, ok := newWorld(o).(*rwm.Tuned)
+	require.True(t, ok, "-world-tune world model %T", newWorld(o))
+	base := plain.Config()
+	base.DescriptorWeight = 0.25
+	require.Equal(t, base, tuned.Base())
+	require.Equal(t, rwm.NewTuned(base, nil).ID(), tuned.ID())
+	require.NotEmpty(t, tuned.Base().Priors)
+	require.NotEmpty(t, tuned.Base().Cards)
 }
 
 func TestTrainerLevers(t *testing.T) {

@@ -65,6 +65,9 @@ func command(o options) string {
 	if o.worldDesc != 0 {
 		c += fmt.Sprintf(" -world-descriptors %g", o.worldDesc)
 	}
+	if o.worldTune {
+		c += " -world-tune"
+	}
 	if o.pessimism != 0 {
 		c += fmt.Sprintf(" -pessimism %g", o.pessimism)
 	}

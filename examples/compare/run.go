@@ -35,6 +35,9 @@ func runDir(o options) string {
 		// results live apart from the default settings'.
 		name += fmt.Sprintf("-d%d-w%g", o.descriptorBuckets, o.worldDesc)
 	}
+	if o.worldTune {
+		name += "-tune"
+	}
 	if o.pessimism != 0 {
 		// So do the trainer's levers.
 		name += fmt.Sprintf("-p%g", o.pessimism)
