@@ -79,3 +79,34 @@ func BenchmarkCacheHit(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "predictions/s")
 }
+
+// BenchmarkTuned measures Tuned against a context of n records (the
+// comparison driver's default profile holds 100 to 200): "tune" is a first
+// query, which tunes over the 81 configurations of TuneGrid and then
+// factorises the winner; "tuned" is a later query on the same evidence.
+func BenchmarkTuned(b *testing.B) {
+	for _, n := range []int{100, 200} {
+		ev := synthetic(n, 7)
+		q := rwm.Query{Task: ev.At(0).Task, Proposal: records.Proposal{Mechanism: "m3", Params: map[string]string{"x": "3", "k": "b"}}, Evidence: ev}
+		b.Run(fmt.Sprintf("records=%d/tune", n), func(b *testing.B) {
+			for b.Loop() {
+				m := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+				if _, err := m.Predict(context.Background(), q); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("records=%d/tuned", n), func(b *testing.B) {
+			m := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+			if _, err := m.Predict(context.Background(), q); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, err := m.Predict(context.Background(), q); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "predictions/s")
+		})
+	}
+}
