@@ -105,7 +105,9 @@ func TestRelativeRepresentative(t *testing.T) {
 	for _, c := range lab.Catalogue() {
 		byName[c.Mechanism] = c
 	}
-	spec := lab.SuiteV2(1).Validation[0] // hidden 64, embed 16, context 8, batch 128, 1 layer
+	spec := lab.SuiteV2(1).Validation[0]
+	c := &spec.Config
+	c.Hidden, c.Embed, c.Context, c.Batch, c.Layers, c.Activation = 64, 16, 8, 128, 1, "tanh"
 	for _, tc := range []struct{ card, want string }{
 		{"width", "width hidden=128"},
 		{"embed-dim", "embed-dim embed=32"},
