@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"image/color"
 	"io"
 	"math"
+	"os"
 	"sort"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/palette"
@@ -48,6 +51,12 @@ func runLandscape(ctx context.Context, w, log io.Writer, l *lab.Lab, store recor
 	}
 	printLandscape(w, log, rep, median(cpus))
 	printCards(log, sw.Cards, rep.Robust.Scores)
+	if o.csv != "" {
+		if err := writeCSV(o.csv, sw, rep.Robust.Scores); err != nil {
+			return err
+		}
+		fmt.Fprintf(log, "wrote %s\n", o.csv)
+	}
 	if o.chart != "" {
 		if err := heatMap(o.chart, sw, rep.Robust.Scores); err != nil {
 			return err
@@ -138,6 +147,59 @@ func landscapeColumns(l *lab.Lab, ids []string) []column {
 		}
 	}
 	return cols
+}
+
+// writeCSV writes the landscape as CSV: a header of task, family, every
+// descriptor name (sorted) and every card, then one row per task with its
+// descriptors and its cards' robust scores (empty for a skipped cell).
+func writeCSV(path string, sw lab.Sweep, z [][]float64) (err error) {
+	names := map[string]bool{}
+	for _, t := range sw.Tasks {
+		for k := range t.Descriptors {
+			names[k] = true
+		}
+	}
+	desc := make([]string, 0, len(names))
+	for k := range names {
+		desc = append(desc, k)
+	}
+	sort.Strings(desc)
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	w := csv.NewWriter(f)
+	head := append(append([]string{"task", "family"}, desc...), sw.Cards...)
+	if err := w.Write(head); err != nil {
+		return err
+	}
+	for i, t := range sw.Tasks {
+		row := []string{t.ID, t.Family}
+		for _, k := range desc {
+			v, ok := t.Descriptors[k]
+			row = append(row, cell(v, ok))
+		}
+		for _, v := range z[i] {
+			row = append(row, cell(v, !math.IsNaN(v)))
+		}
+		if err := w.Write(row); err != nil {
+			return err
+		}
+	}
+	w.Flush()
+	return w.Error()
+}
+
+func cell(v float64, ok bool) string {
+	if !ok {
+		return ""
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
 }
 
 // printCards writes each card's mean robust score over the tasks (a

@@ -58,6 +58,7 @@ type options struct {
 	refs      bool
 	landscape bool
 	part      string
+	csv       string
 }
 
 func main() {
@@ -74,6 +75,7 @@ func main() {
 	flag.BoolVar(&o.list, "list", false, "list the suite's tasks and exit")
 	flag.BoolVar(&o.refs, "refs", false, "print every task's b_e, σ_e with its 95% interval, and CPU seconds per reference run, and exit")
 	flag.BoolVar(&o.landscape, "landscape", false, "print the landscape report over the validation tasks")
+	flag.StringVar(&o.csv, "csv", "", "-landscape: CSV file of the robust card × task scores, one row per task with its descriptors; empty = none")
 	flag.StringVar(&o.part, "part", "val", "-landscape over the V2 suite's part: val (the report's), train, test-in or test-out")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

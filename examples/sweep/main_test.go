@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/records"
 )
 
 func TestList(t *testing.T) {
@@ -86,4 +88,33 @@ func TestPrintLandscapeFourLines(t *testing.T) {
 	require.Equal(t, "median pairwise Spearman: 0.12\ncards changing sign: 50%\n"+
 		"oracle minus best fixed set (Avg@4, σ_e): 3.46\nmedian CPU seconds per run: 0.31\n", out.String())
 	require.Contains(t, log.String(), "σ floor ar-prose: 0.0100")
+}
+
+func TestWriteCSV(t *testing.T) {
+	sw := lab.Sweep{
+		Tasks: []records.Task{
+			{ID: "a", Family: "ar-prose", Descriptors: map[string]float64{"width": 64, "epochs": 2.5}},
+			{ID: "b", Family: "mdm", Descriptors: map[string]float64{"width": 32}},
+		},
+		Cards: []string{"lr-scale", "width ×½"},
+	}
+	path := t.TempDir() + "/l.csv"
+	require.NoError(t, writeCSV(path, sw, [][]float64{{1.5, math.NaN()}, {-6, 0.25}}))
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "task,family,epochs,width,lr-scale,width ×½\n"+
+		"a,ar-prose,2.5,64,1.5,\n"+
+		"b,mdm,,32,-6,0.25\n", string(got))
+}
+
+func TestPrintCards(t *testing.T) {
+	var log bytes.Buffer
+	z := [][]float64{{3, -1, math.NaN()}, {2.5, -3, 1}, {-2.5, 0, 1}}
+	printCards(&log, []string{"x", "y", "z"}, z)
+	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+	require.Len(t, lines, 3)
+	// Means over all 3 tasks, a skipped cell counting 0: x 1, z 2/3, y −4/3.
+	require.Regexp(t, `^card x +mean +\+1\.00  above \+2 on  2, below −2 on  1 of 3 tasks$`, lines[0])
+	require.Regexp(t, `^card z +mean +\+0\.67  above \+2 on  0, below −2 on  0 of 3 tasks$`, lines[1])
+	require.Regexp(t, `^card y +mean +-1\.33  above \+2 on  0, below −2 on  1 of 3 tasks$`, lines[2])
 }
