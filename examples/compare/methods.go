@@ -27,13 +27,16 @@ type method struct {
 }
 
 var methods = map[string]method{
-	"base":          {label: "Base (untrained)", order: 0, kind: "none", baseline: true},
-	"sft":           {label: "SFT on M₀", order: 1, kind: "sft", baseline: true},
-	"rft":           {label: "RFT on M₀'s gains", order: 2, kind: "rft", baseline: true},
-	"bestknown":     {label: "best known changes (M'₀)", order: 3, kind: "bestknown", extra: true, baseline: true},
-	"rerank":        {label: "world-model rerank (M'₀)", order: 4, kind: "rerank", extra: true, baseline: true},
-	"static":        {label: "static world model", order: 5, kind: "rl", calibration: lm2lm.Static},
-	"static-random": {label: "static + random records (M'₀)", order: 6, kind: "rl", calibration: lm2lm.Static, extra: true},
+	"base":      {label: "Base (untrained)", order: 0, kind: "none", baseline: true},
+	"sft":       {label: "SFT on M₀", order: 1, kind: "sft", baseline: true},
+	"rft":       {label: "RFT on M₀'s gains", order: 2, kind: "rft", baseline: true},
+	"bestknown": {label: "best known changes (M'₀)", order: 3, kind: "bestknown", extra: true, baseline: true},
+	"rerank":    {label: "world-model rerank (M'₀)", order: 4, kind: "rerank", extra: true, baseline: true},
+	"static":    {label: "static world model", order: 5, kind: "rl", calibration: lm2lm.Static},
+	// static-random is an ablation and a baseline (the static world model
+	// given LM2LM's real-run budget as random records): the strongest
+	// baseline is the one every calibrating method is paired with.
+	"static-random": {label: "static + random records (M'₀)", order: 6, kind: "rl", calibration: lm2lm.Static, extra: true, baseline: true},
 	"random":        {label: "random calibration", order: 7, kind: "rl", calibration: lm2lm.RandomCalibration},
 	"lm2lm":         {label: "LM2LM", order: 8, kind: "rl", calibration: lm2lm.TopRated},
 	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 9, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
