@@ -11,7 +11,7 @@
 // whole family. SuiteV2 is generated (Space documents the distribution):
 // 64 training, 16 validation and 16 test tasks (8 in-distribution, 8 from a
 // compute-starved region training never covers) over four families, with
-// learning rates from too low to too hot, data slices from 2 KiB to whole
+// learning rates from too low to too hot, data slices from 1 KiB to whole
 // corpora, three corpora (prose, code, markup) and budgets in FLOPs: a
 // proposal's run trains until the task's budget (model.StepFLOPs, forward
 // and backward matrix multiplies counted from the shapes) is spent, so the
