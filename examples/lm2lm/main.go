@@ -124,6 +124,7 @@ type Report struct {
 	Reused       map[string]int     `json:"reused_runs"` // measurements served from the store, by phase
 	CPUSeconds   map[string]float64 `json:"cpu_seconds"`
 	Predictions  int64              `json:"world_model_predictions"`
+	TasksLeftOut []string           `json:"tasks_left_out,omitempty"` // a reference run failed (lab.ErrReference)
 }
 
 // Summary is one evaluation: Avg@K and Best@K in σ_e units, rates, and the
@@ -328,22 +329,34 @@ func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 }
 
 // references trains (or reads back) every task's reference runs, with
-// progress counted in tasks.
+// progress counted in tasks. A task whose reference run fails
+// (lab.ErrReference: it diverged) has no b_e or σ_e: it is left out, named
+// on the job's writer and in the report, as the comparison driver does.
 func (j *mainJob) references(ctx context.Context) ([]records.Task, error) {
 	ids := j.lab.IDs("")
 	rep, err := j.progress("reference runs (tasks)", len(ids))
 	if err != nil {
 		return nil, err
 	}
-	defer rep.Finish()
 	tasks := make([]records.Task, 0, len(ids))
+	var notes []string
 	for _, id := range ids {
 		t, err := j.lab.Task(ctx, id)
+		rep.Done(1)
+		if errors.Is(err, lab.ErrReference) {
+			j.rep.TasksLeftOut = append(j.rep.TasksLeftOut, id)
+			notes = append(notes, fmt.Sprintf("task %s left out: %v", id, err))
+			continue
+		}
 		if err != nil {
+			rep.Finish()
 			return nil, err
 		}
-		rep.Done(1)
 		tasks = append(tasks, t)
+	}
+	rep.Finish()
+	for _, n := range notes {
+		fmt.Fprintln(j.w, n)
 	}
 	return tasks, nil
 }

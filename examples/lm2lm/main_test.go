@@ -12,6 +12,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/records"
 )
 
 // TestMainJobEndToEnd runs the whole method on the real lab with the tiny
@@ -151,4 +154,26 @@ func TestReportNamedAndNeverOverwritten(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "no temporary file left behind")
+}
+
+// A task whose reference run diverges has no b_e or σ_e: the main job
+// leaves it out and names it, on its writer and in the report, instead of
+// failing (as it did on a generated suite with one over-hot reference).
+func TestReferencesLeaveOutDivergedTasks(t *testing.T) {
+	good := lab.SuiteV2(1).Train[1]
+	hot := good
+	hot.ID = good.ID + "-hot"
+	hot.Config.Optimizer, hot.Config.LR, hot.Config.ClipNorm, hot.Config.Beta1 = "momentum", 100, 0, 0.9
+	cfg := lab.DefaultConfig()
+	cfg.Tasks = []lab.TaskSpec{good, hot}
+	l, err := lab.New(cfg, records.NewMemStore())
+	require.NoError(t, err)
+	var out bytes.Buffer
+	j := &mainJob{o: options{progress: "lines"}, w: &out, lab: l}
+	tasks, err := j.references(context.Background())
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	require.Equal(t, good.ID, tasks[0].ID)
+	require.Equal(t, []string{hot.ID}, j.rep.TasksLeftOut)
+	require.Contains(t, out.String(), "task "+hot.ID+" left out: ")
 }
