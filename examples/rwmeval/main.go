@@ -171,6 +171,11 @@ func (e *evaluation) references(ctx context.Context, refs, store *records.FileSt
 	e.start = time.Now()
 	for _, id := range lb.IDs(records.Train) {
 		t, err := lb.Task(ctx, id)
+		if errors.Is(err, lab.ErrReference) {
+			// No b_e or σ_e: left out and named, as the other drivers do.
+			fmt.Fprintf(e.w, "rwmeval: task %s left out: %v\n", id, err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("reference runs of %s: %w", id, err)
 		}

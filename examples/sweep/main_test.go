@@ -118,3 +118,17 @@ func TestPrintCards(t *testing.T) {
 	require.Regexp(t, `^card z +mean +\+0\.67  above \+2 on  0, below −2 on  0 of 3 tasks$`, lines[1])
 	require.Regexp(t, `^card y +mean +-1\.33  above \+2 on  0, below −2 on  1 of 3 tasks$`, lines[2])
 }
+
+// -refs names a task whose reference run diverges and goes on.
+func TestRefsLeaveOutDivergedTasks(t *testing.T) {
+	good := lab.SuiteV2(1).Train[1]
+	hot := good
+	hot.ID = good.ID + "-hot"
+	hot.Config.Optimizer, hot.Config.LR, hot.Config.ClipNorm, hot.Config.Beta1 = "momentum", 100, 0, 0.9
+	l, err := newLab([]lab.TaskSpec{good, hot}, 2, records.NewMemStore())
+	require.NoError(t, err)
+	var out bytes.Buffer
+	require.NoError(t, printRefs(context.Background(), &out, l))
+	require.Regexp(t, `(?m)^`+regexp.QuoteMeta(good.ID)+` +train +bits-per-byte`, out.String())
+	require.Regexp(t, `(?m)^`+regexp.QuoteMeta(hot.ID)+` +train +left out: lab: reference run failed`, out.String())
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -29,6 +30,10 @@ func printRefs(ctx context.Context, w io.Writer, l *lab.Lab) error {
 	var order []string
 	for _, s := range l.Specs() {
 		ref, err := l.Reference(ctx, s.ID)
+		if errors.Is(err, lab.ErrReference) {
+			fmt.Fprintf(w, "%-28s %-9s left out: %v\n", s.ID, s.Split, err)
+			continue
+		}
 		if err != nil {
 			return err
 		}
