@@ -10,11 +10,14 @@
 // error_line, quality_bucket, confidence, feedback}]}, one prediction per
 // check. The solution is shown with numbered lines inside a fenced data
 // block whose fence token is a hash of the block, so code cannot close it;
-// the prompt tells the model that the block is data. Parse reads the answer
-// strictly (exactly one object, no duplicate or unknown keys, every field
-// present, known statuses and buckets) and Aggregate turns it into one
-// rung of the ladder (reward.LadderScore) and its score. Empty or non-text
-// code short-circuits to reward.Malformed without a call (Precheck).
+// the prompt tells the model that the block is data. The answer is read
+// strictly under the rule both OpenAI backends follow: an answer to the
+// schema must be exactly one JSON object (ParseJSON), a text answer may
+// hold exactly one (ParseText), else rwm.ErrBadPrediction; then no
+// duplicate or unknown keys, every field present, known statuses and
+// buckets. Aggregate turns the verdict into one rung of the ladder
+// (reward.LadderScore) and its score. Empty or non-text code
+// short-circuits to reward.Malformed without a call (Precheck).
 //
 // Model implements rwm.WorldModel with Gain = the ladder score in [0, 1],
 // the units of builder/grader's real outcomes (records.LadderShortfall, b_e
@@ -28,6 +31,6 @@
 // key (grader.Proposal puts a hash of the code in Params) before using
 // rwm.Cache or the trainer's duplicate rule on solutions.
 //
-// Model is safe for concurrent use and does network I/O; Parse, Aggregate,
-// Precheck and Prompt are pure.
+// Model is safe for concurrent use and does network I/O; Parse,
+// ParseJSON, ParseText, Aggregate, Precheck and Prompt are pure.
 package verdict

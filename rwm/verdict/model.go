@@ -37,8 +37,10 @@ type Config struct {
 	MaxTokens int
 	// JSONSchema asks for structured output with ResponseSchema; default
 	// true. A server that rejects it with 400 is asked again without it,
-	// and the model keeps to plain text after that succeeds. Parsing is
-	// strict either way (Parse).
+	// and the model keeps to plain text after that succeeds. An answer to
+	// the schema must be exactly one JSON object (ParseJSON); a text answer
+	// may hold exactly one, prose around it aside (ParseText); both are
+	// read strictly after that.
 	JSONSchema bool
 	// Checks is the battery; default DefaultChecks (WMRL's eight).
 	Checks []Check
@@ -52,22 +54,36 @@ type Config struct {
 	// MaxCodeBytes is the most of a solution shown; default 32000 (library
 	// choice: about 8k tokens). Longer code is cut with a marker.
 	MaxCodeBytes int
-	// MaxRetries, Timeout, BaseDelay, MaxDelay, HTTPClient and Sleep are the
-	// transport's, with rwm/openai's defaults: 3 retries, 2 min per
-	// attempt, backoff 500 ms doubling to 30 s.
-	MaxRetries          int
-	Timeout             time.Duration
-	BaseDelay, MaxDelay time.Duration
-	HTTPClient          *http.Client
-	Sleep               func(ctx context.Context, d time.Duration) error
+	// Transport: retries of one call, their waits and the response body
+	// limit, the settings rwm/openai and proposer/openai share (its fields
+	// MaxRetries, Timeout, BaseDelay, MaxDelay and MaxBodyBytes are
+	// promoted, so cfg.MaxRetries still names the retries); defaults in
+	// DefaultTransport: 3 retries, 2 min per attempt, backoff 500 ms
+	// doubling to 30 s, a Retry-After beyond MaxDelay fails the call at
+	// once with an *rwm.TransientError carrying it, bodies up to 4 MiB (a
+	// longer one is ErrBodyTooLarge, not retried). MaxBodyBytes 0 means
+	// the default 4 MiB here, so that a Config written out without
+	// Transport keeps the limit it had.
+	Transport
+	// HTTPClient carries the requests; nil = the SDK's default client.
+	HTTPClient *http.Client
+	// Sleep waits between retries; nil = a timer honouring ctx.
+	Sleep func(ctx context.Context, d time.Duration) error
 	// Getenv reads the environment; nil = os.Getenv.
 	Getenv func(string) string
 }
 
+// Transport is the transport settings shared by the OpenAI-format
+// backends (retries, timeouts, response limit); see its fields.
+type Transport = oaichat.Transport
+
+// DefaultTransport returns the transport defaults.
+func DefaultTransport() Transport { return oaichat.DefaultTransport() }
+
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{JSONSchema: true, Checks: DefaultChecks(), Quality: reward.DefaultQualityTable(), MinConfidence: 0.5,
-		MaxCodeBytes: 32000, MaxRetries: 3, Timeout: 2 * time.Minute, BaseDelay: 500 * time.Millisecond, MaxDelay: 30 * time.Second}
+		MaxCodeBytes: 32000, Transport: DefaultTransport()}
 }
 
 // Validate reports the first problem with c.
@@ -75,14 +91,15 @@ func (c Config) Validate() error {
 	switch {
 	case math.IsNaN(c.Temperature) || c.Temperature < 0 || c.Temperature > 2:
 		return fmt.Errorf("rwm/verdict: Temperature = %g, want in [0, 2]", c.Temperature)
-	case c.MaxTokens < 0 || c.MaxCodeBytes < 0 || c.MaxRetries < 0:
-		return fmt.Errorf("rwm/verdict: MaxTokens %d, MaxCodeBytes %d, MaxRetries %d, want ≥ 0", c.MaxTokens, c.MaxCodeBytes, c.MaxRetries)
+	case c.MaxTokens < 0 || c.MaxCodeBytes < 0:
+		return fmt.Errorf("rwm/verdict: MaxTokens %d, MaxCodeBytes %d, want ≥ 0", c.MaxTokens, c.MaxCodeBytes)
 	case len(c.Checks) == 0:
 		return errors.New("rwm/verdict: no checks")
 	case !(c.MinConfidence >= 0 && c.MinConfidence <= 1):
 		return fmt.Errorf("rwm/verdict: MinConfidence = %g, want in [0, 1]", c.MinConfidence)
-	case c.Timeout < 0 || c.BaseDelay < 0 || c.MaxDelay < 0:
-		return fmt.Errorf("rwm/verdict: negative duration (Timeout %v, BaseDelay %v, MaxDelay %v)", c.Timeout, c.BaseDelay, c.MaxDelay)
+	}
+	if err := c.transport().Validate(); err != nil {
+		return fmt.Errorf("rwm/verdict: %w", err)
 	}
 	seen := map[string]bool{}
 	for i, ch := range c.Checks {
@@ -92,6 +109,15 @@ func (c Config) Validate() error {
 		seen[ch.Name] = true
 	}
 	return c.Quality.Validate()
+}
+
+// transport is c.Transport with MaxBodyBytes 0 read as the default.
+func (c Config) transport() Transport {
+	t := c.Transport
+	if t.MaxBodyBytes == 0 {
+		t.MaxBodyBytes = DefaultTransport().MaxBodyBytes
+	}
+	return t
 }
 
 // Model is WMRL's verdict world model over an OpenAI-compatible server
@@ -112,8 +138,15 @@ var (
 	_ rwm.Identifier = (*Model)(nil)
 )
 
-// ErrNotConfigured: no server or no model name is known.
-var ErrNotConfigured = oaichat.ErrNotConfigured
+// Errors of the transport.
+var (
+	// ErrNotConfigured: no server or no model name is known.
+	ErrNotConfigured = oaichat.ErrNotConfigured
+	// ErrBodyTooLarge: a response body exceeded Transport.MaxBodyBytes;
+	// the call fails at once (not transient), having buffered at most that
+	// much.
+	ErrBodyTooLarge = oaichat.ErrBodyTooLarge
+)
 
 // New validates cfg, fills empty endpoint fields from the environment and
 // returns a model; an error wraps ErrNotConfigured when no server or model
@@ -124,9 +157,7 @@ func New(cfg Config) (*Model, error) {
 	}
 	s, err := oaichat.Resolve(oaichat.Settings{
 		BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
-		Transport: oaichat.Transport{MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, BaseDelay: cfg.BaseDelay,
-			MaxDelay: cfg.MaxDelay, MaxBodyBytes: oaichat.DefaultTransport().MaxBodyBytes},
-		HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
+		Transport: cfg.transport(), HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
 	}, cfg.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("rwm/verdict: %w", err)
@@ -199,8 +230,10 @@ func Precheck(code string) (o Outcome, reason string, ok bool) {
 
 // Judge asks the model for its verdict on code as a solution of task
 // (task.ID and task.Description are shown). Errors: a done ctx wraps
-// ctx.Err(); exhausted transient failures are an *rwm.TransientError; an
-// unusable answer (refusal, malformed JSON, missing fields, unknown
+// ctx.Err(); exhausted transient failures, and a Retry-After beyond
+// MaxDelay (not waited for), are an *rwm.TransientError; a response body
+// beyond MaxBodyBytes wraps ErrBodyTooLarge; an unusable answer (refusal,
+// not exactly one JSON object, a repeated key, missing fields, unknown
 // status) is a *ParseError wrapping rwm.ErrBadPrediction.
 func (m *Model) Judge(ctx context.Context, task records.Task, code string) (Judgement, error) {
 	if err := ctx.Err(); err != nil {
@@ -213,12 +246,16 @@ func (m *Model) Judge(ctx context.Context, task records.Task, code string) (Judg
 	if err != nil {
 		return Judgement{}, err
 	}
-	content, usage, err := m.complete(ctx, system, user)
+	content, schema, usage, err := m.complete(ctx, system, user)
 	j := Judgement{Usage: usage}
 	if err != nil {
 		return j, err
 	}
-	if j.Verdict, err = Parse(content, len(m.cfg.Checks)); err != nil {
+	read := ParseText
+	if schema {
+		read = ParseJSON
+	}
+	if j.Verdict, err = read(content, len(m.cfg.Checks)); err != nil {
 		return j, err
 	}
 	j.Outcome, err = Aggregate(j.Verdict, m.cfg.Quality, m.cfg.MinConfidence)
@@ -281,8 +318,9 @@ func (m *Model) params(system, user string, schema bool) sdk.ChatCompletionNewPa
 }
 
 // complete makes the call (falling back to plain text once when the server
-// rejects the schema) and returns the answer's content.
-func (m *Model) complete(ctx context.Context, system, user string) (string, rwm.Usage, error) {
+// rejects the schema) and returns the answer's content and whether it was
+// asked for with the schema.
+func (m *Model) complete(ctx context.Context, system, user string) (string, bool, rwm.Usage, error) {
 	schema := m.cfg.JSONSchema && !m.textOnly.Load()
 	comp, u, err := m.client.Complete(ctx, m.params(system, user, schema))
 	if err != nil && schema && isStatus(err, http.StatusBadRequest) {
@@ -291,11 +329,12 @@ func (m *Model) complete(ctx context.Context, system, user string) (string, rwm.
 		u = u.Add(u2)
 		if err == nil {
 			m.textOnly.Store(true)
+			schema = false
 		}
 	}
 	usage := rwm.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 	if err != nil {
-		return "", usage, m.callError(ctx, err)
+		return "", schema, usage, m.callError(ctx, err)
 	}
 	ch := comp.Choices[0]
 	if ch.Message.Refusal != "" || ch.FinishReason == "content_filter" {
@@ -303,12 +342,12 @@ func (m *Model) complete(ctx context.Context, system, user string) (string, rwm.
 		if msg == "" {
 			msg = "finish_reason content_filter"
 		}
-		return "", usage, &ParseError{Content: oaichat.Truncate(msg, 200), Err: ErrRefused}
+		return "", schema, usage, &ParseError{Content: oaichat.Truncate(msg, 200), Err: ErrRefused}
 	}
 	if ch.FinishReason == "length" {
-		return "", usage, &ParseError{Detail: "the answer was cut at the token limit", Content: oaichat.Truncate(ch.Message.Content, 200), Err: ErrNoJSON}
+		return "", schema, usage, &ParseError{Detail: "the answer was cut at the token limit", Content: oaichat.Truncate(ch.Message.Content, 200), Err: ErrNoJSON}
 	}
-	return ch.Message.Content, usage, nil
+	return ch.Message.Content, schema, usage, nil
 }
 
 func (m *Model) callError(ctx context.Context, err error) error {

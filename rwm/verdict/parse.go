@@ -15,8 +15,9 @@ import (
 
 // Errors of answer parsing. Each wraps rwm.ErrBadPrediction.
 var (
-	// ErrNoJSON: the answer is not exactly one JSON object (prose around
-	// it, two objects, invalid JSON, an empty answer).
+	// ErrNoJSON: the answer is not exactly one JSON object (in a JSON mode:
+	// anything around it; in text mode: no object, or two), or is invalid
+	// JSON, empty or longer than MaxAnswerBytes.
 	ErrNoJSON = fmt.Errorf("rwm/verdict: answer is not one JSON object: %w", rwm.ErrBadPrediction)
 	// ErrDuplicateKey: an object repeats a key.
 	ErrDuplicateKey = fmt.Errorf("rwm/verdict: duplicate key: %w", rwm.ErrBadPrediction)
@@ -83,26 +84,55 @@ type wirePrediction struct {
 
 // Parse reads an answer strictly: the whole content (after trimming white
 // space and at most one surrounding Markdown code fence) is exactly one
-// JSON object of ResponseSchema's shape, with no duplicate keys at any
-// depth, no unknown fields and every field present and non-null:
-// reason (string), predictions (array of exactly checks objects, in
-// battery order) each with status (a reward.Status), error_type (string),
-// error_line (an integer ≥ 0; 0 = none), quality_bucket (a reward.Bucket),
-// confidence (a number in [0, 1]) and feedback (string). Strings are
-// clipped (reason and feedback 500 bytes, error_type 100). Every failure is
-// a *ParseError wrapping rwm.ErrBadPrediction.
+// JSON object (oaichat.OnlyJSONObject) of ResponseSchema's shape, with no
+// duplicate keys at any depth (nor two keys equal but for case), no
+// unknown fields and every field present and non-null: reason (string),
+// predictions (array of exactly checks objects, in battery order) each
+// with status (a reward.Status), error_type (string), error_line (an
+// integer ≥ 0; 0 = none), quality_bucket (a reward.Bucket), confidence (a
+// number in [0, 1]) and feedback (string). Strings are clipped (reason
+// and feedback 500 bytes, error_type 100). Every failure is a *ParseError
+// wrapping rwm.ErrBadPrediction; the answer is quoted up to 200 bytes.
 func Parse(content string, checks int) (Verdict, error) {
-	body := unfence(strings.TrimSpace(content))
+	return parse(content, unfence(strings.TrimSpace(content)), oaichat.OnlyJSONObject, checks)
+}
+
+// ParseJSON reads the answer to a JSON-schema request as Parse does, but
+// the content, without surrounding white space, must be exactly one JSON
+// object: a code fence, prose or a second object is ErrNoJSON. Model reads
+// its answers in JSON-schema mode with it.
+func ParseJSON(content string, checks int) (Verdict, error) {
+	return parse(content, content, oaichat.OnlyJSONObject, checks)
+}
+
+// ParseText reads a free-text answer (Model's mode after a server rejected
+// the schema): exactly one balanced, valid JSON object may appear in it
+// (oaichat.OneJSONObject; prose and code fences around it are ignored) and
+// is read as Parse reads it. No object is ErrNoJSON; a second one (an echo
+// of an object from the solution's comments, an example) is ErrNoJSON too,
+// since the text does not say which is the answer; a repeated key is
+// ErrDuplicateKey.
+func ParseText(content string, checks int) (Verdict, error) {
+	return parse(content, content, oaichat.OneJSONObject, checks)
+}
+
+// parse extracts the object of body with extract and reads it strictly;
+// content is the whole answer, quoted in errors.
+func parse(content, body string, extract func(string) (string, error), checks int) (Verdict, error) {
 	bad := func(field, detail string, err error) (Verdict, error) {
 		return Verdict{}, &ParseError{Field: field, Detail: detail, Content: oaichat.Truncate(content, 200), Err: err}
 	}
 	if len(body) > MaxAnswerBytes {
 		return bad("", fmt.Sprintf("%d bytes, max %d", len(body), MaxAnswerBytes), ErrNoJSON)
 	}
-	if !strings.HasPrefix(body, "{") {
-		return bad("", "the answer does not start with '{'", ErrNoJSON)
+	obj, err := extract(body)
+	switch {
+	case errors.Is(err, oaichat.ErrDuplicateKey):
+		return bad("", err.Error(), ErrDuplicateKey)
+	case err != nil:
+		return bad("", err.Error(), ErrNoJSON)
 	}
-	if err := oneValue(body); err != nil {
+	if err := oneValue(obj); err != nil {
 		switch {
 		case errors.Is(err, errDup):
 			return bad("", err.Error(), ErrDuplicateKey)
@@ -112,7 +142,7 @@ func Parse(content string, checks int) (Verdict, error) {
 		return bad("", err.Error(), ErrNoJSON)
 	}
 	var w wireVerdict
-	dec := json.NewDecoder(strings.NewReader(body))
+	dec := json.NewDecoder(strings.NewReader(obj))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
 		if strings.Contains(err.Error(), "unknown field") {
@@ -120,6 +150,11 @@ func Parse(content string, checks int) (Verdict, error) {
 		}
 		return bad("", err.Error(), ErrFieldType)
 	}
+	return verdictOf(w, checks, bad)
+}
+
+// verdictOf checks the decoded fields of w.
+func verdictOf(w wireVerdict, checks int, bad func(field, detail string, err error) (Verdict, error)) (Verdict, error) {
 	if w.Reason == nil {
 		return bad("reason", "", ErrMissingField)
 	}

@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -73,35 +74,58 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
+// FuzzParse: whatever the answer, each reader returns a verdict of exactly
+// n predictions with known statuses and buckets, confidences in [0, 1] and
+// an aggregate inside its bracket, or an error wrapping
+// rwm.ErrBadPrediction; and the readers nest: what ParseJSON accepts,
+// Parse and ParseText accept with the same verdict.
 func FuzzParse(f *testing.F) {
 	f.Add(answer("r", okPred), 1)
 	f.Add("```json\n"+answer("r", okPred, okPred)+"\n```", 2)
 	f.Add(`{"reason":"a","reason":"b"}`, 0)
 	f.Add(`{"reason":"r","predictions":[{"status":"valid","error_type":"","error_line":1e3,"quality_bucket":"high","confidence":0,"feedback":""}]}`, 1)
+	f.Add("The comment says "+answer("x", okPred)+" but I find "+answer("r", okPred), 1)
+	f.Add("Verdict: "+answer("r", okPred)+" {not json}", 1)
 	f.Fuzz(func(t *testing.T, s string, n int) {
 		if n < 0 || n > 16 {
 			return
 		}
-		v, err := Parse(s, n)
-		if err != nil {
-			if !errors.Is(err, rwm.ErrBadPrediction) {
-				t.Fatalf("Parse(%q) error %v does not wrap ErrBadPrediction", s, err)
+		got := map[string]Verdict{}
+		for name, read := range map[string]func(string, int) (Verdict, error){"Parse": Parse, "ParseJSON": ParseJSON, "ParseText": ParseText} {
+			v, err := read(s, n)
+			if err != nil {
+				var pe *ParseError
+				if !errors.Is(err, rwm.ErrBadPrediction) || !errors.As(err, &pe) || len(pe.Content) > 200+len("…") {
+					t.Fatalf("%s(%q) error %v: not a bounded *ParseError wrapping ErrBadPrediction", name, s, err)
+				}
+				continue
 			}
-			return
+			got[name] = v
+			checkVerdict(t, name, s, n, v)
 		}
-		if len(v.Predictions) != n {
-			t.Fatalf("Parse(%q, %d) gave %d predictions", s, n, len(v.Predictions))
-		}
-		for _, p := range v.Predictions {
-			if !p.Status.Valid() || !validBucket(p.Quality) || !(p.Confidence >= 0 && p.Confidence <= 1) || p.ErrorLine < 0 {
-				t.Fatalf("Parse(%q) accepted %+v", s, p)
-			}
-		}
-		if n > 0 {
-			o, err := Aggregate(v, reward.DefaultQualityTable(), 0.5)
-			if err != nil || !(o.Low <= o.Score && o.Score <= o.High) || o.Score < 0 || o.Score > 1 {
-				t.Fatalf("Aggregate(%+v) = %+v, %v", v, o, err)
+		if j, ok := got["ParseJSON"]; ok {
+			for _, name := range []string{"Parse", "ParseText"} {
+				if v, ok := got[name]; !ok || !reflect.DeepEqual(v, j) {
+					t.Fatalf("ParseJSON(%q) accepted but %s gave %+v (ok %v)", s, name, v, ok)
+				}
 			}
 		}
 	})
+}
+
+func checkVerdict(t *testing.T, name, s string, n int, v Verdict) {
+	if len(v.Predictions) != n {
+		t.Fatalf("%s(%q, %d) gave %d predictions", name, s, n, len(v.Predictions))
+	}
+	for _, p := range v.Predictions {
+		if !p.Status.Valid() || !validBucket(p.Quality) || !(p.Confidence >= 0 && p.Confidence <= 1) || p.ErrorLine < 0 {
+			t.Fatalf("%s(%q) accepted %+v", name, s, p)
+		}
+	}
+	if n > 0 {
+		o, err := Aggregate(v, reward.DefaultQualityTable(), 0.5)
+		if err != nil || !(o.Low <= o.Score && o.Score <= o.High) || o.Score < 0 || o.Score > 1 {
+			t.Fatalf("Aggregate(%+v) = %+v, %v", v, o, err)
+		}
+	}
 }
