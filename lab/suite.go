@@ -106,31 +106,41 @@ func (sp Space) OutOfDistribution() Space {
 // Suite is a generated task suite: disjoint training, validation and test
 // parts; the test part has an in-distribution half (TestIn, drawn from the
 // training space) and an out-of-distribution half (TestOut, from
-// Space.OutOfDistribution). Training tasks have records.Train as Split,
-// all others records.HeldOut.
+// Space.OutOfDistribution), and so has validation (Validation from the
+// training space, ValidationOut from the out-of-distribution one), so that
+// a setting meant to transfer out of distribution can be chosen without the
+// test split. Training tasks have records.Train as Split, all others
+// records.HeldOut.
 type Suite struct {
 	Name                               string // e.g. "v2s1"
 	Train, Validation, TestIn, TestOut []TaskSpec
+	ValidationOut                      []TaskSpec
 }
 
-// All returns every task: training, validation, in- and
-// out-of-distribution test, in that order.
+// All returns every task: training, validation (in-, then
+// out-of-distribution), in- and out-of-distribution test, in that order.
 func (s Suite) All() []TaskSpec {
 	out := append(append([]TaskSpec(nil), s.Train...), s.Validation...)
+	out = append(out, s.ValidationOut...)
 	return append(append(out, s.TestIn...), s.TestOut...)
+}
+
+// Val returns the validation tasks, in-distribution first.
+func (s Suite) Val() []TaskSpec {
+	return append(append([]TaskSpec(nil), s.Validation...), s.ValidationOut...)
 }
 
 // Test returns the test tasks, in-distribution first.
 func (s Suite) Test() []TaskSpec { return append(append([]TaskSpec(nil), s.TestIn...), s.TestOut...) }
 
 // SuiteSizes are the tasks per family of each part of a suite.
-type SuiteSizes struct{ Train, Validation, TestIn, TestOut int }
+type SuiteSizes struct{ Train, Validation, ValidationOut, TestIn, TestOut int }
 
-// DefaultSuiteSizes: 16 training, 4 validation, 2 + 2 test tasks per
-// family; over the four V2 families 64 training, 16 validation and 16 test
-// tasks (8 in-distribution, 8 out-of-distribution).
+// DefaultSuiteSizes: 16 training, 4 + 1 validation, 2 + 2 test tasks per
+// family; over the four V2 families 64 training, 16 + 4 validation and 16
+// test tasks (8 in-distribution, 8 out-of-distribution).
 func DefaultSuiteSizes() SuiteSizes {
-	return SuiteSizes{Train: 16, Validation: 4, TestIn: 2, TestOut: 2}
+	return SuiteSizes{Train: 16, Validation: 4, ValidationOut: 1, TestIn: 2, TestOut: 2}
 }
 
 // SuiteV2 returns the default V2 suite of seed (DefaultSpace,
@@ -138,8 +148,8 @@ func DefaultSuiteSizes() SuiteSizes {
 func SuiteV2(seed uint64) Suite { return GenerateSuite(DefaultSpace(), DefaultSuiteSizes(), seed) }
 
 // GenerateSuite draws a suite from sp. Task IDs are
-// "v2s<seed>/<part>/<family>/<index>" with part train, val, test-in or
-// test-out, e.g. "v2s1/val/ar-code/02"; each task is drawn from its own
+// "v2s<seed>/<part>/<family>/<index>" with part train, val, val-out,
+// test-in or test-out, e.g. "v2s1/val/ar-code/02"; each task is drawn from its own
 // random stream derived from the seed and its ID, so a task does not change
 // when other parts grow. The same (sp, sizes, seed) gives the same suite.
 func GenerateSuite(sp Space, sizes SuiteSizes, seed uint64) Suite {
@@ -153,6 +163,7 @@ func GenerateSuite(sp Space, sizes SuiteSizes, seed uint64) Suite {
 	}{
 		{"train", sizes.Train, sp, records.Train, &s.Train},
 		{"val", sizes.Validation, sp, records.HeldOut, &s.Validation},
+		{"val-out", sizes.ValidationOut, sp.OutOfDistribution(), records.HeldOut, &s.ValidationOut},
 		{"test-in", sizes.TestIn, sp, records.HeldOut, &s.TestIn},
 		{"test-out", sizes.TestOut, sp.OutOfDistribution(), records.HeldOut, &s.TestOut},
 	}

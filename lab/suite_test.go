@@ -24,12 +24,14 @@ func TestSuiteV2Shape(t *testing.T) {
 	s := lab.SuiteV2(lab.DefaultSuiteSeed)
 	require.Len(t, s.Train, 64)
 	require.Len(t, s.Validation, 16)
+	require.Len(t, s.ValidationOut, 4)
+	require.Len(t, s.Val(), 20)
 	require.Len(t, s.TestIn, 8)
 	require.Len(t, s.TestOut, 8)
 	require.Len(t, s.Test(), 16)
-	require.Equal(t, 96, len(s.All()))
+	require.Equal(t, 100, len(s.All()))
 	require.Equal(t, lab.V2Families, lab.Families(s.All()))
-	for _, part := range [][]lab.TaskSpec{s.Train, s.Validation, s.TestIn, s.TestOut} {
+	for _, part := range [][]lab.TaskSpec{s.Train, s.Validation, s.ValidationOut, s.TestIn, s.TestOut} {
 		require.ElementsMatch(t, lab.V2Families, lab.Families(part))
 	}
 	cfg := lab.DefaultConfig()
@@ -44,7 +46,7 @@ func TestSuiteV2Shape(t *testing.T) {
 		require.GreaterOrEqual(t, x.Budget, sp.Budget[0], x.ID)
 		require.Less(t, x.Budget, sp.Budget[1], x.ID)
 	}
-	for _, x := range s.TestOut {
+	for _, x := range append(append([]lab.TaskSpec(nil), s.ValidationOut...), s.TestOut...) {
 		require.GreaterOrEqual(t, x.Budget, ood.Budget[0], x.ID)
 		require.Less(t, x.Budget, ood.Budget[1], x.ID)
 	}
@@ -166,11 +168,11 @@ func TestDescriptors(t *testing.T) {
 
 func ExampleSuiteV2() {
 	s := lab.SuiteV2(lab.DefaultSuiteSeed)
-	fmt.Println(len(s.Train), len(s.Validation), len(s.TestIn), len(s.TestOut))
+	fmt.Println(len(s.Train), len(s.Validation), len(s.ValidationOut), len(s.TestIn), len(s.TestOut))
 	fmt.Println(lab.Families(s.All()))
 	fmt.Println(s.Validation[0].ID, s.Validation[0].Split)
 	// Output:
-	// 64 16 8 8
+	// 64 16 4 8 8
 	// [ar-prose ar-code ar-markup mdm]
 	// v2s1/val/ar-prose/00 held-out
 }

@@ -46,9 +46,12 @@ func suiteTasks(suite string) (specs []lab.TaskSpec, isTest func(records.Task) b
 	s := lab.SuiteV2(lab.DefaultSuiteSeed)
 	if suite == "v2-val" {
 		// Where settings are chosen: the same training split, the
-		// validation tasks in place of the test tasks.
-		specs = append(append([]lab.TaskSpec(nil), s.Train...), s.Validation...)
-		return specs, func(t records.Task) bool { return strings.Contains(t.ID, "/val/") }
+		// validation tasks (in and out of distribution) in place of the
+		// test tasks.
+		specs = append(append([]lab.TaskSpec(nil), s.Train...), s.Val()...)
+		return specs, func(t records.Task) bool {
+			return strings.Contains(t.ID, "/val/") || strings.Contains(t.ID, "/val-out/")
+		}
 	}
 	specs = append(append([]lab.TaskSpec(nil), s.Train...), s.Test()...)
 	return specs, func(t records.Task) bool { return strings.Contains(t.ID, "/test-") }

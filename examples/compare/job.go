@@ -62,7 +62,8 @@ func expectedRuns(o options, m method, tests int) int {
 func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporter) (Result, error) {
 	start := time.Now()
 	m, prof := methods[j.method], profiles[o.profile]
-	res := Result{Version: resultVersion, Method: j.method, Seed: j.seed, Profile: o.profile, Suite: o.suite, LeftOut: e.leftOut}
+	res := Result{Version: resultVersion, Method: j.method, Seed: j.seed, Profile: o.profile, Suite: o.suite,
+		Tasks: tasksDigest(o.suite), LeftOut: e.leftOut}
 	cnt := &counter{next: progress.Executor(e.pool, rep)}
 	var m0 records.Evidence
 	if m.kind != "none" { // the untrained policy needs no records

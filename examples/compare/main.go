@@ -100,7 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.seeds, "seeds", 5, "number of seeds per method (seeds first-seed … first-seed+N−1)")
 	fs.Uint64Var(&o.firstSeed, "first-seed", 1, "first seed")
 	fs.StringVar(&o.profile, "profile", "default", "size of each run: "+strings.Join(profileNames(), " | "))
-	fs.StringVar(&o.suite, "suite", "v2", "task suite: v2 (lab v2: train on its training split, test on its test split, in and out of distribution) | v2-val (train on lab v2's training split, evaluate on its validation split: where settings are chosen) | v1 (the 20 training and 4 held-out tasks)")
+	fs.StringVar(&o.suite, "suite", "v2", "task suite: v2 (lab v2: train on its training split, test on its test split, in and out of distribution) | v2-val (train on lab v2's training split, evaluate on its validation split, in and out of distribution: where settings are chosen) | v1 (the 20 training and 4 held-out tasks)")
 	fs.StringVar(&o.out, "out", "out/compare", "parent of the run directory")
 	fs.StringVar(&o.progress, "progress", "auto", "auto (a bar on a terminal, log lines otherwise) | bar | lines")
 	fs.IntVar(&o.parallel, "parallel", 2, "real runs trained at once")

@@ -175,6 +175,27 @@ func TestResultFilesAreNeverReplaced(t *testing.T) {
 	require.False(t, ok)
 }
 
+// A result measured on other tasks (the generator changed since) is never
+// read back as this suite's.
+func TestResultOfOtherTasksIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	o := options{profile: "short", suite: "v2-val"}
+	r := Result{Version: resultVersion, Method: "rft", Seed: 1, Profile: "short", Suite: "v2-val", Tasks: tasksDigest("v2-val")}
+	require.NoError(t, writeResult(dir, job{"rft", 1}, r))
+	got, ok, err := readResult(dir, job{"rft", 1}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, r.Tasks, got.Tasks)
+	require.Len(t, got.Tasks, 24)
+	require.NotEqual(t, tasksDigest("v2"), tasksDigest("v2-val"))
+
+	r.Seed, r.Tasks = 2, "0123456789abcdef01234567"
+	require.NoError(t, writeResult(dir, job{"rft", 2}, r))
+	_, ok, err = readResult(dir, job{"rft", 2}, o)
+	require.ErrorContains(t, err, "measured on other tasks of suite v2-val")
+	require.False(t, ok)
+}
+
 func TestLeversHaveTheirOwnRunDirectory(t *testing.T) {
 	// Results of the research-state levers never mix with the defaults'.
 	o := options{out: "out", suite: "v2-val", profile: "short"}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,7 +25,10 @@ type Result struct {
 	Seed    uint64 `json:"seed"`
 	Profile string `json:"profile"`
 	Suite   string `json:"suite"`
-	M0      int    `json:"m0_records"`
+	// Tasks is the digest of the suite's task specs (tasksDigest): a
+	// result of another generator's tasks is never read back as this one's.
+	Tasks string `json:"tasks_digest"`
+	M0    int    `json:"m0_records"`
 	// Runs counts real runs per phase: fresh (paid for now) and reused
 	// (served from the store: run earlier, by this or another method).
 	Runs struct {
@@ -136,7 +141,23 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 		return r, false, fmt.Errorf("%s holds version %d, %s seed %d, profile %s, suite %s; want version %d, %s (move it away to run %s again)",
 			path, r.Version, r.Method, r.Seed, r.Profile, r.Suite, resultVersion, j, j)
 	}
+	if want := tasksDigest(o.suite); r.Tasks != want {
+		return r, false, fmt.Errorf("%s was measured on other tasks of suite %s (digest %q, want %q: the task generator changed; move it away to run %s again)",
+			path, r.Suite, r.Tasks, want, j)
+	}
 	return r, true, nil
+}
+
+// tasksDigest is the hex SHA-256 (first 12 bytes) of the JSON of the
+// suite's task specs.
+func tasksDigest(suite string) string {
+	specs, _ := suiteTasks(suite)
+	b, err := json.Marshal(specs)
+	if err != nil {
+		panic(fmt.Sprintf("compare: task specs do not marshal: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12])
 }
 
 // writeResult writes a job's result file; an existing file is never

@@ -153,7 +153,7 @@ func cellsOf(rs []Result) []evalstat.Cell {
 }
 
 func stratum(task string) string {
-	for _, part := range []string{"/test-in/", "/test-out/"} {
+	for _, part := range []string{"/test-in/", "/test-out/", "/val/", "/val-out/"} {
 		if strings.Contains(task, part) {
 			return part
 		}

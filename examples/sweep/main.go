@@ -76,7 +76,7 @@ func main() {
 	flag.BoolVar(&o.refs, "refs", false, "print every task's b_e, σ_e with its 95% interval, and CPU seconds per reference run, and exit")
 	flag.BoolVar(&o.landscape, "landscape", false, "print the landscape report over the validation tasks")
 	flag.StringVar(&o.csv, "csv", "", "-landscape: CSV file of the robust card × task scores, one row per task with its descriptors; empty = none")
-	flag.StringVar(&o.part, "part", "val", "-landscape over the V2 suite's part: val (the report's), train, test-in or test-out")
+	flag.StringVar(&o.part, "part", "val", "-landscape over the V2 suite's part: val (the report's), val-out, train, test-in or test-out")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -117,10 +117,10 @@ func suiteTasks(o options) ([]lab.TaskSpec, []string, error) {
 	switch o.suite {
 	case "v2":
 		s := lab.SuiteV2(o.suiteSeed)
-		parts := map[string][]lab.TaskSpec{"": s.Validation, "val": s.Validation, "train": s.Train, "test-in": s.TestIn, "test-out": s.TestOut}
+		parts := map[string][]lab.TaskSpec{"": s.Validation, "val": s.Validation, "val-out": s.ValidationOut, "train": s.Train, "test-in": s.TestIn, "test-out": s.TestOut}
 		part, ok := parts[o.part]
 		if !ok {
-			return nil, nil, fmt.Errorf("-part %q, want val, train, test-in or test-out", o.part)
+			return nil, nil, fmt.Errorf("-part %q, want val, val-out, train, test-in or test-out", o.part)
 		}
 		var ids []string
 		for _, t := range part {

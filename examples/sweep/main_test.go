@@ -20,7 +20,7 @@ func TestList(t *testing.T) {
 	var out, log bytes.Buffer
 	require.NoError(t, run(context.Background(), &out, &log, options{suite: "v2", suiteSeed: 1, list: true, parallel: 1}))
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 96)
+	require.Len(t, lines, 100)
 	require.True(t, strings.HasPrefix(lines[0], "v2s1/train/ar-prose/00 "))
 	out.Reset()
 	require.NoError(t, run(context.Background(), &out, &log, options{suite: "v1", list: true, parallel: 1}))
