@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
@@ -277,4 +278,32 @@ func TestCommandReproducesTheFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "go run ./examples/compare -profile default -suite v2 -seeds 5 -first-seed 3 -policy-lr 0.05", command(o))
 	require.Equal(t, "compare-seeds3-7", prefix(o))
+}
+
+// Each part of the split (in and out of distribution) gets its own
+// summary, in first, and its own table in the Markdown.
+func TestPartSummaries(t *testing.T) {
+	cells := []evalstat.Cell{
+		{Seed: 1, State: "a#0", Stratum: "/test-out/", Gains: []float64{-4, -2}},
+		{Seed: 1, State: "b#0", Stratum: "/test-in/", Gains: []float64{1, 3}},
+		{Seed: 1, State: "c#0", Stratum: "/test-in/", Gains: []float64{2, 4}},
+		{Seed: 2, State: "a#0", Stratum: "/test-out/", Gains: []float64{-1, 0}},
+	}
+	cfg := evalstat.DefaultConfig()
+	cfg.Resamples = 200
+	parts, err := partSummaries(cfg, "LM2LM", cells, partRNG(options{resamples: 200}))
+	require.NoError(t, err)
+	require.Len(t, parts, 2)
+	require.Equal(t, "in", parts[0].Part)
+	require.Equal(t, "out", parts[1].Part)
+	require.InDelta(t, 2.5, parts[0].Summary.AvgK.Point, 1e-12)   // (2 + 3) / 2
+	require.InDelta(t, -1.75, parts[1].Summary.AvgK.Point, 1e-12) // (−3 − 0.5) / 2
+	require.InDelta(t, 0.5, parts[0].Summary.Above.Point, 1e-12)  // 3 and 4 of 1, 3, 2, 4 above 2σ_e
+	one, err := partSummaries(cfg, "LM2LM", cells[1:3], partRNG(options{resamples: 200}))
+	require.NoError(t, err)
+	require.Nil(t, one, "a split of one part has no part table")
+
+	md := markdown(Comparison{Methods: []MethodSummary{{Summary: evalstat.Summary{Method: "LM2LM"}, Parts: parts}}})
+	require.Contains(t, md, "| method | in distribution: Avg@K | > 2σ_e | out of distribution: Avg@K | > 2σ_e |")
+	require.Regexp(t, `\| LM2LM \| \+2\.50 \[[-+0-9.]+, [-+0-9.]+\] \| 50\.0% \| -1\.75 \[[-+0-9.]+, [-+0-9.]+\] \| 0\.0% \|`, md)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/lm2lm/lm2lm/evalplot"
@@ -42,6 +43,49 @@ type MethodSummary struct {
 	// seed ran.
 	CPUSeconds, WallSeconds float64
 	Unmeasured              int `json:"unmeasured_proposals"`
+	// Parts summarises each part of the evaluation split on its own
+	// (lab v2: in- and out-of-distribution), with its own bootstrap.
+	Parts []PartSummary `json:"parts,omitempty"`
+}
+
+// PartSummary is a method's statistics on one part of the evaluation split.
+type PartSummary struct {
+	Part    string           `json:"part"` // "in" or "out" of distribution
+	Summary evalstat.Summary `json:"summary"`
+}
+
+// partName names a stratum for the tables: "in" or "out" of distribution.
+func partName(stratum string) string {
+	if strings.HasSuffix(stratum, "-out/") {
+		return "out"
+	}
+	return "in"
+}
+
+// partSummaries summarises a method's cells part by part (none for a
+// split of one part, e.g. v1).
+func partSummaries(cfg evalstat.Config, label string, cells []evalstat.Cell, rng func(string) *rand.Rand) ([]PartSummary, error) {
+	var parts []string
+	by := map[string][]evalstat.Cell{}
+	for _, c := range cells {
+		if _, ok := by[c.Stratum]; !ok {
+			parts = append(parts, c.Stratum)
+		}
+		by[c.Stratum] = append(by[c.Stratum], c)
+	}
+	if len(parts) < 2 {
+		return nil, nil
+	}
+	sort.Slice(parts, func(a, b int) bool { return partName(parts[a]) < partName(parts[b]) })
+	var out []PartSummary
+	for _, p := range parts {
+		s, err := evalstat.Summarize(cfg, label, by[p], rng(label+p))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, PartSummary{Part: partName(p), Summary: s})
+	}
+	return out, nil
 }
 
 // command is the command line that reproduces the comparison.
@@ -133,6 +177,16 @@ func statistics(o options, names []string, byMethod map[string][]Result) ([]eval
 	return sums, pairs, nil
 }
 
+// partRNG seeds each part's bootstrap from -resamples and the method and
+// part, as statistics does for the whole split.
+func partRNG(o options) func(string) *rand.Rand {
+	return func(name string) *rand.Rand {
+		h := fnv.New64a()
+		h.Write([]byte("part:" + name))
+		return rand.New(rand.NewPCG(uint64(o.resamples), h.Sum64()))
+	}
+}
+
 // report computes the comparison of results, writes its files into dir
 // and prints its table on w.
 func report(w io.Writer, o options, dir string, results []Result) error {
@@ -149,6 +203,13 @@ func report(w io.Writer, o options, dir string, results []Result) error {
 		return err
 	}
 	cmp := comparison(o, dir, names, byMethod, sums, pairs)
+	cfg := evalstat.DefaultConfig()
+	cfg.Resamples = o.resamples
+	for i, m := range names {
+		if cmp.Methods[i].Parts, err = partSummaries(cfg, methods[m].label, cellsOf(byMethod[m]), partRNG(o)); err != nil {
+			return err
+		}
+	}
 	md := markdown(cmp)
 	js, err := json.MarshalIndent(cmp, "", "  ")
 	if err != nil {
@@ -204,6 +265,16 @@ func markdown(c Comparison) string {
 		sums[i] = m.Summary
 	}
 	b.WriteString(evalstat.Table(sums, c.Pairs))
+	if len(c.Methods) > 0 && len(c.Methods[0].Parts) > 0 {
+		b.WriteString("\n| method | in distribution: Avg@K | > 2σ_e | out of distribution: Avg@K | > 2σ_e |\n|---|---|---|---|---|\n")
+		for _, m := range c.Methods {
+			fmt.Fprintf(&b, "| %s |", m.Summary.Method)
+			for _, p := range m.Parts {
+				fmt.Fprintf(&b, " %+.2f [%+.2f, %+.2f] | %.1f%% |", p.Summary.AvgK.Point, p.Summary.AvgK.Low, p.Summary.AvgK.High, 100*p.Summary.Above.Point)
+			}
+			b.WriteString("\n")
+		}
+	}
 	b.WriteString("\n| method | real-run budget (M_0 + training, per seed) | evaluation runs per seed | CPU s paid (all seeds) | wall s (all seeds) | unmeasured proposals |\n|---|---|---|---|---|---|\n")
 	for _, m := range c.Methods {
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | %d |\n", m.Summary.Method, m.Budget, m.EvalRuns, m.CPUSeconds, m.WallSeconds, m.Unmeasured)
