@@ -232,6 +232,36 @@ func (l *Lab) Task(ctx context.Context, id string) (records.Task, error) {
 	return r.Task, err
 }
 
+// LeftOut is a task Ready left out: its reference run failed (Err wraps
+// ErrReference), so it has no b_e or σ_e and is no research state.
+type LeftOut struct {
+	ID  string
+	Err error
+}
+
+// Ready returns the tasks ids, in order, with their reference runs trained
+// or read back (Task). A task whose reference run fails (ErrReference: it
+// diverged) is left out and reported in leftOut, so that a driver names it
+// rather than stopping; any other error stops Ready. done, when not nil, is
+// called once per task handled, for progress.
+func (l *Lab) Ready(ctx context.Context, ids []string, done func()) (tasks []records.Task, leftOut []LeftOut, err error) {
+	for _, id := range ids {
+		t, err := l.Task(ctx, id)
+		if done != nil {
+			done()
+		}
+		switch {
+		case errors.Is(err, ErrReference):
+			leftOut = append(leftOut, LeftOut{ID: id, Err: err})
+		case err != nil:
+			return nil, nil, err
+		default:
+			tasks = append(tasks, t)
+		}
+	}
+	return tasks, leftOut, nil
+}
+
 // data returns the split of the task's corpus, loading it once, with the
 // training side cut to the task's slice (TaskSpec.DataBytes).
 func (l *Lab) data(spec TaskSpec) (model.Data, error) {

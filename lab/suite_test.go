@@ -176,3 +176,30 @@ func ExampleSuiteV2() {
 	// [ar-prose ar-code ar-markup mdm]
 	// v2s1/val/ar-prose/00 held-out
 }
+
+// Ready trains the references of the tasks in order, leaves out (and
+// reports) a task whose reference diverges, and counts every task handled.
+func TestReadyLeavesOutDivergedTasks(t *testing.T) {
+	good := lab.SuiteV2(1).Train[1]
+	hot := good
+	hot.ID = good.ID + "-hot"
+	hot.Config.Optimizer, hot.Config.LR, hot.Config.ClipNorm, hot.Config.Beta1 = "momentum", 100, 0, 0.9
+	cfg := lab.DefaultConfig()
+	cfg.Tasks = []lab.TaskSpec{hot, good}
+	l, err := lab.New(cfg, records.NewMemStore())
+	require.NoError(t, err)
+	var done int
+	tasks, out, err := l.Ready(context.Background(), []string{hot.ID, good.ID}, func() { done++ })
+	require.NoError(t, err)
+	require.Equal(t, 2, done)
+	require.Len(t, tasks, 1)
+	require.Equal(t, good.ID, tasks[0].ID)
+	require.Positive(t, tasks[0].SeedNoise)
+	require.Len(t, out, 1)
+	require.Equal(t, hot.ID, out[0].ID)
+	require.ErrorIs(t, out[0].Err, lab.ErrReference)
+
+	_, _, err = l.Ready(context.Background(), []string{"no-such-task"}, nil)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, lab.ErrReference)
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -112,24 +111,14 @@ func references(ctx context.Context, w io.Writer, o options, l *lab.Lab, seeds i
 	if err != nil {
 		return nil, nil, err
 	}
-	var notes []string
-	for _, id := range ids {
-		t, err := l.Task(ctx, id)
-		rep.Done(1)
-		if errors.Is(err, lab.ErrReference) {
-			leftOut = append(leftOut, id)
-			notes = append(notes, fmt.Sprintf("task %s left out: %v", id, err))
-			continue
-		}
-		if err != nil {
-			rep.Finish()
-			return nil, nil, err
-		}
-		tasks = append(tasks, t)
-	}
+	tasks, out, err := l.Ready(ctx, ids, func() { rep.Done(1) })
 	rep.Finish()
-	for _, n := range notes {
-		fmt.Fprintln(w, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, x := range out {
+		leftOut = append(leftOut, x.ID)
+		fmt.Fprintf(w, "task %s left out: %v\n", x.ID, x.Err)
 	}
 	fmt.Fprintf(w, "%d tasks ready, %d left out (%.0f s)\n", len(tasks), len(leftOut), time.Since(start).Seconds())
 	return tasks, leftOut, nil

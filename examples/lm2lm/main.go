@@ -338,25 +338,14 @@ func (j *mainJob) references(ctx context.Context) ([]records.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	tasks := make([]records.Task, 0, len(ids))
-	var notes []string
-	for _, id := range ids {
-		t, err := j.lab.Task(ctx, id)
-		rep.Done(1)
-		if errors.Is(err, lab.ErrReference) {
-			j.rep.TasksLeftOut = append(j.rep.TasksLeftOut, id)
-			notes = append(notes, fmt.Sprintf("task %s left out: %v", id, err))
-			continue
-		}
-		if err != nil {
-			rep.Finish()
-			return nil, err
-		}
-		tasks = append(tasks, t)
-	}
+	tasks, out, err := j.lab.Ready(ctx, ids, func() { rep.Done(1) })
 	rep.Finish()
-	for _, n := range notes {
-		fmt.Fprintln(j.w, n)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range out {
+		j.rep.TasksLeftOut = append(j.rep.TasksLeftOut, x.ID)
+		fmt.Fprintf(j.w, "task %s left out: %v\n", x.ID, x.Err)
 	}
 	return tasks, nil
 }

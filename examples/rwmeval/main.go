@@ -169,18 +169,14 @@ func (e *evaluation) references(ctx context.Context, refs, store *records.FileSt
 	}
 	e.lab, e.ex = lb, &executor{lab: lb, store: store, parallel: e.o.parallel}
 	e.start = time.Now()
-	for _, id := range lb.IDs(records.Train) {
-		t, err := lb.Task(ctx, id)
-		if errors.Is(err, lab.ErrReference) {
-			// No b_e or σ_e: left out and named, as the other drivers do.
-			fmt.Fprintf(e.w, "rwmeval: task %s left out: %v\n", id, err)
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("reference runs of %s: %w", id, err)
-		}
-		e.tasks = append(e.tasks, t)
+	tasks, out, err := lb.Ready(ctx, lb.IDs(records.Train), nil)
+	if err != nil {
+		return fmt.Errorf("reference runs: %w", err)
 	}
+	for _, x := range out {
+		fmt.Fprintf(e.w, "rwmeval: task %s left out: %v\n", x.ID, x.Err)
+	}
+	e.tasks = tasks
 	fmt.Fprintf(e.w, "rwmeval: %d training tasks, references ready in %s\n", len(e.tasks), time.Since(e.start).Round(time.Second))
 	return nil
 }

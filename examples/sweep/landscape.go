@@ -85,17 +85,15 @@ func landscapeJobs(ctx context.Context, log io.Writer, l *lab.Lab, ids []string,
 	}
 	seeds := seedList(l, nSeeds)
 	fmt.Fprintf(log, "reference runs of %d tasks...\n", len(ids))
-	for _, id := range ids {
-		task, err := l.Task(ctx, id)
-		if errors.Is(err, lab.ErrReference) {
-			// A reference that does not train is no research state; the
-			// task is left out and named, as the comparison driver does.
-			fmt.Fprintf(log, "task %s left out: %v\n", id, err)
-			continue
-		} else if err != nil {
-			return sw, nil, nil, err
-		}
-		t := len(sw.Tasks)
+	tasks, out, err := l.Ready(ctx, ids, nil)
+	if err != nil {
+		return sw, nil, nil, err
+	}
+	for _, x := range out {
+		fmt.Fprintf(log, "task %s left out: %v\n", x.ID, x.Err)
+	}
+	for t, task := range tasks {
+		id := task.ID
 		sw.Tasks = append(sw.Tasks, task)
 		sw.Cells = append(sw.Cells, make([]lab.Cell, len(cols)))
 		for k, c := range cols {
