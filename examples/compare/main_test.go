@@ -291,7 +291,7 @@ func TestPartSummaries(t *testing.T) {
 	}
 	cfg := evalstat.DefaultConfig()
 	cfg.Resamples = 200
-	parts, err := partSummaries(cfg, "LM2LM", cells, partRNG(options{resamples: 200}))
+	parts, err := partSummaries(cfg, "LM2LM", cells)
 	require.NoError(t, err)
 	require.Len(t, parts, 2)
 	require.Equal(t, "in", parts[0].Part)
@@ -299,7 +299,7 @@ func TestPartSummaries(t *testing.T) {
 	require.InDelta(t, 2.5, parts[0].Summary.AvgK.Point, 1e-12)   // (2 + 3) / 2
 	require.InDelta(t, -1.75, parts[1].Summary.AvgK.Point, 1e-12) // (−3 − 0.5) / 2
 	require.InDelta(t, 0.5, parts[0].Summary.Above.Point, 1e-12)  // 3 and 4 of 1, 3, 2, 4 above 2σ_e
-	one, err := partSummaries(cfg, "LM2LM", cells[1:3], partRNG(options{resamples: 200}))
+	one, err := partSummaries(cfg, "LM2LM", cells[1:3])
 	require.NoError(t, err)
 	require.Nil(t, one, "a split of one part has no part table")
 

@@ -64,7 +64,7 @@ func partName(stratum string) string {
 
 // partSummaries summarises a method's cells part by part (none for a
 // split of one part, e.g. v1).
-func partSummaries(cfg evalstat.Config, label string, cells []evalstat.Cell, rng func(string) *rand.Rand) ([]PartSummary, error) {
+func partSummaries(cfg evalstat.Config, label string, cells []evalstat.Cell) ([]PartSummary, error) {
 	var parts []string
 	by := map[string][]evalstat.Cell{}
 	for _, c := range cells {
@@ -79,7 +79,7 @@ func partSummaries(cfg evalstat.Config, label string, cells []evalstat.Cell, rng
 	sort.Slice(parts, func(a, b int) bool { return partName(parts[a]) < partName(parts[b]) })
 	var out []PartSummary
 	for _, p := range parts {
-		s, err := evalstat.Summarize(cfg, label, by[p], rng(label+p))
+		s, err := evalstat.Summarize(cfg, label, by[p], bootstrapRNG(cfg.Resamples, "part:"+label+p))
 		if err != nil {
 			return nil, err
 		}
@@ -130,24 +130,37 @@ func prefix(o options) string {
 	return p
 }
 
-// statistics summarises every method and pairs each against Base and each
-// trained method against the best other baseline.
-func statistics(o options, names []string, byMethod map[string][]Result) ([]evalstat.Summary, []evalstat.Paired, error) {
+// bootstrapRNG seeds a bootstrap from -resamples and a name (the method,
+// a pair of methods, or a method's part), so every figure is reproducible.
+func bootstrapRNG(resamples int, name string) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return rand.New(rand.NewPCG(uint64(resamples), h.Sum64()))
+}
+
+// statistics summarises every method, on the whole split and on each of
+// its parts, and pairs each method against Base and each trained method
+// against the best other baseline.
+func statistics(o options, names []string, byMethod map[string][]Result) ([]evalstat.Summary, [][]PartSummary, []evalstat.Paired, error) {
 	cfg := evalstat.DefaultConfig()
 	cfg.Resamples = o.resamples
-	rng := func(name string) *rand.Rand {
-		h := fnv.New64a()
-		h.Write([]byte(name))
-		return rand.New(rand.NewPCG(uint64(o.resamples), h.Sum64()))
+	cells := map[string][]evalstat.Cell{}
+	for _, m := range names {
+		cells[m] = cellsOf(byMethod[m])
 	}
 	var sums []evalstat.Summary
+	var parts [][]PartSummary
 	var baselines []string
 	for _, m := range names {
-		s, err := evalstat.Summarize(cfg, methods[m].label, cellsOf(byMethod[m]), rng(m))
+		s, err := evalstat.Summarize(cfg, methods[m].label, cells[m], bootstrapRNG(o.resamples, m))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		sums = append(sums, s)
+		ps, err := partSummaries(cfg, methods[m].label, cells[m])
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		sums, parts = append(sums, s), append(parts, ps)
 		if methods[m].baseline && m != "base" {
 			baselines = append(baselines, s.Method)
 		}
@@ -167,24 +180,14 @@ func statistics(o options, names []string, byMethod map[string][]Result) ([]eval
 			}
 		}
 		for _, a := range against {
-			p, err := evalstat.Compare(cfg, methods[m].label, cellsOf(byMethod[m]), methods[a].label, cellsOf(byMethod[a]), rng(m+"\x00"+a))
+			p, err := evalstat.Compare(cfg, methods[m].label, cells[m], methods[a].label, cells[a], bootstrapRNG(o.resamples, m+"\x00"+a))
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			pairs = append(pairs, p)
 		}
 	}
-	return sums, pairs, nil
-}
-
-// partRNG seeds each part's bootstrap from -resamples and the method and
-// part, as statistics does for the whole split.
-func partRNG(o options) func(string) *rand.Rand {
-	return func(name string) *rand.Rand {
-		h := fnv.New64a()
-		h.Write([]byte("part:" + name))
-		return rand.New(rand.NewPCG(uint64(o.resamples), h.Sum64()))
-	}
+	return sums, parts, pairs, nil
 }
 
 // report computes the comparison of results, writes its files into dir
@@ -198,17 +201,13 @@ func report(w io.Writer, o options, dir string, results []Result) error {
 		}
 		byMethod[r.Method] = append(byMethod[r.Method], r)
 	}
-	sums, pairs, err := statistics(o, names, byMethod)
+	sums, parts, pairs, err := statistics(o, names, byMethod)
 	if err != nil {
 		return err
 	}
 	cmp := comparison(o, dir, names, byMethod, sums, pairs)
-	cfg := evalstat.DefaultConfig()
-	cfg.Resamples = o.resamples
-	for i, m := range names {
-		if cmp.Methods[i].Parts, err = partSummaries(cfg, methods[m].label, cellsOf(byMethod[m]), partRNG(o)); err != nil {
-			return err
-		}
+	for i := range cmp.Methods {
+		cmp.Methods[i].Parts = parts[i]
 	}
 	md := markdown(cmp)
 	js, err := json.MarshalIndent(cmp, "", "  ")
