@@ -31,7 +31,7 @@ func ApplyProposal(ref model.Config, p records.Proposal) (model.Config, error) {
 // relativeSize names the size parameter of the cards whose representative
 // choice is relative to the reference (RelativeRepresentative), with the
 // edit it makes (double a width, context or batch, add a layer) and, for
-// RelativeChoices, its opposite (halve it, remove a layer; nil: none, as
+// RelativeOpposite, its opposite (halve it, remove a layer; nil: none, as
 // the residual cards are about adding depth).
 var relativeSize = map[string]struct {
 	param      string
@@ -48,7 +48,7 @@ var relativeSize = map[string]struct {
 }
 
 // relativeFactor names the cards whose representative multiplies a value
-// by a factor > 1; RelativeChoices also sweeps the reciprocal.
+// by a factor > 1; RelativeOpposite is the reciprocal.
 var relativeFactor = map[string]string{"lr-scale": "factor", "model-scale": "factor"}
 
 // RelativeRepresentative returns the card's representative proposal for a
@@ -87,23 +87,6 @@ func RelativeRepresentative(spec TaskSpec, c records.Card) (p records.Proposal, 
 	return records.Proposal{}, false
 }
 
-// RelativeChoices returns the proposals a landscape sweep runs for the
-// card on a task: RelativeRepresentative and, where the card has a
-// direction, its opposite (RelativeOpposite), because whether a reference
-// learns too fast or too slowly, or is too large or too small for its
-// budget and data, is the state the best direction depends on. Empty when
-// the card has no relative choice on the task.
-func RelativeChoices(spec TaskSpec, c records.Card) []records.Proposal {
-	var out []records.Proposal
-	if p, ok := RelativeRepresentative(spec, c); ok {
-		out = append(out, p)
-	}
-	if p, ok := RelativeOpposite(spec, c); ok {
-		out = append(out, p)
-	}
-	return out
-}
-
 // OppositeLabel names a card's opposite choice in a landscape (e.g.
 // "width ×½", "depth −1", "lr-scale factor=0.5"); ok is false for a card
 // without one.
@@ -122,7 +105,10 @@ func OppositeLabel(c records.Card) (label string, ok bool) {
 
 // RelativeOpposite returns the opposite of the card's relative
 // representative: half the size (one layer fewer) for the size cards, the
-// factor ½ for lr-scale and model-scale. ok is false when the card has no
+// factor ½ for lr-scale and model-scale. A landscape sweep runs both,
+// because whether a reference learns too fast or too slowly, or is too
+// large or too small for its budget and data, is the state the best
+// direction depends on. ok is false when the card has no
 // direction, the value is out of the card's range or it changes nothing.
 func RelativeOpposite(spec TaskSpec, c records.Card) (records.Proposal, bool) {
 	p := cards.Representative(c)

@@ -124,7 +124,10 @@ func TestRelativeRepresentative(t *testing.T) {
 	// Cards with a direction are swept both ways; other cards once.
 	choices := func(card string) []string {
 		var got []string
-		for _, p := range lab.RelativeChoices(spec, byName[card]) {
+		if p, ok := lab.RelativeRepresentative(spec, byName[card]); ok {
+			got = append(got, cards.Render(p))
+		}
+		if p, ok := lab.RelativeOpposite(spec, byName[card]); ok {
 			got = append(got, cards.Render(p))
 		}
 		return got

@@ -118,7 +118,7 @@ func landscapeJobs(ctx context.Context, log io.Writer, l *lab.Lab, ids []string,
 }
 
 // column is one column of the landscape: a card's relative representative
-// or its opposite (lab.RelativeChoices) on every task that has one.
+// or its opposite (lab.RelativeOpposite) on every task that has one.
 type column struct {
 	name   string                      // the card, or lab.OppositeLabel for its opposite
 	choice map[string]records.Proposal // by task ID
