@@ -30,21 +30,41 @@ func ApplyProposal(ref model.Config, p records.Proposal) (model.Config, error) {
 
 // relativeSize names the size parameter of the cards whose representative
 // choice is relative to the reference (RelativeRepresentative), with the
-// edit it makes (double a width, context or batch, add a layer) and, for
-// RelativeOpposite, its opposite (halve it, remove a layer; nil: none, as
-// the residual cards are about adding depth).
+// reference's value of it: a width, context or batch is doubled (and, by
+// RelativeOpposite, halved); a depth gains a layer (and loses one). The
+// residual cards are about adding depth: they go to at least 2 layers and
+// have no opposite.
 var relativeSize = map[string]struct {
-	param      string
-	next, prev func(ref model.Config) int
+	param    string
+	of       func(ref model.Config) int
+	residual bool
 }{
-	"width":              {"hidden", func(c model.Config) int { return 2 * c.Hidden }, func(c model.Config) int { return c.Hidden / 2 }},
-	"embed-dim":          {"embed", func(c model.Config) int { return 2 * c.Embed }, func(c model.Config) int { return c.Embed / 2 }},
-	"context":            {"length", func(c model.Config) int { return 2 * c.Context }, func(c model.Config) int { return c.Context / 2 }},
-	"batch-size":         {"batch", func(c model.Config) int { return 2 * c.Batch }, func(c model.Config) int { return c.Batch / 2 }},
-	"batch-size-sqrt-lr": {"batch", func(c model.Config) int { return 2 * c.Batch }, func(c model.Config) int { return c.Batch / 2 }},
-	"depth":              {"layers", func(c model.Config) int { return c.Layers + 1 }, func(c model.Config) int { return c.Layers - 1 }},
-	"residual-depth":     {"layers", func(c model.Config) int { return max(2, c.Layers+1) }, nil},
-	"deep-normed":        {"layers", func(c model.Config) int { return max(2, c.Layers+1) }, nil},
+	"width":              {param: "hidden", of: func(c model.Config) int { return c.Hidden }},
+	"embed-dim":          {param: "embed", of: func(c model.Config) int { return c.Embed }},
+	"context":            {param: "length", of: func(c model.Config) int { return c.Context }},
+	"batch-size":         {param: "batch", of: func(c model.Config) int { return c.Batch }},
+	"batch-size-sqrt-lr": {param: "batch", of: func(c model.Config) int { return c.Batch }},
+	"depth":              {param: "layers", of: func(c model.Config) int { return c.Layers }},
+	"residual-depth":     {param: "layers", of: func(c model.Config) int { return c.Layers }, residual: true},
+	"deep-normed":        {param: "layers", of: func(c model.Config) int { return c.Layers }, residual: true},
+}
+
+// larger and smaller are the relative edits of a size card's value v.
+func larger(param string, v int, residual bool) int {
+	switch {
+	case residual:
+		return max(2, v+1)
+	case param == "layers":
+		return v + 1
+	}
+	return 2 * v
+}
+
+func smaller(param string, v int) int {
+	if param == "layers" {
+		return v - 1
+	}
+	return v / 2
 }
 
 // relativeFactor names the cards whose representative multiplies a value
@@ -72,7 +92,7 @@ func RelativeRepresentative(spec TaskSpec, c records.Card) (p records.Proposal, 
 		for k, v := range p.Params {
 			params[k] = v
 		}
-		params[rel.param] = strconv.Itoa(rel.next(spec.Config))
+		params[rel.param] = strconv.Itoa(larger(rel.param, rel.of(spec.Config), rel.residual))
 		p.Params = params
 		if _, err := cards.Parse(cards.Render(p)); err != nil || !changes(p) {
 			return records.Proposal{}, false
@@ -91,7 +111,7 @@ func RelativeRepresentative(spec TaskSpec, c records.Card) (p records.Proposal, 
 // "width ×½", "depth −1", "lr-scale factor=0.5"); ok is false for a card
 // without one.
 func OppositeLabel(c records.Card) (label string, ok bool) {
-	if rel, found := relativeSize[c.Mechanism]; found && rel.prev != nil {
+	if rel, found := relativeSize[c.Mechanism]; found && !rel.residual {
 		if rel.param == "layers" {
 			return c.Mechanism + " −1", true
 		}
@@ -116,8 +136,8 @@ func RelativeOpposite(spec TaskSpec, c records.Card) (records.Proposal, bool) {
 	for k, v := range p.Params {
 		params[k] = v
 	}
-	if rel, found := relativeSize[c.Mechanism]; found && rel.prev != nil {
-		params[rel.param] = strconv.Itoa(rel.prev(spec.Config))
+	if rel, found := relativeSize[c.Mechanism]; found && !rel.residual {
+		params[rel.param] = strconv.Itoa(smaller(rel.param, rel.of(spec.Config)))
 	} else if param, found := relativeFactor[c.Mechanism]; found {
 		params[param] = "0.5"
 	} else {
