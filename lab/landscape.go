@@ -67,8 +67,19 @@ type LandscapeStats struct {
 	Oracle, Fixed, OracleMinusFixed float64
 	// FixedSet are the cards of the best fixed set, best first.
 	FixedSet []string
+	// Cards holds each card's mean score over the tasks (a skipped cell
+	// counts 0, as in Avg@K; the best fixed set is the K highest) and the
+	// tasks where it is above +SignSigma and below −SignSigma, in Cards
+	// order of the sweep.
+	Cards []CardStats
 	// Scores[t][k] is the card's score on the task (NaN when skipped).
 	Scores [][]float64
+}
+
+// CardStats is one card's standing over a landscape's tasks.
+type CardStats struct {
+	Mean         float64
+	Above, Below int
 }
 
 // LandscapeReport holds the robust figures (σ floored at the family's
@@ -179,47 +190,48 @@ func landscapeStats(s Sweep, cfg LandscapeConfig, z [][]float64) LandscapeStats 
 	}
 	st.MedianSpearman = median(rhos)
 	var present, flips int
+	st.Cards = make([]CardStats, len(s.Cards))
 	for k := range s.Cards {
-		var hi, lo, any bool
+		c := &st.Cards[k]
+		var any bool
 		for t := range z {
 			v := z[t][k]
 			if math.IsNaN(v) {
 				continue
 			}
 			any = true
-			hi = hi || v > cfg.SignSigma
-			lo = lo || v < -cfg.SignSigma
+			c.Mean += v / float64(len(z))
+			if v > cfg.SignSigma {
+				c.Above++
+			} else if v < -cfg.SignSigma {
+				c.Below++
+			}
 		}
 		if any {
 			present++
 		}
-		if hi && lo {
+		if c.Above > 0 && c.Below > 0 {
 			flips++
 		}
 	}
 	if present > 0 {
 		st.SignChange = float64(flips) / float64(present)
 	}
-	st.Oracle, st.Fixed, st.FixedSet = oracleAndFixed(s.Cards, z, cfg.SetSize)
+	st.Oracle, st.Fixed, st.FixedSet = oracleAndFixed(s.Cards, st.Cards, z, cfg.SetSize)
 	st.OracleMinusFixed = st.Oracle - st.Fixed
 	return st
 }
 
 // oracleAndFixed returns the mean over tasks of Avg@K of each task's top K
-// and of the best fixed set of K cards (skipped cells score 0), and that set.
-func oracleAndFixed(cards []string, z [][]float64, K int) (oracle, fixed float64, set []string) {
-	zero := func(v float64) float64 {
-		if math.IsNaN(v) {
-			return 0
-		}
-		return v
-	}
-	colMean := make([]float64, len(cards))
+// and of the best fixed set of K cards (the K highest means; skipped cells
+// score 0), and that set.
+func oracleAndFixed(cards []string, stats []CardStats, z [][]float64, K int) (oracle, fixed float64, set []string) {
 	for _, row := range z {
 		vs := make([]float64, len(row))
 		for k, v := range row {
-			vs[k] = zero(v)
-			colMean[k] += vs[k] / float64(len(z))
+			if !math.IsNaN(v) {
+				vs[k] = v
+			}
 		}
 		sort.Sort(sort.Reverse(sort.Float64Slice(vs)))
 		oracle += mean(vs[:K]) / float64(len(z))
@@ -228,9 +240,9 @@ func oracleAndFixed(cards []string, z [][]float64, K int) (oracle, fixed float64
 	for i := range idx {
 		idx[i] = i
 	}
-	sort.SliceStable(idx, func(a, b int) bool { return colMean[idx[a]] > colMean[idx[b]] })
+	sort.SliceStable(idx, func(a, b int) bool { return stats[idx[a]].Mean > stats[idx[b]].Mean })
 	for _, k := range idx[:K] {
-		fixed += colMean[k] / float64(K)
+		fixed += stats[k].Mean / float64(K)
 		set = append(set, cards[k])
 	}
 	return oracle, fixed, set

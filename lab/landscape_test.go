@@ -58,6 +58,15 @@ func TestLandscapeHandWorked(t *testing.T) {
 	// x 0, y 1, z 0, w 0 → fixed set {y, x} → 0.5.
 	require.InDelta(t, 7.0/3, r.Robust.Oracle, 1e-12)
 	require.InDelta(t, 0.5, r.Robust.Fixed, 1e-12)
+	// Per card, strictly beyond ±2: x (2, 1, −3) one below; y (−2, 3, 2)
+	// one above; z (·, −1, 1) none; w (−6, 0, 6) one of each.
+	wantCards := []lab.CardStats{{Mean: 0, Below: 1}, {Mean: 1, Above: 1}, {Mean: 0}, {Mean: 0, Above: 1, Below: 1}}
+	require.Len(t, r.Robust.Cards, 4)
+	for k, w := range wantCards {
+		got := r.Robust.Cards[k]
+		require.InDelta(t, w.Mean, got.Mean, 1e-12, "card %d", k)
+		require.Equal(t, [2]int{w.Above, w.Below}, [2]int{got.Above, got.Below}, "card %d", k)
+	}
 	require.InDelta(t, 7.0/3-0.5, r.Robust.OracleMinusFixed, 1e-12)
 	require.Equal(t, []string{"y", "x"}, r.Robust.FixedSet)
 	// Raw (σ_e, no clip): A 4 −4 · −6, B as robust, C −3 2 1 15.

@@ -45,12 +45,13 @@ func runLandscape(ctx context.Context, w, log io.Writer, l *lab.Lab, store recor
 		}
 		cpus[i] = r.cpu
 	}
-	rep, err := lab.Landscape(sw, lab.DefaultLandscapeConfig())
+	cfg := lab.DefaultLandscapeConfig()
+	rep, err := lab.Landscape(sw, cfg)
 	if err != nil {
 		return err
 	}
 	printLandscape(w, log, rep, median(cpus))
-	printCards(log, sw.Cards, rep.Robust.Scores)
+	printCards(log, sw.Cards, rep.Robust.Cards, cfg.SignSigma, len(sw.Tasks))
 	if o.csv != "" {
 		if err := writeCSV(o.csv, sw, rep.Robust.Scores); err != nil {
 			return err
@@ -201,33 +202,18 @@ func cell(v float64, ok bool) string {
 }
 
 // printCards writes each card's mean robust score over the tasks (a
-// skipped cell counts 0, as in Avg@K) and the tasks where it is above +2
-// and below −2, best first: the cards a context-free policy would pick.
-func printCards(log io.Writer, cards []string, z [][]float64) {
-	type stat struct {
-		name     string
-		mean     float64
-		up, down int
+// skipped cell counts 0, as in Avg@K) and the tasks where it is above
+// +SignSigma and below −SignSigma (lab.CardStats), best first: the cards a
+// context-free policy would pick.
+func printCards(log io.Writer, cards []string, stats []lab.CardStats, sign float64, tasks int) {
+	idx := make([]int, len(cards))
+	for i := range idx {
+		idx[i] = i
 	}
-	st := make([]stat, len(cards))
-	for k, name := range cards {
-		st[k].name = name
-		for _, row := range z {
-			v := row[k]
-			if math.IsNaN(v) {
-				continue
-			}
-			st[k].mean += v / float64(len(z))
-			if v > 2 {
-				st[k].up++
-			} else if v < -2 {
-				st[k].down++
-			}
-		}
-	}
-	sort.SliceStable(st, func(a, b int) bool { return st[a].mean > st[b].mean })
-	for _, s := range st {
-		fmt.Fprintf(log, "card %-24s mean %+6.2f  above +2 on %2d, below −2 on %2d of %d tasks\n", s.name, s.mean, s.up, s.down, len(z))
+	sort.SliceStable(idx, func(a, b int) bool { return stats[idx[a]].Mean > stats[idx[b]].Mean })
+	for _, k := range idx {
+		s := stats[k]
+		fmt.Fprintf(log, "card %-24s mean %+6.2f  above +%g on %2d, below −%g on %2d of %d tasks\n", cards[k], s.Mean, sign, s.Above, sign, s.Below, tasks)
 	}
 }
 

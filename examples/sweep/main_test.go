@@ -109,11 +109,11 @@ func TestWriteCSV(t *testing.T) {
 
 func TestPrintCards(t *testing.T) {
 	var log bytes.Buffer
-	z := [][]float64{{3, -1, math.NaN()}, {2.5, -3, 1}, {-2.5, 0, 1}}
-	printCards(&log, []string{"x", "y", "z"}, z)
+	stats := []lab.CardStats{{Mean: 1, Above: 2, Below: 1}, {Mean: -4.0 / 3, Below: 1}, {Mean: 2.0 / 3}}
+	printCards(&log, []string{"x", "y", "z"}, stats, 2, 3)
 	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
 	require.Len(t, lines, 3)
-	// Means over all 3 tasks, a skipped cell counting 0: x 1, z 2/3, y −4/3.
+	// Best mean first: x, z, y.
 	require.Regexp(t, `^card x +mean +\+1\.00  above \+2 on  2, below −2 on  1 of 3 tasks$`, lines[0])
 	require.Regexp(t, `^card z +mean +\+0\.67  above \+2 on  0, below −2 on  0 of 3 tasks$`, lines[1])
 	require.Regexp(t, `^card y +mean +-1\.33  above \+2 on  0, below −2 on  1 of 3 tasks$`, lines[2])
