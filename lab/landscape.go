@@ -72,6 +72,16 @@ type LandscapeStats struct {
 	// tasks where it is above +SignSigma and below −SignSigma, in Cards
 	// order of the sweep.
 	Cards []CardStats
+	// HeldOutOracle, HeldOutFixed and HeldOutOracleMinusFixed are Oracle,
+	// Fixed and their difference with the choice and its score on disjoint
+	// seeds: each task's top K and the fixed set are chosen on one half of
+	// every cell's seeds (outcomes 0, 2, 4, … or 1, 3, 5, …, the gains in
+	// seed order, then the infeasible ones) and scored on the other, the
+	// mean of both directions. Choosing and scoring on the same seeds lets
+	// the best of many noisy cells look better than it is, more so the more
+	// cards a sweep has; these figures do not. NaN when a non-skipped cell
+	// has fewer than 2 seeds.
+	HeldOutOracle, HeldOutFixed, HeldOutOracleMinusFixed float64
 	// Scores[t][k] is the card's score on the task (NaN when skipped).
 	Scores [][]float64
 }
@@ -107,11 +117,95 @@ func Landscape(s Sweep, cfg LandscapeConfig) (LandscapeReport, error) {
 		return min(max(g/tau, -cfg.Clip), cfg.Clip)
 	}
 	raw := func(t int, g float64) float64 { return g / s.Tasks[t].SeedNoise }
-	return LandscapeReport{
+	rep := LandscapeReport{
 		Robust: landscapeStats(s, cfg, scores(s, cfg, robust)),
 		Raw:    landscapeStats(s, cfg, scores(s, cfg, raw)),
 		Floor:  floor,
-	}, nil
+	}
+	rep.Robust.heldOut(s, cfg, robust)
+	rep.Raw.heldOut(s, cfg, raw)
+	return rep, nil
+}
+
+// heldOut fills the HeldOut figures: choose on one fold of the seeds,
+// score on the other, both ways.
+func (st *LandscapeStats) heldOut(s Sweep, cfg LandscapeConfig, norm func(t int, g float64) float64) {
+	z0, ok0 := foldScores(s, cfg, norm, 0)
+	z1, ok1 := foldScores(s, cfg, norm, 1)
+	if !ok0 || !ok1 {
+		st.HeldOutOracle, st.HeldOutFixed, st.HeldOutOracleMinusFixed = math.NaN(), math.NaN(), math.NaN()
+		return
+	}
+	st.HeldOutOracle, st.HeldOutFixed = 0, 0
+	for _, f := range [][2][][]float64{{z0, z1}, {z1, z0}} {
+		choose, score := f[0], f[1]
+		means := make([]float64, len(s.Cards))
+		for t := range choose {
+			for _, k := range topK(choose[t], cfg.SetSize) {
+				st.HeldOutOracle += zeroNaN(score[t][k]) / float64(cfg.SetSize*len(choose)*2)
+			}
+			for k, v := range choose[t] {
+				means[k] += zeroNaN(v)
+			}
+		}
+		for _, k := range topK(means, cfg.SetSize) {
+			for t := range score {
+				st.HeldOutFixed += zeroNaN(score[t][k]) / float64(cfg.SetSize*len(score)*2)
+			}
+		}
+	}
+	st.HeldOutOracleMinusFixed = st.HeldOutOracle - st.HeldOutFixed
+}
+
+// foldScores returns the cells' scores over fold f of their outcomes (the
+// gains in seed order, then one −Clip per infeasible seed; fold f holds
+// the outcomes i with i mod 2 = f); ok is false when a non-skipped cell
+// has fewer than 2 outcomes.
+func foldScores(s Sweep, cfg LandscapeConfig, norm func(t int, g float64) float64, f int) ([][]float64, bool) {
+	out := make([][]float64, len(s.Cells))
+	for t, row := range s.Cells {
+		out[t] = make([]float64, len(row))
+		for k, c := range row {
+			if c.skipped() {
+				out[t][k] = math.NaN()
+				continue
+			}
+			n := len(c.Gains) + c.Infeasible
+			if n < 2 {
+				return nil, false
+			}
+			var sum float64
+			var m int
+			for i := f; i < n; i += 2 {
+				if i < len(c.Gains) {
+					sum += norm(t, c.Gains[i])
+				} else {
+					sum -= cfg.Clip
+				}
+				m++
+			}
+			out[t][k] = sum / float64(m)
+		}
+	}
+	return out, true
+}
+
+// topK returns the indices of the K highest values (NaN counts 0, ties to
+// the lower index).
+func topK(vs []float64, K int) []int {
+	idx := make([]int, len(vs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return zeroNaN(vs[idx[a]]) > zeroNaN(vs[idx[b]]) })
+	return idx[:K]
+}
+
+func zeroNaN(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v
 }
 
 func (s Sweep) validate(cfg LandscapeConfig) error {

@@ -76,6 +76,52 @@ func TestLandscapeHandWorked(t *testing.T) {
 	require.Equal(t, []string{"w", "x"}, r.Raw.FixedSet)
 }
 
+// The held-out figures choose on one seed and score on the other: a card
+// that wins on one seed only looks as good as a steady one in sample and
+// loses out of sample. Worked by hand (τ = 0.1 everywhere, K = 1):
+//
+//	P: a 4 −2, b 0.5 0.5, c infeasible ×2      Q: a −2 4, b 1.5 0.5, c −6 −6
+//
+// In sample: P's best mean is a's 1, Q's a's or b's 1: oracle 1; card means
+// a 1, b 0.75, c −6: fixed {a} 1.
+// Choosing on seed 1: P → a, scored on seed 2 −2; Q → b, 0.5. On seed 2:
+// P → b, 0.5; Q → a, −2. Held-out oracle (−1.5 − 1.5)/4 = −0.75. The fixed
+// set is a both ways (seed-1 sums a 2, b 2, tie to the first; seed-2 sums
+// a 2, b 1), scored (−2 + 4) and (4 − 2): held-out fixed 4/4 = 1.
+func TestLandscapeHeldOutSeeds(t *testing.T) {
+	g := func(xs ...float64) lab.Cell { return lab.Cell{Gains: xs} }
+	sw := lab.Sweep{
+		Tasks: []records.Task{landscapeTask("P", "f", 0.1), landscapeTask("Q", "f", 0.1)},
+		Cards: []string{"a", "b", "c"},
+		Cells: [][]lab.Cell{
+			{g(0.4, -0.2), g(0.05, 0.05), {Infeasible: 2}},
+			{g(-0.2, 0.4), g(0.15, 0.05), g(-1, -1)},
+		},
+	}
+	cfg := lab.DefaultLandscapeConfig()
+	cfg.SetSize = 1
+	r, err := lab.Landscape(sw, cfg)
+	require.NoError(t, err)
+	for _, st := range []lab.LandscapeStats{r.Robust, r.Raw} {
+		require.InDelta(t, 1, st.Oracle, 1e-12)
+		require.InDelta(t, 1, st.Fixed, 1e-12)
+		require.InDelta(t, -0.75, st.HeldOutOracle, 1e-12)
+		require.InDelta(t, 1, st.HeldOutFixed, 1e-12)
+		require.InDelta(t, -1.75, st.HeldOutOracleMinusFixed, 1e-12)
+	}
+	// Raw scores are not clipped: Q's c scores −10 per seed, still never
+	// chosen; the robust figures clip it to −6.
+	require.InDelta(t, -10, r.Raw.Scores[1][2], 1e-12)
+	require.InDelta(t, -6, r.Robust.Scores[1][2], 1e-12)
+
+	// One seed leaves nothing to hold out.
+	sw.Cells[0][1] = g(0.05)
+	r, err = lab.Landscape(sw, cfg)
+	require.NoError(t, err)
+	require.True(t, math.IsNaN(r.Robust.HeldOutOracleMinusFixed))
+	require.InDelta(t, 1, r.Robust.Oracle, 1e-12)
+}
+
 // Identical tasks agree perfectly and leave nothing to an oracle.
 func TestLandscapeContextFree(t *testing.T) {
 	s := handSweep()

@@ -229,6 +229,8 @@ func printLandscape(w, log io.Writer, rep lab.LandscapeReport, cpu float64) {
 	x := rep.Raw
 	fmt.Fprintf(log, "raw (σ_e, no clip): median Spearman %.2f, cards changing sign %.0f%%, oracle %.2f − fixed %.2f = %.2f %v\n",
 		x.MedianSpearman, 100*x.SignChange, x.Oracle, x.Fixed, x.OracleMinusFixed, x.FixedSet)
+	fmt.Fprintf(log, "held-out seeds (chosen on one half of the seeds, scored on the other): robust oracle %.2f − fixed %.2f = %.2f; raw %.2f − %.2f = %.2f\n",
+		r.HeldOutOracle, r.HeldOutFixed, r.HeldOutOracleMinusFixed, x.HeldOutOracle, x.HeldOutFixed, x.HeldOutOracleMinusFixed)
 	fams := make([]string, 0, len(rep.Floor))
 	for f := range rep.Floor {
 		fams = append(fams, f)
