@@ -28,79 +28,70 @@ func ApplyProposal(ref model.Config, p records.Proposal) (model.Config, error) {
 	return cards.Apply(ref, p)
 }
 
-// relativeSize names the size parameter of the cards whose representative
-// choice is relative to the reference (RelativeRepresentative), with the
-// reference's value of it: a width, context or batch is doubled (and, by
-// RelativeOpposite, halved); a depth gains a layer (and loses one). The
-// residual cards are about adding depth: they go to at least 2 layers and
-// have no opposite.
-var relativeSize = map[string]struct {
-	param    string
-	of       func(ref model.Config) int
-	residual bool
-}{
-	"width":              {param: "hidden", of: func(c model.Config) int { return c.Hidden }},
-	"embed-dim":          {param: "embed", of: func(c model.Config) int { return c.Embed }},
-	"context":            {param: "length", of: func(c model.Config) int { return c.Context }},
-	"batch-size":         {param: "batch", of: func(c model.Config) int { return c.Batch }},
-	"batch-size-sqrt-lr": {param: "batch", of: func(c model.Config) int { return c.Batch }},
-	"depth":              {param: "layers", of: func(c model.Config) int { return c.Layers }},
-	"residual-depth":     {param: "layers", of: func(c model.Config) int { return c.Layers }, residual: true},
-	"deep-normed":        {param: "layers", of: func(c model.Config) int { return c.Layers }, residual: true},
+// direction is a card with a direction: the parameter that sets it, its
+// identity value (no change) and the card's opposite choice, which
+// RelativeOpposite proposes and OppositeLabel names. The size cards are
+// relative to the reference (cards.Apply): factor 2 doubles a width,
+// context or batch and 0.5 halves it; add 1 adds a layer and −1 removes
+// one. The residual cards are about adding depth and have no opposite.
+type direction struct {
+	param, identity, opposite, label string
 }
 
-// larger and smaller are the relative edits of a size card's value v.
-func larger(param string, v int, residual bool) int {
-	switch {
-	case residual:
-		return max(2, v+1)
-	case param == "layers":
-		return v + 1
+var directions = map[string]direction{
+	"width":              {"factor", "1", "0.5", "width ×½"},
+	"embed-dim":          {"factor", "1", "0.5", "embed-dim ×½"},
+	"context":            {"factor", "1", "0.5", "context ×½"},
+	"batch-size":         {"factor", "1", "0.5", "batch-size ×½"},
+	"batch-size-sqrt-lr": {"factor", "1", "0.5", "batch-size-sqrt-lr ×½"},
+	"depth":              {"add", "0", "-1", "depth −1"},
+	"lr-scale":           {"factor", "1", "0.5", "lr-scale factor=0.5"},
+	"model-scale":        {"factor", "1", "0.5", "model-scale factor=0.5"},
+}
+
+// sameWay reports whether p moves a directional card's parameter away from
+// the identity on the side of the card's first choice (not towards its
+// opposite); true for a card without a direction.
+func sameWay(c records.Card, p records.Proposal) bool {
+	d, ok := directions[c.Mechanism]
+	if !ok {
+		return true
 	}
-	return 2 * v
-}
-
-func smaller(param string, v int) int {
-	if param == "layers" {
-		return v - 1
+	side := func(s string) int {
+		x, _ := strconv.ParseFloat(s, 64)
+		id, _ := strconv.ParseFloat(d.identity, 64)
+		switch {
+		case x > id:
+			return 1
+		case x < id:
+			return -1
+		}
+		return 0
 	}
-	return v / 2
+	return side(p.Params[d.param]) == side(cards.Representative(c).Params[d.param])
 }
 
-// relativeFactor names the cards whose representative multiplies a value
-// by a factor > 1; RelativeOpposite is the reciprocal.
-var relativeFactor = map[string]string{"lr-scale": "factor", "model-scale": "factor"}
+// changes reports whether p is feasible on spec's reference and changes it.
+func changes(spec TaskSpec, p records.Proposal) bool {
+	cfg, err := cards.Apply(spec.Config, p)
+	return err == nil && cfg != spec.Config
+}
 
 // RelativeRepresentative returns the card's representative proposal for a
-// task, expressed relative to the task's reference so that it means the
-// same change on every task: the size cards double the reference's value
-// (width, embed-dim, context, batch-size, batch-size-sqrt-lr) or add a layer
-// (depth, residual-depth, deep-normed; other parameters at their first
-// choice); every other card takes its first choice (cards.Proposals order,
-// most typical first) that changes the reference. ok is false when the
-// relative value is out of the card's range or no choice changes the
-// reference (a sweep skips the card there rather than spend runs on a
-// no-op or on a change that reverses the card's meaning).
+// task: its first choice (cards.Proposals order, most typical first) that
+// changes the task's reference. The size cards are relative to the
+// reference, so the representative means the same change on every task:
+// width, embed-dim, context, batch-size and batch-size-sqrt-lr double the
+// reference's value (factor=2), depth, residual-depth and deep-normed add
+// a layer (add=1). A card with a direction (width, embed-dim, context,
+// batch-size, batch-size-sqrt-lr, depth, lr-scale, model-scale) only takes
+// choices on the side of its first one, never its opposite. ok is false
+// when no such choice is feasible and changes the reference (a sweep skips
+// the card there rather than spend runs on a no-op or on a change that
+// reverses the card's meaning).
 func RelativeRepresentative(spec TaskSpec, c records.Card) (p records.Proposal, ok bool) {
-	changes := func(p records.Proposal) bool {
-		cfg, err := cards.Apply(spec.Config, p)
-		return err == nil && cfg != spec.Config
-	}
-	if rel, found := relativeSize[c.Mechanism]; found {
-		p = cards.Representative(c)
-		params := map[string]string{}
-		for k, v := range p.Params {
-			params[k] = v
-		}
-		params[rel.param] = strconv.Itoa(larger(rel.param, rel.of(spec.Config), rel.residual))
-		p.Params = params
-		if _, err := cards.Parse(cards.Render(p)); err != nil || !changes(p) {
-			return records.Proposal{}, false
-		}
-		return p, true
-	}
 	for _, p := range cards.Proposals(c) {
-		if changes(p) {
+		if sameWay(c, p) && changes(spec, p) {
 			return p, true
 		}
 	}
@@ -111,44 +102,31 @@ func RelativeRepresentative(spec TaskSpec, c records.Card) (p records.Proposal, 
 // "width ×½", "depth −1", "lr-scale factor=0.5"); ok is false for a card
 // without one.
 func OppositeLabel(c records.Card) (label string, ok bool) {
-	if rel, found := relativeSize[c.Mechanism]; found && !rel.residual {
-		if rel.param == "layers" {
-			return c.Mechanism + " −1", true
-		}
-		return c.Mechanism + " ×½", true
-	}
-	if param, found := relativeFactor[c.Mechanism]; found {
-		return c.Mechanism + " " + param + "=0.5", true
-	}
-	return "", false
+	d, ok := directions[c.Mechanism]
+	return d.label, ok
 }
 
 // RelativeOpposite returns the opposite of the card's relative
-// representative: half the size (one layer fewer) for the size cards, the
-// factor ½ for lr-scale and model-scale. A landscape sweep runs both,
-// because whether a reference learns too fast or too slowly, or is too
-// large or too small for its budget and data, is the state the best
-// direction depends on. ok is false when the card has no
-// direction, the value is out of the card's range or it changes nothing.
+// representative: the card's first choice with its direction reversed —
+// half the size (factor=0.5) or one layer fewer (add=-1) for the size
+// cards, factor=0.5 for lr-scale and model-scale. A landscape sweep runs
+// both, because whether a reference learns too fast or too slowly, or is
+// too large or too small for its budget and data, is the state the best
+// direction depends on. ok is false when the card has no direction or the
+// opposite is infeasible on the reference or changes nothing.
 func RelativeOpposite(spec TaskSpec, c records.Card) (records.Proposal, bool) {
+	d, ok := directions[c.Mechanism]
+	if !ok {
+		return records.Proposal{}, false
+	}
 	p := cards.Representative(c)
 	params := map[string]string{}
 	for k, v := range p.Params {
 		params[k] = v
 	}
-	if rel, found := relativeSize[c.Mechanism]; found && !rel.residual {
-		params[rel.param] = strconv.Itoa(smaller(rel.param, rel.of(spec.Config)))
-	} else if param, found := relativeFactor[c.Mechanism]; found {
-		params[param] = "0.5"
-	} else {
-		return records.Proposal{}, false
-	}
+	params[d.param] = d.opposite
 	p.Params = params
-	if _, err := cards.Parse(cards.Render(p)); err != nil {
-		return records.Proposal{}, false
-	}
-	cfg, err := cards.Apply(spec.Config, p)
-	if err != nil || cfg == spec.Config {
+	if !changes(spec, p) {
 		return records.Proposal{}, false
 	}
 	return p, true

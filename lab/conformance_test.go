@@ -20,7 +20,7 @@ func TestLabConformance(t *testing.T) {
 	require.NoError(t, err)
 	props := []records.Proposal{
 		{Mechanism: "activation", Params: map[string]string{"name": "gelu"}},
-		{Mechanism: "embed-dim", Params: map[string]string{"embed": "24"}},
+		{Mechanism: "embed-dim", Params: map[string]string{"factor": "1.5"}},
 	}
 	buildertest.RunBuilder(t, l, buildertest.BuilderOptions{Task: task, Feasible: props,
 		Infeasible: []records.Proposal{{Mechanism: "lr-scale", Params: map[string]string{"factor": "1e9"}}}})

@@ -258,7 +258,7 @@ func TestExecuteGainUsesTheSameSeed(t *testing.T) {
 		require.NoError(t, err)
 		ref, err := l.Reference(ctx, id)
 		require.NoError(t, err)
-		p, err := lab.ParseProposal("embed-dim embed=24")
+		p, err := lab.ParseProposal("embed-dim factor=1.5") // embedding 16 → 24
 		require.NoError(t, err)
 		j, err := l.Build(ctx, task, p)
 		require.NoError(t, err)
@@ -366,7 +366,7 @@ func TestCancellation(t *testing.T) {
 	ctx := context.Background()
 	task, err := l.Task(ctx, "tiny-ar")
 	require.NoError(t, err)
-	j, err := l.Build(ctx, task, records.Proposal{Mechanism: "width", Params: map[string]string{"hidden": "64"}})
+	j, err := l.Build(ctx, task, records.Proposal{Mechanism: "width", Params: map[string]string{"factor": "2"}})
 	require.NoError(t, err)
 
 	cctx, cancel := context.WithCancel(ctx)
@@ -485,7 +485,7 @@ func TestKnownEffects(t *testing.T) {
 		return g
 	}
 	require.Less(t, mean("lr-scale factor=10"), -2*task.SeedNoise)
-	require.Greater(t, mean("embed-dim embed=32"), 2*task.SeedNoise)
+	require.Greater(t, mean("embed-dim factor=2"), 2*task.SeedNoise)
 }
 
 func ExampleRender() {
@@ -493,12 +493,12 @@ func ExampleRender() {
 	fmt.Println(lab.Render(p))
 	q, err := lab.ParseProposal("warmup-cosine(warmup_frac=0.10, min_frac=0)")
 	fmt.Println(q.Key(), err)
-	_, err = lab.ParseProposal("depth layers=12")
+	_, err = lab.ParseProposal("depth add=12")
 	fmt.Println(errors.Is(err, builder.ErrInfeasible), err)
 	// Output:
 	// adam-beta2 value=0.95
 	// warmup-cosine{min_frac=0,warmup_frac=0.1} <nil>
-	// true cards: depth layers: 12 outside int in [0, 6]
+	// true cards: depth add: 12 outside int in [-6, 6]
 }
 
 func TestRepresentativeChangesTheReference(t *testing.T) {
@@ -510,23 +510,29 @@ func TestRepresentativeChangesTheReference(t *testing.T) {
 			require.NotEqual(t, s.Config, cfg, "%s on %s", p.Key(), s.ID)
 		}
 	}
-	// The batch-size card doubles the reference's batch: 32 → 64 on the mdm
-	// references.
+	// The batch-size card doubles the reference's batch at fixed tokens:
+	// 32 → 64 windows and 300 → 150 steps on the mdm references.
 	mdm := lab.DefaultTasks()[12]
 	require.Equal(t, 32, mdm.Config.Batch)
+	require.Equal(t, 300, mdm.Config.Steps)
 	c, ok := cards.Lookup("batch-size")
 	require.True(t, ok)
-	require.Equal(t, "batch-size{batch=64}", lab.Representative(mdm, c).Key())
+	p := lab.Representative(mdm, c)
+	require.Equal(t, "batch-size{factor=2}", p.Key())
+	cfg, err := lab.ApplyProposal(mdm.Config, p)
+	require.NoError(t, err)
+	require.Equal(t, [2]int{64, 150}, [2]int{cfg.Batch, cfg.Steps})
 }
 
 // FuzzParseProposal: whatever text an LLM writes, ParseProposal either
 // rejects it as infeasible or accepts a proposal that renders and parses
 // back to itself and that the lab can build (or reject as infeasible).
 func FuzzParseProposal(f *testing.F) {
-	f.Add("embed-dim embed=32")
+	f.Add("embed-dim factor=2")
 	f.Add("lr-scale(factor=10)\nlarger steps")
 	f.Add("none")
-	f.Add("batch-size: batch = 16")
+	f.Add("batch-size: factor = 0.25")
+	f.Add("depth add=-1")
 	f.Add("wsd{decay_frac=0.9}")
 	l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/cards"
+	"github.com/lm2lm/lm2lm/lab/model"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -153,8 +154,12 @@ func TestLandscapeErrors(t *testing.T) {
 	}
 }
 
-// Size cards double the reference's value (or add a layer), so a card
-// means the same change on every task; a value out of range skips it.
+// Size cards are relative to the reference: the representative doubles its
+// value (or adds a layer) and the opposite halves it (or removes one), so
+// a card means the same change on every task; a result outside the card's
+// range skips it. The configurations are derived by hand from the
+// reference (hidden 64, embed 16, context 8, batch 128 with 223 steps and
+// 22 warm-up steps, 1 layer).
 func TestRelativeRepresentative(t *testing.T) {
 	byName := map[string]records.Card{}
 	for _, c := range lab.Catalogue() {
@@ -163,20 +168,67 @@ func TestRelativeRepresentative(t *testing.T) {
 	spec := lab.SuiteV2(1).Validation[0]
 	c := &spec.Config
 	c.Hidden, c.Embed, c.Context, c.Batch, c.Layers, c.Activation = 64, 16, 8, 128, 1, "tanh"
-	for _, tc := range []struct{ card, want string }{
-		{"width", "width hidden=128"},
-		{"embed-dim", "embed-dim embed=32"},
-		{"context", "context length=16"},
-		{"batch-size", "batch-size batch=256"},
-		{"depth", "depth layers=2"},
-		{"residual-depth", "residual-depth layers=2"},
-		{"lr-scale", "lr-scale factor=2"},
+	require.Equal(t, [2]int{223, 22}, [2]int{c.Steps, c.Warmup})
+	ref := spec.Config
+	type edit func(c *model.Config)
+	for _, tc := range []struct {
+		card, rep string
+		repEdit   edit
+		opp       string // "" when the card has no opposite
+		oppEdit   edit
+	}{
+		{"width", "width factor=2", func(c *model.Config) { c.Hidden = 128 },
+			"width factor=0.5", func(c *model.Config) { c.Hidden = 32 }},
+		{"embed-dim", "embed-dim factor=2", func(c *model.Config) { c.Embed = 32 },
+			"embed-dim factor=0.5", func(c *model.Config) { c.Embed = 8 }},
+		{"context", "context factor=2", func(c *model.Config) { c.Context = 16 },
+			"context factor=0.5", func(c *model.Config) { c.Context = 4 }},
+		// Fixed tokens: 223·128/256 = 111.5 → 112 steps, warm-up 11;
+		// 223·2 = 446 steps, warm-up 44.
+		{"batch-size", "batch-size factor=2", func(c *model.Config) { c.Batch, c.Steps, c.Warmup = 256, 112, 11 },
+			"batch-size factor=0.5", func(c *model.Config) { c.Batch, c.Steps, c.Warmup = 64, 446, 44 }},
+		{"batch-size-sqrt-lr", "batch-size-sqrt-lr factor=2", func(c *model.Config) {
+			c.Batch, c.Steps, c.Warmup, c.LR = 256, 112, 11, c.LR*math.Sqrt2
+		}, "batch-size-sqrt-lr factor=0.5", func(c *model.Config) {
+			c.Batch, c.Steps, c.Warmup, c.LR = 64, 446, 44, c.LR*math.Sqrt(0.5)
+		}},
+		{"depth", "depth add=1", func(c *model.Config) { c.Layers = 2 },
+			"depth add=-1", func(c *model.Config) { c.Layers = 0 }},
+		{"residual-depth", "residual-depth add=1", func(c *model.Config) { c.Layers, c.Residual = 2, true }, "", nil},
+		{"deep-normed", "deep-normed add=1 norm=rmsnorm", func(c *model.Config) { c.Layers, c.Residual, c.Norm = 2, true, "rmsnorm" }, "", nil},
+		{"lr-scale", "lr-scale factor=2", func(c *model.Config) { c.LR *= 2 },
+			"lr-scale factor=0.5", func(c *model.Config) { c.LR *= 0.5 }},
+		{"model-scale", "model-scale factor=2", func(c *model.Config) { c.Hidden, c.Embed = 128, 32 },
+			"model-scale factor=0.5", func(c *model.Config) { c.Hidden, c.Embed = 32, 8 }},
+		{"dropout", "dropout rate=0.1", func(c *model.Config) { c.Dropout = 0.1 }, "", nil},
 	} {
+		check := func(p records.Proposal, text string, e edit) {
+			require.Equal(t, text, cards.Render(p), tc.card)
+			got, err := lab.ApplyProposal(ref, p)
+			require.NoError(t, err, text)
+			want := ref
+			e(&want)
+			require.InDelta(t, want.LR, got.LR, 1e-15*want.LR, text)
+			want.LR = got.LR
+			require.Equal(t, want, got, text)
+		}
 		p, ok := lab.RelativeRepresentative(spec, byName[tc.card])
 		require.True(t, ok, tc.card)
-		require.Equal(t, tc.want, cards.Render(p))
+		check(p, tc.rep, tc.repEdit)
+		p, ok = lab.RelativeOpposite(spec, byName[tc.card])
+		require.Equal(t, tc.opp != "", ok, tc.card)
+		label, hasLabel := lab.OppositeLabel(byName[tc.card])
+		require.Equal(t, ok, hasLabel, tc.card)
+		if ok {
+			check(p, tc.opp, tc.oppEdit)
+			require.NotEmpty(t, label)
+		}
 	}
-	// Cards with a direction are swept both ways; other cards once.
+	for card, want := range map[string]string{"width": "width ×½", "depth": "depth −1", "lr-scale": "lr-scale factor=0.5"} {
+		got, ok := lab.OppositeLabel(byName[card])
+		require.True(t, ok)
+		require.Equal(t, want, got)
+	}
 	choices := func(card string) []string {
 		var got []string
 		if p, ok := lab.RelativeRepresentative(spec, byName[card]); ok {
@@ -187,29 +239,25 @@ func TestRelativeRepresentative(t *testing.T) {
 		}
 		return got
 	}
-	require.Equal(t, []string{"lr-scale factor=2", "lr-scale factor=0.5"}, choices("lr-scale"))
-	require.Equal(t, []string{"model-scale factor=2", "model-scale factor=0.5"}, choices("model-scale"))
-	require.Equal(t, []string{"width hidden=128", "width hidden=32"}, choices("width"))
-	require.Equal(t, []string{"batch-size batch=256", "batch-size batch=64"}, choices("batch-size"))
-	require.Equal(t, []string{"depth layers=2", "depth layers=0"}, choices("depth"))
-	require.Equal(t, []string{"residual-depth layers=2"}, choices("residual-depth"))
-	require.Equal(t, []string{"dropout rate=0.1"}, choices("dropout"))
-	for card, want := range map[string]string{"width": "width ×½", "depth": "depth −1", "lr-scale": "lr-scale factor=0.5"} {
-		got, ok := lab.OppositeLabel(byName[card])
-		require.True(t, ok)
-		require.Equal(t, want, got)
-	}
-	_, ok := lab.OppositeLabel(byName["dropout"])
-	require.False(t, ok)
-	spec.Config.Hidden = 512 // ×2 is out of the card's range, ×½ is not
-	require.Equal(t, []string{"width hidden=256"}, choices("width"))
-	_, ok = lab.RelativeRepresentative(spec, byName["width"])
-	require.False(t, ok)
-	spec.Config.Hidden = 8 // ×½ is out of the card's range
-	_, ok = lab.RelativeOpposite(spec, byName["width"])
-	require.False(t, ok)
+	// Out of the card's range: ×2 of a width of 512 (the representative
+	// does not fall back to ×½, the opposite direction), ×½ of a width of 8,
+	// of a batch of 8 and of a context of 2, a layer fewer than none.
+	c.Hidden, c.Batch, c.Context, c.Layers = 512, 8, 2, 0
+	require.Equal(t, []string{"width factor=0.5"}, choices("width"))
+	require.Equal(t, []string{"batch-size factor=2"}, choices("batch-size"))
+	require.Equal(t, []string{"context factor=2"}, choices("context"))
+	require.Equal(t, []string{"depth add=1"}, choices("depth"))
+	c.Hidden = 8
+	require.Equal(t, []string{"width factor=2"}, choices("width"))
+	// ×½ divides as integers: a context of 5 becomes 2.
+	c.Context = 5
+	p, ok := lab.RelativeOpposite(spec, byName["context"])
+	require.True(t, ok)
+	got, err := lab.ApplyProposal(spec.Config, p)
+	require.NoError(t, err)
+	require.Equal(t, 2, got.Context)
 	spec.Config.Activation = "gelu" // the first activation choice is a no-op
-	p, ok := lab.RelativeRepresentative(spec, byName["activation"])
+	p, ok = lab.RelativeRepresentative(spec, byName["activation"])
 	require.True(t, ok)
 	require.Equal(t, "activation name=relu", cards.Render(p))
 }

@@ -112,7 +112,7 @@ func TestBudgetedBuild(t *testing.T) {
 	l, err := lab.New(cfg, records.NewMemStore())
 	require.NoError(t, err)
 	task := records.Task{ID: spec.ID}
-	for _, text := range []string{"model-scale factor=2", "batch-size batch=16", "warmup frac=0.1", "depth layers=3"} {
+	for _, text := range []string{"model-scale factor=2", "batch-size factor=0.25", "warmup frac=0.1", "depth add=2"} {
 		p, err := lab.ParseProposal(text)
 		require.NoError(t, err)
 		j, err := l.Build(context.Background(), task, p)

@@ -73,7 +73,7 @@ func (v values) s(name string) string  { return v.str[name] }
 // def is a card with its edit.
 type def struct {
 	card  records.Card
-	apply func(c *model.Config, v values)
+	apply func(c *model.Config, v values) error // an error is a *ProposalError without Mechanism
 }
 
 var (
@@ -265,9 +265,11 @@ func paramNames(c records.Card) string {
 
 // Apply returns ref edited by p: the training configuration a proposal
 // stands for, relative to a task's reference configuration. The no-change
-// proposal returns ref unchanged. Infeasible proposals, and proposals whose
-// result fails model.Config.Validate, return an error wrapping
-// builder.ErrInfeasible with the reason.
+// proposal returns ref unchanged. The size cards are relative to ref
+// (width factor=2 doubles ref's hidden width, depth add=-1 removes a
+// layer); a result outside the card's range is ErrOutOfRange. Infeasible
+// proposals, and proposals whose result fails model.Config.Validate,
+// return an error wrapping builder.ErrInfeasible with the reason.
 func Apply(ref model.Config, p records.Proposal) (model.Config, error) {
 	q, v, err := check(p)
 	if err != nil {
@@ -275,7 +277,13 @@ func Apply(ref model.Config, p records.Proposal) (model.Config, error) {
 	}
 	cfg := ref
 	if q.Mechanism != records.NoChange {
-		byName[q.Mechanism].apply(&cfg, v)
+		if err := byName[q.Mechanism].apply(&cfg, v); err != nil {
+			var pe *ProposalError
+			if errors.As(err, &pe) {
+				pe.Mechanism = q.Mechanism
+			}
+			return ref, err
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return ref, &ProposalError{Mechanism: q.Mechanism, Reason: err.Error(), Err: errors.Join(ErrInvalidConfig, err)}

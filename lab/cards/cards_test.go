@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -76,7 +77,7 @@ func TestEveryChoiceApplies(t *testing.T) {
 }
 
 func TestApplyEdits(t *testing.T) {
-	ref := model.DefaultConfig() // LR 2e-3, Batch 64, Steps 1000, Embed 16, Hidden 128
+	ref := model.DefaultConfig() // LR 2e-3, Batch 64, Steps 1000, Embed 16, Hidden 128, Context 8, Layers 1
 	tests := []struct {
 		text string
 		edit func(c *model.Config)
@@ -84,13 +85,26 @@ func TestApplyEdits(t *testing.T) {
 		{"none", func(c *model.Config) {}},
 		{"lr-scale factor=2", func(c *model.Config) { c.LR = 4e-3 }},
 		{"lr-warmup-boost factor=4 warmup_frac=0.05", func(c *model.Config) { c.LR, c.Warmup = 8e-3, 50 }},
-		{"batch-size batch=32", func(c *model.Config) { c.Batch, c.Steps = 32, 2000 }},
-		{"batch-size batch=256", func(c *model.Config) { c.Batch, c.Steps = 256, 250 }},
-		{"batch-size-sqrt-lr batch=128", func(c *model.Config) { c.Batch, c.Steps, c.LR = 128, 500, 2e-3*math.Sqrt2 }},
+		{"batch-size factor=0.5", func(c *model.Config) { c.Batch, c.Steps = 32, 2000 }},
+		{"batch-size factor=4", func(c *model.Config) { c.Batch, c.Steps = 256, 250 }},
+		{"batch-size factor=0.25", func(c *model.Config) { c.Batch, c.Steps = 16, 4000 }},
+		{"batch-size-sqrt-lr factor=2", func(c *model.Config) { c.Batch, c.Steps, c.LR = 128, 500, 2e-3*math.Sqrt2 }},
+		{"batch-size-sqrt-lr factor=0.5", func(c *model.Config) { c.Batch, c.Steps, c.LR = 32, 2000, 2e-3*math.Sqrt(0.5) }},
+		{"width factor=2", func(c *model.Config) { c.Hidden = 256 }},
+		{"width factor=0.5", func(c *model.Config) { c.Hidden = 64 }},
+		{"width factor=1.5", func(c *model.Config) { c.Hidden = 192 }},
+		{"width factor=0.3", func(c *model.Config) { c.Hidden = 38 }}, // 38.4 rounds down
+		{"embed-dim factor=0.125", func(c *model.Config) { c.Embed = 2 }},
+		{"context factor=0.5", func(c *model.Config) { c.Context = 4 }},
+		{"context factor=1.5", func(c *model.Config) { c.Context = 12 }},
+		{"depth add=-1", func(c *model.Config) { c.Layers = 0 }},
+		{"depth add=2", func(c *model.Config) { c.Layers = 3 }},
+		{"residual-depth add=0", func(c *model.Config) { c.Layers, c.Residual = 2, true }},
+		{"residual-depth add=-1", func(c *model.Config) { c.Layers, c.Residual = 2, true }},
 		{"model-scale factor=1.5", func(c *model.Config) { c.Embed, c.Hidden = 24, 192 }},
 		{"warmup-cosine warmup_frac=0.1 min_frac=0", func(c *model.Config) { c.Warmup, c.Schedule, c.MinLRFrac = 100, "cosine", 0 }},
 		{"wsd decay_frac=0.2", func(c *model.Config) { c.Schedule, c.DecayFrac, c.MinLRFrac = "wsd", 0.2, 0 }},
-		{"deep-normed layers=3 norm=layernorm", func(c *model.Config) { c.Layers, c.Residual, c.Norm = 3, true, "layernorm" }},
+		{"deep-normed add=2 norm=layernorm", func(c *model.Config) { c.Layers, c.Residual, c.Norm = 3, true, "layernorm" }},
 		{"adamw decay=0.1", func(c *model.Config) { c.Optimizer, c.WeightDecay = "adamw", 0.1 }},
 		{"sgd-momentum lr_factor=10 momentum=0.5", func(c *model.Config) { c.Optimizer, c.Beta1, c.LR = "momentum", 0.5, 0.02 }},
 		{"init-scale factor=0.5", func(c *model.Config) { c.InitScale = 0.5 }},
@@ -109,6 +123,49 @@ func TestApplyEdits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A relative size card whose result leaves the card's range is infeasible
+// (ErrOutOfRange naming the card and its parameter); the reference is
+// returned unchanged.
+func TestApplyRejectsOutOfRangeSizes(t *testing.T) {
+	ref := model.DefaultConfig() // Hidden 128, Embed 16, Context 8, Batch 64, Layers 1
+	for _, tt := range []struct{ text, reason string }{
+		{"width factor=8", "hidden width 128 → 1024 outside the card's range 8..512"},
+		{"width factor=0.125", ""}, // 16 units: in range
+		{"embed-dim factor=0.125", ""},
+		{"context factor=0.125", "context 8 → 1 outside the card's range 2..32"},
+		{"context factor=8", "context 8 → 64 outside the card's range 2..32"},
+		{"batch-size factor=0.125", ""}, // 8 windows, the card's minimum
+		{"batch-size factor=16", "outside float in [0.125, 8]"},
+		{"batch-size-sqrt-lr factor=8", ""},
+		{"depth add=-2", "layers 1 → -1 outside the card's range 0..6"},
+		{"depth add=6", "layers 1 → 7 outside the card's range 0..6"},
+		{"residual-depth add=6", "layers 1 → 7 outside the card's range 2..6"},
+		{"deep-normed add=-6 norm=rmsnorm", ""}, // at least 2 layers
+	} {
+		p, err := cards.Parse(tt.text)
+		if err == nil {
+			var got model.Config
+			got, err = cards.Apply(ref, p)
+			if err != nil {
+				require.Equal(t, ref, got, tt.text)
+			}
+		}
+		if tt.reason == "" {
+			require.NoError(t, err, tt.text)
+			continue
+		}
+		require.ErrorIs(t, err, cards.ErrOutOfRange, tt.text)
+		require.ErrorIs(t, err, builder.ErrInfeasible, tt.text)
+		require.ErrorContains(t, err, tt.reason, tt.text)
+		var pe *cards.ProposalError
+		require.True(t, errors.As(err, &pe))
+		require.Equal(t, strings.Fields(tt.text)[0], pe.Mechanism)
+	}
+	ref.Batch = 32
+	_, err := cards.Apply(ref, records.Proposal{Mechanism: "batch-size", Params: map[string]string{"factor": "0.125"}})
+	require.ErrorContains(t, err, "cards: batch-size factor: batch 32 → 4 outside the card's range 8..512")
 }
 
 func TestApplyRejectsInvalidResult(t *testing.T) {
@@ -178,8 +235,10 @@ func TestParseInfeasible(t *testing.T) {
 		{"lr-scale factor=NaN", cards.ErrBadValue, "finite"},
 		{"lr-scale factor=inf", cards.ErrBadValue, "finite"},
 		{"lr-scale factor=two", cards.ErrBadValue, "not a finite number"},
-		{"depth layers=2.5", cards.ErrBadValue, "integer"},
-		{"depth layers=9", cards.ErrOutOfRange, "outside int in [0, 6]"},
+		{"depth add=2.5", cards.ErrBadValue, "integer"},
+		{"depth add=9", cards.ErrOutOfRange, "outside int in [-6, 6]"},
+		{"depth layers=2", cards.ErrUnknownParam, "has add"},
+		{"width factor=16", cards.ErrOutOfRange, "outside float in [0.125, 8]"},
 		{"activation name=sigmoid", cards.ErrOutOfRange, "not one of gelu, relu, silu, tanh"},
 		{"lr-scale factor=2 factor=3", cards.ErrSyntax, "twice"},
 		{"lr-scale factor", cards.ErrSyntax, "name=value"},
@@ -208,10 +267,12 @@ func FuzzParse(f *testing.F) {
 	f.Add("lr-scale factor=2")
 	f.Add("lr-warmup-boost(factor=4, warmup_frac=0.1)\nrationale")
 	f.Add("none")
-	f.Add("deep-normed{layers=3,norm=LayerNorm}")
+	f.Add("deep-normed{add=1,norm=LayerNorm}")
+	f.Add("depth add=-1")
+	f.Add("residual-depth add=+2")
 	f.Add("activation: name = gelu")
-	f.Add("depth layers=1e0")
-	f.Add("\n\nwidth hidden=0x40\n\n\nx")
+	f.Add("depth add=1e0")
+	f.Add("\n\nwidth factor=0x2\n\n\nx")
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := cards.Parse(s)
 		if err != nil {

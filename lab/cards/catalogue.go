@@ -1,6 +1,7 @@
 package cards
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 
@@ -31,7 +32,80 @@ func eparam(name, doc string, choices ...string) records.ParamSpec {
 func prior(mean, std float64) *records.Prior { return &records.Prior{Mean: mean, Std: std} }
 
 func card(mech, desc string, pr *records.Prior, apply func(*model.Config, values), params ...records.ParamSpec) def {
+	return sized(mech, desc, pr, func(c *model.Config, v values) error { apply(c, v); return nil }, params...)
+}
+
+// sized is card for an edit that can fail: a relative size card whose
+// result leaves the card's range returns an error (sizeErr).
+func sized(mech, desc string, pr *records.Prior, apply func(*model.Config, values) error, params ...records.ParamSpec) def {
 	return def{card: records.Card{Mechanism: mech, Description: desc, Params: params, Prior: pr}, apply: apply}
+}
+
+// scaleSize multiplies a size by a factor as the relative size cards do:
+// a factor above 1 rounds to the nearest integer (×2 doubles), a factor
+// below 1 rounds down (×½ is v/2 in integer division), at least 1.
+func scaleSize(v int, factor float64) int {
+	x := float64(v) * factor
+	if factor < 1 {
+		return max(1, int(math.Floor(x+1e-9)))
+	}
+	return roundPos(x)
+}
+
+// sizeIn checks a relative size card's result against the card's range
+// [lo, hi] (the sizes the card is meant for; the model's own limits are
+// checked by Apply afterwards).
+func sizeIn(param, what string, ref, got, lo, hi int) error {
+	if got < lo || got > hi {
+		return &ProposalError{Param: param, Err: ErrOutOfRange,
+			Reason: fmt.Sprintf("%s %d → %d outside the card's range %d..%d", what, ref, got, lo, hi)}
+	}
+	return nil
+}
+
+// scaled is the edit of a card that multiplies one size of the model by
+// its factor parameter, within [lo, hi].
+func scaled(what string, lo, hi int, field func(*model.Config) *int) func(*model.Config, values) error {
+	return func(c *model.Config, v values) error {
+		f := field(c)
+		got := scaleSize(*f, v.f("factor"))
+		if err := sizeIn("factor", what, *f, got, lo, hi); err != nil {
+			return err
+		}
+		*f = got
+		return nil
+	}
+}
+
+// addLayers is the edit of the depth cards: layers += add, within 0..6
+// for a plain stack; the residual cards also turn residual connections on
+// and go to at least 2 layers (within 2..6).
+func addLayers(c *model.Config, v values, residual bool) error {
+	got, lo := c.Layers+v.i("add"), 0
+	if residual {
+		got, lo = max(2, got), 2
+	}
+	if err := sizeIn("add", "layers", c.Layers, got, lo, 6); err != nil {
+		return err
+	}
+	c.Layers = got
+	c.Residual = c.Residual || residual
+	return nil
+}
+
+// scaleBatch is the edit of the batch cards: the batch times factor
+// (within 8..512) at a fixed token budget; with sqrtLR the learning rate
+// is scaled by the square root of the batch ratio.
+func scaleBatch(c *model.Config, v values, sqrtLR bool) error {
+	b := scaleSize(c.Batch, v.f("factor"))
+	if err := sizeIn("factor", "batch", c.Batch, b, 8, 512); err != nil {
+		return err
+	}
+	if sqrtLR {
+		c.LR *= math.Sqrt(float64(b) / float64(c.Batch))
+	}
+	setBatchFixedTokens(c, b)
+	return nil
 }
 
 // roundPos rounds x to the nearest integer, at least 1.
@@ -131,48 +205,45 @@ func buildCatalogue() []def {
 		card("norm", "Normalise each hidden layer's pre-activation.",
 			prior(0.5, 3), func(c *model.Config, v values) { c.Norm = v.s("kind") },
 			eparam("kind", "normalisation", "layernorm", "rmsnorm", "none")),
-		card("depth", "Change the number of hidden layers (plain stack, no residual connections; 0 = a linear model).",
-			prior(0.5, 4), func(c *model.Config, v values) { c.Layers = v.i("layers") },
-			iparam("layers", 0, 6, "hidden layers", 2, 3, 0)),
-		card("residual-depth", "Stack hidden layers with residual connections between them.",
-			prior(1, 4), func(c *model.Config, v values) { c.Layers, c.Residual = v.i("layers"), true },
-			iparam("layers", 2, 6, "hidden layers", 2, 3, 4)),
-		card("deep-normed", "A deeper pre-normalised residual stack: residual connections plus a normalisation in every layer.",
-			prior(1, 4), func(c *model.Config, v values) {
-				c.Layers, c.Residual, c.Norm = v.i("layers"), true, v.s("norm")
+		sized("depth", "Add layers to the hidden stack (add=1) or remove them (add=-1), keeping its other settings (0 layers = a linear model; at most 6).",
+			prior(0.5, 4), func(c *model.Config, v values) error { return addLayers(c, v, false) },
+			iparam("add", -6, 6, "hidden layers added (negative: removed)", 1, -1)),
+		sized("residual-depth", "Stack hidden layers with residual connections between them: the reference's layers plus add, at least 2 (at most 6).",
+			prior(1, 4), func(c *model.Config, v values) error { return addLayers(c, v, true) },
+			iparam("add", -6, 6, "hidden layers added to the reference's (the result is at least 2)", 1, 0, 2)),
+		sized("deep-normed", "A deeper pre-normalised residual stack: residual connections plus a normalisation in every layer; the reference's layers plus add, at least 2 (at most 6).",
+			prior(1, 4), func(c *model.Config, v values) error {
+				c.Norm = v.s("norm")
+				return addLayers(c, v, true)
 			},
-			iparam("layers", 2, 6, "hidden layers", 2, 3),
+			iparam("add", -6, 6, "hidden layers added to the reference's (the result is at least 2)", 1, 0),
 			eparam("norm", "normalisation", "rmsnorm", "layernorm")),
-		card("width", "Change the hidden width of every layer.",
-			prior(1, 3), func(c *model.Config, v values) { c.Hidden = v.i("hidden") },
-			iparam("hidden", 8, 512, "hidden units per layer", 256, 64, 192)),
-		card("embed-dim", "Change the embedding width per input symbol.",
-			prior(2, 4), func(c *model.Config, v values) { c.Embed = v.i("embed") },
-			iparam("embed", 2, 128, "embedding width", 32, 8, 24, 48)),
+		sized("width", "Multiply the hidden width of every layer by a factor (×2 doubles it, ×0.5 halves it; the result stays within 8–512 units).",
+			prior(1, 3), scaled("hidden width", 8, 512, func(c *model.Config) *int { return &c.Hidden }),
+			fparam("factor", 0.125, 8, "multiplier on the reference's hidden units per layer", 2, 0.5)),
+		sized("embed-dim", "Multiply the embedding width per input symbol by a factor (×2 doubles it, ×0.5 halves it; the result stays within 2–128).",
+			prior(2, 4), scaled("embedding width", 2, 128, func(c *model.Config) *int { return &c.Embed }),
+			fparam("factor", 0.125, 8, "multiplier on the reference's embedding width", 2, 0.5)),
 		card("model-scale", "Scale the embedding and hidden widths together.",
 			prior(1.5, 4), func(c *model.Config, v values) {
 				c.Embed = roundPos(float64(c.Embed) * v.f("factor"))
 				c.Hidden = roundPos(float64(c.Hidden) * v.f("factor"))
 			},
 			fparam("factor", 0.25, 4, "multiplier on embedding and hidden widths", 2, 1.5, 0.5)),
-		card("context", "Change the context window (symbols the model sees).",
-			prior(1, 4), func(c *model.Config, v values) { c.Context = v.i("length") },
-			iparam("length", 2, 32, "window length in symbols", 12, 4, 16)),
+		sized("context", "Multiply the context window (symbols the model sees) by a factor (×2 doubles it, ×0.5 halves it; the result stays within 2–32 symbols).",
+			prior(1, 4), scaled("context", 2, 32, func(c *model.Config) *int { return &c.Context }),
+			fparam("factor", 0.125, 8, "multiplier on the reference's window length", 2, 0.5)),
 		card("init-scale", "Multiply the standard deviation of the initial weights.",
 			prior(0, 2), func(c *model.Config, v values) { c.InitScale *= v.f("factor") },
 			fparam("factor", 0.01, 10, "multiplier on the init std", 0.5, 2, 0.25)),
 
 		// Batch and regularisation.
-		card("batch-size", "Change the batch size at a fixed token budget (steps scale inversely), keeping the learning rate.",
-			prior(0, 3), func(c *model.Config, v values) { setBatchFixedTokens(c, v.i("batch")) },
-			iparam("batch", 8, 512, "windows per step", 32, 128, 16, 256)),
-		card("batch-size-sqrt-lr", "Change the batch size at a fixed token budget and scale the learning rate by the square root of the batch ratio.",
-			prior(0.5, 3), func(c *model.Config, v values) {
-				b := v.i("batch")
-				c.LR *= math.Sqrt(float64(b) / float64(c.Batch))
-				setBatchFixedTokens(c, b)
-			},
-			iparam("batch", 8, 512, "windows per step", 128, 32)),
+		sized("batch-size", "Multiply the batch size by a factor at a fixed token budget (steps scale inversely), keeping the learning rate; the batch stays within 8–512 windows.",
+			prior(0, 3), func(c *model.Config, v values) error { return scaleBatch(c, v, false) },
+			fparam("factor", 0.125, 8, "multiplier on the reference's windows per step", 2, 0.5, 4, 0.25)),
+		sized("batch-size-sqrt-lr", "Multiply the batch size by a factor at a fixed token budget and the learning rate by the square root of the batch ratio; the batch stays within 8–512 windows.",
+			prior(0.5, 3), func(c *model.Config, v values) error { return scaleBatch(c, v, true) },
+			fparam("factor", 0.125, 8, "multiplier on the reference's windows per step", 2, 0.5)),
 		card("label-smoothing", "Smooth the training targets towards uniform by ε.",
 			prior(-1.5, 1.5), func(c *model.Config, v values) { c.LabelSmoothing = v.f("eps") },
 			fparam("eps", 0, 0.5, "smoothing ε", 0.05, 0.1, 0.2)),
