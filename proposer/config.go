@@ -102,6 +102,17 @@ type PolicyConfig struct {
 	// different bins. Default 0 = off (library choice: like the description,
 	// it is only as useful as the host's descriptors).
 	DescriptorBuckets int `json:"descriptor_buckets,omitempty"`
+	// HistoryProposalBuckets is the number of hashed one-hot features for
+	// the exact proposals of the state's history with their outcome: each
+	// record becomes the bucket FNV-1a(records.Proposal.Key, outcome)
+	// modulo HistoryProposalBuckets, the outcome being a positive gain, a
+	// non-positive gain or an infeasible run. The history's card features
+	// say that some width change helped; these say which one (width ×2 or
+	// ×½), so a parameter head can prefer or avoid the direction the
+	// history measured. Default 0 = off (library choice: the card features
+	// are what the paper's state describes; this is a lever measured on the
+	// lab's validation split, see the README).
+	HistoryProposalBuckets int `json:"history_proposal_buckets,omitempty"`
 	// InitStd is the standard deviation of the initial weights; default 0,
 	// which starts from the uniform policy and needs no rng. Library
 	// choice: uniform is the least informed start and is exactly
@@ -143,6 +154,8 @@ func (c PolicyConfig) Validate() error {
 		return fmt.Errorf("%w: DescriptionBuckets = %d, want in [0, %d]", ErrConfig, c.DescriptionBuckets, maxFamilyBuckets)
 	case c.DescriptorBuckets < 0 || c.DescriptorBuckets > maxFamilyBuckets:
 		return fmt.Errorf("%w: DescriptorBuckets = %d, want in [0, %d]", ErrConfig, c.DescriptorBuckets, maxFamilyBuckets)
+	case c.HistoryProposalBuckets < 0 || c.HistoryProposalBuckets > maxFamilyBuckets:
+		return fmt.Errorf("%w: HistoryProposalBuckets = %d, want in [0, %d]", ErrConfig, c.HistoryProposalBuckets, maxFamilyBuckets)
 	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):
 		return fmt.Errorf("%w: InitStd = %g, want finite and ≥ 0", ErrConfig, c.InitStd)
 	}

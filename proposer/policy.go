@@ -35,7 +35,9 @@ import (
 //     positive gain, a non-positive gain or an infeasible run, and the same
 //     three indicators for the most recent history record alone, and the
 //     hashed words of the task's description (PolicyConfig.DescriptionBuckets),
-//     and its binned numeric descriptors (PolicyConfig.DescriptorBuckets)
+//     and its binned numeric descriptors (PolicyConfig.DescriptorBuckets),
+//     and the history's exact proposals with their outcomes
+//     (PolicyConfig.HistoryProposalBuckets)
 //     (METHOD.md §1 Vocabulary: research state s = (e, h));
 //   - previous tokens: for a parameter token, the choices already made for
 //     the card's earlier parameters.
@@ -119,6 +121,8 @@ type layout struct {
 	descN     int // number of description buckets (0 = none)
 	dscOff    int // offset of the hashed descriptor bins
 	dscN      int // number of descriptor buckets (0 = none)
+	hpOff     int // offset of the hashed (history proposal, outcome) features
+	hpN       int // number of history-proposal buckets (0 = none)
 	nSlots    int // catalogue cards + no-change + unknown
 }
 
@@ -219,6 +223,7 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 	lay.histLast, off = off, off+lay.nSlots*numOutcomes
 	lay.descOff, lay.descN, off = off, cfg.DescriptionBuckets, off+cfg.DescriptionBuckets
 	lay.dscOff, lay.dscN, off = off, cfg.DescriptorBuckets, off+cfg.DescriptorBuckets
+	lay.hpOff, lay.hpN, off = off, cfg.HistoryProposalBuckets, off+cfg.HistoryProposalBuckets
 	lay.dState = off
 
 	// Heads: the card head, then one per (card, parameter).
@@ -283,7 +288,26 @@ func (l *layout) stateFeatures(s records.State, buckets int) []int {
 		f = append(f, l.histLast+l.slot(r.Proposal)*numOutcomes+outcome(r))
 	}
 	f = append(f, l.descriptionFeatures(s.Task.Description)...)
-	return append(f, l.descriptorFeatures(s.Task.Descriptors)...)
+	f = append(f, l.descriptorFeatures(s.Task.Descriptors)...)
+	return append(f, l.historyProposalFeatures(hist)...)
+}
+
+// historyProposalFeatures returns the distinct hashed (proposal, outcome)
+// indices of the history's records in increasing order
+// (PolicyConfig.HistoryProposalBuckets).
+func (l *layout) historyProposalFeatures(hist []records.Record) []int {
+	if l.hpN == 0 || len(hist) == 0 {
+		return nil
+	}
+	out := make([]int, 0, len(hist))
+	for _, r := range hist {
+		h := fnv.New64a()
+		h.Write([]byte(r.Proposal.Key()))
+		h.Write([]byte{0, byte(outcome(r))})
+		out = append(out, l.hpOff+int(h.Sum64()%uint64(l.hpN)))
+	}
+	sort.Ints(out)
+	return slices.Compact(out)
 }
 
 // descriptorFeatures returns the distinct hashed (name, bin) indices of a

@@ -217,6 +217,11 @@ func TestLeversHaveTheirOwnRunDirectory(t *testing.T) {
 	o.worldDesc, o.pessimism = 0.5, 0.25
 	require.Equal(t, filepath.Join("out", "v2-val-short-d0-w0.5-tune-p0.25"), runDir(o))
 	require.Contains(t, command(o), "-world-descriptors 0.5 -world-tune -pessimism 0.25")
+	o.histProposalBuckets = 64
+	require.Equal(t, filepath.Join("out", "v2-val-short-d0-w0.5-h64-tune-p0.25"), runDir(o))
+	require.Contains(t, command(o), "-world-descriptors 0.5 -history-proposal-buckets 64 -world-tune")
+	_, err := parseFlags([]string{"-history-proposal-buckets", "-3"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "-history-proposal-buckets -3")
 }
 
 func TestWorldTuneLever(t *testing.T) {

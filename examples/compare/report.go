@@ -109,6 +109,9 @@ func command(o options) string {
 	if o.worldDesc != 0 {
 		c += fmt.Sprintf(" -world-descriptors %g", o.worldDesc)
 	}
+	if o.histProposalBuckets != 0 {
+		c += fmt.Sprintf(" -history-proposal-buckets %d", o.histProposalBuckets)
+	}
 	if o.worldTune {
 		c += " -world-tune"
 	}
