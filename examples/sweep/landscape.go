@@ -21,13 +21,14 @@ import (
 
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/records"
 )
 
 // runLandscape sweeps every card over the tasks ids and prints the four
 // lines of the landscape report to w, details to log.
 func runLandscape(ctx context.Context, w, log io.Writer, l *lab.Lab, store records.Store, ids []string, o options) error {
-	sw, jobs, where, err := landscapeJobs(ctx, log, l, ids, seedsOr(o.seeds, 2))
+	sw, jobs, where, err := landscapeJobs(ctx, log, l, ids, seedsOr(o.seeds, 2), o.all)
 	if err != nil {
 		return err
 	}
@@ -76,11 +77,11 @@ func seedsOr(n, def int) int {
 
 // landscapeJobs builds the jobs of the sweep (card k's relative
 // representative on task t with every seed); where[i] is job i's {t, k}.
-func landscapeJobs(ctx context.Context, log io.Writer, l *lab.Lab, ids []string, nSeeds int) (lab.Sweep, []builder.Job, [][2]int, error) {
+func landscapeJobs(ctx context.Context, log io.Writer, l *lab.Lab, ids []string, nSeeds int, all bool) (lab.Sweep, []builder.Job, [][2]int, error) {
 	var sw lab.Sweep
 	var jobs []builder.Job
 	var where [][2]int
-	cols := landscapeColumns(l, ids)
+	cols := landscapeColumns(l, ids, all)
 	for _, c := range cols {
 		sw.Cards = append(sw.Cards, c.name)
 	}
@@ -125,7 +126,10 @@ type column struct {
 	choice map[string]records.Proposal // by task ID
 }
 
-func landscapeColumns(l *lab.Lab, ids []string) []column {
+func landscapeColumns(l *lab.Lab, ids []string, all bool) []column {
+	if all {
+		return everyChoice(l, ids)
+	}
 	var cols []column
 	for _, c := range lab.Catalogue() {
 		rep := column{name: c.Mechanism, choice: map[string]records.Proposal{}}
@@ -143,6 +147,27 @@ func landscapeColumns(l *lab.Lab, ids []string) []column {
 		cols = append(cols, rep)
 		if opp.name != "" {
 			cols = append(cols, opp)
+		}
+	}
+	return cols
+}
+
+// everyChoice returns a column per proposal of the catalogue (every
+// combination of every card's choices, cards.Proposals order), each on the
+// tasks where it is feasible and changes the reference: the whole action
+// space of a proposer, since every size card is relative to the reference.
+func everyChoice(l *lab.Lab, ids []string) []column {
+	var cols []column
+	for _, c := range lab.Catalogue() {
+		for _, p := range cards.Proposals(c) {
+			col := column{name: lab.Render(p), choice: map[string]records.Proposal{}}
+			for _, id := range ids {
+				spec, _ := l.Spec(id)
+				if cfg, err := lab.ApplyProposal(spec.Config, p); err == nil && cfg != spec.Config {
+					col.choice[id] = p
+				}
+			}
+			cols = append(cols, col)
 		}
 	}
 	return cols

@@ -69,7 +69,7 @@ func main() {
 	flag.IntVar(&o.seeds, "seeds", 0, "seeds per proposal, the first reference seeds (default 2 with -landscape, else 3)")
 	flag.StringVar(&o.out, "out", "out/sweep.png", "one-task sweep: PNG chart to write; empty = none")
 	flag.StringVar(&o.chart, "chart", "", "-landscape: PNG heat map of card × task scores to write; empty = none")
-	flag.BoolVar(&o.all, "all", false, "one-task sweep: every parameter choice of every card")
+	flag.BoolVar(&o.all, "all", false, "every parameter choice of every card (the whole action space): for a one-task sweep, and for -landscape instead of each card's representative and its opposite")
 	flag.StringVar(&o.store, "store", "", "records file caching reference runs and results (default: in memory)")
 	flag.IntVar(&o.parallel, "parallel", 2, "runs trained at once")
 	flag.BoolVar(&o.list, "list", false, "list the suite's tasks and exit")

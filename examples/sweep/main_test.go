@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -131,4 +132,40 @@ func TestRefsLeaveOutDivergedTasks(t *testing.T) {
 	require.NoError(t, printRefs(context.Background(), &out, l))
 	require.Regexp(t, `(?m)^`+regexp.QuoteMeta(good.ID)+` +train +bits-per-byte`, out.String())
 	require.Regexp(t, `(?m)^`+regexp.QuoteMeta(hot.ID)+` +train +left out: lab: reference run failed`, out.String())
+}
+
+// With -all the landscape has a column per proposal of the catalogue, each
+// on the tasks where it is feasible and changes the reference.
+func TestEveryChoiceColumns(t *testing.T) {
+	specs := lab.SuiteV2(1).Validation[:3]
+	l, err := newLab(specs, 1, records.NewMemStore())
+	require.NoError(t, err)
+	ids := []string{specs[0].ID, specs[1].ID, specs[2].ID}
+	cols := landscapeColumns(l, ids, true)
+	n := 0
+	for _, c := range lab.Catalogue() {
+		n += len(cards.Proposals(c))
+	}
+	require.Len(t, cols, n)
+	byName := map[string]column{}
+	for _, c := range cols {
+		byName[c.name] = c
+	}
+	for _, id := range ids {
+		spec, _ := l.Spec(id)
+		// Halving and doubling the width both change every reference.
+		for _, name := range []string{"width factor=2", "width factor=0.5"} {
+			p, ok := byName[name].choice[id]
+			require.True(t, ok, "%s on %s", name, id)
+			cfg, err := lab.ApplyProposal(spec.Config, p)
+			require.NoError(t, err)
+			require.NotEqual(t, spec.Config.Hidden, cfg.Hidden)
+		}
+		// A choice equal to the reference's own setting is left out.
+		same := "optimizer name=" + spec.Config.Optimizer
+		_, ok := byName[same].choice[id]
+		require.False(t, ok, "%s is a no-op on %s", same, id)
+	}
+	rep := landscapeColumns(l, ids, false)
+	require.Less(t, len(rep), len(cols))
 }
