@@ -28,7 +28,7 @@ import (
 // runLandscape sweeps every card over the tasks ids and prints the four
 // lines of the landscape report to w, details to log.
 func runLandscape(ctx context.Context, w, log io.Writer, l *lab.Lab, store records.Store, ids []string, o options) error {
-	sw, jobs, where, err := landscapeJobs(ctx, log, l, ids, seedsOr(o.seeds, 2), o.all)
+	sw, jobs, where, err := landscapeJobs(ctx, log, l, ids, seedsOr(o.seeds, 2), !o.repr)
 	if err != nil {
 		return err
 	}

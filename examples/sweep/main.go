@@ -13,19 +13,24 @@
 // metric's units and in units of σ_e (METHOD.md §1 Vocabulary, gain
 // g = b_e − ℓ against the reference run of the same seed), with a PNG chart.
 //
-// -landscape sweeps every card (its relative representative; cards that
-// would be a no-op are skipped) with -seeds seeds (default 2) over the
-// suite's validation tasks and prints exactly four lines (lab.Landscape,
-// robust normalisation: σ floored at the family's median σ_e, each seed
-// clipped at the reward clip c = 6):
+// -landscape sweeps every proposal of the catalogue (every choice of every
+// card: the whole action space of a proposer, since the size cards are
+// relative to the reference; a proposal that is a no-op or out of range on
+// a task is skipped there) with -seeds seeds (default 2) over the suite's
+// validation tasks and prints exactly four lines (lab.Landscape, robust
+// normalisation: σ floored at the family's median σ_e, each seed clipped at
+// the reward clip c = 6):
 //
 //	median pairwise Spearman: X
 //	cards changing sign: P%
 //	oracle minus best fixed set (Avg@4, σ_e): D
 //	median CPU seconds per run: S
 //
-// Raw figures, the fixed set and progress go to standard error; -chart
-// writes the card × task heat map of the robust scores.
+// Raw figures, the figures chosen and scored on disjoint seeds, the fixed
+// set and progress go to standard error; -chart writes the proposal × task
+// heat map of the robust scores. -representative sweeps only each card's
+// relative representative and its opposite (lab.RelativeRepresentative,
+// lab.RelativeOpposite), a cheaper sweep over fewer proposals.
 //
 // With -store, reference runs and results are kept in a durable records
 // file, and runs already recorded there are not repeated.
@@ -52,6 +57,7 @@ type options struct {
 	out       string
 	chart     string
 	all       bool
+	repr      bool
 	store     string
 	parallel  int
 	list      bool
@@ -69,7 +75,8 @@ func main() {
 	flag.IntVar(&o.seeds, "seeds", 0, "seeds per proposal, the first reference seeds (default 2 with -landscape, else 3)")
 	flag.StringVar(&o.out, "out", "out/sweep.png", "one-task sweep: PNG chart to write; empty = none")
 	flag.StringVar(&o.chart, "chart", "", "-landscape: PNG heat map of card × task scores to write; empty = none")
-	flag.BoolVar(&o.all, "all", false, "every parameter choice of every card (the whole action space): for a one-task sweep, and for -landscape instead of each card's representative and its opposite")
+	flag.BoolVar(&o.all, "all", false, "one-task sweep: every parameter choice of every card")
+	flag.BoolVar(&o.repr, "representative", false, "-landscape: each card's relative representative and its opposite only, instead of every proposal of the catalogue")
 	flag.StringVar(&o.store, "store", "", "records file caching reference runs and results (default: in memory)")
 	flag.IntVar(&o.parallel, "parallel", 2, "runs trained at once")
 	flag.BoolVar(&o.list, "list", false, "list the suite's tasks and exit")
