@@ -36,7 +36,7 @@ func card(mech, desc string, pr *records.Prior, apply func(*model.Config, values
 }
 
 // sized is card for an edit that can fail: a relative size card whose
-// result leaves the card's range returns an error (sizeErr).
+// result leaves the card's range returns an error (sizeIn).
 func sized(mech, desc string, pr *records.Prior, apply func(*model.Config, values) error, params ...records.ParamSpec) def {
 	return def{card: records.Card{Mechanism: mech, Description: desc, Params: params, Prior: pr}, apply: apply}
 }
