@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"unicode/utf8"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/palette"
@@ -236,9 +237,13 @@ func printCards(log io.Writer, cards []string, stats []lab.CardStats, sign float
 		idx[i] = i
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return stats[idx[a]].Mean > stats[idx[b]].Mean })
+	w := 0
+	for _, c := range cards {
+		w = max(w, utf8.RuneCountInString(c))
+	}
 	for _, k := range idx {
 		s := stats[k]
-		fmt.Fprintf(log, "card %-24s mean %+6.2f  above +%g on %2d, below −%g on %2d of %d tasks\n", cards[k], s.Mean, sign, s.Above, sign, s.Below, tasks)
+		fmt.Fprintf(log, "card %-*s mean %+6.2f  above +%g on %2d, below −%g on %2d of %d tasks\n", w, cards[k], s.Mean, sign, s.Above, sign, s.Below, tasks)
 	}
 }
 

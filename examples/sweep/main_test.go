@@ -118,6 +118,12 @@ func TestPrintCards(t *testing.T) {
 	require.Regexp(t, `^card x +mean +\+1\.00  above \+2 on  2, below −2 on  1 of 3 tasks$`, lines[0])
 	require.Regexp(t, `^card z +mean +\+0\.67  above \+2 on  0, below −2 on  0 of 3 tasks$`, lines[1])
 	require.Regexp(t, `^card y +mean +-1\.33  above \+2 on  0, below −2 on  1 of 3 tasks$`, lines[2])
+	// Names are padded to the longest, so the columns line up.
+	log.Reset()
+	printCards(&log, []string{"deep-normed add=0 norm=rmsnorm", "width ×½"}, stats[:2], 2, 3)
+	lines = strings.Split(strings.TrimSpace(log.String()), "\n")
+	require.Equal(t, "card deep-normed add=0 norm=rmsnorm mean  +1.00  above +2 on  2, below −2 on  1 of 3 tasks", lines[0])
+	require.Equal(t, "card width ×½                       mean  -1.33  above +2 on  0, below −2 on  1 of 3 tasks", lines[1])
 }
 
 // -refs names a task whose reference run diverges and goes on.
