@@ -28,8 +28,11 @@
 // Landscape measures, from a card × task sweep, how much the best change
 // depends on the task (median pairwise Spearman, cards changing sign,
 // oracle minus best fixed set), robustly (σ floored at the family's median
-// σ_e, seeds clipped at the reward clip) and raw; RelativeRepresentative
-// gives each card a choice that means the same change on every task.
+// σ_e, seeds clipped at the reward clip) and raw, and with the choice and
+// its score on disjoint seeds (HeldOutOracle, HeldOutFixed);
+// RelativeRepresentative gives each card a choice that means the same
+// change on every task, and since the size cards are relative, every
+// proposal of the catalogue does too (examples/sweep sweeps them all).
 //
 // I/O: loading corpora reads files under GOROOT (or the caller's file);
 // reference runs are read from and appended to the caller's store.
