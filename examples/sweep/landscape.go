@@ -304,7 +304,7 @@ func heatMap(path string, sw lab.Sweep, z [][]float64) error {
 	hm.Min, hm.Max = -6, 6
 	hm.NaN = color.Gray{Y: 0xdd}
 	p := plot.New()
-	p.Title.Text = "Card × task gain in σ units (floored σ, clipped ±6): red helps, blue hurts, grey = no-op"
+	p.Title.Text = "Proposal × task gain in σ units (floored σ, clipped ±6): red helps, blue hurts, grey = no-op"
 	p.Add(hm)
 	p.NominalX(sw.Cards...)
 	names := make([]string, len(sw.Tasks))
