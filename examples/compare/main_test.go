@@ -312,3 +312,46 @@ func TestPartSummaries(t *testing.T) {
 	require.Contains(t, md, "| method | in distribution: Avg@K | > 2σ_e | out of distribution: Avg@K | > 2σ_e |")
 	require.Regexp(t, `\| LM2LM \| \+2\.50 \[[-+0-9.]+, [-+0-9.]+\] \| 50\.0% \| -1\.75 \[[-+0-9.]+, [-+0-9.]+\] \| 0\.0% \|`, md)
 }
+
+// On each part a trained method is paired with the baseline that is best
+// there, which can differ by part: here RFT in distribution, SFT out of it.
+func TestPartPairsWithBestBaseline(t *testing.T) {
+	cell := func(seed uint64, state, stratum string, g float64) evalstat.Cell {
+		return evalstat.Cell{Seed: seed, State: state, Stratum: stratum, Gains: []float64{g, g}}
+	}
+	in, out := "v2s1/test-in/", "v2s1/test-out/"
+	cells := map[string][]evalstat.Cell{
+		"base":  {cell(1, "a#0", in, -3), cell(1, "b#0", in, -3), cell(1, "x#0", out, -3), cell(1, "y#0", out, -3)},
+		"sft":   {cell(1, "a#0", in, 0), cell(1, "b#0", in, 0), cell(1, "x#0", out, 1), cell(1, "y#0", out, 1)},
+		"rft":   {cell(1, "a#0", in, 1), cell(1, "b#0", in, 2), cell(1, "x#0", out, -2), cell(1, "y#0", out, 0)},
+		"lm2lm": {cell(1, "a#0", in, 3), cell(1, "b#0", in, 2), cell(1, "x#0", out, 0), cell(1, "y#0", out, 0)},
+	}
+	names := []string{"base", "sft", "rft", "lm2lm"}
+	cfg := evalstat.DefaultConfig()
+	cfg.Resamples = 200
+	parts := make([][]PartSummary, len(names))
+	for i, m := range names {
+		ps, err := partSummaries(cfg, methods[m].label, cells[m])
+		require.NoError(t, err)
+		parts[i] = ps
+	}
+	require.NoError(t, pairPartsWithBest(cfg, names, cells, parts))
+	for i, m := range names[:3] {
+		for _, p := range parts[i] {
+			require.Nil(t, p.VsBest, "%s is a baseline", m)
+		}
+	}
+	vsIn, vsOut := parts[3][0].VsBest, parts[3][1].VsBest
+	// In: RFT 1.5 beats SFT 0; LM2LM − RFT = ((3−1) + (2−2))/2 = 1, better on 1 of 2 states, a tie on the other.
+	require.Equal(t, methods["rft"].label, vsIn.Against)
+	require.InDelta(t, 1, vsIn.Diff.Point, 1e-12)
+	require.InDelta(t, 0.75, vsIn.PImprove.Point, 1e-12)
+	// Out: SFT 1 beats RFT −1; LM2LM − SFT = −1 on both states.
+	require.Equal(t, methods["sft"].label, vsOut.Against)
+	require.InDelta(t, -1, vsOut.Diff.Point, 1e-12)
+	require.InDelta(t, 0, vsOut.PImprove.Point, 1e-12)
+
+	md := markdown(Comparison{Methods: []MethodSummary{{Summary: evalstat.Summary{Method: "LM2LM"}, Parts: parts[3]}}})
+	require.Contains(t, md, "| method | in distribution: Δ vs best baseline there | P(better) | out of distribution: Δ vs best baseline there | P(better) |")
+	require.Regexp(t, `\| LM2LM \| \+1\.00 \[[-+0-9.]+, [-+0-9.]+\] vs RFT on M₀'s gains \| 0\.75 \[[0-9.]+, [0-9.]+\] \| -1\.00 \[-1\.00, -1\.00\] vs SFT on M₀ \| 0\.00 \[0\.00, 0\.00\] \|`, md)
+}

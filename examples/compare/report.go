@@ -52,6 +52,12 @@ type MethodSummary struct {
 type PartSummary struct {
 	Part    string           `json:"part"` // "in" or "out" of distribution
 	Summary evalstat.Summary `json:"summary"`
+	// VsBest pairs a trained method (not a baseline) with the baseline of
+	// the highest Avg@K on this part, state by state, with its own
+	// bootstrap (issue 14's criterion: the paired difference on each part).
+	VsBest *evalstat.Paired `json:"vs_best_baseline,omitempty"`
+	// stratum is the cells' stratum of the part.
+	stratum string
 }
 
 // partName names a stratum for the tables: "in" or "out" of distribution.
@@ -83,7 +89,7 @@ func partSummaries(cfg evalstat.Config, label string, cells []evalstat.Cell) ([]
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, PartSummary{Part: partName(p), Summary: s})
+		out = append(out, PartSummary{Part: partName(p), Summary: s, stratum: p})
 	}
 	return out, nil
 }
@@ -168,6 +174,9 @@ func statistics(o options, names []string, byMethod map[string][]Result) ([]eval
 			baselines = append(baselines, s.Method)
 		}
 	}
+	if err := pairPartsWithBest(cfg, names, cells, parts); err != nil {
+		return nil, nil, nil, err
+	}
 	best, hasBest := evalstat.BestOf(sums, baselines...)
 	var pairs []evalstat.Paired
 	for _, m := range names {
@@ -191,6 +200,52 @@ func statistics(o options, names []string, byMethod map[string][]Result) ([]eval
 		}
 	}
 	return sums, parts, pairs, nil
+}
+
+// pairPartsWithBest fills each trained method's PartSummary.VsBest: on
+// each part, the paired difference with the baseline (other than Base)
+// whose Avg@K is highest on that part.
+func pairPartsWithBest(cfg evalstat.Config, names []string, cells map[string][]evalstat.Cell, parts [][]PartSummary) error {
+	if len(parts) == 0 {
+		return nil
+	}
+	for p := range parts[0] {
+		best := -1
+		for i, m := range names {
+			if methods[m].baseline && m != "base" && len(parts[i]) > p &&
+				(best < 0 || parts[i][p].Summary.AvgK.Point > parts[best][p].Summary.AvgK.Point) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		b := names[best]
+		for i, m := range names {
+			if methods[m].baseline || len(parts[i]) <= p {
+				continue
+			}
+			st := parts[i][p].stratum
+			pr, err := evalstat.Compare(cfg, methods[m].label, inStratum(cells[m], st), methods[b].label, inStratum(cells[b], st),
+				bootstrapRNG(cfg.Resamples, "part:"+m+"\x00"+b+st))
+			if err != nil {
+				return err
+			}
+			parts[i][p].VsBest = &pr
+		}
+	}
+	return nil
+}
+
+// inStratum returns the cells of one stratum.
+func inStratum(cells []evalstat.Cell, stratum string) []evalstat.Cell {
+	var out []evalstat.Cell
+	for _, c := range cells {
+		if c.Stratum == stratum {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // report computes the comparison of results, writes its files into dir
@@ -276,12 +331,34 @@ func markdown(c Comparison) string {
 			}
 			b.WriteString("\n")
 		}
+		partPairs(&b, c.Methods)
 	}
 	b.WriteString("\n| method | real-run budget (M_0 + training, per seed) | evaluation runs per seed | CPU s paid (all seeds) | wall s (all seeds) | unmeasured proposals |\n|---|---|---|---|---|---|\n")
 	for _, m := range c.Methods {
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | %d |\n", m.Summary.Method, m.Budget, m.EvalRuns, m.CPUSeconds, m.WallSeconds, m.Unmeasured)
 	}
 	return b.String()
+}
+
+// partPairs writes, for each trained method, its paired difference with
+// the best baseline of each part (none when no method has one).
+func partPairs(b *strings.Builder, ms []MethodSummary) {
+	head := false
+	for _, m := range ms {
+		if len(m.Parts) == 0 || m.Parts[0].VsBest == nil {
+			continue
+		}
+		if !head {
+			b.WriteString("\n| method | in distribution: Δ vs best baseline there | P(better) | out of distribution: Δ vs best baseline there | P(better) |\n|---|---|---|---|---|\n")
+			head = true
+		}
+		fmt.Fprintf(b, "| %s |", m.Summary.Method)
+		for _, p := range m.Parts {
+			v := p.VsBest
+			fmt.Fprintf(b, " %+.2f [%+.2f, %+.2f] vs %s | %.2f [%.2f, %.2f] |", v.Diff.Point, v.Diff.Low, v.Diff.High, v.Against, v.PImprove.Point, v.PImprove.Low, v.PImprove.High)
+		}
+		b.WriteString("\n")
+	}
 }
 
 // output is one comparison file.
