@@ -1,15 +1,12 @@
 package rwm
 
 import (
-	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
-	"sync"
 )
 
 // CacheConfig parameterises Cache.
@@ -62,24 +59,7 @@ type CacheStats struct {
 type Cache struct {
 	inner WorldModel
 	name  string
-	size  int
-
-	mu       sync.Mutex
-	lru      *list.List // of *cacheEntry, most recent first
-	entries  map[string]*list.Element
-	inflight map[string]*flight
-	stats    CacheStats
-}
-
-type cacheEntry struct {
-	key  string
-	pred Prediction
-}
-
-type flight struct {
-	done chan struct{}
-	pred Prediction
-	err  error
+	memo  *memo[string, Prediction]
 }
 
 var (
@@ -97,10 +77,15 @@ func NewCache(inner WorldModel, cfg CacheConfig) *Cache {
 	if name == "" {
 		name = identity(inner)
 	}
-	return &Cache{
-		inner: inner, name: name, size: cfg.Size,
-		lru: list.New(), entries: map[string]*list.Element{}, inflight: map[string]*flight{},
-	}
+	return &Cache{inner: inner, name: name, memo: newMemo[string, Prediction](cachePolicy(cfg.Size))}
+}
+
+// cachePolicy is how a Cache of size predictions memoises: only finished
+// predictions are held and bounded; a waiter counts as Coalesced when it is
+// served; it retries after its owner's cancellation even if its own ctx has
+// ended meanwhile.
+func cachePolicy(size int) memoPolicy {
+	return memoPolicy{name: "rwm: cache", size: size, retryAfterEnd: true}
 }
 
 // identity names m for cache keys.
@@ -116,11 +101,8 @@ func (c *Cache) ID() string { return c.name }
 
 // Stats returns a snapshot of the cache's counters.
 func (c *Cache) Stats() CacheStats {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.stats
-	s.Len = c.lru.Len()
-	return s
+	s := c.memo.snapshot()
+	return CacheStats{Hits: s.Hits, Coalesced: s.Coalesced, Misses: s.Misses, Evictions: s.Evictions, Len: s.Len}
 }
 
 // Key returns the cache key of q for a model named name: a hex digest that
@@ -162,71 +144,11 @@ func (c *Cache) Predict(ctx context.Context, q Query) (Prediction, error) {
 	if err := q.Validate(); err != nil {
 		return Prediction{}, err
 	}
-	key := Key(c.name, q)
-	for {
-		c.mu.Lock()
-		if el, ok := c.entries[key]; ok {
-			c.lru.MoveToFront(el)
-			c.stats.Hits++
-			p := el.Value.(*cacheEntry).pred
-			c.mu.Unlock()
-			p.Usage = Usage{Cached: true}
-			return p, nil
-		}
-		if f, ok := c.inflight[key]; ok {
-			c.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return Prediction{}, fmt.Errorf("rwm: cache: %w", ctx.Err())
-			case <-f.done:
-			}
-			if f.err != nil {
-				if isCtxErr(f.err) {
-					// The owner was cancelled, not us: try again.
-					continue
-				}
-				return Prediction{}, f.err
-			}
-			c.mu.Lock()
-			c.stats.Coalesced++
-			c.mu.Unlock()
-			p := f.pred
-			p.Usage = Usage{Cached: true}
-			return p, nil
-		}
-		f := &flight{done: make(chan struct{})}
-		c.inflight[key] = f
-		c.stats.Misses++
-		c.mu.Unlock()
-
-		f.pred, f.err = c.inner.Predict(ctx, q)
-		c.mu.Lock()
-		delete(c.inflight, key)
-		if f.err == nil {
-			c.put(key, f.pred)
-		}
-		c.mu.Unlock()
-		close(f.done)
-		return f.pred, f.err
+	p, shared, err := c.memo.do(ctx, Key(c.name, q), func(ctx context.Context) (Prediction, error) {
+		return c.inner.Predict(ctx, q)
+	})
+	if shared {
+		p.Usage = Usage{Cached: true}
 	}
-}
-
-// put stores p under key; c.mu is held.
-func (c *Cache) put(key string, p Prediction) {
-	if el, ok := c.entries[key]; ok {
-		el.Value.(*cacheEntry).pred = p
-		c.lru.MoveToFront(el)
-		return
-	}
-	c.entries[key] = c.lru.PushFront(&cacheEntry{key: key, pred: p})
-	for c.lru.Len() > c.size {
-		last := c.lru.Back()
-		c.lru.Remove(last)
-		delete(c.entries, last.Value.(*cacheEntry).key)
-		c.stats.Evictions++
-	}
-}
-
-func isCtxErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	return p, err
 }

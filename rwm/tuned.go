@@ -1,12 +1,10 @@
 package rwm
 
 import (
-	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"sync"
 
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -44,25 +42,17 @@ type Tuned struct {
 	base EmbeddedConfig
 	grid []EmbeddedConfig
 	id   string
-	size int
 
 	// tune is Tune; tests replace it to hold or fail a tuning.
 	tune func(context.Context, EmbeddedConfig, records.Evidence, []EmbeddedConfig) (EmbeddedConfig, float64, error)
 
-	mu      sync.Mutex
-	lru     *list.List // of *tunedEntry, most recent first
-	entries map[string]*list.Element
-	stats   TunedStats
+	memo *memo[string, tunedModel] // by Evidence.Fingerprint
 }
 
-// tunedEntry is the tuned model of one evidence; done closes when the
-// tuning ends.
-type tunedEntry struct {
-	key   string
-	done  chan struct{}
+// tunedModel is the tuned model of one evidence.
+type tunedModel struct {
 	model *Embedded
 	logML float64
-	err   error
 }
 
 var (
@@ -95,10 +85,17 @@ func NewTuned(base EmbeddedConfig, grid []EmbeddedConfig) *Tuned {
 		fmt.Fprintf(h, "grid %s\n", embeddedDigest(c))
 	}
 	return &Tuned{
-		base: base, grid: grid, size: base.CacheSize, tune: Tune,
-		id:  "rwm.Tuned/" + hex.EncodeToString(h.Sum(nil)[:8]),
-		lru: list.New(), entries: map[string]*list.Element{},
+		base: base, grid: grid, tune: Tune, memo: newMemo[string, tunedModel](tunedPolicy(base.CacheSize)),
+		id: "rwm.Tuned/" + hex.EncodeToString(h.Sum(nil)[:8]),
 	}
+}
+
+// tunedPolicy is how a Tuned holding size tuned models memoises: a tuning
+// in flight is held and bounded from its start; a waiter counts as
+// Coalesced when it joins; it tunes after its owner's cancellation only
+// while its own ctx is live.
+func tunedPolicy(size int) memoPolicy {
+	return memoPolicy{name: "rwm: tuned", size: size, boundFlights: true, coalesceOnJoin: true}
 }
 
 // embeddedDigest is configDigest with the priors keyed as NewEmbedded keys
@@ -122,11 +119,8 @@ func (t *Tuned) Grid() []EmbeddedConfig { return append([]EmbeddedConfig(nil), t
 
 // Stats returns a snapshot of the model's counters.
 func (t *Tuned) Stats() TunedStats {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.stats
-	s.Len = t.lru.Len()
-	return s
+	s := t.memo.snapshot()
+	return TunedStats{Tunings: s.Misses, Hits: s.Hits, Coalesced: s.Coalesced, Evictions: s.Evictions, Len: s.Len}
 }
 
 // Predict tunes on q.Evidence (once per distinct evidence) and returns the
@@ -159,72 +153,15 @@ func (t *Tuned) Config(ctx context.Context, ev records.Evidence) (EmbeddedConfig
 	return e.model.Config(), e.logML, nil
 }
 
-// tuned returns ev's finished entry, tuning it or waiting for the tuning
-// in flight.
-func (t *Tuned) tuned(ctx context.Context, ev records.Evidence) (*tunedEntry, error) {
-	key := ev.Fingerprint()
-	for {
-		t.mu.Lock()
-		if el, ok := t.entries[key]; ok {
-			t.lru.MoveToFront(el)
-			e := el.Value.(*tunedEntry)
-			select {
-			case <-e.done:
-				t.stats.Hits++
-			default:
-				t.stats.Coalesced++
-			}
-			t.mu.Unlock()
-			select {
-			case <-e.done:
-			case <-ctx.Done():
-				return nil, fmt.Errorf("rwm: tuned: %w", ctx.Err())
-			}
-			if e.err == nil {
-				return e, nil
-			}
-			if isCtxErr(e.err) && ctx.Err() == nil {
-				continue // the owner was cancelled, not this caller: tune here
-			}
-			return nil, e.err
+// tuned returns ev's tuned model, tuning it or waiting for the tuning in
+// flight.
+func (t *Tuned) tuned(ctx context.Context, ev records.Evidence) (tunedModel, error) {
+	m, _, err := t.memo.do(ctx, ev.Fingerprint(), func(ctx context.Context) (tunedModel, error) {
+		cfg, lm, err := t.tune(ctx, t.base, ev, t.grid)
+		if err != nil {
+			return tunedModel{}, fmt.Errorf("rwm: tuned: tuning on %d records: %w", ev.Len(), err)
 		}
-		e := &tunedEntry{key: key, done: make(chan struct{})}
-		t.entries[key] = t.lru.PushFront(e)
-		t.stats.Tunings++
-		t.evict()
-		t.mu.Unlock()
-		t.run(ctx, e, ev)
-		if e.err != nil {
-			return nil, e.err
-		}
-		return e, nil
-	}
-}
-
-// run tunes e on ev, then publishes it (or, on error, forgets it).
-func (t *Tuned) run(ctx context.Context, e *tunedEntry, ev records.Evidence) {
-	cfg, lm, err := t.tune(ctx, t.base, ev, t.grid)
-	if err != nil {
-		e.err = fmt.Errorf("rwm: tuned: tuning on %d records: %w", ev.Len(), err)
-		t.mu.Lock()
-		if el, ok := t.entries[e.key]; ok && el.Value.(*tunedEntry) == e {
-			t.lru.Remove(el)
-			delete(t.entries, e.key)
-		}
-		t.mu.Unlock()
-	} else {
-		e.model, e.logML = NewEmbedded(cfg), lm
-	}
-	close(e.done)
-}
-
-// evict drops the least recently used entries beyond the size; t.mu held.
-// A dropped entry in flight still serves the callers already waiting on it.
-func (t *Tuned) evict() {
-	for t.lru.Len() > t.size {
-		last := t.lru.Back()
-		t.lru.Remove(last)
-		delete(t.entries, last.Value.(*tunedEntry).key)
-		t.stats.Evictions++
-	}
+		return tunedModel{model: NewEmbedded(cfg), logML: lm}, nil
+	})
+	return m, err
 }
