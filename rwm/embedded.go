@@ -2,7 +2,6 @@ package rwm
 
 import (
 	"cmp"
-	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -246,9 +244,11 @@ type Embedded struct {
 	cards  map[string]records.Card
 	id     string
 
-	mu      sync.Mutex
-	lru     *list.List // of *factor, most recent first
-	factors map[string]*list.Element
+	// factorise is build; tests replace it to hold or fail a
+	// factorisation.
+	factorise func(*factor, records.Evidence) error
+
+	factors *memo[string, *factor] // by Evidence.Fingerprint
 }
 
 var (
@@ -262,7 +262,8 @@ func NewEmbedded(cfg EmbeddedConfig) *Embedded {
 	if err := cfg.Validate(); err != nil {
 		panic(err.Error())
 	}
-	e := &Embedded{cfg: cfg, priors: map[string]records.Prior{}, lru: list.New(), factors: map[string]*list.Element{}}
+	e := &Embedded{cfg: cfg, priors: map[string]records.Prior{}, factors: newMemo[string, *factor](embeddedPolicy(cfg.CacheSize))}
+	e.factorise = e.build
 	for m, p := range cfg.Priors {
 		e.priors[records.CanonicalName(m)] = p
 	}
@@ -274,6 +275,15 @@ func NewEmbedded(cfg EmbeddedConfig) *Embedded {
 	}
 	e.id = "rwm.Embedded/" + configDigest(cfg, e.priors)
 	return e
+}
+
+// embeddedPolicy is how an Embedded holding size factorisations memoises:
+// as Tuned does (tunedPolicy), a factorisation in flight is held and
+// bounded from its start. Its counters are not exported, and a
+// factorisation does not read its owner's ctx, so it never ends cancelled
+// and its waiters never retry.
+func embeddedPolicy(size int) memoPolicy {
+	return memoPolicy{name: "rwm: embedded", size: size, boundFlights: true, coalesceOnJoin: true}
 }
 
 // configDigest names a configuration for cache keys.
@@ -413,10 +423,6 @@ type pval struct {
 
 // factor is a factorised context.
 type factor struct {
-	key  string
-	done chan struct{}
-	err  error
-
 	intern map[string]int32 // shared string table for ids
 	feats  []feat
 	keys   []string          // "taskID\x00proposal key" per record
@@ -428,46 +434,17 @@ type factor struct {
 	quad   float64           // rᵀK₁⁻¹r
 }
 
+// factor returns ev's factorisation, building it or waiting for the one in
+// flight.
 func (e *Embedded) factor(ctx context.Context, ev records.Evidence) (*factor, error) {
-	key := ev.Fingerprint()
-	e.mu.Lock()
-	if el, ok := e.factors[key]; ok {
-		e.lru.MoveToFront(el)
-		f := el.Value.(*factor)
-		e.mu.Unlock()
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("rwm: embedded: %w", ctx.Err())
-		}
-		if f.err != nil {
-			return nil, f.err
+	f, _, err := e.factors.do(ctx, ev.Fingerprint(), func(context.Context) (*factor, error) {
+		f := &factor{}
+		if err := e.factorise(f, ev); err != nil {
+			return nil, err
 		}
 		return f, nil
-	}
-	f := &factor{key: key, done: make(chan struct{})}
-	e.factors[key] = e.lru.PushFront(f)
-	for e.lru.Len() > e.cfg.CacheSize {
-		last := e.lru.Back()
-		e.lru.Remove(last)
-		delete(e.factors, last.Value.(*factor).key)
-	}
-	e.mu.Unlock()
-
-	f.err = e.build(f, ev)
-	if f.err != nil {
-		e.mu.Lock()
-		if el, ok := e.factors[key]; ok && el.Value.(*factor) == f {
-			e.lru.Remove(el)
-			delete(e.factors, key)
-		}
-		e.mu.Unlock()
-	}
-	close(f.done)
-	if f.err != nil {
-		return nil, f.err
-	}
-	return f, nil
+	})
+	return f, err
 }
 
 // sortRecords sorts records canonically (task ID, proposal key,
