@@ -46,73 +46,109 @@ func main() {
 	os.Exit(run(os.Args[1], os.Args[2]))
 }
 
+// run runs the job at jobPath, writes its result to resultPath and returns
+// the exit code.
 func run(jobPath, resultPath string) int {
-	b, err := os.ReadFile(jobPath)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "trainscript:", err)
-		return builder.ExitTransient
-	}
-	var job builder.JobFile
-	if err := json.Unmarshal(b, &job); err != nil || job.Protocol != builder.ProtocolVersion {
-		fmt.Fprintf(os.Stderr, "trainscript: bad job file (protocol %d): %v\n", job.Protocol, err)
-		return 2
-	}
-	spec, err := buildertest.ParseSpec(job.Spec)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "trainscript:", err)
-		return 2
+	job, spec, code := readJob(jobPath)
+	if code != 0 {
+		return code
 	}
 	fmt.Fprintf(os.Stderr, "trainscript: task %s proposal %s seed %d budget %d behaviour %q\n",
 		job.Task.ID, job.Key, job.Seed, job.Budget, spec.Behaviour)
 	fmt.Fprintln(os.Stderr, buildertest.TextLine(job.Proposal.Text))
-
-	write := func(s string) int {
-		if err := os.WriteFile(resultPath, []byte(s), 0o600); err != nil {
-			fmt.Fprintln(os.Stderr, "trainscript:", err)
-			return builder.ExitTransient
-		}
-		return 0
-	}
 	start := time.Now()
+	if code, done := misbehave(spec, resultPath); done {
+		return code
+	}
+	return train(job, spec, resultPath, start)
+}
+
+// readJob reads and checks the job file and its spec; a nonzero code is
+// the exit code of a job that cannot be read.
+func readJob(jobPath string) (builder.JobFile, buildertest.Spec, int) {
+	var job builder.JobFile
+	b, err := os.ReadFile(jobPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "trainscript:", err)
+		return job, buildertest.Spec{}, builder.ExitTransient
+	}
+	if err := json.Unmarshal(b, &job); err != nil || job.Protocol != builder.ProtocolVersion {
+		fmt.Fprintf(os.Stderr, "trainscript: bad job file (protocol %d): %v\n", job.Protocol, err)
+		return job, buildertest.Spec{}, 2
+	}
+	spec, err := buildertest.ParseSpec(job.Spec)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "trainscript:", err)
+		return job, spec, 2
+	}
+	return job, spec, 0
+}
+
+// writeResult writes the result JSON s to resultPath and returns the exit
+// code.
+func writeResult(resultPath, s string) int {
+	if err := os.WriteFile(resultPath, []byte(s), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, "trainscript:", err)
+		return builder.ExitTransient
+	}
+	return 0
+}
+
+// misbehave acts out the spec's failure behaviour, if it has one (done),
+// and returns the exit code.
+func misbehave(spec buildertest.Spec, resultPath string) (code int, done bool) {
 	switch spec.Behaviour {
 	case buildertest.Crash:
 		fmt.Fprintln(os.Stderr, "trainscript: segmentation fault (simulated)")
-		return 1
+		return 1, true
 	case buildertest.Transient:
 		fmt.Fprintln(os.Stderr, "trainscript: no device available")
-		return builder.ExitTransient
+		return builder.ExitTransient, true
 	case buildertest.Garbage:
 		fmt.Println("loss is about 1.2, I think")
-		return write("this is not JSON {")
+		return writeResult(resultPath, "this is not JSON {"), true
 	case buildertest.NaN:
-		return write(`{"loss": NaN}`)
+		return writeResult(resultPath, `{"loss": NaN}`), true
 	case buildertest.Infeasible:
 		r, _ := json.Marshal(map[string]string{"infeasible": spec.Reason})
-		if c := write(string(r)); c != 0 {
-			return c
+		if c := writeResult(resultPath, string(r)); c != 0 {
+			return c, true
 		}
-		return builder.ExitInfeasible
+		return builder.ExitInfeasible, true
 	case buildertest.Hang:
-		if spec.IgnoreTerm {
-			signal.Ignore(syscall.SIGTERM)
-		}
-		if spec.ChildPIDFile != "" {
-			self, err := os.Executable()
-			if err != nil {
-				return 1
-			}
-			child := exec.Command(self, "-child") // inherits our process group
-			if err := child.Start(); err != nil {
-				fmt.Fprintln(os.Stderr, "trainscript:", err)
-				return 1
-			}
-			_ = os.WriteFile(spec.ChildPIDFile, []byte(strconv.Itoa(child.Process.Pid)), 0o600)
-		}
-		fmt.Fprintln(os.Stderr, "trainscript: hanging")
-		for {
-			time.Sleep(time.Hour)
-		}
+		return hang(spec), true
 	}
+	return 0, false
+}
+
+// hang never returns unless it fails to start the child the spec asks
+// for: it optionally ignores SIGTERM and leaves a child in its process
+// group, as a stuck training run might.
+func hang(spec buildertest.Spec) int {
+	if spec.IgnoreTerm {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	if spec.ChildPIDFile != "" {
+		self, err := os.Executable()
+		if err != nil {
+			return 1
+		}
+		child := exec.Command(self, "-child") // inherits our process group
+		if err := child.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "trainscript:", err)
+			return 1
+		}
+		_ = os.WriteFile(spec.ChildPIDFile, []byte(strconv.Itoa(child.Process.Pid)), 0o600)
+	}
+	fmt.Fprintln(os.Stderr, "trainscript: hanging")
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// train "trains" for the spec's sleep, writes the quadratic's loss with
+// the run's seeds and cost since start, and returns the exit code.
+func train(job builder.JobFile, spec buildertest.Spec, resultPath string, start time.Time) int {
 	time.Sleep(time.Duration(spec.SleepMS) * time.Millisecond)
 	loss := buildertest.Quadratic(job.Task, job.Proposal, job.Seed)
 	wall := time.Since(start).Seconds()
@@ -125,5 +161,5 @@ func run(jobPath, resultPath string) int {
 		return 2
 	}
 	fmt.Fprintf(os.Stderr, "trainscript: loss %.6f\n", loss)
-	return write(string(r))
+	return writeResult(resultPath, string(r))
 }
