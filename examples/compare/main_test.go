@@ -193,8 +193,25 @@ func TestResultOfOtherTasksIsRefused(t *testing.T) {
 	r.Seed, r.Tasks = 2, "0123456789abcdef01234567"
 	require.NoError(t, writeResult(dir, job{"rft", 2}, r))
 	_, ok, err = readResult(dir, job{"rft", 2}, o)
-	require.ErrorContains(t, err, "measured on other tasks of suite v2-val")
+	require.ErrorContains(t, err, "measured on other tasks of suite v2-val or another catalogue")
 	require.False(t, ok)
+}
+
+// The digest covers the action space too: a result measured with other
+// cards (e.g. absolute size choices) is refused like one of other tasks.
+func TestLabDigestCoversTheCatalogue(t *testing.T) {
+	specs, _ := suiteTasks("v2-val")
+	cat := lab.Catalogue()
+	require.Equal(t, tasksDigest("v2-val"), labDigest(specs, cat))
+	old := lab.Catalogue()
+	for i := range old {
+		if old[i].Mechanism == "width" {
+			old[i].Params = []records.ParamSpec{{Name: "hidden", Kind: "int", Choices: []string{"256", "64", "192"}, Min: 8, Max: 512}}
+		}
+	}
+	require.NotEqual(t, labDigest(specs, cat), labDigest(specs, old))
+	require.NotEqual(t, labDigest(specs, cat), labDigest(specs[1:], cat))
+	require.Equal(t, labDigest(specs, cat), labDigest(specs, lab.Catalogue()), "deterministic")
 }
 
 func TestLeversHaveTheirOwnRunDirectory(t *testing.T) {

@@ -11,6 +11,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/records"
 )
 
 // resultVersion is the format of result files; a file of another version
@@ -25,8 +28,10 @@ type Result struct {
 	Seed    uint64 `json:"seed"`
 	Profile string `json:"profile"`
 	Suite   string `json:"suite"`
-	// Tasks is the digest of the suite's task specs (tasksDigest): a
-	// result of another generator's tasks is never read back as this one's.
+	// Tasks is the digest of the suite's task specs and of the lab's
+	// catalogue (tasksDigest): a result of another generator's tasks, or of
+	// another action space (e.g. the size cards before they became
+	// relative), is never read back as this one's.
 	Tasks string `json:"tasks_digest"`
 	M0    int    `json:"m0_records"`
 	// Runs counts real runs per phase: fresh (paid for now) and reused
@@ -142,19 +147,28 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 			path, r.Version, r.Method, r.Seed, r.Profile, r.Suite, resultVersion, j, j)
 	}
 	if want := tasksDigest(o.suite); r.Tasks != want {
-		return r, false, fmt.Errorf("%s was measured on other tasks of suite %s (digest %q, want %q: the task generator changed; move it away to run %s again)",
+		return r, false, fmt.Errorf("%s was measured on other tasks of suite %s or another catalogue (digest %q, want %q: the task generator or the cards changed; move it away to run %s again)",
 			path, r.Suite, r.Tasks, want, j)
 	}
 	return r, true, nil
 }
 
-// tasksDigest is the hex SHA-256 (first 12 bytes) of the JSON of the
-// suite's task specs.
+// tasksDigest is the digest of the suite's task specs and the lab's
+// catalogue (labDigest).
 func tasksDigest(suite string) string {
 	specs, _ := suiteTasks(suite)
-	b, err := json.Marshal(specs)
+	return labDigest(specs, lab.Catalogue())
+}
+
+// labDigest is the hex SHA-256 (first 12 bytes) of the JSON of the task
+// specs and the catalogue's cards: what a result was measured on.
+func labDigest(specs []lab.TaskSpec, cat []records.Card) string {
+	b, err := json.Marshal(struct {
+		Tasks     []lab.TaskSpec `json:"tasks"`
+		Catalogue []records.Card `json:"catalogue"`
+	}{specs, cat})
 	if err != nil {
-		panic(fmt.Sprintf("compare: task specs do not marshal: %v", err))
+		panic(fmt.Sprintf("compare: task specs or cards do not marshal: %v", err))
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:12])
