@@ -157,11 +157,18 @@ func (st *LandscapeStats) heldOut(s Sweep, cfg LandscapeConfig, norm func(t int,
 	st.HeldOutOracleMinusFixed = st.HeldOutOracle - st.HeldOutFixed
 }
 
-// foldScores returns the cells' scores over fold f of their outcomes (the
-// gains in seed order, then one −Clip per infeasible seed; fold f holds
-// the outcomes i with i mod 2 = f); ok is false when a non-skipped cell
-// has fewer than 2 outcomes.
+// foldScores returns the cells' scores over fold f of their outcomes
+// (fold f holds the outcomes i with i mod 2 = f); ok is false when a
+// non-skipped cell has fewer than 2 outcomes.
 func foldScores(s Sweep, cfg LandscapeConfig, norm func(t int, g float64) float64, f int) ([][]float64, bool) {
+	return outcomeScores(s, cfg, norm, f, 2)
+}
+
+// outcomeScores returns each cell's mean score over its outcomes from,
+// from+step, … (the outcomes are the gains in seed order under norm, then
+// −Clip per infeasible seed; NaN for a skipped cell); ok is false when a
+// non-skipped cell has fewer than step outcomes.
+func outcomeScores(s Sweep, cfg LandscapeConfig, norm func(t int, g float64) float64, from, step int) ([][]float64, bool) {
 	out := make([][]float64, len(s.Cells))
 	for t, row := range s.Cells {
 		out[t] = make([]float64, len(row))
@@ -171,18 +178,19 @@ func foldScores(s Sweep, cfg LandscapeConfig, norm func(t int, g float64) float6
 				continue
 			}
 			n := len(c.Gains) + c.Infeasible
-			if n < 2 {
+			if n < step {
 				return nil, false
 			}
-			var sum float64
-			var m int
-			for i := f; i < n; i += 2 {
-				if i < len(c.Gains) {
-					sum += norm(t, c.Gains[i])
-				} else {
-					sum -= cfg.Clip
-				}
+			m, infeasible := 0, 0
+			for i := from; i < n; i += step {
 				m++
+				if i >= len(c.Gains) {
+					infeasible++
+				}
+			}
+			sum := -cfg.Clip * float64(infeasible)
+			for i := from; i < len(c.Gains); i += step {
+				sum += norm(t, c.Gains[i])
 			}
 			out[t][k] = sum / float64(m)
 		}
@@ -252,24 +260,11 @@ func familyFloors(tasks []records.Task) map[string]float64 {
 	return out
 }
 
-// scores returns the cells' scores under norm (NaN for skipped cells).
+// scores returns the cells' scores under norm (NaN for skipped cells):
+// the mean over all of each cell's outcomes.
 func scores(s Sweep, cfg LandscapeConfig, norm func(t int, g float64) float64) [][]float64 {
-	out := make([][]float64, len(s.Cells))
-	for t, row := range s.Cells {
-		out[t] = make([]float64, len(row))
-		for k, c := range row {
-			if c.skipped() {
-				out[t][k] = math.NaN()
-				continue
-			}
-			sum := -cfg.Clip * float64(c.Infeasible)
-			for _, g := range c.Gains {
-				sum += norm(t, g)
-			}
-			out[t][k] = sum / float64(len(c.Gains)+c.Infeasible)
-		}
-	}
-	return out
+	z, _ := outcomeScores(s, cfg, norm, 0, 1)
+	return z
 }
 
 func landscapeStats(s Sweep, cfg LandscapeConfig, z [][]float64) LandscapeStats {
