@@ -352,7 +352,7 @@ func TestPartPairsWithBestBaseline(t *testing.T) {
 		require.NoError(t, err)
 		parts[i] = ps
 	}
-	require.NoError(t, pairPartsWithBest(cfg, names, cells, parts))
+	require.NoError(t, pairPartsWithBest(cfg, names, parts))
 	for i, m := range names[:3] {
 		for _, p := range parts[i] {
 			require.Nil(t, p.VsBest, "%s is a baseline", m)

@@ -56,8 +56,9 @@ type PartSummary struct {
 	// the highest Avg@K on this part, state by state, with its own
 	// bootstrap (issue 14's criterion: the paired difference on each part).
 	VsBest *evalstat.Paired `json:"vs_best_baseline,omitempty"`
-	// stratum is the cells' stratum of the part.
+	// stratum and cells are the part's stratum and its cells.
 	stratum string
+	cells   []evalstat.Cell
 }
 
 // partName names a stratum for the tables: "in" or "out" of distribution.
@@ -89,7 +90,7 @@ func partSummaries(cfg evalstat.Config, label string, cells []evalstat.Cell) ([]
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, PartSummary{Part: partName(p), Summary: s, stratum: p})
+		out = append(out, PartSummary{Part: partName(p), Summary: s, stratum: p, cells: by[p]})
 	}
 	return out, nil
 }
@@ -174,7 +175,7 @@ func statistics(o options, names []string, byMethod map[string][]Result) ([]eval
 			baselines = append(baselines, s.Method)
 		}
 	}
-	if err := pairPartsWithBest(cfg, names, cells, parts); err != nil {
+	if err := pairPartsWithBest(cfg, names, parts); err != nil {
 		return nil, nil, nil, err
 	}
 	best, hasBest := evalstat.BestOf(sums, baselines...)
@@ -204,30 +205,38 @@ func statistics(o options, names []string, byMethod map[string][]Result) ([]eval
 
 // pairPartsWithBest fills each trained method's PartSummary.VsBest: on
 // each part, the paired difference with the baseline (other than Base)
-// whose Avg@K is highest on that part.
-func pairPartsWithBest(cfg evalstat.Config, names []string, cells map[string][]evalstat.Cell, parts [][]PartSummary) error {
+// whose Avg@K is highest on that part (evalstat.BestOf).
+func pairPartsWithBest(cfg evalstat.Config, names []string, parts [][]PartSummary) error {
 	if len(parts) == 0 {
 		return nil
 	}
+	var baselines []string
+	for _, m := range names {
+		if methods[m].baseline && m != "base" {
+			baselines = append(baselines, methods[m].label)
+		}
+	}
 	for p := range parts[0] {
-		best := -1
-		for i, m := range names {
-			if methods[m].baseline && m != "base" && len(parts[i]) > p &&
-				(best < 0 || parts[i][p].Summary.AvgK.Point > parts[best][p].Summary.AvgK.Point) {
-				best = i
+		var sums []evalstat.Summary
+		at := map[string]int{} // method label → index in names
+		for i := range names {
+			if len(parts[i]) > p {
+				sums = append(sums, parts[i][p].Summary)
+				at[parts[i][p].Summary.Method] = i
 			}
 		}
-		if best < 0 {
+		best, ok := evalstat.BestOf(sums, baselines...)
+		if !ok {
 			return nil
 		}
-		b := names[best]
+		b := at[best.Method]
 		for i, m := range names {
 			if methods[m].baseline || len(parts[i]) <= p {
 				continue
 			}
-			st := parts[i][p].stratum
-			pr, err := evalstat.Compare(cfg, methods[m].label, inStratum(cells[m], st), methods[b].label, inStratum(cells[b], st),
-				bootstrapRNG(cfg.Resamples, "part:"+m+"\x00"+b+st))
+			part := parts[i][p]
+			pr, err := evalstat.Compare(cfg, methods[m].label, part.cells, best.Method, parts[b][p].cells,
+				bootstrapRNG(cfg.Resamples, "part:"+m+"\x00"+names[b]+part.stratum))
 			if err != nil {
 				return err
 			}
@@ -235,17 +244,6 @@ func pairPartsWithBest(cfg evalstat.Config, names []string, cells map[string][]e
 		}
 	}
 	return nil
-}
-
-// inStratum returns the cells of one stratum.
-func inStratum(cells []evalstat.Cell, stratum string) []evalstat.Cell {
-	var out []evalstat.Cell
-	for _, c := range cells {
-		if c.Stratum == stratum {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // report computes the comparison of results, writes its files into dir
