@@ -3,7 +3,6 @@ package proposer
 import (
 	"context"
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -80,37 +79,6 @@ func TestHistoryProposalFeaturesLetTheParameterFollowTheHistory(t *testing.T) {
 		}
 		require.Greater(t, pDir(p, "up"), 0.95)
 		require.Greater(t, pDir(p, "down"), 0.95)
-	}
-}
-
-func TestHistoryProposalFeaturesGradient(t *testing.T) {
-	cfg := DefaultPolicyConfig()
-	cfg.InitStd, cfg.HistoryProposalBuckets = 0.5, 32
-	p := newRandomPolicy(t, cfg, 21)
-	rng := rand.New(rand.NewPCG(22, 23))
-	for range 6 {
-		s := randomState(rng, p.cat)
-		smp, err := p.Propose(context.Background(), s, 1, rng)
-		require.NoError(t, err)
-		toks, err := p.lay.encode(smp[0])
-		require.NoError(t, err)
-		state := p.lay.stateFeatures(s, cfg.FamilyBuckets)
-		f := func() float64 {
-			var v float64
-			ps := p.forward(state, toks, 1)
-			for _, lp := range ps.tokenLogProbs() {
-				v += lp
-			}
-			return v
-		}
-		w := make([]float64, len(toks))
-		for i := range w {
-			w[i] = 1
-		}
-		grad := make([]float64, p.lay.nParams)
-		ps := p.forward(state, toks, 1)
-		ps.backward(w, grad)
-		checkGradient(t, p, f, grad, rng)
 	}
 }
 

@@ -99,6 +99,7 @@ func TestLogProbGradientMatchesFiniteDifferences(t *testing.T) {
 		t.Run(fmt.Sprintf("T=%g", temp), func(t *testing.T) {
 			cfg := DefaultPolicyConfig()
 			cfg.InitStd, cfg.Temperature, cfg.NoChange = 0.5, temp, true
+			cfg.HistoryProposalBuckets = 32 // the history-proposal block's weights are checked too
 			p := newRandomPolicy(t, cfg, 11)
 			rng := rand.New(rand.NewPCG(12, 13))
 			for trial := range 8 {
