@@ -36,20 +36,26 @@ func synthetic(n int, seed uint64) records.Evidence {
 // records: "first" builds and factorises the Gram matrix (O(n³)) for every
 // prediction, "repeated" reuses the cached factorisation (O(n²)).
 func BenchmarkEmbedded(b *testing.B) {
-	for _, n := range []int{300, 3000} {
+	benchFirstAndRepeated(b, []int{300, 3000}, "first", "repeated",
+		func() rwm.WorldModel { return rwm.NewEmbedded(rwm.DefaultEmbeddedConfig()) })
+}
+
+// benchFirstAndRepeated measures a fresh model's first prediction (first)
+// and a later one on the same evidence (repeated) against n records each.
+func benchFirstAndRepeated(b *testing.B, ns []int, first, repeated string, newModel func() rwm.WorldModel) {
+	for _, n := range ns {
 		ev := synthetic(n, 7)
 		q := rwm.Query{Task: ev.At(0).Task, Proposal: records.Proposal{Mechanism: "m3", Params: map[string]string{"x": "3", "k": "b"}}, Evidence: ev}
-		b.Run(fmt.Sprintf("records=%d/first", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("records=%d/%s", n, first), func(b *testing.B) {
 			for b.Loop() {
-				m := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
-				if _, err := m.Predict(context.Background(), q); err != nil {
+				if _, err := newModel().Predict(context.Background(), q); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "predictions/s")
 		})
-		b.Run(fmt.Sprintf("records=%d/repeated", n), func(b *testing.B) {
-			m := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+		b.Run(fmt.Sprintf("records=%d/%s", n, repeated), func(b *testing.B) {
+			m := newModel()
 			if _, err := m.Predict(context.Background(), q); err != nil {
 				b.Fatal(err)
 			}
@@ -85,28 +91,6 @@ func BenchmarkCacheHit(b *testing.B) {
 // query, which tunes over the 81 configurations of TuneGrid and then
 // factorises the winner; "tuned" is a later query on the same evidence.
 func BenchmarkTuned(b *testing.B) {
-	for _, n := range []int{100, 200} {
-		ev := synthetic(n, 7)
-		q := rwm.Query{Task: ev.At(0).Task, Proposal: records.Proposal{Mechanism: "m3", Params: map[string]string{"x": "3", "k": "b"}}, Evidence: ev}
-		b.Run(fmt.Sprintf("records=%d/tune", n), func(b *testing.B) {
-			for b.Loop() {
-				m := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
-				if _, err := m.Predict(context.Background(), q); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run(fmt.Sprintf("records=%d/tuned", n), func(b *testing.B) {
-			m := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
-			if _, err := m.Predict(context.Background(), q); err != nil {
-				b.Fatal(err)
-			}
-			for b.Loop() {
-				if _, err := m.Predict(context.Background(), q); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "predictions/s")
-		})
-	}
+	benchFirstAndRepeated(b, []int{100, 200}, "tune", "tuned",
+		func() rwm.WorldModel { return rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil) })
 }
