@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm/internal/labtest"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/corpus"
 	"github.com/lm2lm/lm2lm/lab/model"
@@ -181,9 +182,7 @@ func ExampleSuiteV2() {
 // reports) a task whose reference diverges, and counts every task handled.
 func TestReadyLeavesOutDivergedTasks(t *testing.T) {
 	good := lab.SuiteV2(1).Train[1]
-	hot := good
-	hot.ID = good.ID + "-hot"
-	hot.Config.Optimizer, hot.Config.LR, hot.Config.ClipNorm, hot.Config.Beta1 = "momentum", 100, 0, 0.9
+	hot := labtest.DivergingTwin(good)
 	cfg := lab.DefaultConfig()
 	cfg.Tasks = []lab.TaskSpec{hot, good}
 	l, err := lab.New(cfg, records.NewMemStore())

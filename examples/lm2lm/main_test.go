@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm/internal/labtest"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -161,9 +162,7 @@ func TestReportNamedAndNeverOverwritten(t *testing.T) {
 // failing (as it did on a generated suite with one over-hot reference).
 func TestReferencesLeaveOutDivergedTasks(t *testing.T) {
 	good := lab.SuiteV2(1).Train[1]
-	hot := good
-	hot.ID = good.ID + "-hot"
-	hot.Config.Optimizer, hot.Config.LR, hot.Config.ClipNorm, hot.Config.Beta1 = "momentum", 100, 0, 0.9
+	hot := labtest.DivergingTwin(good)
 	cfg := lab.DefaultConfig()
 	cfg.Tasks = []lab.TaskSpec{good, hot}
 	l, err := lab.New(cfg, records.NewMemStore())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm/internal/labtest"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/records"
@@ -129,9 +130,7 @@ func TestPrintCards(t *testing.T) {
 // -refs names a task whose reference run diverges and goes on.
 func TestRefsLeaveOutDivergedTasks(t *testing.T) {
 	good := lab.SuiteV2(1).Train[1]
-	hot := good
-	hot.ID = good.ID + "-hot"
-	hot.Config.Optimizer, hot.Config.LR, hot.Config.ClipNorm, hot.Config.Beta1 = "momentum", 100, 0, 0.9
+	hot := labtest.DivergingTwin(good)
 	l, err := newLab([]lab.TaskSpec{good, hot}, 2, records.NewMemStore())
 	require.NoError(t, err)
 	var out bytes.Buffer
