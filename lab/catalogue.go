@@ -71,8 +71,10 @@ func sameWay(c records.Card, p records.Proposal) bool {
 	return side(p.Params[d.param]) == side(cards.Representative(c).Params[d.param])
 }
 
-// changes reports whether p is feasible on spec's reference and changes it.
-func changes(spec TaskSpec, p records.Proposal) bool {
+// Changes reports whether p is feasible on spec's reference and changes
+// it: a landscape sweeps a proposal only where it does (not a no-op, not
+// out of a card's range).
+func Changes(spec TaskSpec, p records.Proposal) bool {
 	cfg, err := cards.Apply(spec.Config, p)
 	return err == nil && cfg != spec.Config
 }
@@ -91,7 +93,7 @@ func changes(spec TaskSpec, p records.Proposal) bool {
 // reverses the card's meaning).
 func RelativeRepresentative(spec TaskSpec, c records.Card) (p records.Proposal, ok bool) {
 	for _, p := range cards.Proposals(c) {
-		if sameWay(c, p) && changes(spec, p) {
+		if sameWay(c, p) && Changes(spec, p) {
 			return p, true
 		}
 	}
@@ -126,7 +128,7 @@ func RelativeOpposite(spec TaskSpec, c records.Card) (records.Proposal, bool) {
 	}
 	params[d.param] = d.opposite
 	p.Params = params
-	if !changes(spec, p) {
+	if !Changes(spec, p) {
 		return records.Proposal{}, false
 	}
 	return p, true

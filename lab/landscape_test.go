@@ -261,3 +261,18 @@ func TestRelativeRepresentative(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "activation name=relu", cards.Render(p))
 }
+
+func TestChanges(t *testing.T) {
+	spec := lab.SuiteV2(1).Validation[0]
+	parse := func(s string) records.Proposal {
+		p, err := lab.ParseProposal(s)
+		require.NoError(t, err)
+		return p
+	}
+	require.True(t, lab.Changes(spec, parse("width factor=2")))
+	require.True(t, lab.Changes(spec, parse("width factor=0.5")))
+	require.False(t, lab.Changes(spec, parse("optimizer name="+spec.Config.Optimizer)), "a no-op")
+	spec.Config.Layers = 6
+	require.False(t, lab.Changes(spec, parse("depth add=1")), "7 layers is out of the card's range")
+	require.True(t, lab.Changes(spec, parse("depth add=-1")))
+}

@@ -164,7 +164,7 @@ func everyChoice(l *lab.Lab, ids []string) []column {
 			col := column{name: lab.Render(p), choice: map[string]records.Proposal{}}
 			for _, id := range ids {
 				spec, _ := l.Spec(id)
-				if cfg, err := lab.ApplyProposal(spec.Config, p); err == nil && cfg != spec.Config {
+				if lab.Changes(spec, p) {
 					col.choice[id] = p
 				}
 			}
