@@ -26,8 +26,9 @@ import (
 	"github.com/lm2lm/lm2lm/records"
 )
 
-// runLandscape sweeps every card over the tasks ids and prints the four
-// lines of the landscape report to w, details to log.
+// runLandscape sweeps every proposal of the catalogue (with -representative,
+// each card's relative representative and its opposite) over the tasks ids
+// and prints the four lines of the landscape report to w, details to log.
 func runLandscape(ctx context.Context, w, log io.Writer, l *lab.Lab, store records.Store, ids []string, o options) error {
 	sw, jobs, where, err := landscapeJobs(ctx, log, l, ids, seedsOr(o.seeds, 2), !o.repr)
 	if err != nil {
@@ -76,8 +77,9 @@ func seedsOr(n, def int) int {
 	return def
 }
 
-// landscapeJobs builds the jobs of the sweep (card k's relative
-// representative on task t with every seed); where[i] is job i's {t, k}.
+// landscapeJobs builds the jobs of the sweep (column k's proposal on task t
+// with every seed; all: every proposal, else representatives and
+// opposites); where[i] is job i's {t, k}.
 func landscapeJobs(ctx context.Context, log io.Writer, l *lab.Lab, ids []string, nSeeds int, all bool) (lab.Sweep, []builder.Job, [][2]int, error) {
 	var sw lab.Sweep
 	var jobs []builder.Job
@@ -120,10 +122,11 @@ func landscapeJobs(ctx context.Context, log io.Writer, l *lab.Lab, ids []string,
 	return sw, jobs, where, nil
 }
 
-// column is one column of the landscape: a card's relative representative
-// or its opposite (lab.RelativeOpposite) on every task that has one.
+// column is one column of the landscape: a proposal of the catalogue, or a
+// card's relative representative or its opposite (lab.RelativeOpposite),
+// on every task where it changes the reference.
 type column struct {
-	name   string                      // the card, or lab.OppositeLabel for its opposite
+	name   string                      // the proposal's text, the card, or lab.OppositeLabel for its opposite
 	choice map[string]records.Proposal // by task ID
 }
 
