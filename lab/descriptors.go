@@ -1,6 +1,10 @@
 package lab
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"github.com/lm2lm/lm2lm/records"
 	"math"
 
 	"github.com/lm2lm/lm2lm/lab/corpus"
@@ -87,4 +91,47 @@ func (l *Lab) descriptors(spec TaskSpec) map[string]float64 {
 	n := len(l.corpora[spec.Corpus].data.Train)
 	l.mu.Unlock()
 	return spec.Descriptors(n)
+}
+
+// Effects is the lab as an rwm.Effector: what a proposal does to a task's
+// descriptors, from the configuration it builds, without training.
+type Effects struct {
+	lab *Lab
+	id  string
+}
+
+// Effects returns the lab's Effector. Its ID digests the task specs and
+// the catalogue, the two things an effect depends on.
+func (l *Lab) Effects() Effects {
+	h := sha256.New()
+	for _, s := range l.cfg.Tasks {
+		fmt.Fprintf(h, "%+v\n", s)
+	}
+	for _, c := range Catalogue() {
+		fmt.Fprintf(h, "%s %+v\n", c.Mechanism, c.Params)
+	}
+	return Effects{lab: l, id: "lab.Effects/" + hex.EncodeToString(h.Sum(nil)[:8])}
+}
+
+// ID names the lab's tasks and catalogue.
+func (e Effects) ID() string { return e.id }
+
+// Effect returns the descriptors of task t after proposal p (the
+// configuration p builds on t's reference, under its compute budget). It
+// fails for an unknown task or a proposal the task cannot build
+// (cards.ErrOutOfRange, an unknown parameter, …).
+func (e Effects) Effect(t records.Task, p records.Proposal) (map[string]float64, error) {
+	spec, err := e.lab.Spec(t.ID)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := spec.apply(p)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.lab.data(spec); err != nil {
+		return nil, err
+	}
+	spec.Config = cfg
+	return e.lab.descriptors(spec), nil
 }

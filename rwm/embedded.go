@@ -145,6 +145,71 @@ type EmbeddedConfig struct {
 	// Jitter is added to the Gram matrix's diagonal for numerical safety;
 	// default 1e-9.
 	Jitter float64
+	// DescriptorStandardise makes kDesc compare descriptors in units of
+	// their spread over the context's tasks: each asinh(d_n) is centred
+	// and divided by its standard deviation across the distinct tasks of
+	// the records (a constant descriptor, or one no record's task has,
+	// counts 0). Without it (default) raw asinh values are compared, so a
+	// one-hot descriptor weighs as much as a tenfold learning rate.
+	DescriptorStandardise bool
+	// Effects, when set with EffectSigmas > 0, tells what a proposal does to
+	// a task's descriptors (see Effector), and the kernel gains the term
+	//
+	//	S² · Σ_n δ_n(e, a)·δ_n(e′, a′) · kTask(e, e′)
+	//
+	// with S = EffectSigmas and δ_n the change asinh(after_n) −
+	// asinh(before_n) of descriptor n, divided by its root mean square
+	// over the context's records that change it (a descriptor no record
+	// changes counts 0). It is a first-order model of the loss around each
+	// task's reference: a gradient over descriptors that varies smoothly
+	// from task to task (through kTask), so proposals of different
+	// mechanisms that move the same descriptors (a learning-rate factor, a
+	// batch change that rescales the rate, a switch of optimiser) share
+	// strength, and a change and its opposite get opposite predictions.
+	// Default nil and 0 (off).
+	Effects      Effector
+	EffectSigmas float64
+	// LossSigmas, with Effects, adds a Gaussian process on the loss as a
+	// function of the descriptors, L(x) ~ GP(0, G²·exp(−|x − x′|²/(2ℓ²))),
+	// with G = LossSigmas and ℓ = LossLengthscale, and models a gain as the
+	// difference L(before) − L(after) of the task's descriptors before and
+	// after the change: the kernel gains
+	//
+	//	G²·(k(b, b′) − k(b, a′) − k(a, b′) + k(a, a′))
+	//
+	// with b, a the standardised descriptors (asinh, centred and scaled by
+	// their spread over the context's tasks) before and after. Unlike the
+	// first-order effect term, it knows curvature: both a change and its
+	// opposite can lose near an optimum. Default 0 (off).
+	LossSigmas      float64
+	LossLengthscale float64
+}
+
+// WithEffects returns base reading eff with the effect and loss terms on
+// at their documented settings: EffectSigmas 2, LossSigmas 8,
+// LossLengthscale 4, and, when base.DescriptorWeight > 0, descriptors
+// standardised over the context's tasks with DescriptorLengthscale 4.
+// Library choice: the best within-task ranking of the settings measured
+// on lab v2's validation landscape (README, "World model with effects"),
+// every other field as in base.
+func WithEffects(base EmbeddedConfig, eff Effector) EmbeddedConfig {
+	c := base
+	c.Effects, c.EffectSigmas, c.LossSigmas, c.LossLengthscale = eff, 2, 8, 4
+	if c.DescriptorWeight > 0 {
+		c.DescriptorStandardise, c.DescriptorLengthscale = true, 4
+	}
+	return c
+}
+
+// An Effector tells what a proposal does to a task without training
+// anything: the task's descriptors (records.Task.Descriptors names) after
+// the change, as a host's builder knows them from the configuration it
+// builds. An error (the proposal cannot be built on the task) leaves the
+// proposal without an effect term. Implementations must be deterministic
+// and safe for concurrent use; ID names the mapping for cache keys.
+type Effector interface {
+	ID() string
+	Effect(t records.Task, p records.Proposal) (map[string]float64, error)
 }
 
 // DefaultEmbeddedConfig returns the documented defaults.
@@ -159,6 +224,12 @@ func DefaultEmbeddedConfig() EmbeddedConfig {
 		InfeasibleSigmas: -6, CacheSize: 4, Jitter: 1e-9,
 	}
 }
+
+// effects reports whether the effect term is on.
+func (c EmbeddedConfig) effects() bool { return c.Effects != nil && c.EffectSigmas > 0 }
+
+// loss reports whether the loss-difference term is on.
+func (c EmbeddedConfig) loss() bool { return c.Effects != nil && c.LossSigmas > 0 }
 
 // Validate reports the first problem with c.
 func (c EmbeddedConfig) Validate() error {
@@ -198,6 +269,10 @@ func (c EmbeddedConfig) Validate() error {
 		return fmt.Errorf("rwm: embedded: CacheSize %d, want ≥ 1", c.CacheSize)
 	case !fin(c.Jitter) || c.Jitter < 0:
 		return fmt.Errorf("rwm: embedded: Jitter %g, want ≥ 0", c.Jitter)
+	case !fin(c.LossSigmas) || c.LossSigmas < 0 || !fin(c.LossLengthscale) || (c.LossSigmas > 0 && c.LossLengthscale <= 0):
+		return fmt.Errorf("rwm: embedded: LossSigmas %g, LossLengthscale %g, want ≥ 0 and > 0", c.LossSigmas, c.LossLengthscale)
+	case !fin(c.EffectSigmas) || c.EffectSigmas < 0:
+		return fmt.Errorf("rwm: embedded: EffectSigmas %g, want ≥ 0", c.EffectSigmas)
 	}
 	for m, p := range c.Priors {
 		if !fin(p.Mean) || !fin(p.Std) || p.Std <= 0 {
@@ -295,6 +370,15 @@ func configDigest(c EmbeddedConfig, priors map[string]records.Prior) string {
 		c.Mismatch, c.InfeasibleSigmas, c.Jitter)
 	if c.DescriptorWeight != 0 {
 		fmt.Fprintf(h, "desc %v %v\n", c.DescriptorWeight, c.DescriptorLengthscale)
+	}
+	if c.DescriptorStandardise {
+		fmt.Fprintln(h, "standardise")
+	}
+	if c.effects() {
+		fmt.Fprintf(h, "effects %v %q\n", c.EffectSigmas, c.Effects.ID())
+	}
+	if c.loss() {
+		fmt.Fprintf(h, "loss %v %v %q\n", c.LossSigmas, c.LossLengthscale, c.Effects.ID())
 	}
 	names := make([]string, 0, len(priors))
 	for m := range priors {
@@ -404,6 +488,8 @@ type feat struct {
 	task, family, metric, mech int32 // interned; −1 = unknown to the context
 	params                     []pval
 	desc                       []dval // sorted by name; nil unless DescriptorWeight > 0
+	delta                      []dval // δ of EmbeddedConfig.Effects, sorted by name
+	lb, la                     []dval // descriptors before and after (LossSigmas), sorted by name
 	amp, mu                    float64
 }
 
@@ -425,13 +511,104 @@ type pval struct {
 type factor struct {
 	intern map[string]int32 // shared string table for ids
 	feats  []feat
-	keys   []string          // "taskID\x00proposal key" per record
-	chol   mat.Cholesky      // used while building only
-	l      blas64.Triangular // lower Cholesky factor: K = LLᵀ
-	alpha  []float64         // K₁⁻¹(y − μ)
-	scale  float64           // c
-	logDet float64           // log |K₁|
-	quad   float64           // rᵀK₁⁻¹r
+	keys   []string             // "taskID\x00proposal key" per record
+	chol   mat.Cholesky         // used while building only
+	l      blas64.Triangular    // lower Cholesky factor: K = LLᵀ
+	alpha  []float64            // K₁⁻¹(y − μ)
+	scale  float64              // c
+	logDet float64              // log |K₁|
+	quad   float64              // rᵀK₁⁻¹r
+	dstat  map[int32][2]float64 // descriptor id → mean, 1/sd (DescriptorStandardise)
+	drms   map[int32]float64    // descriptor id → 1/rms of its changes (Effects)
+}
+
+// fitEffects fits f.drms on the records' changes and scales them.
+func (f *factor) fitEffects() {
+	ss, n := map[int32]float64{}, map[int32]float64{}
+	for i := range f.feats {
+		for _, d := range f.feats[i].delta {
+			ss[d.name] += d.x * d.x
+			n[d.name]++
+		}
+	}
+	f.drms = map[int32]float64{}
+	for name, v := range ss {
+		if v > 0 {
+			f.drms[name] = 1 / math.Sqrt(v/n[name])
+		}
+	}
+	for i := range f.feats {
+		f.scaleEffects(f.feats[i].delta)
+	}
+}
+
+// scaleEffects divides ds by their root mean squares (0 for names the
+// records never change).
+func (f *factor) scaleEffects(ds []dval) {
+	for j := range ds {
+		ds[j].x *= f.drms[ds[j].name]
+	}
+}
+
+// fitStats fits f.dstat on the records' distinct tasks.
+func (f *factor) fitStats() {
+	type acc struct{ s, ss, n float64 }
+	accs := map[int32]*acc{}
+	seen := map[int32]bool{}
+	for i := range f.feats {
+		ft := &f.feats[i]
+		if seen[ft.task] {
+			continue
+		}
+		seen[ft.task] = true
+		for _, d := range ft.desc {
+			a := accs[d.name]
+			if a == nil {
+				a = &acc{}
+				accs[d.name] = a
+			}
+			a.s += d.x
+			a.ss += d.x * d.x
+			a.n++
+		}
+	}
+	nt := float64(len(seen))
+	f.dstat = map[int32][2]float64{}
+	for name, a := range accs {
+		m := a.s / nt // a task without the name counts 0
+		v := a.ss/nt - m*m
+		inv := 0.0
+		if v > 1e-12 {
+			inv = 1 / math.Sqrt(v)
+		}
+		f.dstat[name] = [2]float64{m, inv}
+	}
+}
+
+// transform standardises ft's descriptors (desc with std, lb and la
+// always) with f.dstat.
+func (f *factor) transform(ft *feat, std bool) {
+	if f.dstat == nil {
+		return
+	}
+	if std {
+		f.applyStats(ft.desc)
+	}
+	f.applyStats(ft.lb)
+	f.applyStats(ft.la)
+}
+
+// applyStats standardises ds in place with f.dstat (names without stats
+// become 0).
+func (f *factor) applyStats(ds []dval) {
+	for j := range ds {
+		st, ok := f.dstat[ds[j].name]
+		if !ok {
+			ds[j].x = 0
+			continue
+		}
+		ds[j].x = (ds[j].x - st[0]) * st[1]
+	}
 }
 
 // factor returns ev's factorisation, building it or waiting for the one in
@@ -500,6 +677,16 @@ func (e *Embedded) build(f *factor, ev records.Evidence) error {
 		}
 		y[i] -= f.feats[i].mu
 	}
+	std := e.cfg.DescriptorStandardise && e.cfg.DescriptorWeight > 0
+	if std || e.cfg.loss() {
+		f.fitStats()
+	}
+	for i := range f.feats {
+		f.transform(&f.feats[i], std)
+	}
+	if e.cfg.effects() {
+		f.fitEffects()
+	}
 	f.scale = 1
 	if n == 0 {
 		return nil
@@ -546,10 +733,20 @@ func (e *Embedded) build(f *factor, ev records.Evidence) error {
 // units) of (t, p) and how many records share its task and proposal.
 func (e *Embedded) posterior(f *factor, t records.Task, p records.Proposal) (mean, variance float64, same int) {
 	q := e.features(f.intern, false, t, p)
+	if f.dstat != nil {
+		f.transform(&q, e.cfg.DescriptorStandardise && e.cfg.DescriptorWeight > 0)
+	}
+	if f.drms != nil {
+		f.scaleEffects(q.delta)
+	}
 	n := len(f.feats)
 	// k(q, q) = amp²: every factor of the kernel is 1 for a point and
 	// itself (computed directly, since ids unknown to the context are −1).
-	prior := q.amp*q.amp + e.cfg.OffsetSigmas*e.cfg.OffsetSigmas
+	prior := q.amp*q.amp + e.cfg.OffsetSigmas*e.cfg.OffsetSigmas +
+		e.cfg.EffectSigmas*e.cfg.EffectSigmas*descDot(q.delta, q.delta)
+	if g := e.cfg.LossSigmas; g > 0 && q.la != nil {
+		prior += g * g * 2 * (1 - seKernel(q.lb, q.la, e.cfg.LossLengthscale))
+	}
 	if n == 0 {
 		return q.mu, prior, 0
 	}
@@ -617,7 +814,7 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 		ft.params = append(ft.params, pv)
 	}
 	slices.SortFunc(ft.params, func(a, b pval) int { return cmp.Compare(a.name, b.name) })
-	if e.cfg.DescriptorWeight > 0 {
+	if e.cfg.DescriptorWeight > 0 || e.cfg.loss() {
 		for name, v := range t.Descriptors {
 			did := id("d", name)
 			if did == -1 {
@@ -627,6 +824,45 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 			ft.desc = append(ft.desc, dval{name: did, x: math.Asinh(v)})
 		}
 		slices.SortFunc(ft.desc, func(a, b dval) int { return cmp.Compare(a.name, b.name) })
+	}
+	var after map[string]float64
+	var effErr error
+	if e.cfg.effects() || e.cfg.loss() {
+		after, effErr = e.cfg.Effects.Effect(t, p)
+	}
+	if e.cfg.loss() && effErr == nil {
+		ft.lb = slices.Clone(ft.desc)
+		for name, v := range after {
+			did := id("d", name)
+			if did == -1 {
+				continue // no record's task has it: standardised to 0 anyway
+			}
+			ft.la = append(ft.la, dval{name: did, x: math.Asinh(v)})
+		}
+		slices.SortFunc(ft.la, func(a, b dval) int { return cmp.Compare(a.name, b.name) })
+	}
+	if e.cfg.effects() {
+		if effErr == nil {
+			names := map[string]bool{}
+			for n := range after {
+				names[n] = true
+			}
+			for n := range t.Descriptors {
+				names[n] = true
+			}
+			for name := range names {
+				d := math.Asinh(after[name]) - math.Asinh(t.Descriptors[name])
+				if d == 0 || math.IsNaN(d) || math.IsInf(d, 0) {
+					continue
+				}
+				did := id("d", name)
+				if did == -1 {
+					continue // no record changes it: its δ would count 0
+				}
+				ft.delta = append(ft.delta, dval{name: did, x: d})
+			}
+			slices.SortFunc(ft.delta, func(a, b dval) int { return cmp.Compare(a.name, b.name) })
+		}
 	}
 	return ft
 }
@@ -686,7 +922,59 @@ func (e *Embedded) kernel(a, b *feat) float64 {
 	if a.mech == b.mech && a.mech >= 0 {
 		km = c.CorrMech + (1-c.CorrMech)*e.paramKernel(a.params, b.params)
 	}
-	return (a.amp*b.amp*km + e.cfg.OffsetSigmas*e.cfg.OffsetSigmas) * kt
+	k := a.amp*b.amp*km + c.OffsetSigmas*c.OffsetSigmas
+	if s := c.EffectSigmas; s > 0 && len(a.delta) > 0 && len(b.delta) > 0 {
+		k += s * s * descDot(a.delta, b.delta)
+	}
+	k *= kt
+	if g := c.LossSigmas; g > 0 && a.la != nil && b.la != nil {
+		l := c.LossLengthscale
+		k += g * g * (seKernel(a.lb, b.lb, l) - seKernel(a.lb, b.la, l) - seKernel(a.la, b.lb, l) + seKernel(a.la, b.la, l))
+	}
+	return k
+}
+
+// seKernel is exp(−|a − b|²/(2l²)) over sparse sorted lists, a name
+// missing on one side counting 0.
+func seKernel(a, b []dval, l float64) float64 {
+	var d2 float64
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		var d float64
+		switch {
+		case j == len(b) || (i < len(a) && a[i].name < b[j].name):
+			d = a[i].x
+			i++
+		case i == len(a) || b[j].name < a[i].name:
+			d = b[j].x
+			j++
+		default:
+			d = a[i].x - b[j].x
+			i++
+			j++
+		}
+		d2 += d * d
+	}
+	return math.Exp(-d2 / (2 * l * l))
+}
+
+// descDot is Σ_n a_n·b_n over the names both lists hold (sorted by name).
+func descDot(a, b []dval) float64 {
+	var s float64
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i].name < b[j].name:
+			i++
+		case b[j].name < a[i].name:
+			j++
+		default:
+			s += a[i].x * b[j].x
+			i++
+			j++
+		}
+	}
+	return s
 }
 
 // paramKernel is Π over the union of parameter names of

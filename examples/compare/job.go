@@ -105,7 +105,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	case "bestknown":
 		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), m0)
 	case "rerank":
-		prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, newWorld(o), m0)
+		prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, newWorld(o, e.lab), m0)
 	}
 	if err != nil {
 		return res, fmt.Errorf("%s: training: %w", j, err)
@@ -160,14 +160,18 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 }
 
 // newWorld returns the embedded world model with the lab catalogue's
-// priors (the main job's); with -world-tune, the model around the same
+// priors (the main job's); with -world-effects, reading what each proposal
+// does to the task's descriptors from l (rwm.WithEffects); with -world-tune, the model around the same
 // config that re-tunes its hyperparameters on each evidence it is given
 // (rwm.Tuned over rwm.TuneGrid).
-func newWorld(o options) rwm.WorldModel {
+func newWorld(o options, l *lab.Lab) rwm.WorldModel {
 	cat := lab.Catalogue()
 	wcfg := rwm.DefaultEmbeddedConfig()
 	wcfg.DescriptorWeight = o.worldDesc
 	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
+	if o.worldEffects {
+		wcfg = rwm.WithEffects(wcfg, l.Effects())
+	}
 	if o.worldTune {
 		return rwm.NewTuned(wcfg, nil)
 	}
@@ -178,7 +182,7 @@ func newWorld(o options) rwm.WorldModel {
 // per-step numbers and calibration monitors.
 func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) error {
 	prof := profiles[o.profile]
-	world := newWorld(o)
+	world := newWorld(o, e.lab)
 	cfg := trainerConfig(o, m, seed)
 	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: e.lab,
 		Executor: cnt, Tasks: e.train, Evidence: m0})

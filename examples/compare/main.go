@@ -63,6 +63,7 @@ type options struct {
 	histProposalBuckets int
 	worldDesc           float64
 	worldTune           bool
+	worldEffects        bool
 	pessimism           float64
 	trigger             bool
 	force               bool
@@ -114,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.histProposalBuckets, "history-proposal-buckets", 0, "hashed (history proposal, outcome) features of the policy (proposer.PolicyConfig.HistoryProposalBuckets; 0 = off)")
 	fs.Float64Var(&o.worldDesc, "world-descriptors", 0, "share of the embedded world model's task kernel that follows task descriptors (rwm.EmbeddedConfig.DescriptorWeight, in [0, 1]; 0 = off)")
 	fs.BoolVar(&o.worldTune, "world-tune", false, "re-tune the embedded world model's hyperparameters by marginal likelihood on its records whenever they change (rwm.Tuned around the same base config; off = the fixed defaults)")
+	fs.BoolVar(&o.worldEffects, "world-effects", false, "the embedded world model reads what each proposal does to the task's descriptors from the lab (rwm.WithEffects with lab.Effects: a first-order effect term and a Gaussian process on the loss over descriptors; off = the catalogue-only kernel)")
 	fs.Float64Var(&o.pessimism, "pessimism", 0, "weight κ of the world model's q10 in the trained methods' rewards (reward.Config.Pessimism, in [0, 1]; 0 = off)")
 	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")

@@ -248,18 +248,42 @@ func TestWorldTuneLever(t *testing.T) {
 	o, err := parseFlags(nil, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.False(t, o.worldTune)
-	plain, ok := newWorld(o).(*rwm.Embedded)
-	require.True(t, ok, "default world model %T", newWorld(o))
+	plain, ok := newWorld(o, nil).(*rwm.Embedded)
+	require.True(t, ok, "default world model %T", newWorld(o, nil))
 	o, err = parseFlags([]string{"-world-tune", "-world-descriptors", "0.25"}, &bytes.Buffer{})
 	require.NoError(t, err)
-	tuned, ok := newWorld(o).(*rwm.Tuned)
-	require.True(t, ok, "-world-tune world model %T", newWorld(o))
+	tuned, ok := newWorld(o, nil).(*rwm.Tuned)
+	require.True(t, ok, "-world-tune world model %T", newWorld(o, nil))
 	base := plain.Config()
 	base.DescriptorWeight = 0.25
 	require.Equal(t, base, tuned.Base())
 	require.Equal(t, rwm.NewTuned(base, nil).ID(), tuned.ID())
 	require.NotEmpty(t, tuned.Base().Priors)
 	require.NotEmpty(t, tuned.Base().Cards)
+}
+
+func TestWorldEffectsLever(t *testing.T) {
+	// -world-effects gives the world model the lab's effects at
+	// rwm.WithEffects's settings, in its own run directory.
+	l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
+	require.NoError(t, err)
+	o, err := parseFlags([]string{"-world-effects", "-world-descriptors", "1"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	m, ok := newWorld(o, l).(*rwm.Embedded)
+	require.True(t, ok)
+	base := rwm.DefaultEmbeddedConfig()
+	base.DescriptorWeight = 1
+	want := rwm.WithEffects(base, l.Effects())
+	got := m.Config()
+	require.Equal(t, l.Effects().ID(), got.Effects.ID())
+	require.Equal(t, want.EffectSigmas, got.EffectSigmas)
+	require.Equal(t, want.LossSigmas, got.LossSigmas)
+	require.True(t, got.DescriptorStandardise)
+	o.out, o.suite, o.profile = "out", "v2-val", "default"
+	require.Equal(t, filepath.Join("out", "v2-val-default-d0-w1-fx"), runDir(o))
+	require.Contains(t, command(o), "-world-descriptors 1 -world-effects")
+	o.worldTune = true
+	require.Equal(t, filepath.Join("out", "v2-val-default-d0-w1-fx-tune"), runDir(o))
 }
 
 func TestTrainerLevers(t *testing.T) {

@@ -119,6 +119,9 @@ func command(o options) string {
 	if o.histProposalBuckets != 0 {
 		c += fmt.Sprintf(" -history-proposal-buckets %d", o.histProposalBuckets)
 	}
+	if o.worldEffects {
+		c += " -world-effects"
+	}
 	if o.worldTune {
 		c += " -world-tune"
 	}

@@ -38,6 +38,9 @@ func runDir(o options) string {
 	if o.histProposalBuckets != 0 {
 		name += fmt.Sprintf("-h%d", o.histProposalBuckets)
 	}
+	if o.worldEffects {
+		name += "-fx"
+	}
 	if o.worldTune {
 		name += "-tune"
 	}
