@@ -18,12 +18,27 @@
 //     gain, adds those records to the context and reports how the ranking
 //     changes, for -rounds rounds.
 //
+// With -landscape STORE it runs nothing and instead measures how well world
+// models rank the proposals of one task (METHOD.md §1 Research World Model)
+// on a landscape store written by examples/sweep -landscape -store STORE:
+// every catalogue proposal on every task of a part of the lab's suite, on
+// two seeds. For each of -reps random contexts of n (task, proposal) cells
+// (-sizes, default 50,100,200; one seed's record each) it predicts every
+// other cell and scores, per task, the pairwise ranking accuracy against
+// the other seed's gains (pairs ≥ 1 σ_e apart) and the other seed's mean
+// gain of the model's top 4 (Avg@4, METHOD.md §1 Data and evaluation),
+// beside two baselines: the mean gain and an oracle ranking by the context
+// seed's measurement. The models are catalogue, descriptors, descriptors
+// tuned, effects and effects tuned (see landscapeModels). The Markdown
+// table goes to stdout and -out/landscape-report.md.
+//
 // Usage:
 //
 //	go run ./examples/rwmeval [-records 360] [-test 60] [-top 8] [-rounds 2] [-parallel 2] [-out out/rwmeval]
+//	go run ./examples/rwmeval -landscape out/landscape.records [-part val] [-sizes 50,100,200] [-reps 6] [-seed 1] [-out out/rwmeval]
 //
 // The runs dominate the time: each trains a tiny model for about a second
-// on one core.
+// on one core. The -landscape mode trains nothing.
 package main
 
 import (
@@ -68,18 +83,25 @@ type options struct {
 
 func main() {
 	var o options
-	var sizes string
+	var sizes, landscape, part string
+	var reps int
 	flag.StringVar(&o.out, "out", "out/rwmeval", "directory of the record stores and the report")
 	flag.StringVar(&o.suite, "suite", "v2", "lab task suite whose training tasks are used: v2 (lab.SuiteV2) or v1 (the first lab's tasks)")
 	flag.IntVar(&o.records, "records", 360, "real records to generate on training tasks (context + held-out test)")
 	flag.IntVar(&o.test, "test", 60, "of which held out for testing (the last ones generated)")
-	flag.StringVar(&sizes, "sizes", "0,25,50,100,200,300", "context sizes of the accuracy curve")
+	flag.StringVar(&sizes, "sizes", "0,25,50,100,200,300", "context sizes of the accuracy curve; with -landscape, in cells (default there 50,100,200)")
 	flag.IntVar(&o.top, "top", 8, "top-rated proposals executed per exploitation round")
 	flag.IntVar(&o.rounds, "rounds", 2, "exploitation rounds")
 	flag.IntVar(&o.pool, "pool", 40, "candidate proposals per training task in the exploitation pool")
 	flag.IntVar(&o.parallel, "parallel", 2, "runs at a time")
-	flag.Uint64Var(&o.seed, "seed", 1, "seed of the proposal sampler")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the proposal sampler; with -landscape, of the context draws")
+	flag.StringVar(&landscape, "landscape", "", "landscape records store to rank the world models on, instead of running anything")
+	flag.StringVar(&part, "part", "", "-landscape: keep the tasks of this part of the V2 suite (val, val-out, train, test-in, test-out); empty = every task of the store")
+	flag.IntVar(&reps, "reps", 6, "-landscape: random contexts per context size")
 	flag.Parse()
+	if landscape != "" && !flagSet("sizes") {
+		sizes = "50,100,200"
+	}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 0 {
@@ -87,14 +109,29 @@ func main() {
 		}
 		o.sizes = append(o.sizes, n)
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if landscape != "" {
+		rc := defaultRankConfig()
+		rc.sizes, rc.reps, rc.seed = o.sizes, reps, o.seed
+		if err := runLandscape(ctx, landscapeOptions{store: landscape, part: part, out: o.out, rank: rc}, os.Stdout); err != nil {
+			log.Fatalf("rwmeval: %v", err)
+		}
+		return
+	}
 	if o.test < 2 || o.records <= o.test {
 		log.Fatalf("rwmeval: need -records > -test ≥ 2")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	if err := run(ctx, o, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// flagSet reports whether the named flag was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // evaluation is one invocation's state, shared by the steps of run.
