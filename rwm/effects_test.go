@@ -217,3 +217,29 @@ func TestWithEffects(t *testing.T) {
 		require.Error(t, bad.Validate())
 	}
 }
+
+func TestEffectsBitIdentical(t *testing.T) {
+	// Fresh models on the same records give bit-identical predictions,
+	// whatever order Go's maps iterate descriptors and parameters in.
+	rng := rand.New(rand.NewPCG(9, 10))
+	names := []string{"lr", "opt", "a", "b", "c", "d", "e", "f"}
+	var rs []records.Record
+	for i := range 30 {
+		d := map[string]float64{}
+		for _, n := range names {
+			d[n] = rng.NormFloat64() * 3
+		}
+		tk := withDesc(task(fmt.Sprintf("t%02d", i), "fam", records.BitsPerByte), d)
+		p := prop("lr-scale", "factor", []string{"2", "0.5"}[rng.IntN(2)], "x", "1", "y", "2", "z", "3")
+		rs = append(rs, real(tk, p, rng.NormFloat64()*2, 1))
+	}
+	ev := evidence(t, rs...)
+	c := rwm.DefaultEmbeddedConfig()
+	c.DescriptorWeight = 0.5
+	c = rwm.WithEffects(c, knob{})
+	q := rwm.Query{Task: rs[3].Task, Proposal: prop("lr-scale", "factor", "4", "x", "1", "y", "2", "z", "3"), Evidence: ev}
+	first := predict(t, rwm.NewEmbedded(c), q)
+	for range 20 {
+		require.Equal(t, first, predict(t, rwm.NewEmbedded(c), q))
+	}
+}

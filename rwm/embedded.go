@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -190,7 +191,8 @@ type EmbeddedConfig struct {
 // LossLengthscale 4, and, when base.DescriptorWeight > 0, descriptors
 // standardised over the context's tasks with DescriptorLengthscale 4.
 // Library choice: the best within-task ranking of the settings measured
-// on lab v2's validation landscape (README, "World model with effects"),
+// on lab v2's validation landscape (README, "Effects: what a proposal does
+// to the task"),
 // every other field as in base.
 func WithEffects(base EmbeddedConfig, eff Effector) EmbeddedConfig {
 	c := base
@@ -797,7 +799,11 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 		ft.amp, ft.mu = pr.Std, pr.Mean
 	}
 	unknown := int32(-2)
-	for k, v := range p.Params {
+	// Names are interned in sorted order, so that a context's ids, and the
+	// order of every sum and product over them, do not follow Go's map
+	// order: the same records give bit-identical predictions.
+	for _, k := range slices.Sorted(maps.Keys(p.Params)) {
+		v := p.Params[k]
 		name := records.CanonicalName(k)
 		nid := id("p", name)
 		if nid == -1 {
@@ -815,7 +821,8 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 	}
 	slices.SortFunc(ft.params, func(a, b pval) int { return cmp.Compare(a.name, b.name) })
 	if e.cfg.DescriptorWeight > 0 || e.cfg.loss() {
-		for name, v := range t.Descriptors {
+		for _, name := range slices.Sorted(maps.Keys(t.Descriptors)) {
+			v := t.Descriptors[name]
 			did := id("d", name)
 			if did == -1 {
 				did = unknown
@@ -832,7 +839,8 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 	}
 	if e.cfg.loss() && effErr == nil {
 		ft.lb = slices.Clone(ft.desc)
-		for name, v := range after {
+		for _, name := range slices.Sorted(maps.Keys(after)) {
+			v := after[name]
 			did := id("d", name)
 			if did == -1 {
 				continue // no record's task has it: standardised to 0 anyway
@@ -850,7 +858,7 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 			for n := range t.Descriptors {
 				names[n] = true
 			}
-			for name := range names {
+			for _, name := range slices.Sorted(maps.Keys(names)) {
 				d := math.Asinh(after[name]) - math.Asinh(t.Descriptors[name])
 				if d == 0 || math.IsNaN(d) || math.IsInf(d, 0) {
 					continue
@@ -893,7 +901,10 @@ func (e *Embedded) descKernel(a, b []dval) float64 {
 }
 
 // Kernel returns the prior covariance k((ta, pa), (tb, pb)) of the two
-// gains in σ_e² units (EmbeddedConfig), without observation noise.
+// gains in σ_e² units (EmbeddedConfig), without observation noise. It has
+// no context, so the terms scaled by one (DescriptorStandardise, the
+// effect term's root mean squares, the loss term's standardisation) use raw
+// asinh units.
 func (e *Embedded) Kernel(ta records.Task, pa records.Proposal, tb records.Task, pb records.Proposal) float64 {
 	tab := map[string]int32{}
 	fa := e.features(tab, true, ta, pa)

@@ -43,6 +43,12 @@ func suiteTasks(suite string) (specs []lab.TaskSpec, isTest func(records.Task) b
 		return lab.SuiteV1(), func(t records.Task) bool { return t.Split != records.Train }
 	}
 	s := lab.SuiteV2(lab.DefaultSuiteSeed)
+	if suite == "v2-train" {
+		// A diagnostic, not a result: the trained policy evaluated on
+		// the tasks it was trained on (how far the gap between them and
+		// unseen tasks comes from generalisation).
+		return append([]lab.TaskSpec(nil), s.Train...), func(t records.Task) bool { return t.Split == records.Train }
+	}
 	if suite == "v2-val" {
 		// Where settings are chosen: the same training split, the
 		// validation tasks (in and out of distribution) in place of the
@@ -92,8 +98,9 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 	for _, t := range tasks {
 		if isTest(t) {
 			e.test = append(e.test, t)
-		} else if t.Split == records.Train {
-			e.train = append(e.train, t)
+		}
+		if t.Split == records.Train {
+			e.train = append(e.train, t) // v2-train evaluates on them too
 		}
 	}
 	return e, nil
