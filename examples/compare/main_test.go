@@ -396,3 +396,18 @@ func TestPartPairsWithBestBaseline(t *testing.T) {
 	require.Contains(t, md, "| method | in distribution: Δ vs best baseline there | P(better) | out of distribution: Δ vs best baseline there | P(better) |")
 	require.Regexp(t, `\| LM2LM \| \+1\.00 \[[-+0-9.]+, [-+0-9.]+\] vs RFT on M₀'s gains \| 0\.75 \[[0-9.]+, [0-9.]+\] \| -1\.00 \[-1\.00, -1\.00\] vs SFT on M₀ \| 0\.00 \[0\.00, 0\.00\] \|`, md)
 }
+
+func TestTrainSuiteIsInSample(t *testing.T) {
+	// -suite v2-train evaluates on the training split itself (a
+	// diagnostic): exactly the training tasks, each both trained on and
+	// evaluated.
+	specs, isTest := suiteTasks("v2-train")
+	want := lab.SuiteV2(lab.DefaultSuiteSeed).Train
+	require.Equal(t, want, specs)
+	require.True(t, isTest(records.Task{ID: want[0].ID, Split: records.Train}))
+	require.False(t, isTest(records.Task{ID: "v2s1/val/ar-prose/00", Split: records.HeldOut}))
+	_, err := parseFlags([]string{"-suite", "v2-train"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	_, err = parseFlags([]string{"-suite", "v3"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "v2-train")
+}
