@@ -102,6 +102,15 @@ type PolicyConfig struct {
 	// different bins. Default 0 = off (library choice: like the description,
 	// it is only as useful as the host's descriptors).
 	DescriptorBuckets int `json:"descriptor_buckets,omitempty"`
+	// DescriptorSpread is s: each descriptor also turns on the buckets of
+	// the s bins on either side of its own, q(v)−s … q(v)+s, so two tasks
+	// whose values are up to 2s quarter-octaves apart share features and
+	// what the policy learns on one reaches its neighbours (a smooth
+	// function of the value instead of one weight per bin). Default 0 (one
+	// bin per descriptor). Needs DescriptorBuckets > 0; each descriptor then
+	// uses 2s+1 buckets, so give it room (library choice of the lab's
+	// drivers: s = 2 with 1,024 buckets).
+	DescriptorSpread int `json:"descriptor_spread,omitempty"`
 	// HistoryProposalBuckets is the number of hashed one-hot features for
 	// the exact proposals of the state's history with their outcome: each
 	// record becomes the bucket FNV-1a(records.Proposal.Key, outcome)
@@ -143,6 +152,10 @@ func DefaultPolicyConfig() PolicyConfig {
 // for an absurd allocation.
 const maxFamilyBuckets = 1 << 16
 
+// maxDescriptorSpread bounds DescriptorSpread: 16 bins either side is
+// eight octaves, beyond which a feature says nothing of the value.
+const maxDescriptorSpread = 16
+
 // Validate reports the first invalid field.
 func (c PolicyConfig) Validate() error {
 	switch {
@@ -154,6 +167,8 @@ func (c PolicyConfig) Validate() error {
 		return fmt.Errorf("%w: DescriptionBuckets = %d, want in [0, %d]", ErrConfig, c.DescriptionBuckets, maxFamilyBuckets)
 	case c.DescriptorBuckets < 0 || c.DescriptorBuckets > maxFamilyBuckets:
 		return fmt.Errorf("%w: DescriptorBuckets = %d, want in [0, %d]", ErrConfig, c.DescriptorBuckets, maxFamilyBuckets)
+	case c.DescriptorSpread < 0 || c.DescriptorSpread > maxDescriptorSpread || (c.DescriptorSpread > 0 && c.DescriptorBuckets == 0):
+		return fmt.Errorf("%w: DescriptorSpread = %d, want in [0, %d], and 0 without DescriptorBuckets", ErrConfig, c.DescriptorSpread, maxDescriptorSpread)
 	case c.HistoryProposalBuckets < 0 || c.HistoryProposalBuckets > maxFamilyBuckets:
 		return fmt.Errorf("%w: HistoryProposalBuckets = %d, want in [0, %d]", ErrConfig, c.HistoryProposalBuckets, maxFamilyBuckets)
 	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):

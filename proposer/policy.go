@@ -121,6 +121,7 @@ type layout struct {
 	descN     int // number of description buckets (0 = none)
 	dscOff    int // offset of the hashed descriptor bins
 	dscN      int // number of descriptor buckets (0 = none)
+	dscSpread int // bins either side a descriptor also turns on
 	hpOff     int // offset of the hashed (history proposal, outcome) features
 	hpN       int // number of history-proposal buckets (0 = none)
 	nSlots    int // catalogue cards + no-change + unknown
@@ -223,6 +224,7 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 	lay.histLast, off = off, off+lay.nSlots*numOutcomes
 	lay.descOff, lay.descN, off = off, cfg.DescriptionBuckets, off+cfg.DescriptionBuckets
 	lay.dscOff, lay.dscN, off = off, cfg.DescriptorBuckets, off+cfg.DescriptorBuckets
+	lay.dscSpread = cfg.DescriptorSpread
 	lay.hpOff, lay.hpN, off = off, cfg.HistoryProposalBuckets, off+cfg.HistoryProposalBuckets
 	lay.dState = off
 
@@ -311,20 +313,30 @@ func (l *layout) historyProposalFeatures(hist []records.Record) []int {
 }
 
 // descriptorFeatures returns the distinct hashed (name, bin) indices of a
-// task's descriptors in increasing order (PolicyConfig.DescriptorBuckets).
+// task's descriptors in increasing order (PolicyConfig.DescriptorBuckets),
+// each descriptor's bin and the DescriptorSpread bins either side.
 func (l *layout) descriptorFeatures(d map[string]float64) []int {
 	if l.dscN == 0 || len(d) == 0 {
 		return nil
 	}
-	out := make([]int, 0, len(d))
+	out := make([]int, 0, len(d)*(2*l.dscSpread+1))
 	var buf [8]byte
 	for name, v := range d {
-		h := fnv.New64a()
-		h.Write([]byte(name))
-		h.Write([]byte{0})
-		binary.LittleEndian.PutUint64(buf[:], uint64(descriptorBin(v)))
-		h.Write(buf[:])
-		out = append(out, l.dscOff+int(h.Sum64()%uint64(l.dscN)))
+		q := descriptorBin(v)
+		for off := -l.dscSpread; off <= l.dscSpread; off++ {
+			b := q
+			if q != math.MinInt64 { // a non-finite value has one bin
+				b += int64(off)
+			} else if off != 0 {
+				continue
+			}
+			h := fnv.New64a()
+			h.Write([]byte(name))
+			h.Write([]byte{0})
+			binary.LittleEndian.PutUint64(buf[:], uint64(b))
+			h.Write(buf[:])
+			out = append(out, l.dscOff+int(h.Sum64()%uint64(l.dscN)))
+		}
 	}
 	sort.Ints(out)
 	return slices.Compact(out)

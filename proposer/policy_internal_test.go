@@ -2,11 +2,13 @@ package proposer
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 
@@ -335,6 +337,9 @@ func TestConfigValidate(t *testing.T) {
 		{"beta2 < 0", func(c *PolicyConfig) { c.Adam.Beta2 = -0.1 }},
 		{"zero eps", func(c *PolicyConfig) { c.Adam.Eps = 0 }},
 		{"bad loss", func(c *PolicyConfig) { c.Loss.EpsLow = -1 }},
+		{"spread without descriptor buckets", func(c *PolicyConfig) { c.DescriptorSpread = 2 }},
+		{"negative spread", func(c *PolicyConfig) { c.DescriptorBuckets, c.DescriptorSpread = 64, -1 }},
+		{"spread too wide", func(c *PolicyConfig) { c.DescriptorBuckets, c.DescriptorSpread = 64, 17 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -433,4 +438,43 @@ func TestDescriptorFeatures(t *testing.T) {
 	require.Equal(t, got, l.descriptorFeatures(near), "widths 64 and 65 share a bin")
 	require.Empty(t, (&layout{dscOff: 200}).descriptorFeatures(d), "0 buckets = off")
 	require.Empty(t, l.descriptorFeatures(nil))
+}
+
+func TestDescriptorSpread(t *testing.T) {
+	// With spread s, a value turns on its bin and the s bins either side:
+	// widths 64 (bin 24) and 90 (bin ⌊4·log₂91⌋ = 26) share bins 24..26 at
+	// s = 2 and nothing at s = 0.
+	bucket := func(l layout, name string, bin int64) int {
+		var buf [8]byte
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		h.Write([]byte{0})
+		binary.LittleEndian.PutUint64(buf[:], uint64(bin))
+		h.Write(buf[:])
+		return l.dscOff + int(h.Sum64()%uint64(l.dscN))
+	}
+	l := layout{dscOff: 10, dscN: 1 << 14, dscSpread: 2}
+	require.Equal(t, int64(26), descriptorBin(90))
+	var want []int
+	for b := int64(22); b <= 26; b++ {
+		want = append(want, bucket(l, "width", b))
+	}
+	sort.Ints(want)
+	require.Equal(t, want, l.descriptorFeatures(map[string]float64{"width": 64}))
+	shared := func(l layout) int {
+		a, b := l.descriptorFeatures(map[string]float64{"width": 64}), l.descriptorFeatures(map[string]float64{"width": 90})
+		n := 0
+		for _, x := range a {
+			if slices.Contains(b, x) {
+				n++
+			}
+		}
+		return n
+	}
+	require.Equal(t, 3, shared(l))
+	l.dscSpread = 0
+	require.Equal(t, 0, shared(l))
+	// A non-finite value keeps its single bin.
+	l.dscSpread = 2
+	require.Len(t, l.descriptorFeatures(map[string]float64{"x": math.Inf(1)}), 1)
 }

@@ -91,6 +91,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	}
 	pcfg.DescriptionBuckets = o.descBuckets
 	pcfg.DescriptorBuckets = o.descriptorBuckets
+	pcfg.DescriptorSpread = o.descriptorSpread
 	pcfg.HistoryProposalBuckets = o.histProposalBuckets
 	pol, err := proposer.NewPolicy(lab.Catalogue(), pcfg, nil)
 	if err != nil {

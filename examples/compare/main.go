@@ -60,6 +60,7 @@ type options struct {
 	policyLR            float64
 	descBuckets         int
 	descriptorBuckets   int
+	descriptorSpread    int
 	histProposalBuckets int
 	worldDesc           float64
 	worldTune           bool
@@ -112,6 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.policyLR, "policy-lr", 0.02, "Adam learning rate of the policy (the main job's; 0 = the library default)")
 	fs.IntVar(&o.descBuckets, "description-buckets", 64, "hashed task-description features of the policy (the main job's; 0 = off)")
 	fs.IntVar(&o.descriptorBuckets, "descriptor-buckets", 0, "hashed binned task-descriptor features of the policy (proposer.PolicyConfig.DescriptorBuckets; 0 = off)")
+	fs.IntVar(&o.descriptorSpread, "descriptor-spread", 0, "bins either side that each task descriptor also turns on (proposer.PolicyConfig.DescriptorSpread; needs -descriptor-buckets; 0 = off)")
 	fs.IntVar(&o.histProposalBuckets, "history-proposal-buckets", 0, "hashed (history proposal, outcome) features of the policy (proposer.PolicyConfig.HistoryProposalBuckets; 0 = off)")
 	fs.Float64Var(&o.worldDesc, "world-descriptors", 0, "share of the embedded world model's task kernel that follows task descriptors (rwm.EmbeddedConfig.DescriptorWeight, in [0, 1]; 0 = off)")
 	fs.BoolVar(&o.worldTune, "world-tune", false, "re-tune the embedded world model's hyperparameters by marginal likelihood on its records whenever they change (rwm.Tuned around the same base config; off = the fixed defaults)")
@@ -184,6 +186,9 @@ func (o options) validate() error {
 	}
 	if o.descriptorBuckets < 0 || o.descriptorBuckets > 1<<16 {
 		bad("-descriptor-buckets %d; want in [0, 65536]", o.descriptorBuckets)
+	}
+	if o.descriptorSpread < 0 || o.descriptorSpread > 16 || (o.descriptorSpread > 0 && o.descriptorBuckets == 0) {
+		bad("-descriptor-spread %d; want in [0, 16], and 0 without -descriptor-buckets", o.descriptorSpread)
 	}
 	if o.histProposalBuckets < 0 || o.histProposalBuckets > 1<<16 {
 		bad("-history-proposal-buckets %d; want in [0, 65536]", o.histProposalBuckets)

@@ -113,6 +113,9 @@ func command(o options) string {
 	if o.descriptorBuckets != 0 {
 		c += fmt.Sprintf(" -descriptor-buckets %d", o.descriptorBuckets)
 	}
+	if o.descriptorSpread != 0 {
+		c += fmt.Sprintf(" -descriptor-spread %d", o.descriptorSpread)
+	}
 	if o.worldDesc != 0 {
 		c += fmt.Sprintf(" -world-descriptors %g", o.worldDesc)
 	}

@@ -35,6 +35,9 @@ func runDir(o options) string {
 		// results live apart from the default settings'.
 		name += fmt.Sprintf("-d%d-w%g", o.descriptorBuckets, o.worldDesc)
 	}
+	if o.descriptorSpread != 0 {
+		name += fmt.Sprintf("-s%d", o.descriptorSpread)
+	}
 	if o.histProposalBuckets != 0 {
 		name += fmt.Sprintf("-h%d", o.histProposalBuckets)
 	}
