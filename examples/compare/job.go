@@ -112,6 +112,9 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 		return res, fmt.Errorf("%s: training: %w", j, err)
 	}
 	res.Runs.Training = cnt.take()
+	if err := pol.SetTemperature(o.temperature()); err != nil {
+		return res, err
+	}
 	hist, err := histories(ctx, e, cnt, o.history, o.parallel)
 	if err != nil {
 		return res, fmt.Errorf("%s: histories of the test states: %w", j, err)

@@ -66,6 +66,8 @@ type options struct {
 	worldTune           bool
 	worldEffects        bool
 	pessimism           float64
+	evalTemp            float64 // 0 = 1 (options built in tests)
+	evalTempSet         bool
 	trigger             bool
 	force               bool
 	// specs replaces the suite's tasks (tests only).
@@ -119,11 +121,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.worldTune, "world-tune", false, "re-tune the embedded world model's hyperparameters by marginal likelihood on its records whenever they change (rwm.Tuned around the same base config; off = the fixed defaults)")
 	fs.BoolVar(&o.worldEffects, "world-effects", false, "the embedded world model reads what each proposal does to the task's descriptors from the lab (rwm.WithEffects with lab.Effects: a first-order effect term and a Gaussian process on the loss over descriptors; off = the catalogue-only kernel)")
 	fs.Float64Var(&o.pessimism, "pessimism", 0, "weight κ of the world model's q10 in the trained methods' rewards (reward.Config.Pessimism, in [0, 1]; 0 = off)")
+	fs.Float64Var(&o.evalTemp, "eval-temperature", 1, "sampling temperature of every method's policy at evaluation (proposer.Policy.SetTemperature; 1 = the rollouts' temperature, METHOD.md §1 Policy optimisation)")
 	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	fs.Visit(func(f *flag.Flag) { o.evalTempSet = o.evalTempSet || f.Name == "eval-temperature" })
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
@@ -199,6 +203,9 @@ func (o options) validate() error {
 	if !(o.pessimism >= 0 && o.pessimism <= 1) {
 		bad("-pessimism %g; want in [0, 1]", o.pessimism)
 	}
+	if !(o.evalTemp >= 0) || o.evalTemp > 100 || (o.evalTemp == 0 && o.evalTempSet) {
+		bad("-eval-temperature %g; want in (0, 100]", o.evalTemp)
+	}
 	if o.descBuckets < 0 {
 		bad("-description-buckets %d; want ≥ 0", o.descBuckets)
 	}
@@ -209,4 +216,13 @@ func (o options) validate() error {
 		return nil
 	}
 	return fmt.Errorf("%w:\n%w", errUsage, errors.Join(errs...))
+}
+
+// temperature is the evaluation's sampling temperature (-eval-temperature;
+// 0 means 1).
+func (o options) temperature() float64 {
+	if o.evalTemp == 0 {
+		return 1
+	}
+	return o.evalTemp
 }

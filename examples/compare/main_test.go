@@ -289,6 +289,16 @@ func TestWorldEffectsLever(t *testing.T) {
 	require.Contains(t, command(o), "-descriptor-buckets 1024 -descriptor-spread 2 -world-descriptors 1 -world-effects -world-tune")
 	_, err = parseFlags([]string{"-descriptor-spread", "2"}, &bytes.Buffer{})
 	require.ErrorContains(t, err, "-descriptor-spread 2")
+	o.evalTemp = 0.5
+	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune-T0.5"), runDir(o))
+	require.Contains(t, command(o), "-world-tune -eval-temperature 0.5")
+	for _, bad := range []string{"0", "-1", "NaN", "101"} {
+		_, err = parseFlags([]string{"-eval-temperature", bad}, &bytes.Buffer{})
+		require.ErrorContains(t, err, "-eval-temperature", bad)
+	}
+	o2, err := parseFlags([]string{"-eval-temperature", "0.5"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 0.5, o2.temperature())
 }
 
 func TestTrainerLevers(t *testing.T) {

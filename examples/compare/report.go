@@ -134,6 +134,9 @@ func command(o options) string {
 	if o.trigger {
 		c += " -trigger"
 	}
+	if o.temperature() != 1 {
+		c += fmt.Sprintf(" -eval-temperature %g", o.evalTemp)
+	}
 	return c
 }
 

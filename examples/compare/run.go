@@ -54,6 +54,9 @@ func runDir(o options) string {
 	if o.trigger {
 		name += "-trigger"
 	}
+	if o.temperature() != 1 {
+		name += fmt.Sprintf("-T%g", o.evalTemp)
+	}
 	return filepath.Join(o.out, name)
 }
 
