@@ -14,7 +14,16 @@ import (
 // BenchmarkPropose measures sampling: one op is one state's group of
 // G = 8 proposals on the lab's catalogue; samples/s is reported.
 func BenchmarkPropose(b *testing.B) {
-	p := newLabPolicy(b, func(c *proposer.PolicyConfig) { c.InitStd = 0.3 })
+	benchPropose(b, newLabPolicy(b, func(c *proposer.PolicyConfig) { c.InitStd = 0.3 }))
+}
+
+// BenchmarkProposeHidden32 is BenchmarkPropose with a hidden layer of 32
+// units (PolicyConfig.Hidden).
+func BenchmarkProposeHidden32(b *testing.B) {
+	benchPropose(b, newLabPolicy(b, func(c *proposer.PolicyConfig) { c.InitStd, c.Hidden = 0.3, 32 }))
+}
+
+func benchPropose(b *testing.B, p *proposer.Policy) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	states := make([]records.State, 64)
 	for i := range states {
@@ -63,7 +72,16 @@ func batch256x8(b *testing.B, p *proposer.Policy) []proposer.Item {
 // (2048 samples); the same batch is reused, as the paper reuses a rollout
 // for 8 steps.
 func BenchmarkUpdate256x8(b *testing.B) {
-	p := newLabPolicy(b, func(c *proposer.PolicyConfig) { c.InitStd = 0.3 })
+	benchUpdate(b, newLabPolicy(b, func(c *proposer.PolicyConfig) { c.InitStd = 0.3 }))
+}
+
+// BenchmarkUpdate256x8Hidden32 is BenchmarkUpdate256x8 with a hidden layer
+// of 32 units (PolicyConfig.Hidden).
+func BenchmarkUpdate256x8Hidden32(b *testing.B) {
+	benchUpdate(b, newLabPolicy(b, func(c *proposer.PolicyConfig) { c.InitStd, c.Hidden = 0.3, 32 }))
+}
+
+func benchUpdate(b *testing.B, p *proposer.Policy) {
 	batch := batch256x8(b, p)
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -122,6 +122,20 @@ type PolicyConfig struct {
 	// are what the paper's state describes; this is a lever measured on the
 	// lab's validation split, see the README).
 	HistoryProposalBuckets int `json:"history_proposal_buckets,omitempty"`
+	// Hidden is H, the number of units of an optional hidden layer over the
+	// state features, h = tanh(U · x_state + c), shared by every head: each
+	// head's logits gain V_head · h on top of their log-linear terms (a
+	// residual addition), so the policy can follow rewards that depend on
+	// combinations of features (one family and one descriptor bin), which
+	// a log-linear head cannot represent. U starts at N(0, 0.1²) drawn from
+	// NewPolicy's rng (which Hidden > 0 therefore needs), c and V at zero,
+	// so the hidden layer adds nothing to the initial policy. Default 0 = no
+	// hidden layer: exactly the log-linear policy, its parameters, results
+	// and checkpoints. At most 1,024. Library choice: off by default, as
+	// the paper's proposer is an LLM and gives no size; it is the lever
+	// for a log-linear head that spreads its mass instead of following
+	// rewards that change from task to task.
+	Hidden int `json:"hidden,omitempty"`
 	// InitStd is the standard deviation of the initial weights; default 0,
 	// which starts from the uniform policy and needs no rng. Library
 	// choice: uniform is the least informed start and is exactly
@@ -152,6 +166,10 @@ func DefaultPolicyConfig() PolicyConfig {
 // for an absurd allocation.
 const maxFamilyBuckets = 1 << 16
 
+// maxHidden bounds Hidden, so that a checkpoint cannot ask for an absurd
+// allocation.
+const maxHidden = 1024
+
 // maxDescriptorSpread bounds DescriptorSpread: 16 bins either side is
 // eight octaves, beyond which a feature says nothing of the value.
 const maxDescriptorSpread = 16
@@ -171,6 +189,8 @@ func (c PolicyConfig) Validate() error {
 		return fmt.Errorf("%w: DescriptorSpread = %d, want in [0, %d], and 0 without DescriptorBuckets", ErrConfig, c.DescriptorSpread, maxDescriptorSpread)
 	case c.HistoryProposalBuckets < 0 || c.HistoryProposalBuckets > maxFamilyBuckets:
 		return fmt.Errorf("%w: HistoryProposalBuckets = %d, want in [0, %d]", ErrConfig, c.HistoryProposalBuckets, maxFamilyBuckets)
+	case c.Hidden < 0 || c.Hidden > maxHidden:
+		return fmt.Errorf("%w: Hidden = %d, want in [0, %d]", ErrConfig, c.Hidden, maxHidden)
 	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):
 		return fmt.Errorf("%w: InitStd = %g, want finite and ≥ 0", ErrConfig, c.InitStd)
 	}

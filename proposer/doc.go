@@ -15,9 +15,13 @@
 // history length, the history's cards with the signs of their gains, the
 // last record) and of the tokens before it, so DAPO's token-level clipped
 // loss (package dapo) applies to it exactly as to an LLM's completion
-// tokens. Update runs one DAPO step: new log-probs are recomputed, the loss
+// tokens. An optional hidden layer over the state features
+// (PolicyConfig.Hidden, default 0 = off) adds V·tanh(U·x + c) to every
+// head's logits, for rewards that depend on combinations of features.
+// Update runs one DAPO step: new log-probs are recomputed, the loss
 // gradient with respect to them comes from dapo.Evaluate and is
-// back-propagated analytically through the softmax heads into an Adam step.
+// back-propagated analytically through the softmax heads (and the hidden
+// layer) into an Adam step.
 // Supervise is one maximum-likelihood step (the SFT and RFT baselines).
 // MarshalBinary and UnmarshalBinary checkpoint weights, Adam state, config
 // and catalogue. The catalogue reaches the policy as data ([]records.Card),
@@ -27,8 +31,8 @@
 //
 // The package does no I/O and starts no goroutines. Randomness comes only
 // from the *rand.Rand passed to NewPolicy (initial weights, when
-// PolicyConfig.InitStd > 0) and to Propose, so equal seeds give equal
-// policies, samples and updates. A Policy is safe for concurrent use:
+// PolicyConfig.InitStd > 0 or PolicyConfig.Hidden > 0) and to Propose, so
+// equal seeds give equal policies, samples and updates. A Policy is safe for concurrent use:
 // Propose, Score and CardProbs run concurrently under a read lock; Update,
 // Supervise, SetTemperature and UnmarshalBinary take the write lock. An rng
 // must not be shared between concurrent calls.

@@ -26,7 +26,10 @@ import (
 //
 // with one weight matrix W and bias b per decision ("head"): one head for
 // the card and one per (card, parameter), so every parameter token is
-// conditioned on its card exactly. The binary features x are:
+// conditioned on its card exactly. With PolicyConfig.Hidden = H > 0 every
+// head's logits also gain V_head · h, where h = tanh(U · x_state + c) is
+// one hidden layer of H units over the state features, shared by all heads
+// (a residual addition to the log-linear policy). The binary features x are:
 //
 //   - state: the task family (hashed one-hot, PolicyConfig.FamilyBuckets),
 //     the metric (bits per byte, nats per token, other), the budget (log₂
@@ -84,9 +87,12 @@ const budgetBuckets = 17
 const metricFeatures = 3
 
 // head is one softmax decision. Its weights are feature-major: W[f, k] is
-// theta[off + f*nOut + k]; the bias b_k is theta[off + dIn*nOut + k].
+// theta[off + f*nOut + k]; the bias b_k is theta[off + dIn*nOut + k]. With
+// a hidden layer of H units, its output weights are V[k, i] =
+// theta[v + k*H + i].
 type head struct {
 	off, dIn, nOut int
+	v              int
 }
 
 type paramLayout struct {
@@ -125,12 +131,23 @@ type layout struct {
 	hpOff     int // offset of the hashed (history proposal, outcome) features
 	hpN       int // number of history-proposal buckets (0 = none)
 	nSlots    int // catalogue cards + no-change + unknown
+	hidden    int // hidden units H (0 = none)
+	uOff      int // U[f, i] = theta[uOff + f*H + i], f < dState; len(theta) when H = 0
+	cOff      int // c_i = theta[cOff + i]
 }
+
+// hiddenInitStd is the standard deviation of the initial hidden weights U
+// (PolicyConfig.Hidden).
+const hiddenInitStd = 0.1
 
 // NewPolicy returns the policy for catalogue under cfg. With cfg.InitStd = 0
 // all weights start at zero (the uniform policy) and rng may be nil;
-// otherwise rng draws the initial weights, so equal seeds give equal
-// policies. The catalogue is copied; it must be non-empty, with distinct,
+// otherwise rng draws the initial weights of the log-linear heads, so
+// equal seeds give equal policies. With cfg.Hidden > 0, rng must not be
+// nil: after those draws it draws the hidden weights U ~ N(0, 0.1²), while
+// the hidden biases c and the output weights V start at zero, so the
+// hidden layer adds nothing to the initial logits (with InitStd = 0 the
+// initial policy is still exactly uniform). The catalogue is copied; it must be non-empty, with distinct,
 // non-empty mechanisms other than records.NoChange, distinct non-empty
 // parameter names within a card and at least one distinct choice per
 // parameter.
@@ -154,8 +171,16 @@ func NewPolicy(catalogue []records.Card, cfg PolicyConfig, rng *rand.Rand) (*Pol
 		if rng == nil {
 			return nil, fmt.Errorf("%w: InitStd = %g needs an rng", ErrConfig, cfg.InitStd)
 		}
-		for i := range p.theta {
+		for i := range p.theta[:lay.uOff] {
 			p.theta[i] = cfg.InitStd * rng.NormFloat64()
+		}
+	}
+	if cfg.Hidden > 0 {
+		if rng == nil {
+			return nil, fmt.Errorf("%w: Hidden = %d needs an rng", ErrConfig, cfg.Hidden)
+		}
+		for i := lay.uOff; i < lay.cOff; i++ {
+			p.theta[i] = hiddenInitStd * rng.NormFloat64()
 		}
 	}
 	return p, nil
@@ -244,6 +269,20 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 			pl.head = add(lay.dState+prev, len(pl.choices))
 			prev += len(pl.choices)
 		}
+	}
+	// The hidden layer after every head, so that without it the layout is
+	// the log-linear one: U, c, then each head's V.
+	lay.hidden, lay.uOff = cfg.Hidden, n
+	if cfg.Hidden > 0 {
+		n += lay.dState * cfg.Hidden
+		lay.cOff = n
+		n += cfg.Hidden
+		for i := range lay.heads {
+			lay.heads[i].v = n
+			n += lay.heads[i].nOut * cfg.Hidden
+		}
+	} else {
+		lay.cOff = n
 	}
 	lay.nParams = n
 	return lay, nil
@@ -431,8 +470,29 @@ func (l *layout) tokenFeatures(dst, state []int, card int, toks []int, t int) (h
 	return l.heads[ps[t-1].head], dst
 }
 
-// logits writes z_k / T for head h and active features x into out.
-func (p *Policy) logits(out []float64, h head, x []int, temp float64) []float64 {
+// hiddenAct returns the hidden activations h = tanh(U · x_state + c) of
+// the active state features, or nil without a hidden layer.
+func (p *Policy) hiddenAct(state []int) []float64 {
+	nh := p.lay.hidden
+	if nh == 0 {
+		return nil
+	}
+	a := append([]float64(nil), p.theta[p.lay.cOff:p.lay.cOff+nh]...)
+	for _, f := range state {
+		row := p.theta[p.lay.uOff+f*nh : p.lay.uOff+(f+1)*nh]
+		for i, u := range row {
+			a[i] += u
+		}
+	}
+	for i := range a {
+		a[i] = math.Tanh(a[i])
+	}
+	return a
+}
+
+// logits writes z_k / T for head h, active features x and hidden
+// activations hid (nil without a hidden layer) into out.
+func (p *Policy) logits(out []float64, h head, x []int, hid []float64, temp float64) []float64 {
 	out = out[:0]
 	bias := p.theta[h.off+h.dIn*h.nOut : h.off+(h.dIn+1)*h.nOut]
 	out = append(out, bias...)
@@ -440,6 +500,15 @@ func (p *Policy) logits(out []float64, h head, x []int, temp float64) []float64 
 		row := p.theta[h.off+f*h.nOut : h.off+(f+1)*h.nOut]
 		for k, w := range row {
 			out[k] += w
+		}
+	}
+	if nh := len(hid); nh > 0 {
+		for k := range out {
+			var s float64
+			for i, w := range p.theta[h.v+k*nh : h.v+(k+1)*nh] {
+				s += w * hid[i]
+			}
+			out[k] += s
 		}
 	}
 	for k := range out {
@@ -518,7 +587,8 @@ func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.
 	}
 	temp := p.cfg.Temperature
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, temp))
+	hid := p.hiddenAct(state)
+	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, hid, temp))
 	var buf []float64
 	var x []int
 	out := make([]Sample, n)
@@ -546,7 +616,7 @@ func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.
 		for t := 1; t < len(toks); t++ {
 			var h head
 			h, x = p.lay.tokenFeatures(x, state, c, toks, t)
-			buf = logSoftmax(p.logits(buf, h, x, temp))
+			buf = logSoftmax(p.logits(buf, h, x, hid, temp))
 			k := draw(buf, rng)
 			toks[t] = k
 			pl := &cl.params[t-1]
@@ -644,13 +714,14 @@ func (p *Policy) Score(ctx context.Context, s records.State, smp Sample) ([]floa
 		return nil, fmt.Errorf("proposer: score: %w", err)
 	}
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
+	hid := p.hiddenAct(state)
 	lp := make([]float64, len(toks))
 	var buf []float64
 	var x []int
 	for t := range toks {
 		var h head
 		h, x = p.lay.tokenFeatures(x, state, toks[0], toks, t)
-		buf = logSoftmax(p.logits(buf, h, x, p.sampleTemp(smp)))
+		buf = logSoftmax(p.logits(buf, h, x, hid, p.sampleTemp(smp)))
 		lp[t] = buf[toks[t]]
 	}
 	return lp, nil
@@ -668,7 +739,7 @@ func (p *Policy) CardProbs(s records.State) []float64 {
 		return nil
 	}
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	lp := logSoftmax(p.logits(nil, p.lay.heads[0], state, p.cfg.Temperature))
+	lp := logSoftmax(p.logits(nil, p.lay.heads[0], state, p.hiddenAct(state), p.cfg.Temperature))
 	for k := range lp {
 		lp[k] = math.Exp(lp[k])
 	}

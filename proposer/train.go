@@ -10,13 +10,19 @@ import (
 )
 
 // pass is the forward pass of one token sequence: for every decision t its
-// head, active features and full log-probability vector at temperature temp.
+// head, active features and full log-probability vector at temperature temp,
+// and the state's features and hidden activations (nil without a hidden
+// layer), with the parameters they were computed from.
 type pass struct {
 	toks  []int
 	heads []head
 	feats [][]int
 	logp  [][]float64
 	temp  float64
+	state []int
+	hid   []float64
+	theta []float64
+	lay   *layout
 }
 
 // tokenLogProbs returns log π(toks[t] | ...) for every t.
@@ -31,19 +37,27 @@ func (ps *pass) tokenLogProbs() []float64 {
 // forward runs the policy on one encoded sequence.
 func (p *Policy) forward(state []int, toks []int, temp float64) pass {
 	ps := pass{toks: toks, heads: make([]head, len(toks)), feats: make([][]int, len(toks)),
-		logp: make([][]float64, len(toks)), temp: temp}
+		logp: make([][]float64, len(toks)), temp: temp, state: state, hid: p.hiddenAct(state),
+		theta: p.theta, lay: &p.lay}
 	for t := range toks {
 		h, x := p.lay.tokenFeatures(nil, state, toks[0], toks, t)
 		ps.heads[t], ps.feats[t] = h, x
-		ps.logp[t] = logSoftmax(p.logits(nil, h, x, temp))
+		ps.logp[t] = logSoftmax(p.logits(nil, h, x, ps.hid, temp))
 	}
 	return ps
 }
 
 // backward adds Σ_t g[t] · ∂ log π(toks[t])/∂θ to grad. With u the raw
 // logits and z = u / T, ∂ log π(k)/∂u_j = (1[j = k] − π_j) / T, and
-// ∂u_j/∂W[f, j] = x_f, ∂u_j/∂b_j = 1.
+// ∂u_j/∂W[f, j] = x_f, ∂u_j/∂b_j = 1. With a hidden layer h = tanh(a),
+// a = U·x_state + c, also ∂u_j/∂V[j, i] = h_i and ∂u_j/∂h_i = V[j, i], and
+// the summed ∂/∂h_i of every token reaches c_i and U[f, i] (x_f = 1)
+// through ∂h_i/∂a_i = 1 − h_i².
 func (ps *pass) backward(g []float64, grad []float64) {
+	var dh []float64
+	if len(ps.hid) > 0 {
+		dh = make([]float64, len(ps.hid))
+	}
 	for t, k := range ps.toks {
 		if g[t] == 0 {
 			continue
@@ -64,6 +78,37 @@ func (ps *pass) backward(g []float64, grad []float64) {
 			for _, f := range ps.feats[t] {
 				grad[h.off+f*h.nOut+j] += d
 			}
+			if dh != nil {
+				ps.backHead(d, h.v+j*len(dh), dh, grad)
+			}
+		}
+	}
+	if dh != nil {
+		ps.backHidden(dh, grad)
+	}
+}
+
+// backHead adds d · h to the gradient of the output weights V[j, ·] at
+// theta[v:] and d · V[j, ·] to dh.
+func (ps *pass) backHead(d float64, v int, dh, grad []float64) {
+	for i, a := range ps.hid {
+		grad[v+i] += d * a
+		dh[i] += d * ps.theta[v+i]
+	}
+}
+
+// backHidden carries dh = ∂/∂h through tanh into c and the rows of U of
+// the active state features.
+func (ps *pass) backHidden(dh, grad []float64) {
+	nh, l := len(dh), ps.lay
+	for i, a := range ps.hid {
+		dh[i] *= 1 - a*a
+		grad[l.cOff+i] += dh[i]
+	}
+	for _, f := range ps.state {
+		row := grad[l.uOff+f*nh : l.uOff+(f+1)*nh]
+		for i, da := range dh {
+			row[i] += da
 		}
 	}
 }
@@ -164,9 +209,10 @@ func (p *Policy) Update(ctx context.Context, batch []Item) (Stats, error) {
 	var kl float64
 	for i, it := range batch {
 		ps := &passes[i]
+		hid := p.hiddenAct(ps.state)
 		for t, k := range ps.toks {
 			h, x := ps.heads[t], ps.feats[t]
-			lp := logSoftmax(p.logits(ps.logp[t][:0], h, x, ps.temp))[k]
+			lp := logSoftmax(p.logits(ps.logp[t][:0], h, x, hid, ps.temp))[k]
 			d := lp - it.Sample.LogProbs[t]
 			kl += math.Expm1(d) - d
 		}

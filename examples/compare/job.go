@@ -57,6 +57,30 @@ func expectedRuns(o options, m method, tests int) int {
 	return n
 }
 
+// newPolicy is the untrained policy of a job with the given seed. With
+// -policy-hidden the hidden layer's initial weights come from the seed
+// alone, so every method of a seed starts from the same policy.
+func newPolicy(o options, seed uint64) (*proposer.Policy, error) {
+	pcfg := proposer.DefaultPolicyConfig()
+	if o.policyLR > 0 {
+		pcfg.Adam.LR = o.policyLR
+	}
+	pcfg.DescriptionBuckets = o.descBuckets
+	pcfg.DescriptorBuckets = o.descriptorBuckets
+	pcfg.DescriptorSpread = o.descriptorSpread
+	pcfg.HistoryProposalBuckets = o.histProposalBuckets
+	pcfg.Hidden = o.policyHidden
+	var rng *rand.Rand
+	if o.policyHidden > 0 {
+		rng = rand.New(rand.NewPCG(seed, 0x68696464))
+	}
+	pol, err := proposer.NewPolicy(lab.Catalogue(), pcfg, rng)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return pol, nil
+}
+
 // runJob trains the job's policy and evaluates it on the test tasks with
 // real runs.
 func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporter) (Result, error) {
@@ -85,15 +109,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	}
 	res.M0 = m0.Len()
 	res.Runs.M0 = cnt.take()
-	pcfg := proposer.DefaultPolicyConfig()
-	if o.policyLR > 0 {
-		pcfg.Adam.LR = o.policyLR
-	}
-	pcfg.DescriptionBuckets = o.descBuckets
-	pcfg.DescriptorBuckets = o.descriptorBuckets
-	pcfg.DescriptorSpread = o.descriptorSpread
-	pcfg.HistoryProposalBuckets = o.histProposalBuckets
-	pol, err := proposer.NewPolicy(lab.Catalogue(), pcfg, nil)
+	pol, err := newPolicy(o, j.seed)
 	if err != nil {
 		return res, err
 	}

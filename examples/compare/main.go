@@ -62,6 +62,7 @@ type options struct {
 	descriptorBuckets   int
 	descriptorSpread    int
 	histProposalBuckets int
+	policyHidden        int
 	worldDesc           float64
 	worldTune           bool
 	worldEffects        bool
@@ -117,6 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.descriptorBuckets, "descriptor-buckets", 0, "hashed binned task-descriptor features of the policy (proposer.PolicyConfig.DescriptorBuckets; 0 = off)")
 	fs.IntVar(&o.descriptorSpread, "descriptor-spread", 0, "bins either side that each task descriptor also turns on (proposer.PolicyConfig.DescriptorSpread; needs -descriptor-buckets; 0 = off)")
 	fs.IntVar(&o.histProposalBuckets, "history-proposal-buckets", 0, "hashed (history proposal, outcome) features of the policy (proposer.PolicyConfig.HistoryProposalBuckets; 0 = off)")
+	fs.IntVar(&o.policyHidden, "policy-hidden", 0, "units of the policy's hidden layer over the state features (proposer.PolicyConfig.Hidden, in [0, 1024]; 0 = the log-linear policy)")
 	fs.Float64Var(&o.worldDesc, "world-descriptors", 0, "share of the embedded world model's task kernel that follows task descriptors (rwm.EmbeddedConfig.DescriptorWeight, in [0, 1]; 0 = off)")
 	fs.BoolVar(&o.worldTune, "world-tune", false, "re-tune the embedded world model's hyperparameters by marginal likelihood on its records whenever they change (rwm.Tuned around the same base config; off = the fixed defaults)")
 	fs.BoolVar(&o.worldEffects, "world-effects", false, "the embedded world model reads what each proposal does to the task's descriptors from the lab (rwm.WithEffects with lab.Effects: a first-order effect term and a Gaussian process on the loss over descriptors; off = the catalogue-only kernel)")
@@ -196,6 +198,9 @@ func (o options) validate() error {
 	}
 	if o.histProposalBuckets < 0 || o.histProposalBuckets > 1<<16 {
 		bad("-history-proposal-buckets %d; want in [0, 65536]", o.histProposalBuckets)
+	}
+	if o.policyHidden < 0 || o.policyHidden > 1024 {
+		bad("-policy-hidden %d; want in [0, 1024]", o.policyHidden)
 	}
 	if !(o.worldDesc >= 0 && o.worldDesc <= 1) {
 		bad("-world-descriptors %g; want in [0, 1]", o.worldDesc)

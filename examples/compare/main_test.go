@@ -301,6 +301,46 @@ func TestWorldEffectsLever(t *testing.T) {
 	require.Equal(t, 0.5, o2.temperature())
 }
 
+func TestPolicyHiddenLever(t *testing.T) {
+	// -policy-hidden gives the policy a hidden layer (proposer.PolicyConfig
+	// .Hidden) whose initial weights come from the job's seed alone, in its
+	// own run directory; off by default, where the policy needs no rng.
+	o, err := parseFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Zero(t, o.policyHidden)
+	plain, err := newPolicy(o, 1)
+	require.NoError(t, err)
+	require.Zero(t, plain.Config().Hidden)
+
+	o, err = parseFlags([]string{"-policy-hidden", "16", "-history-proposal-buckets", "64"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 16, o.policyHidden)
+	o.out, o.suite, o.profile = "out", "v2-val", "default"
+	require.Equal(t, filepath.Join("out", "v2-val-default-h64-hid16"), runDir(o))
+	require.Contains(t, command(o), "-history-proposal-buckets 64 -policy-hidden 16")
+	a, err := newPolicy(o, 3)
+	require.NoError(t, err)
+	require.Equal(t, 16, a.Config().Hidden)
+	require.Equal(t, o.policyLR, a.Config().Adam.LR)
+	require.Greater(t, a.NumParams(), plain.NumParams())
+	b, err := newPolicy(o, 3)
+	require.NoError(t, err)
+	c, err := newPolicy(o, 4)
+	require.NoError(t, err)
+	ca, err := a.MarshalBinary()
+	require.NoError(t, err)
+	cb, err := b.MarshalBinary()
+	require.NoError(t, err)
+	cc, err := c.MarshalBinary()
+	require.NoError(t, err)
+	require.Equal(t, ca, cb, "one seed, one initial policy")
+	require.NotEqual(t, ca, cc, "another seed draws other hidden weights")
+	for _, bad := range []string{"-1", "1025"} {
+		_, err = parseFlags([]string{"-policy-hidden", bad}, &bytes.Buffer{})
+		require.ErrorContains(t, err, "-policy-hidden "+bad)
+	}
+}
+
 func TestTrainerLevers(t *testing.T) {
 	// -pessimism reaches the trained methods' reward config; -trigger times
 	// the calibrating methods (MinPairs capped at the short profile's 8-run

@@ -122,6 +122,9 @@ func command(o options) string {
 	if o.histProposalBuckets != 0 {
 		c += fmt.Sprintf(" -history-proposal-buckets %d", o.histProposalBuckets)
 	}
+	if o.policyHidden != 0 {
+		c += fmt.Sprintf(" -policy-hidden %d", o.policyHidden)
+	}
 	if o.worldEffects {
 		c += " -world-effects"
 	}

@@ -41,6 +41,9 @@ func runDir(o options) string {
 	if o.histProposalBuckets != 0 {
 		name += fmt.Sprintf("-h%d", o.histProposalBuckets)
 	}
+	if o.policyHidden != 0 {
+		name += fmt.Sprintf("-hid%d", o.policyHidden)
+	}
 	if o.worldEffects {
 		name += "-fx"
 	}
