@@ -136,15 +136,16 @@ type layout struct {
 	cOff      int // c_i = theta[cOff + i]
 }
 
-// hiddenInitStd is the standard deviation of the initial hidden weights U
-// (PolicyConfig.Hidden).
-const hiddenInitStd = 0.1
+// defaultHiddenInitStd is the standard deviation of the initial hidden
+// weights U when PolicyConfig.HiddenInitStd is 0.
+const defaultHiddenInitStd = 0.1
 
 // NewPolicy returns the policy for catalogue under cfg. With cfg.InitStd = 0
 // all weights start at zero (the uniform policy) and rng may be nil;
 // otherwise rng draws the initial weights of the log-linear heads, so
 // equal seeds give equal policies. With cfg.Hidden > 0, rng must not be
-// nil: after those draws it draws the hidden weights U ~ N(0, 0.1²), while
+// nil: after those draws it draws the hidden weights U ~ N(0, σ²) (σ =
+// cfg.HiddenInitStd, 0.1 when 0), while
 // the hidden biases c and the output weights V start at zero, so the
 // hidden layer adds nothing to the initial logits (with InitStd = 0 the
 // initial policy is still exactly uniform). The catalogue is copied; it must be non-empty, with distinct,
@@ -179,8 +180,12 @@ func NewPolicy(catalogue []records.Card, cfg PolicyConfig, rng *rand.Rand) (*Pol
 		if rng == nil {
 			return nil, fmt.Errorf("%w: Hidden = %d needs an rng", ErrConfig, cfg.Hidden)
 		}
+		std := cfg.HiddenInitStd
+		if std == 0 {
+			std = defaultHiddenInitStd
+		}
 		for i := lay.uOff; i < lay.cOff; i++ {
-			p.theta[i] = hiddenInitStd * rng.NormFloat64()
+			p.theta[i] = std * rng.NormFloat64()
 		}
 	}
 	return p, nil

@@ -69,7 +69,7 @@ func newPolicy(o options, seed uint64) (*proposer.Policy, error) {
 	pcfg.DescriptorBuckets = o.descriptorBuckets
 	pcfg.DescriptorSpread = o.descriptorSpread
 	pcfg.HistoryProposalBuckets = o.histProposalBuckets
-	pcfg.Hidden = o.policyHidden
+	pcfg.Hidden, pcfg.HiddenInitStd = o.policyHidden, o.policyHiddenStd
 	var rng *rand.Rand
 	if o.policyHidden > 0 {
 		rng = rand.New(rand.NewPCG(seed, 0x68696464))

@@ -63,6 +63,7 @@ type options struct {
 	descriptorSpread    int
 	histProposalBuckets int
 	policyHidden        int
+	policyHiddenStd     float64
 	worldDesc           float64
 	worldTune           bool
 	worldEffects        bool
@@ -119,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.descriptorSpread, "descriptor-spread", 0, "bins either side that each task descriptor also turns on (proposer.PolicyConfig.DescriptorSpread; needs -descriptor-buckets; 0 = off)")
 	fs.IntVar(&o.histProposalBuckets, "history-proposal-buckets", 0, "hashed (history proposal, outcome) features of the policy (proposer.PolicyConfig.HistoryProposalBuckets; 0 = off)")
 	fs.IntVar(&o.policyHidden, "policy-hidden", 0, "units of the policy's hidden layer over the state features (proposer.PolicyConfig.Hidden, in [0, 1024]; 0 = the log-linear policy)")
+	fs.Float64Var(&o.policyHiddenStd, "policy-hidden-init-std", 0, "standard deviation of the hidden layer's initial weights (proposer.PolicyConfig.HiddenInitStd, in [0, 10]; 0 = the library's 0.1; needs -policy-hidden)")
 	fs.Float64Var(&o.worldDesc, "world-descriptors", 0, "share of the embedded world model's task kernel that follows task descriptors (rwm.EmbeddedConfig.DescriptorWeight, in [0, 1]; 0 = off)")
 	fs.BoolVar(&o.worldTune, "world-tune", false, "re-tune the embedded world model's hyperparameters by marginal likelihood on its records whenever they change (rwm.Tuned around the same base config; off = the fixed defaults)")
 	fs.BoolVar(&o.worldEffects, "world-effects", false, "the embedded world model reads what each proposal does to the task's descriptors from the lab (rwm.WithEffects with lab.Effects: a first-order effect term and a Gaussian process on the loss over descriptors; off = the catalogue-only kernel)")
@@ -201,6 +203,9 @@ func (o options) validate() error {
 	}
 	if o.policyHidden < 0 || o.policyHidden > 1024 {
 		bad("-policy-hidden %d; want in [0, 1024]", o.policyHidden)
+	}
+	if !(o.policyHiddenStd >= 0 && o.policyHiddenStd <= 10) || (o.policyHiddenStd != 0 && o.policyHidden == 0) {
+		bad("-policy-hidden-init-std %g; want in [0, 10], and 0 without -policy-hidden", o.policyHiddenStd)
 	}
 	if !(o.worldDesc >= 0 && o.worldDesc <= 1) {
 		bad("-world-descriptors %g; want in [0, 1]", o.worldDesc)

@@ -339,6 +339,19 @@ func TestPolicyHiddenLever(t *testing.T) {
 		_, err = parseFlags([]string{"-policy-hidden", bad}, &bytes.Buffer{})
 		require.ErrorContains(t, err, "-policy-hidden "+bad)
 	}
+
+	// -policy-hidden-init-std scales the hidden layer's initial weights.
+	o.policyHiddenStd = 1
+	require.Equal(t, filepath.Join("out", "v2-val-default-h64-hid16u1"), runDir(o))
+	require.Contains(t, command(o), "-policy-hidden 16 -policy-hidden-init-std 1")
+	d, err := newPolicy(o, 3)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, d.Config().HiddenInitStd)
+	for _, args := range [][]string{{"-policy-hidden-init-std", "1"}, {"-policy-hidden", "8", "-policy-hidden-init-std", "-1"},
+		{"-policy-hidden", "8", "-policy-hidden-init-std", "11"}} {
+		_, err = parseFlags(args, &bytes.Buffer{})
+		require.ErrorContains(t, err, "-policy-hidden-init-std", args)
+	}
 }
 
 func TestTrainerLevers(t *testing.T) {

@@ -125,6 +125,9 @@ func command(o options) string {
 	if o.policyHidden != 0 {
 		c += fmt.Sprintf(" -policy-hidden %d", o.policyHidden)
 	}
+	if o.policyHiddenStd != 0 {
+		c += fmt.Sprintf(" -policy-hidden-init-std %g", o.policyHiddenStd)
+	}
 	if o.worldEffects {
 		c += " -world-effects"
 	}

@@ -44,6 +44,9 @@ func runDir(o options) string {
 	if o.policyHidden != 0 {
 		name += fmt.Sprintf("-hid%d", o.policyHidden)
 	}
+	if o.policyHiddenStd != 0 {
+		name += fmt.Sprintf("u%g", o.policyHiddenStd)
+	}
 	if o.worldEffects {
 		name += "-fx"
 	}
