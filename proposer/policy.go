@@ -145,10 +145,10 @@ const defaultHiddenInitStd = 0.1
 // otherwise rng draws the initial weights of the log-linear heads, so
 // equal seeds give equal policies. With cfg.Hidden > 0, rng must not be
 // nil: after those draws it draws the hidden weights U ~ N(0, σ²) (σ =
-// cfg.HiddenInitStd, 0.1 when 0), while
-// the hidden biases c and the output weights V start at zero, so the
-// hidden layer adds nothing to the initial logits (with InitStd = 0 the
-// initial policy is still exactly uniform). The catalogue is copied; it must be non-empty, with distinct,
+// cfg.HiddenInitStd, 0.1 when 0), while the hidden biases c and the
+// output weights V start at zero, so the hidden layer adds nothing to the
+// initial logits (with InitStd = 0 the initial policy is still exactly
+// uniform). The catalogue is copied; it must be non-empty, with distinct,
 // non-empty mechanisms other than records.NoChange, distinct non-empty
 // parameter names within a card and at least one distinct choice per
 // parameter.
