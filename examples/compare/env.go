@@ -34,6 +34,10 @@ type env struct {
 	refSeeds []uint64
 }
 
+// SecondValSeed is the suite seed whose validation split -suite v2-val2
+// evaluates on.
+const SecondValSeed = 2
+
 // suiteTasks returns the lab's tasks for -suite and a predicate telling
 // training and test tasks apart. v2 leaves the validation split out;
 // v2-val evaluates on it instead of the test split (where settings are
@@ -48,6 +52,16 @@ func suiteTasks(suite string) (specs []lab.TaskSpec, isTest func(records.Task) b
 		// the tasks it was trained on (how far the gap between them and
 		// unseen tasks comes from generalisation).
 		return append([]lab.TaskSpec(nil), s.Train...), func(t records.Task) bool { return t.Split == records.Train }
+	}
+	if suite == "v2-val2" {
+		// A second validation split: the same training split, the
+		// validation tasks of the generator under another seed (new
+		// tasks from the same distribution). For checking a setting
+		// chosen on v2-val without touching the test split.
+		specs = append(append([]lab.TaskSpec(nil), s.Train...), lab.SuiteV2(SecondValSeed).Val()...)
+		return specs, func(t records.Task) bool {
+			return strings.Contains(t.ID, "/val/") || strings.Contains(t.ID, "/val-out/")
+		}
 	}
 	if suite == "v2-val" {
 		// Where settings are chosen: the same training split, the

@@ -107,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.seeds, "seeds", 5, "number of seeds per method (seeds first-seed … first-seed+N−1)")
 	fs.Uint64Var(&o.firstSeed, "first-seed", 1, "first seed")
 	fs.StringVar(&o.profile, "profile", "default", "size of each run: "+strings.Join(profileNames(), " | "))
-	fs.StringVar(&o.suite, "suite", "v2", "task suite: v2 (lab v2: train on its training split, test on its test split, in and out of distribution) | v2-val (train on lab v2's training split, evaluate on its validation split, in and out of distribution: where settings are chosen) | v2-train (train and evaluate on lab v2's training split: a diagnostic of generalisation, never a result) | v1 (the 20 training and 4 held-out tasks)")
+	fs.StringVar(&o.suite, "suite", "v2", "task suite: v2 (lab v2: train on its training split, test on its test split, in and out of distribution) | v2-val (train on lab v2's training split, evaluate on its validation split, in and out of distribution: where settings are chosen) | v2-val2 (the same training split, evaluated on the validation split of the generator under suite seed 2: fresh tasks to check a setting chosen on v2-val) | v2-train (train and evaluate on lab v2's training split: a diagnostic of generalisation, never a result) | v1 (the 20 training and 4 held-out tasks)")
 	fs.StringVar(&o.out, "out", "out/compare", "parent of the run directory")
 	fs.StringVar(&o.progress, "progress", "auto", "auto (a bar on a terminal, log lines otherwise) | bar | lines")
 	fs.IntVar(&o.parallel, "parallel", 2, "real runs trained at once")
@@ -171,8 +171,8 @@ func (o options) validate() error {
 	if _, ok := profiles[o.profile]; !ok {
 		bad("unknown -profile %q; valid: %s", o.profile, strings.Join(profileNames(), ", "))
 	}
-	if !slices.Contains([]string{"v1", "v2", "v2-val", "v2-train"}, o.suite) {
-		bad("unknown -suite %q; valid: v1, v2, v2-val, v2-train", o.suite)
+	if !slices.Contains([]string{"v1", "v2", "v2-val", "v2-val2", "v2-train"}, o.suite) {
+		bad("unknown -suite %q; valid: v1, v2, v2-val, v2-val2, v2-train", o.suite)
 	}
 	if !slices.Contains([]string{"auto", "bar", "lines"}, o.progress) {
 		bad("unknown -progress %q; valid: auto, bar, lines", o.progress)

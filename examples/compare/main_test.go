@@ -479,3 +479,23 @@ func TestTrainSuiteIsInSample(t *testing.T) {
 	_, err = parseFlags([]string{"-suite", "v3"}, &bytes.Buffer{})
 	require.ErrorContains(t, err, "v2-train")
 }
+
+func TestSecondValidationSplit(t *testing.T) {
+	// -suite v2-val2: the default training split and the validation tasks
+	// of suite seed 2, none of which is a task of v2-val.
+	specs, isTest := suiteTasks("v2-val2")
+	train := lab.SuiteV2(lab.DefaultSuiteSeed).Train
+	val2 := lab.SuiteV2(SecondValSeed).Val()
+	require.Equal(t, append(append([]lab.TaskSpec(nil), train...), val2...), specs)
+	first, _ := suiteTasks("v2-val")
+	ids := map[string]bool{}
+	for _, s := range first {
+		ids[s.ID] = true
+	}
+	for _, s := range val2 {
+		require.False(t, ids[s.ID], "%s is a task of v2-val too", s.ID)
+		require.True(t, isTest(records.Task{ID: s.ID}), s.ID)
+	}
+	require.False(t, isTest(records.Task{ID: train[0].ID}))
+	require.NotEqual(t, tasksDigest("v2-val"), tasksDigest("v2-val2"))
+}
