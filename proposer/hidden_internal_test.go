@@ -101,21 +101,7 @@ func TestHiddenLogProbGradientMatchesFiniteDifferences(t *testing.T) {
 				}
 				checked++
 				state := p.lay.stateFeatures(s, cfg.FamilyBuckets)
-				w := make([]float64, len(toks))
-				for i := range w {
-					w[i] = rng.NormFloat64()
-				}
-				f := func() float64 {
-					ps := p.forward(state, toks, temp)
-					var v float64
-					for i, lp := range ps.tokenLogProbs() {
-						v += w[i] * lp
-					}
-					return v
-				}
-				grad := make([]float64, p.lay.nParams)
-				ps := p.forward(state, toks, temp)
-				ps.backward(w, grad)
+				f, grad, ps := weightedLogProb(p, state, toks, temp, rng)
 				t.Logf("trial %d: tokens %v, %d state features", trial, smp[0].Tokens, len(state))
 				checkHiddenGradient(t, p, f, grad, state, ps.heads, rng)
 				checkGradient(t, p, f, grad, rng) // the linear part stays right

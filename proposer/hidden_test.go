@@ -54,27 +54,7 @@ func TestMarshalRoundTripHidden(t *testing.T) {
 		}
 		require.Equal(t, p.CardProbs(s), q.CardProbs(s))
 	}
-	batchRng := rand.New(rand.NewPCG(9, 9))
-	var batch []proposer.Item
-	for range 4 {
-		s := randomLabState(batchRng, cat)
-		smp, err := p.Propose(ctx, s, 8, batchRng)
-		require.NoError(t, err)
-		for i, x := range smp {
-			batch = append(batch, proposer.Item{State: s, Sample: x, Advantage: float64(i%3) - 1})
-		}
-	}
-	sa, err := p.Update(ctx, batch)
-	require.NoError(t, err)
-	sb, err := q.Update(ctx, batch)
-	require.NoError(t, err)
-	require.Equal(t, sa, sb)
-	da, err := p.MarshalBinary()
-	require.NoError(t, err)
-	db, err := q.MarshalBinary()
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(da, db), "checkpoints differ after the same update")
-	require.False(t, bytes.Equal(data, da), "the update changed nothing")
+	requireSameAfterUpdate(t, p, &q, data)
 
 	// A checkpoint whose Hidden does not fit its vectors, or is out of
 	// range, is refused.

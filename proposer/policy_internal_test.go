@@ -111,21 +111,7 @@ func TestLogProbGradientMatchesFiniteDifferences(t *testing.T) {
 				toks, err := p.lay.encode(smp[0])
 				require.NoError(t, err)
 				state := p.lay.stateFeatures(s, cfg.FamilyBuckets)
-				w := make([]float64, len(toks))
-				for i := range w {
-					w[i] = rng.NormFloat64()
-				}
-				f := func() float64 {
-					ps := p.forward(state, toks, temp)
-					var v float64
-					for i, lp := range ps.tokenLogProbs() {
-						v += w[i] * lp
-					}
-					return v
-				}
-				grad := make([]float64, p.lay.nParams)
-				ps := p.forward(state, toks, temp)
-				ps.backward(w, grad)
+				f, grad, _ := weightedLogProb(p, state, toks, temp, rng)
 				t.Logf("trial %d: %d tokens %v", trial, len(toks), smp[0].Tokens)
 				checkGradient(t, p, f, grad, rng)
 			}
@@ -477,4 +463,27 @@ func TestDescriptorSpread(t *testing.T) {
 	// A non-finite value keeps its single bin.
 	l.dscSpread = 2
 	require.Len(t, l.descriptorFeatures(map[string]float64{"x": math.Inf(1)}), 1)
+}
+
+// weightedLogProb returns f = Σ_t w_t·log π(tok_t) of one sequence with
+// random weights w drawn from rng, its analytic gradient from backward,
+// and the forward pass the gradient came from: what the finite-difference
+// gradient tests compare.
+func weightedLogProb(p *Policy, state, toks []int, temp float64, rng *rand.Rand) (f func() float64, grad []float64, ps pass) {
+	w := make([]float64, len(toks))
+	for i := range w {
+		w[i] = rng.NormFloat64()
+	}
+	f = func() float64 {
+		var v float64
+		ps := p.forward(state, toks, temp)
+		for i, lp := range ps.tokenLogProbs() {
+			v += w[i] * lp
+		}
+		return v
+	}
+	grad = make([]float64, p.lay.nParams)
+	ps = p.forward(state, toks, temp)
+	ps.backward(w, grad)
+	return f, grad, ps
 }

@@ -290,6 +290,16 @@ func TestMarshalRoundTrip(t *testing.T) {
 
 	// The Adam state travels too: one more identical update keeps the two
 	// policies identical.
+	requireSameAfterUpdate(t, p, &q, data)
+}
+
+// requireSameAfterUpdate applies one identical DAPO update to p and to q,
+// restored from p's checkpoint data, and asserts that their statistics
+// and checkpoints stay identical and differ from data.
+func requireSameAfterUpdate(t *testing.T, p, q *proposer.Policy, data []byte) {
+	t.Helper()
+	ctx := context.Background()
+	cat := lab.Catalogue()
 	batchRng := rand.New(rand.NewPCG(9, 9))
 	var batch []proposer.Item
 	for range 4 {

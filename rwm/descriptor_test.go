@@ -70,6 +70,14 @@ func TestDescriptorKernelPSD(t *testing.T) {
 		ts[i] = withDesc(task(string(rune('a'+i%26))+string(rune('a'+i/26)), []string{"f", "g"}[rng.IntN(2)], records.BitsPerByte), d)
 		ps[i] = prop([]string{"lr-scale", "width"}[rng.IntN(2)], "factor", []string{"0.5", "2", "4"}[rng.IntN(3)])
 	}
+	requirePSD(t, m, ts, ps)
+}
+
+// requirePSD asserts that m's Gram matrix over the (task, proposal) pairs
+// is a covariance: every eigenvalue ≥ −1e-9.
+func requirePSD(t *testing.T, m *rwm.Embedded, ts []records.Task, ps []records.Proposal) {
+	t.Helper()
+	n := len(ts)
 	k := mat.NewSymDense(n, nil)
 	for i := range n {
 		for j := i; j < n; j++ {

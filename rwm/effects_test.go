@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"gonum.org/v1/gonum/mat"
 
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
@@ -163,7 +162,7 @@ func TestEffectKernelPSD(t *testing.T) {
 	// Random tasks and proposals with every term on, standardised
 	// descriptors in the context: the Gram matrix factorises (LogMarginal
 	// succeeds) and, without a context, its eigenvalues are ≥ 0.
-	c := rwm.WithEffects(rwm.DefaultEmbeddedConfig(), knob{})
+	c := rwm.DefaultEmbeddedConfig()
 	c.DescriptorWeight = 0.5
 	c = rwm.WithEffects(c, knob{})
 	c.Jitter = 0
@@ -178,17 +177,7 @@ func TestEffectKernelPSD(t *testing.T) {
 		ps[i] = []records.Proposal{prop("lr-scale", "factor", "2"), prop("lr-scale", "factor", "0.5"), prop("switch", "to", "lion")}[rng.IntN(3)]
 		rs = append(rs, real(ts[i], ps[i], rng.NormFloat64()*2, 1))
 	}
-	k := mat.NewSymDense(n, nil)
-	for i := range n {
-		for j := i; j < n; j++ {
-			k.SetSym(i, j, m.Kernel(ts[i], ps[i], ts[j], ps[j]))
-		}
-	}
-	var eig mat.EigenSym
-	require.True(t, eig.Factorize(k, false))
-	for _, v := range eig.Values(nil) {
-		require.GreaterOrEqual(t, v, -1e-9)
-	}
+	requirePSD(t, m, ts, ps)
 	_, err := rwm.LogMarginal(context.Background(), c, evidence(t, rs...))
 	require.NoError(t, err)
 }

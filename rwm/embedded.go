@@ -875,31 +875,6 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 	return ft
 }
 
-// descKernel is kDesc of EmbeddedConfig: a squared exponential on the
-// asinh descriptors, a name missing on one side counting as 0.
-func (e *Embedded) descKernel(a, b []dval) float64 {
-	var d2 float64
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		var d float64
-		switch {
-		case j == len(b) || (i < len(a) && a[i].name < b[j].name):
-			d = a[i].x
-			i++
-		case i == len(a) || b[j].name < a[i].name:
-			d = b[j].x
-			j++
-		default:
-			d = a[i].x - b[j].x
-			i++
-			j++
-		}
-		d2 += d * d
-	}
-	l := e.cfg.DescriptorLengthscale
-	return math.Exp(-d2 / (2 * l * l))
-}
-
 // Kernel returns the prior covariance k((ta, pa), (tb, pb)) of the two
 // gains in σ_e² units (EmbeddedConfig), without observation noise. It has
 // no context, so the terms scaled by one (DescriptorStandardise, the
@@ -927,7 +902,7 @@ func (e *Embedded) kernel(a, b *feat) float64 {
 		kt = c.CorrAny
 	}
 	if w := c.DescriptorWeight; w > 0 {
-		kt *= (1 - w) + w*e.descKernel(a.desc, b.desc)
+		kt *= (1 - w) + w*seKernel(a.desc, b.desc, c.DescriptorLengthscale) // kDesc
 	}
 	km := c.CorrOtherMech
 	if a.mech == b.mech && a.mech >= 0 {
@@ -946,7 +921,8 @@ func (e *Embedded) kernel(a, b *feat) float64 {
 }
 
 // seKernel is exp(−|a − b|²/(2l²)) over sparse sorted lists, a name
-// missing on one side counting 0.
+// missing on one side counting 0: kDesc of EmbeddedConfig (ℓ =
+// DescriptorLengthscale) and the loss term's kernel (ℓ = LossLengthscale).
 func seKernel(a, b []dval, l float64) float64 {
 	var d2 float64
 	i, j := 0, 0
