@@ -118,7 +118,11 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	case "sft", "rft":
 		err = supervise(ctx, m.kind, prof.steps, pol, m0, &res)
 	case "rl":
-		err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res)
+		var world rwm.WorldModel
+		var final records.Evidence
+		if world, final, err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res); err == nil && m.rerank {
+			prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, world, final)
+		}
 	case "bestknown":
 		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), m0)
 	case "rerank":
@@ -199,15 +203,16 @@ func newWorld(o options, l *lab.Lab) rwm.WorldModel {
 }
 
 // train runs the trainer (LM2LM, its ablations, WMRL) and keeps its
-// per-step numbers and calibration monitors.
-func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) error {
+// per-step numbers and calibration monitors. It returns the trainer's world
+// model and its final evidence (M_0 plus every calibration record).
+func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) (rwm.WorldModel, records.Evidence, error) {
 	prof := profiles[o.profile]
 	world := newWorld(o, e.lab)
 	cfg := trainerConfig(o, m, seed)
 	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: e.lab,
 		Executor: cnt, Tasks: e.train, Evidence: m0})
 	if err != nil {
-		return err
+		return nil, records.Evidence{}, err
 	}
 	probeCnt := &counter{next: cnt.next}
 	pr := &prober{e: e, ex: probeCnt, world: world, pol: pol, evidence: m0, seed: seed, tasks: o.probe}
@@ -228,9 +233,9 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 	})
 	res.Runs.Probe = probeCnt.take()
 	if err != nil {
-		return err
+		return nil, records.Evidence{}, err
 	}
-	return probeErr
+	return world, tr.Evidence(), probeErr
 }
 
 // trainerConfig returns the trainer's configuration of method m under o.

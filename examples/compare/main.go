@@ -33,7 +33,8 @@ import (
 
 const about = `compare runs every method (Base, SFT, RFT, best known changes, world-model
 rerank, static world model with and without extra random records, random
-calibration, LM2LM, LM2LM + WMRL, WMRL alone) on the embedded lab under N seeds, evaluates each trained
+calibration, LM2LM, LM2LM + WMRL, WMRL alone, LM2LM with a world-model rerank
+of its trained policy's samples) on the embedded lab under N seeds, evaluates each trained
 policy on the test tasks with real training runs, and writes a Markdown table,
 a JSON file and PNG charts: Avg@4, Best@4, negative rate and share above 2 sigma_e
 with 95% stratified bootstrap confidence intervals, paired differences against

@@ -33,7 +33,7 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, bestknown, rerank, static, static-random, random, lm2lm, lm2lm-wmrl, static-wmrl"}},
+		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, bestknown, rerank, static, static-random, random, lm2lm, lm2lm-wmrl, static-wmrl, lm2lm-rerank"}},
 		{[]string{"-methods", "lm2lm,lm2lm"}, []string{`"lm2lm" appears twice`}},
 		{[]string{"-methods", ","}, []string{"-methods is empty"}},
 		{[]string{"-profile", "huge", "-suite", "v3"}, []string{"valid: tiny, short, default, paper", "valid: v1, v2"}},
@@ -498,4 +498,29 @@ func TestSecondValidationSplit(t *testing.T) {
 	}
 	require.False(t, isTest(records.Task{ID: train[0].ID}))
 	require.NotEqual(t, tasksDigest("v2-val"), tasksDigest("v2-val2"))
+}
+
+// lm2lm-rerank trains exactly as lm2lm (same seed, same steps, rewards and
+// calibrations, same real-run budget) and differs only in how the
+// evaluation proposals are chosen.
+func TestLM2LMRerankTrainsAsLM2LM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains tiny models; runs without -short")
+	}
+	o := options{methods: []string{"lm2lm", "lm2lm-rerank"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v1",
+		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, policyLR: 0.02, descBuckets: 64, specs: tinyTasks()}
+	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
+	dir := runDir(o)
+	plain, ok, err := readResult(dir, job{"lm2lm", 1}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	rr, ok, err := readResult(dir, job{"lm2lm-rerank", 1}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, plain.Steps, rr.Steps)
+	require.Equal(t, plain.Calibrations, rr.Calibrations)
+	require.Equal(t, plain.Budget(), rr.Budget())
+	require.Equal(t, 8+4, rr.Budget(), "M_0 + one calibration of 4: the rerank pays no real run")
+	require.Len(t, rr.States, len(plain.States))
+	require.NotEqual(t, plain.States, rr.States, "the rerank chose other proposals than the policy's own samples")
 }

@@ -23,7 +23,14 @@ type method struct {
 	extra       bool
 	calibration lm2lm.Calibration
 	wmrl        bool
-	baseline    bool // a baseline the trained methods are compared against
+	// rerank: after training, the evaluation proposals are the best-rated
+	// of the trained policy's samples under the trained world model and
+	// the trainer's final evidence (baseline.Rerank over the trained
+	// policy; not a method of METHOD.md, which evaluates the policy's own
+	// samples: it uses the world model at test time too, for predictions
+	// only, so it pays no real run beyond LM2LM's).
+	rerank   bool
+	baseline bool // a baseline the trained methods are compared against
 }
 
 var methods = map[string]method{
@@ -41,6 +48,7 @@ var methods = map[string]method{
 	"lm2lm":         {label: "LM2LM", order: 8, kind: "rl", calibration: lm2lm.TopRated},
 	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 9, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
 	"static-wmrl":   {label: "WMRL (static + anchors)", order: 10, kind: "rl", calibration: lm2lm.Static, wmrl: true},
+	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 11, kind: "rl", calibration: lm2lm.TopRated, rerank: true},
 }
 
 // methodNames lists the methods in row order.
