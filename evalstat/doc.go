@@ -22,6 +22,12 @@
 // several states each. The interval is the percentile interval of the
 // replicates (gonum's empirical quantile).
 //
+// Scale re-expresses gains on a robust scale before the statistics: each
+// gain divided by a floored noise (the task family's median σ_e over the
+// training tasks, NewScale) and clipped at the reward clip c, so that a
+// task of tiny σ_e cannot carry a mean (lab v2 pitfall: σ_e spans an order
+// of magnitude across tasks). Report it beside the raw σ_e units.
+//
 // Everything is pure: values in, values out, no I/O, no clocks, no
 // goroutines; randomness comes from the caller's *rand.Rand, so a seed
 // gives the same intervals bit for bit. Functions are safe for concurrent

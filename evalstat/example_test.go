@@ -37,3 +37,25 @@ func Example() {
 	// trained − Base: +1.79 [+1.33, +2.25] over 6 paired states
 	// P(trained better): 1.00
 }
+
+// The robust scale: floors from the training tasks' seed noise, then the
+// gains of an evaluation re-expressed before the statistics.
+func ExampleScale() {
+	train := []evalstat.Noise{{Family: "ar", Sigma: 0.01}, {Family: "ar", Sigma: 0.03}, {Family: "ar", Sigma: 0.02},
+		{Family: "mdm", Sigma: 0.02}, {Family: "mdm", Sigma: 0.04}}
+	s, err := evalstat.NewScale(train, 6)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("floors: ar %.3f, mdm %.3f, other families %.3f\n", s.Floor("ar"), s.Floor("mdm"), s.Floor("ssm"))
+	// One bad proposal on a task whose σ_e is far below its family's.
+	fmt.Printf("%+.2f σ_e → %+.2f\n", -1054.0, s.Apply("mdm", 0.0015, -1054))
+	fmt.Printf("%+.2f σ_e → %+.2f\n", -100.0, s.Apply("mdm", 0.0015, -100))
+	// A task as noisy as its family: unchanged within the clip.
+	fmt.Printf("%+.2f σ_e → %+.2f\n", 2.5, s.Apply("ar", 0.03, 2.5))
+	// Output:
+	// floors: ar 0.020, mdm 0.030, other families 0.020
+	// -1054.00 σ_e → -6.00
+	// -100.00 σ_e → -5.00
+	// +2.50 σ_e → +2.50
+}
