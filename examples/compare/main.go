@@ -14,7 +14,10 @@
 // (records.jsonl, reused by every later invocation); and the comparison of
 // the chosen methods and seeds as a Markdown table, a JSON file and four PNG
 // charts. A finished (method, seed) is read back from its result file, so a
-// second invocation runs nothing and prints the same table.
+// second invocation runs nothing and prints the same table. -scale robust
+// reports the same result files on the robust scale (evalstat.Scale: σ_e
+// floored at the family's median over the training tasks, gains clipped at
+// the reward clip) into files named ...-robust, beside the raw ones.
 package main
 
 import (
@@ -40,7 +43,9 @@ a JSON file and PNG charts: Avg@4, Best@4, negative rate and share above 2 sigma
 with 95% stratified bootstrap confidence intervals, paired differences against
 Base and the best baseline, and training and reliability curves. Every
 finished (method, seed) is kept in its own result file and read back, so a
-second invocation runs nothing and prints the same table.
+second invocation runs nothing and prints the same table; with -scale robust
+it reports the same runs on the robust scale (sigma_e floored at the family's
+median over the training tasks, clipped at the reward clip) beside the raw files.
 
 Usage: go run ./examples/compare [flags]
 
@@ -73,6 +78,7 @@ type options struct {
 	evalTempSet         bool
 	trigger             bool
 	force               bool
+	scale               string // "raw" or "robust"; "" = raw (options built in tests)
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
 }
@@ -128,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.pessimism, "pessimism", 0, "weight κ of the world model's q10 in the trained methods' rewards (reward.Config.Pessimism, in [0, 1]; 0 = off)")
 	fs.Float64Var(&o.evalTemp, "eval-temperature", 1, "sampling temperature of every method's policy at evaluation (proposer.Policy.SetTemperature; 1 = the rollouts' temperature, METHOD.md §1 Policy optimisation)")
 	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget)")
+	fs.StringVar(&o.scale, "scale", "raw", "scale of the reported gains: raw (σ_e units, the headline) | robust (each gain g·σ_e/τ_e with τ_e = max(σ_e, the family's median σ_e over the training tasks), clipped at the reward clip; a report-time transform of the same result files, written beside the raw files)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -222,6 +229,9 @@ func (o options) validate() error {
 	}
 	if o.out == "" {
 		bad("-out is empty")
+	}
+	if !slices.Contains([]string{"", "raw", "robust"}, o.scale) {
+		bad("unknown -scale %q; valid: raw, robust", o.scale)
 	}
 	if len(errs) == 0 {
 		return nil

@@ -136,6 +136,8 @@ func TestCompareEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, stat.Size(), again.Size(), "the second invocation recorded no run")
 
+	checkRobustRereport(t, o, files) // the same runs on the robust scale, beside the raw files
+
 	// Other results behind an existing table: refused, then replaced with -force.
 	path := resultPath(dir, job{"base", 1})
 	b, err := os.ReadFile(path)

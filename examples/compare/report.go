@@ -21,15 +21,18 @@ import (
 
 // Comparison is the JSON file of a comparison.
 type Comparison struct {
-	Command        string              `json:"command"`
-	Profile        string              `json:"profile"`
-	Suite          string              `json:"suite"`
-	Seeds          []uint64            `json:"seeds"`
-	Resamples      int                 `json:"resamples"`
-	InfeasibleGain float64             `json:"infeasible_gain_sigma"`
-	Methods        []MethodSummary     `json:"methods"`
-	Pairs          []evalstat.Paired   `json:"pairs"`
-	Runs           map[string][]string `json:"result_files"`
+	Command        string   `json:"command"`
+	Profile        string   `json:"profile"`
+	Suite          string   `json:"suite"`
+	Seeds          []uint64 `json:"seeds"`
+	Resamples      int      `json:"resamples"`
+	InfeasibleGain float64  `json:"infeasible_gain_sigma"`
+	// Scale states the robust scale under -scale robust (gains are then on
+	// it, not in σ_e units); absent for raw σ_e units.
+	Scale   *ScaleInfo          `json:"scale,omitempty"`
+	Methods []MethodSummary     `json:"methods"`
+	Pairs   []evalstat.Paired   `json:"pairs"`
+	Runs    map[string][]string `json:"result_files"`
 }
 
 // MethodSummary is one method over its seeds.
@@ -143,14 +146,21 @@ func command(o options) string {
 	if o.temperature() != 1 {
 		c += fmt.Sprintf(" -eval-temperature %g", o.evalTemp)
 	}
+	if o.scale == "robust" {
+		c += " -scale robust"
+	}
 	return c
 }
 
-// prefix names the comparison files by seeds and, unless all, methods.
+// prefix names the comparison files by seeds, unless all methods, and
+// the robust scale (so its files never replace the raw ones).
 func prefix(o options) string {
 	p := fmt.Sprintf("compare-seeds%d-%d", o.firstSeed, o.firstSeed+uint64(o.seeds)-1)
 	if !slices.Equal(o.methods, methodNames()) {
 		p += "-" + strings.Join(o.methods, "+")
+	}
+	if o.scale == "robust" {
+		p += "-robust"
 	}
 	return p
 }
@@ -262,8 +272,9 @@ func pairPartsWithBest(cfg evalstat.Config, names []string, parts [][]PartSummar
 }
 
 // report computes the comparison of results, writes its files into dir
-// and prints its table on w.
-func report(w io.Writer, o options, dir string, results []Result) error {
+// and prints its table on w; scale, when not nil, states the robust scale
+// the results' gains are on.
+func report(w io.Writer, o options, dir string, results []Result, scale *ScaleInfo) error {
 	byMethod := map[string][]Result{}
 	var names []string
 	for _, r := range results {
@@ -277,6 +288,7 @@ func report(w io.Writer, o options, dir string, results []Result) error {
 		return err
 	}
 	cmp := comparison(o, dir, names, byMethod, sums, pairs)
+	cmp.Scale = scale
 	for i := range cmp.Methods {
 		cmp.Methods[i].Parts = parts[i]
 	}
@@ -325,11 +337,17 @@ func comparison(o options, dir string, names []string, byMethod map[string][]Res
 }
 
 // markdown renders the comparison for the README: the command, the
-// statistics table and the budget table.
+// statistics table and the budget table; on the robust scale, the scale
+// with its floors and clip, and thresholds in τ_e.
 func markdown(c Comparison) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "`%s`: seeds %v, %d bootstrap replicates, gains in σ_e units on the %s test tasks, "+
-		"an infeasible run counts %g σ_e; 95%% intervals in brackets.\n\n", c.Command, c.Seeds, c.Resamples, c.Suite, c.InfeasibleGain)
+	if c.Scale != nil {
+		fmt.Fprintf(&b, "`%s`: seeds %v, %d bootstrap replicates, gains on the %s test tasks on the robust scale: %s; "+
+			"an infeasible run counts %g; 95%% intervals in brackets.\n\n", c.Command, c.Seeds, c.Resamples, c.Suite, c.Scale.describe(), c.InfeasibleGain)
+	} else {
+		fmt.Fprintf(&b, "`%s`: seeds %v, %d bootstrap replicates, gains in σ_e units on the %s test tasks, "+
+			"an infeasible run counts %g σ_e; 95%% intervals in brackets.\n\n", c.Command, c.Seeds, c.Resamples, c.Suite, c.InfeasibleGain)
+	}
 	sums := make([]evalstat.Summary, len(c.Methods))
 	for i, m := range c.Methods {
 		sums[i] = m.Summary
@@ -349,6 +367,11 @@ func markdown(c Comparison) string {
 	b.WriteString("\n| method | real-run budget (M_0 + training, per seed) | evaluation runs per seed | CPU s paid (all seeds) | wall s (all seeds) | unmeasured proposals |\n|---|---|---|---|---|---|\n")
 	for _, m := range c.Methods {
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | %d |\n", m.Summary.Method, m.Budget, m.EvalRuns, m.CPUSeconds, m.WallSeconds, m.Unmeasured)
+	}
+	if c.Scale != nil {
+		// The threshold columns count robust gains above 2: raw gains
+		// above 2τ_e.
+		return strings.ReplaceAll(b.String(), "σ_e |", "τ_e |")
 	}
 	return b.String()
 }
@@ -443,7 +466,7 @@ func drawCharts(o options, names []string, byMethod map[string][]Result, sums []
 		draw func(io.Writer) error
 	}{
 		{"methods", false, func(w io.Writer) error {
-			return evalplot.Methods(w, fmt.Sprintf("test tasks (suite %s), %s: 95%% intervals", o.suite, seeds), 4, sums, pairs)
+			return evalplot.Methods(w, fmt.Sprintf("test tasks (suite %s), %s: 95%% intervals%s", o.suite, seeds, scaleTitle(o)), 4, sums, pairs)
 		}},
 		{"training", len(train) == 0, func(w io.Writer) error {
 			return evalplot.Training(w, "training curves, mean over "+seeds+" (band: lowest to highest seed)", train)

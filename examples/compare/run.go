@@ -95,7 +95,18 @@ func run(ctx context.Context, w io.Writer, o options) error {
 			return err
 		}
 	}
-	if err := report(w, o, dir, results); err != nil {
+	var info *ScaleInfo
+	if o.scale == "robust" {
+		rs, err := readScale(ctx, o, dir, results)
+		if err != nil {
+			return err
+		}
+		if results, err = rs.rescale(results); err != nil {
+			return err
+		}
+		info = &rs.info
+	}
+	if err := report(w, o, dir, results, info); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "this invocation: %d real runs paid for (%.0f CPU s), %d reused from the store; wall %.0f s\n",
