@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -230,5 +231,52 @@ func TestEffectsBitIdentical(t *testing.T) {
 	first := predict(t, rwm.NewEmbedded(c), q)
 	for range 20 {
 		require.Equal(t, first, predict(t, rwm.NewEmbedded(c), q))
+	}
+}
+
+func TestTunedEffectsSharedBitIdentical(t *testing.T) {
+	// Tuned with effects on: the Effector runs once per distinct (task,
+	// proposal) for the tuning, once more for the tuned model's own
+	// factorisation and once per query (before: once per record and grid
+	// configuration, 81 × 60 for the tuning), and the predictions equal
+	// (==) those of an Embedded with the configuration of the highest
+	// LogMarginal, each configuration's records prepared on their own.
+	ev := dialsEvidence(60, 6, 13)
+	distinct := map[string]bool{}
+	for _, r := range ev.Records() {
+		distinct[r.Task.ID+"\x00"+r.Proposal.Key()] = true
+	}
+	require.Less(t, len(distinct), ev.Len(), "some pairs repeat")
+	var calls atomic.Int64
+	base := dialsConfig(dials{&calls})
+	ctx := context.Background()
+	best, bestLM := base, math.Inf(-1)
+	for _, c := range rwm.TuneGrid(base) {
+		lm, err := rwm.LogMarginal(ctx, c, ev)
+		require.NoError(t, err)
+		if lm > bestLM {
+			best, bestLM = c, lm
+		}
+	}
+	require.Equal(t, int64(81*len(distinct)), calls.Load(), "LogMarginal alone: once per distinct pair")
+	calls.Store(0)
+	tuned := rwm.NewTuned(base, nil)
+	cfg, lm, err := tuned.Config(ctx, ev)
+	require.NoError(t, err)
+	require.Equal(t, bestLM, lm)
+	require.Equal(t, rwm.NewEmbedded(best).ID(), rwm.NewEmbedded(cfg).ID())
+	require.Equal(t, int64(len(distinct)), calls.Load(), "tuning: once per distinct pair")
+	alone := rwm.NewEmbedded(best)
+	rng := rand.New(rand.NewPCG(15, 16))
+	for i := range 12 {
+		q := rwm.Query{Task: ev.At(rng.IntN(ev.Len())).Task, Proposal: prop(fmt.Sprintf("s%d", rng.IntN(7)), "factor", "3"), Evidence: ev}
+		calls.Store(0)
+		got := predict(t, tuned, q)
+		want := int64(1)
+		if i == 0 {
+			want += int64(len(distinct)) // the tuned model's factorisation
+		}
+		require.Equal(t, want, calls.Load(), "query %d", i)
+		require.Equal(t, predict(t, alone, q), got, "query %d", i)
 	}
 }

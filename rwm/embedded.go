@@ -664,14 +664,20 @@ func sortRecords(rs []records.Record) ([]records.Record, []string) {
 
 // build factorises the Gram matrix of ev's records.
 func (e *Embedded) build(f *factor, ev records.Evidence) error {
-	rs, keys := sortRecords(ev.Records())
-	n := len(rs)
+	return e.buildPrepared(f, prepare(ev, e.cfg.effector(), e.cfg.readsDesc()))
+}
+
+// buildPrepared factorises the Gram matrix of p's records; p must fit
+// e's configuration (prepared.fits).
+func (e *Embedded) buildPrepared(f *factor, p *prepared) error {
+	n := len(p.rs)
 	f.intern = map[string]int32{}
 	f.feats = make([]feat, n)
-	f.keys = keys
+	f.keys = p.keys
 	y := make([]float64, n)
-	for i, r := range rs {
-		f.feats[i] = e.features(f.intern, true, r.Task, r.Proposal)
+	in := interner{tab: f.intern, add: true}
+	for i, r := range p.rs {
+		f.feats[i] = e.featuresOf(in, r.Task, r.Proposal, p.fx[i])
 		if r.Infeasible != "" {
 			y[i] = e.cfg.InfeasibleSigmas
 		} else {
@@ -771,45 +777,61 @@ func (e *Embedded) posterior(f *factor, t records.Task, p records.Proposal) (mea
 	return mean, variance, same
 }
 
-// features builds the kernel's view of (t, p). With add, new strings are
-// interned into tab; without, unknown strings get id −1 (never equal to a
-// record's) and tab is only read, so concurrent queries may share it.
+// features builds the kernel's view of (t, p), calling the Effector. With
+// add, new strings are interned into tab; without, unknown strings get id
+// −1 (never equal to a record's) and tab is only read, so concurrent
+// queries may share it.
 func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p records.Proposal) feat {
-	id := func(kind, s string) int32 {
-		if s == "" {
-			return -1
-		}
-		k := kind + "\x00" + s
-		if v, ok := tab[k]; ok {
-			return v
-		}
-		if !add {
-			return -1
-		}
-		v := int32(len(tab))
-		tab[k] = v
-		return v
-	}
+	return e.featuresOf(interner{tab: tab, add: add}, t, p, newEffect(t, p, e.cfg.effector(), e.cfg.readsDesc()))
+}
+
+// featuresOf builds the kernel's view of (t, p) whose effect is fx.
+func (e *Embedded) featuresOf(in interner, t records.Task, p records.Proposal, fx *effect) feat {
 	mech := records.CanonicalName(p.Mechanism)
 	ft := feat{
-		task: id("t", t.ID), family: id("f", t.Family), metric: id("m", string(t.Metric)), mech: id("a", mech),
+		task: in.id("t", t.ID), family: in.id("f", t.Family), metric: in.id("m", string(t.Metric)), mech: in.id("a", mech),
 		amp: e.cfg.SignalSigmas, mu: e.cfg.MeanSigmas,
 	}
 	if pr, ok := e.priors[mech]; ok {
 		ft.amp, ft.mu = pr.Std, pr.Mean
 	}
-	unknown := int32(-2)
 	// Names are interned in sorted order, so that a context's ids, and the
 	// order of every sum and product over them, do not follow Go's map
-	// order: the same records give bit-identical predictions.
+	// order: the same records give bit-identical predictions. A name no
+	// record uses gets a distinct negative id.
+	unknown := int32(-2)
+	ft.params = e.paramFeats(in, p, &unknown)
+	if e.cfg.readsDesc() {
+		for _, d := range fx.desc {
+			did := in.key(d.key)
+			if did == -1 {
+				did = unknown
+				unknown--
+			}
+			ft.desc = append(ft.desc, dval{name: did, x: d.x})
+		}
+		slices.SortFunc(ft.desc, func(a, b dval) int { return cmp.Compare(a.name, b.name) })
+	}
+	if e.cfg.loss() && fx.built {
+		ft.lb = slices.Clone(ft.desc)
+		ft.la = in.known(fx.after) // a name no record's task has is standardised to 0 anyway
+	}
+	if e.cfg.effects() && fx.built {
+		ft.delta = in.known(fx.delta) // a name no record changes: its δ would count 0
+	}
+	return ft
+}
+
+// paramFeats returns p's parameters sorted by id, giving names unknown to
+// in ids *unknown, *unknown − 1, ….
+func (e *Embedded) paramFeats(in interner, p records.Proposal, unknown *int32) []pval {
+	var out []pval
 	for _, k := range slices.Sorted(maps.Keys(p.Params)) {
 		v := p.Params[k]
-		name := records.CanonicalName(k)
-		nid := id("p", name)
+		nid := in.id("p", records.CanonicalName(k))
 		if nid == -1 {
-			// A name no record uses: give it a distinct negative id.
-			nid = unknown
-			unknown--
+			nid = *unknown
+			*unknown--
 		}
 		pv := pval{name: nid}
 		if x, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
@@ -817,62 +839,10 @@ func (e *Embedded) features(tab map[string]int32, add bool, t records.Task, p re
 		} else {
 			pv.cat = records.CanonicalValue(v)
 		}
-		ft.params = append(ft.params, pv)
+		out = append(out, pv)
 	}
-	slices.SortFunc(ft.params, func(a, b pval) int { return cmp.Compare(a.name, b.name) })
-	if e.cfg.DescriptorWeight > 0 || e.cfg.loss() {
-		for _, name := range slices.Sorted(maps.Keys(t.Descriptors)) {
-			v := t.Descriptors[name]
-			did := id("d", name)
-			if did == -1 {
-				did = unknown
-				unknown--
-			}
-			ft.desc = append(ft.desc, dval{name: did, x: math.Asinh(v)})
-		}
-		slices.SortFunc(ft.desc, func(a, b dval) int { return cmp.Compare(a.name, b.name) })
-	}
-	var after map[string]float64
-	var effErr error
-	if e.cfg.effects() || e.cfg.loss() {
-		after, effErr = e.cfg.Effects.Effect(t, p)
-	}
-	if e.cfg.loss() && effErr == nil {
-		ft.lb = slices.Clone(ft.desc)
-		for _, name := range slices.Sorted(maps.Keys(after)) {
-			v := after[name]
-			did := id("d", name)
-			if did == -1 {
-				continue // no record's task has it: standardised to 0 anyway
-			}
-			ft.la = append(ft.la, dval{name: did, x: math.Asinh(v)})
-		}
-		slices.SortFunc(ft.la, func(a, b dval) int { return cmp.Compare(a.name, b.name) })
-	}
-	if e.cfg.effects() {
-		if effErr == nil {
-			names := map[string]bool{}
-			for n := range after {
-				names[n] = true
-			}
-			for n := range t.Descriptors {
-				names[n] = true
-			}
-			for _, name := range slices.Sorted(maps.Keys(names)) {
-				d := math.Asinh(after[name]) - math.Asinh(t.Descriptors[name])
-				if d == 0 || math.IsNaN(d) || math.IsInf(d, 0) {
-					continue
-				}
-				did := id("d", name)
-				if did == -1 {
-					continue // no record changes it: its δ would count 0
-				}
-				ft.delta = append(ft.delta, dval{name: did, x: d})
-			}
-			slices.SortFunc(ft.delta, func(a, b dval) int { return cmp.Compare(a.name, b.name) })
-		}
-	}
-	return ft
+	slices.SortFunc(out, func(a, b pval) int { return cmp.Compare(a.name, b.name) })
+	return out
 }
 
 // Kernel returns the prior covariance k((ta, pa), (tb, pb)) of the two

@@ -14,15 +14,30 @@ import (
 // uses it (fitted or 1). Higher is a better explanation of the records. It
 // factorises the Gram matrix: O(n³).
 func LogMarginal(ctx context.Context, cfg EmbeddedConfig, ev records.Evidence) (float64, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := checkLogMarginal(ctx, cfg); err != nil {
 		return 0, err
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("rwm: log marginal: %w", err)
+	return logMarginal(cfg, prepare(ev, cfg.effector(), cfg.readsDesc()))
+}
+
+// checkLogMarginal reports why LogMarginal cannot start: an invalid cfg or
+// an ended ctx.
+func checkLogMarginal(ctx context.Context, cfg EmbeddedConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rwm: log marginal: %w", err)
+	}
+	return nil
+}
+
+// logMarginal is LogMarginal of a valid cfg on records prepared for it
+// (prepared.fits).
+func logMarginal(cfg EmbeddedConfig, p *prepared) (float64, error) {
 	e := NewEmbedded(cfg)
 	f := &factor{}
-	if err := e.build(f, ev); err != nil {
+	if err := e.buildPrepared(f, p); err != nil {
 		return 0, err
 	}
 	n := float64(len(f.feats))
@@ -64,6 +79,9 @@ func TuneGrid(base EmbeddedConfig) []EmbeddedConfig {
 // when the records change (at a calibration point, METHOD.md §1 On-policy
 // calibration), not between predictions. With fewer than 10 records it
 // returns base: too few to choose. Ties go to the earlier configuration.
+// The configurations share the records' effects (EmbeddedConfig.Effects):
+// the Effector runs once per distinct task and proposal, not once per
+// configuration.
 func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []EmbeddedConfig) (EmbeddedConfig, float64, error) {
 	if err := base.Validate(); err != nil {
 		return base, 0, err
@@ -76,8 +94,15 @@ func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []
 		grid = TuneGrid(base)
 	}
 	best, bestLM := base, math.Inf(-1)
+	var p *prepared // shared by the configurations it fits
 	for _, c := range grid {
-		lm, err := LogMarginal(ctx, c, ev)
+		if err := checkLogMarginal(ctx, c); err != nil {
+			return base, 0, err
+		}
+		if p == nil || !p.fits(c) {
+			p = prepare(ev, c.effector(), c.readsDesc())
+		}
+		lm, err := logMarginal(c, p)
 		if err != nil {
 			return base, 0, err
 		}

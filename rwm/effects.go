@@ -1,0 +1,202 @@
+package rwm
+
+import (
+	"cmp"
+	"maps"
+	"math"
+	"slices"
+
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// named is one descriptor: its interning key ("d", NUL, name; "" for an
+// empty name, which no context knows) and a value.
+type named struct {
+	key string
+	x   float64
+}
+
+// effect is what the kernel's features read from a task's descriptors and
+// from what a proposal does to them, none of which depends on the
+// configuration beyond its Effector: asinh of the descriptors before
+// (desc) and, when the Effector built the proposal (built), after the
+// change (after), and the changes asinh(after) − asinh(before) that are
+// nonzero and finite (delta), a name missing on one side counting 0; each
+// sorted by name.
+type effect struct {
+	desc, after, delta []named
+	built              bool
+}
+
+// newEffect computes (t, p)'s effect with eff (nil: none, so no after and
+// no delta); desc, or an Effector, asks for the descriptors before. Each
+// asinh is taken once.
+func newEffect(t records.Task, p records.Proposal, eff Effector, desc bool) *effect {
+	fx := &effect{}
+	if desc || eff != nil {
+		fx.desc = asinhNamed(t.Descriptors)
+	}
+	if eff == nil {
+		return fx
+	}
+	after, err := eff.Effect(t, p)
+	if err != nil {
+		return fx
+	}
+	fx.built = true
+	fx.after = asinhNamed(after)
+	fx.delta = changes(fx.desc, fx.after)
+	return fx
+}
+
+// asinhNamed returns asinh of d's values sorted by name.
+func asinhNamed(d map[string]float64) []named {
+	var out []named
+	for _, name := range slices.Sorted(maps.Keys(d)) {
+		key := ""
+		if name != "" {
+			key = "d\x00" + name
+		}
+		out = append(out, named{key: key, x: math.Asinh(d[name])})
+	}
+	return out
+}
+
+// changes returns a − b over the union of the names of two lists sorted
+// by name (a name missing on one side counting 0), dropping changes that
+// are 0, NaN or infinite.
+func changes(before, after []named) []named {
+	var out []named
+	add := func(key string, d float64) {
+		if d == 0 || math.IsNaN(d) || math.IsInf(d, 0) {
+			return
+		}
+		out = append(out, named{key: key, x: d})
+	}
+	i, j := 0, 0
+	for i < len(before) || j < len(after) {
+		switch {
+		case j == len(after) || (i < len(before) && before[i].key < after[j].key):
+			add(before[i].key, 0-before[i].x)
+			i++
+		case i == len(before) || after[j].key < before[i].key:
+			add(after[j].key, after[j].x-0)
+			j++
+		default:
+			add(after[j].key, after[j].x-before[i].x)
+			i++
+			j++
+		}
+	}
+	return out
+}
+
+// effector returns c's Effector when a kernel term reads it, else nil.
+func (c EmbeddedConfig) effector() Effector {
+	if c.effects() || c.loss() {
+		return c.Effects
+	}
+	return nil
+}
+
+// readsDesc reports whether the features hold the task's descriptors
+// (for kDesc or the loss term).
+func (c EmbeddedConfig) readsDesc() bool { return c.DescriptorWeight > 0 || c.loss() }
+
+// prepared is what factorising a context reads from its records whatever
+// the configuration (beyond its Effector): the records in canonical order
+// with their keys (sortRecords) and each record's effect, computed once
+// per evidence and shared by the records that give the Effector the same
+// task and proposal (adjacent in canonical order), so that Tune calls the
+// Effector once per distinct (task, proposal), not once per record and
+// grid configuration.
+type prepared struct {
+	rs   []records.Record
+	keys []string
+	fx   []*effect
+	eff  Effector
+	desc bool
+}
+
+// prepare computes ev's records' effects with eff (nil: none); desc asks
+// for the descriptors before even without an Effector.
+func prepare(ev records.Evidence, eff Effector, desc bool) *prepared {
+	rs, keys := sortRecords(ev.Records())
+	p := &prepared{rs: rs, keys: keys, fx: make([]*effect, len(rs)), eff: eff, desc: desc}
+	for i, r := range rs {
+		if i > 0 && sameInput(rs[i-1], r) {
+			p.fx[i] = p.fx[i-1]
+			continue
+		}
+		p.fx[i] = newEffect(r.Task, r.Proposal, eff, desc)
+	}
+	return p
+}
+
+// fits reports whether p's effects are those that c's features read: the
+// same Effector (by ID, which names the mapping) or none, and the
+// descriptors before when c reads them.
+func (p *prepared) fits(c EmbeddedConfig) bool {
+	eff := c.effector()
+	if (eff == nil) != (p.eff == nil) || (eff != nil && eff.ID() != p.eff.ID()) {
+		return false
+	}
+	return p.desc || !c.readsDesc()
+}
+
+// sameInput reports whether a and b give an Effector the same task and
+// proposal (so, as Effectors are deterministic, the same effect).
+func sameInput(a, b records.Record) bool {
+	ta, tb := a.Task, b.Task
+	return ta.ID == tb.ID && ta.Family == tb.Family && ta.Split == tb.Split && ta.Metric == tb.Metric &&
+		ta.RefLoss == tb.RefLoss && ta.SeedNoise == tb.SeedNoise && ta.Budget == tb.Budget &&
+		ta.Description == tb.Description && maps.Equal(ta.Descriptors, tb.Descriptors) &&
+		a.Proposal.Mechanism == b.Proposal.Mechanism && a.Proposal.Text == b.Proposal.Text &&
+		maps.Equal(a.Proposal.Params, b.Proposal.Params)
+}
+
+// interner gives strings int32 ids in a shared table. With add, new
+// strings are interned; without, unknown strings get −1 (never equal to a
+// record's) and the table is only read, so concurrent queries may share
+// it.
+type interner struct {
+	tab map[string]int32
+	add bool
+}
+
+// id interns kind NUL s; an empty s is −1.
+func (in interner) id(kind, s string) int32 {
+	if s == "" {
+		return -1
+	}
+	return in.key(kind + "\x00" + s)
+}
+
+// key interns k; an empty k is −1.
+func (in interner) key(k string) int32 {
+	if k == "" {
+		return -1
+	}
+	if v, ok := in.tab[k]; ok {
+		return v
+	}
+	if !in.add {
+		return -1
+	}
+	v := int32(len(in.tab))
+	in.tab[k] = v
+	return v
+}
+
+// known interns ds's names into dvals sorted by id, dropping the names
+// unknown to a read-only table.
+func (in interner) known(ds []named) []dval {
+	var out []dval
+	for _, d := range ds {
+		if id := in.key(d.key); id != -1 {
+			out = append(out, dval{name: id, x: d.x})
+		}
+	}
+	slices.SortFunc(out, func(a, b dval) int { return cmp.Compare(a.name, b.name) })
+	return out
+}
