@@ -36,7 +36,7 @@ func (j job) String() string { return fmt.Sprintf("%s seed %d", j.method, j.seed
 // expectedRuns is the number of real runs a job is expected to make (the
 // progress bar's total; WMRL's anchor runs add to it as they come).
 func expectedRuns(o options, m method, tests int) int {
-	p := profiles[o.profile]
+	p, _ := o.prof() // validated
 	n := tests * p.evalStates * lm2lm.DefaultEvalConfig().K
 	if m.kind != "none" {
 		n += p.m0
@@ -85,7 +85,11 @@ func newPolicy(o options, seed uint64) (*proposer.Policy, error) {
 // real runs.
 func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporter) (Result, error) {
 	start := time.Now()
-	m, prof := methods[j.method], profiles[o.profile]
+	m := methods[j.method]
+	prof, err := o.prof()
+	if err != nil {
+		return Result{}, err
+	}
 	res := Result{Version: resultVersion, Method: j.method, Seed: j.seed, Profile: o.profile, Suite: o.suite,
 		Tasks: tasksDigest(o.suite), LeftOut: e.leftOut}
 	cnt := &counter{next: progress.Executor(e.pool, rep)}
@@ -206,7 +210,7 @@ func newWorld(o options, l *lab.Lab) rwm.WorldModel {
 // per-step numbers and calibration monitors. It returns the trainer's world
 // model and its final evidence (M_0 plus every calibration record).
 func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) (rwm.WorldModel, records.Evidence, error) {
-	prof := profiles[o.profile]
+	prof, _ := o.prof() // validated
 	world := newWorld(o, e.lab)
 	cfg := trainerConfig(o, m, seed)
 	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: e.lab,
@@ -240,7 +244,7 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 
 // trainerConfig returns the trainer's configuration of method m under o.
 func trainerConfig(o options, m method, seed uint64) lm2lm.Config {
-	prof := profiles[o.profile]
+	prof, _ := o.prof() // validated
 	cfg := lm2lm.DefaultConfig()
 	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
 	cfg.Calibration, cfg.Parallel, cfg.Seed = m.calibration, o.parallel, seed

@@ -29,8 +29,10 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/lab"
 )
 
@@ -79,6 +81,7 @@ type options struct {
 	trigger             bool
 	force               bool
 	scale               string // "raw" or "robust"; "" = raw (options built in tests)
+	schedule            string // -calibration-schedule; "" = the profile's
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
 }
@@ -135,6 +138,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.evalTemp, "eval-temperature", 1, "sampling temperature of every method's policy at evaluation (proposer.Policy.SetTemperature; 1 = the rollouts' temperature, METHOD.md §1 Policy optimisation)")
 	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget)")
 	fs.StringVar(&o.scale, "scale", "raw", "scale of the reported gains: raw (σ_e units, the headline) | robust (each gain g·σ_e/τ_e with τ_e = max(σ_e, the family's median σ_e over the training tasks), clipped at the reward clip; a report-time transform of the same result files, written beside the raw files)")
+	fs.StringVar(&o.schedule, "calibration-schedule", "", "calibration points and budgets as step:budget,… (e.g. 16:31,40:38,64:31; steps multiples of 8 below the profile's steps); replaces the profile's schedule for every method, the M'₀ baselines' extra records included (\"\" = the profile's)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -230,6 +234,11 @@ func (o options) validate() error {
 	if o.out == "" {
 		bad("-out is empty")
 	}
+	if _, ok := profiles[o.profile]; ok {
+		if _, err := o.prof(); err != nil {
+			bad("-calibration-schedule %q: %v", o.schedule, err)
+		}
+	}
 	if !slices.Contains([]string{"", "raw", "robust"}, o.scale) {
 		bad("unknown -scale %q; valid: raw, robust", o.scale)
 	}
@@ -237,6 +246,35 @@ func (o options) validate() error {
 		return nil
 	}
 	return fmt.Errorf("%w:\n%w", errUsage, errors.Join(errs...))
+}
+
+// prof is the run's profile: the -profile's, with its calibration schedule
+// replaced by -calibration-schedule when given. The profile must exist.
+func (o options) prof() (profile, error) {
+	p := profiles[o.profile]
+	if o.schedule == "" {
+		return p, nil
+	}
+	var s calibrate.Schedule
+	for _, f := range strings.Split(o.schedule, ",") {
+		st, b, ok := strings.Cut(strings.TrimSpace(f), ":")
+		step, err1 := strconv.Atoi(st)
+		budget, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil {
+			return p, fmt.Errorf("%q is not step:budget", f)
+		}
+		s.Steps, s.Budgets = append(s.Steps, step), append(s.Budgets, budget)
+	}
+	if err := s.Validate(); err != nil {
+		return p, err
+	}
+	for _, st := range s.Steps {
+		if st <= 0 || st%8 != 0 || st >= p.steps {
+			return p, fmt.Errorf("step %d: want a multiple of 8 (a rollout boundary) in (0, %d)", st, p.steps)
+		}
+	}
+	p.schedule = s
+	return p, nil
 }
 
 // temperature is the evaluation's sampling temperature (-eval-temperature;

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/records"
@@ -525,4 +526,34 @@ func TestLM2LMRerankTrainsAsLM2LM(t *testing.T) {
 	require.Equal(t, 8+4, rr.Budget(), "M_0 + one calibration of 4: the rerank pays no real run")
 	require.Len(t, rr.States, len(plain.States))
 	require.NotEqual(t, plain.States, rr.States, "the rerank chose other proposals than the policy's own samples")
+}
+
+// -calibration-schedule replaces the profile's schedule for every method
+// (the trainer's points and budgets, the M'₀ baselines' extra records),
+// names its own run directory and is reproduced by the command line; bad
+// schedules are refused before any run.
+func TestCalibrationSchedule(t *testing.T) {
+	o, err := parseFlags([]string{"-suite", "v2-val", "-calibration-schedule", "8:13,16:12,24:13,32:12,40:13,48:12,56:13,64:12"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	p, err := o.prof()
+	require.NoError(t, err)
+	require.Equal(t, []int{8, 16, 24, 32, 40, 48, 56, 64}, p.schedule.Steps)
+	require.Equal(t, 100, p.schedule.Total())
+	cfg := trainerConfig(o, methods["lm2lm"], 1)
+	require.NoError(t, cfg.Validate())
+	require.Equal(t, p.schedule, cfg.Schedule)
+	require.Equal(t, filepath.Join("out/compare", "v2-val-default-cal8x13_16x12_24x13_32x12_40x13_48x12_56x13_64x12"), runDir(o))
+	require.Contains(t, command(o), " -calibration-schedule 8:13,16:12,24:13,32:12,40:13,48:12,56:13,64:12")
+	// M'₀'s extra records follow the schedule's total: 100 + 100 + evaluation.
+	require.Equal(t, expectedRuns(o, methods["rerank"], 1), expectedRuns(o, methods["lm2lm"], 1)-o.probe*probeGroup*9)
+	for _, bad := range []string{"16:31,40", "16:0", "40:10,16:10", "12:10", "96:10", "0:5", "a:b"} {
+		_, err := parseFlags([]string{"-calibration-schedule", bad}, &bytes.Buffer{})
+		require.ErrorIs(t, err, errUsage, bad)
+		require.ErrorContains(t, err, "-calibration-schedule", bad)
+	}
+	o, err = parseFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	p, err = o.prof()
+	require.NoError(t, err)
+	require.Equal(t, calibrate.DefaultSchedule(), p.schedule)
 }

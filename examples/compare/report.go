@@ -146,6 +146,9 @@ func command(o options) string {
 	if o.temperature() != 1 {
 		c += fmt.Sprintf(" -eval-temperature %g", o.evalTemp)
 	}
+	if o.schedule != "" {
+		c += " -calibration-schedule " + o.schedule
+	}
 	if o.scale == "robust" {
 		c += " -scale robust"
 	}
