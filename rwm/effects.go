@@ -109,13 +109,96 @@ func (c EmbeddedConfig) readsDesc() bool { return c.DescriptorWeight > 0 || c.lo
 // per evidence and shared by the records that give the Effector the same
 // task and proposal (adjacent in canonical order), so that Tune calls the
 // Effector once per distinct (task, proposal), not once per record and
-// grid configuration.
+// grid configuration. With share (Tune), it also keeps the kernel terms
+// that TuneGrid's hyperparameters do not move (pairTerms) for the next
+// configuration. A prepared is used by one goroutine at a time.
 type prepared struct {
-	rs   []records.Record
-	keys []string
-	fx   []*effect
-	eff  Effector
-	desc bool
+	rs    []records.Record
+	keys  []string
+	fx    []*effect
+	eff   Effector
+	desc  bool
+	share bool
+	terms *pairTerms
+}
+
+// pairTerms holds, for each pair i ≥ j of a context's records (index
+// i(i+1)/2 + j), kDesc (descTerm; nil when DescriptorWeight is 0) and the
+// loss term (lossTerm; nil without it): the kernel's costly terms, which
+// depend on the records' features only through what key names, and on
+// none of the hyperparameters TuneGrid varies.
+type pairTerms struct {
+	key        termsKey
+	desc, loss []float64
+}
+
+// termsKey is what pairTerms depend on beyond the prepared records: which
+// terms build the features (so the interned ids, and the order of every
+// sum over them), the standardisation, and the two lengthscales.
+type termsKey struct {
+	desc, std, effects, loss bool
+	descScale, lossScale     float64
+}
+
+// pairTerms returns the pair terms of feats (built by e on p's records),
+// computing them unless the last configuration's agree; nil without
+// share, or when neither term is on.
+func (p *prepared) pairTerms(e *Embedded, feats []feat) *pairTerms {
+	c := &e.cfg
+	key := termsKey{desc: c.DescriptorWeight > 0, std: c.DescriptorStandardise && c.DescriptorWeight > 0,
+		effects: c.effects(), loss: c.loss()}
+	if key.desc {
+		key.descScale = c.DescriptorLengthscale
+	}
+	if key.loss {
+		key.lossScale = c.LossLengthscale
+	}
+	if !p.share || (!key.desc && !key.loss) {
+		return nil
+	}
+	if p.terms != nil && p.terms.key == key {
+		return p.terms
+	}
+	n := len(feats)
+	t := &pairTerms{key: key}
+	if key.desc {
+		t.desc = make([]float64, n*(n+1)/2)
+	}
+	if key.loss {
+		t.loss = make([]float64, n*(n+1)/2)
+	}
+	for i := range n {
+		for j := 0; j <= i; j++ {
+			if t.desc != nil {
+				t.desc[i*(i+1)/2+j] = e.descTerm(&feats[i], &feats[j])
+			}
+			if t.loss != nil {
+				t.loss[i*(i+1)/2+j] = e.lossTerm(&feats[i], &feats[j])
+			}
+		}
+	}
+	p.terms = t
+	return t
+}
+
+// kernel is e.kernel of records i ≥ j (a, b) with the pair's terms at
+// idx = i(i+1)/2 + j read from t; a nil t computes them.
+func (t *pairTerms) kernel(e *Embedded, a, b *feat, idx int) float64 {
+	if t == nil {
+		return e.kernel(a, b)
+	}
+	var kd, kl float64
+	if t.desc != nil {
+		kd = t.desc[idx]
+	} else {
+		kd = e.descTerm(a, b)
+	}
+	if t.loss != nil {
+		kl = t.loss[idx]
+	} else {
+		kl = e.lossTerm(a, b)
+	}
+	return e.kernelWith(a, b, kd, kl)
 }
 
 // prepare computes ev's records' effects with eff (nil: none); desc asks

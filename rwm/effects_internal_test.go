@@ -328,3 +328,58 @@ func TestTuneSharesEffectsAcrossConfigurations(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(len(distinct)), calls.Load())
 }
+
+func TestTuneSharesKernelTerms(t *testing.T) {
+	// Configurations run in turn on one prepared context (as Tune runs
+	// its grid) reuse the kernel's descriptor and loss terms while they
+	// agree on them (TuneGrid's do) and recompute them when a lengthscale,
+	// the standardisation or a term changes; each log marginal equals, bit
+	// for bit, LogMarginal of its configuration alone.
+	rng := rand.New(rand.NewPCG(27, 28))
+	ev := shiftEvidence(t, rng, 40, 5)
+	var calls atomic.Int64
+	c := DefaultEmbeddedConfig()
+	c.DescriptorWeight = 1
+	c = WithEffects(c, shift{&calls})
+	variant := func(f func(*EmbeddedConfig)) EmbeddedConfig {
+		v := c
+		f(&v)
+		return v
+	}
+	grid := TuneGrid(c)
+	p := prepare(ev, shift{&calls}, true)
+	p.share = true
+	for _, tc := range []struct {
+		name  string
+		cfg   EmbeddedConfig
+		reuse bool
+	}{
+		{"grid 0", grid[0], false},
+		{"grid 1", grid[1], true},
+		{"grid 40", grid[40], true},
+		{"grid 80", grid[80], true},
+		{"descriptor lengthscale", variant(func(v *EmbeddedConfig) { v.DescriptorLengthscale = 2 }), false},
+		{"loss lengthscale", variant(func(v *EmbeddedConfig) { v.LossLengthscale = 1 }), false},
+		{"unstandardised", variant(func(v *EmbeddedConfig) { v.DescriptorStandardise = false }), false},
+		{"no effect term", variant(func(v *EmbeddedConfig) { v.EffectSigmas = 0 }), false},
+		{"no descriptor kernel", variant(func(v *EmbeddedConfig) { v.DescriptorWeight = 0 }), false},
+		{"no loss term", variant(func(v *EmbeddedConfig) { v.LossSigmas = 0 }), false},
+		{"base", c, false},
+		{"base again", c, true},
+	} {
+		require.True(t, p.fits(tc.cfg), tc.name)
+		before := p.terms
+		got, err := logMarginal(tc.cfg, p)
+		require.NoError(t, err)
+		require.NotNil(t, p.terms, tc.name)
+		require.Equal(t, tc.reuse, p.terms == before, tc.name)
+		want, err := LogMarginal(context.Background(), tc.cfg, ev)
+		require.NoError(t, err)
+		require.Equal(t, want, got, tc.name)
+	}
+	// Without share (a single configuration) nothing is kept.
+	alone := prepare(ev, shift{&calls}, true)
+	_, err := logMarginal(c, alone)
+	require.NoError(t, err)
+	require.Nil(t, alone.terms)
+}

@@ -701,9 +701,10 @@ func (e *Embedded) buildPrepared(f *factor, p *prepared) error {
 	}
 	noise := e.cfg.NoiseSigmas*e.cfg.NoiseSigmas + e.cfg.Jitter
 	data := make([]float64, n*n)
+	terms := p.pairTerms(e, f.feats)
 	for i := range n {
 		for j := 0; j <= i; j++ {
-			k := e.kernel(&f.feats[i], &f.feats[j])
+			k := terms.kernel(e, &f.feats[i], &f.feats[j], i*(i+1)/2+j)
 			data[i*n+j] = k
 			data[j*n+i] = k
 		}
@@ -859,6 +860,30 @@ func (e *Embedded) Kernel(ta records.Task, pa records.Proposal, tb records.Task,
 
 // kernel is k((e, a), (e′, a′)) of EmbeddedConfig without the noise.
 func (e *Embedded) kernel(a, b *feat) float64 {
+	return e.kernelWith(a, b, e.descTerm(a, b), e.lossTerm(a, b))
+}
+
+// descTerm is kDesc of EmbeddedConfig (0 when DescriptorWeight is 0).
+func (e *Embedded) descTerm(a, b *feat) float64 {
+	if e.cfg.DescriptorWeight > 0 {
+		return seKernel(a.desc, b.desc, e.cfg.DescriptorLengthscale)
+	}
+	return 0
+}
+
+// lossTerm is k(b,b′) − k(b,a′) − k(a,b′) + k(a,a′), the loss term of
+// EmbeddedConfig before its factor G² (0 when the term is off for a or b).
+func (e *Embedded) lossTerm(a, b *feat) float64 {
+	if e.cfg.LossSigmas > 0 && a.la != nil && b.la != nil {
+		l := e.cfg.LossLengthscale
+		return seKernel(a.lb, b.lb, l) - seKernel(a.lb, b.la, l) - seKernel(a.la, b.lb, l) + seKernel(a.la, b.la, l)
+	}
+	return 0
+}
+
+// kernelWith is kernel with kDesc = kd (descTerm) and the loss term's
+// kl (lossTerm) given.
+func (e *Embedded) kernelWith(a, b *feat, kd, kl float64) float64 {
 	c := &e.cfg
 	var kt float64
 	switch {
@@ -872,7 +897,7 @@ func (e *Embedded) kernel(a, b *feat) float64 {
 		kt = c.CorrAny
 	}
 	if w := c.DescriptorWeight; w > 0 {
-		kt *= (1 - w) + w*seKernel(a.desc, b.desc, c.DescriptorLengthscale) // kDesc
+		kt *= (1 - w) + w*kd
 	}
 	km := c.CorrOtherMech
 	if a.mech == b.mech && a.mech >= 0 {
@@ -884,8 +909,7 @@ func (e *Embedded) kernel(a, b *feat) float64 {
 	}
 	k *= kt
 	if g := c.LossSigmas; g > 0 && a.la != nil && b.la != nil {
-		l := c.LossLengthscale
-		k += g * g * (seKernel(a.lb, b.lb, l) - seKernel(a.lb, b.la, l) - seKernel(a.la, b.lb, l) + seKernel(a.la, b.la, l))
+		k += g * g * kl
 	}
 	return k
 }

@@ -81,7 +81,8 @@ func TuneGrid(base EmbeddedConfig) []EmbeddedConfig {
 // returns base: too few to choose. Ties go to the earlier configuration.
 // The configurations share the records' effects (EmbeddedConfig.Effects):
 // the Effector runs once per distinct task and proposal, not once per
-// configuration.
+// configuration; and those that agree on them share the kernel's
+// descriptor and loss terms (TuneGrid's do).
 func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []EmbeddedConfig) (EmbeddedConfig, float64, error) {
 	if err := base.Validate(); err != nil {
 		return base, 0, err
@@ -101,6 +102,7 @@ func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []
 		}
 		if p == nil || !p.fits(c) {
 			p = prepare(ev, c.effector(), c.readsDesc())
+			p.share = true
 		}
 		lm, err := logMarginal(c, p)
 		if err != nil {
