@@ -51,7 +51,10 @@ func newEffect(t records.Task, p records.Proposal, eff Effector, desc bool) *eff
 
 // asinhNamed returns asinh of d's values sorted by name.
 func asinhNamed(d map[string]float64) []named {
-	var out []named
+	if len(d) == 0 {
+		return nil
+	}
+	out := make([]named, 0, len(d))
 	for _, name := range slices.Sorted(maps.Keys(d)) {
 		key := ""
 		if name != "" {
@@ -274,11 +277,17 @@ func (in interner) key(k string) int32 {
 // known interns ds's names into dvals sorted by id, dropping the names
 // unknown to a read-only table.
 func (in interner) known(ds []named) []dval {
-	var out []dval
+	if len(ds) == 0 {
+		return nil
+	}
+	out := make([]dval, 0, len(ds))
 	for _, d := range ds {
 		if id := in.key(d.key); id != -1 {
 			out = append(out, dval{name: id, x: d.x})
 		}
+	}
+	if len(out) == 0 {
+		return nil // as without changes: the loss term reads nil as off
 	}
 	slices.SortFunc(out, func(a, b dval) int { return cmp.Compare(a.name, b.name) })
 	return out

@@ -232,6 +232,9 @@ func TestFeaturesMatchReference(t *testing.T) {
 					for i := range 20 {
 						q := shiftTask(rng, fmt.Sprintf("q%d", i%3))
 						q.Descriptors["new"] = 1.5
+						if i%5 == 0 {
+							q.Descriptors = map[string]float64{"new": 1.5} // no name the context knows
+						}
 						pr := shiftProposal(rng)
 						pr.Params["other"] = "1"
 						require.Equal(t, referenceFeatures(e, want, false, q, pr), e.features(got, false, q, pr), "%s: query %d", name, i)

@@ -802,7 +802,8 @@ func (e *Embedded) featuresOf(in interner, t records.Task, p records.Proposal, f
 	// record uses gets a distinct negative id.
 	unknown := int32(-2)
 	ft.params = e.paramFeats(in, p, &unknown)
-	if e.cfg.readsDesc() {
+	if e.cfg.readsDesc() && len(fx.desc) > 0 {
+		ft.desc = make([]dval, 0, len(fx.desc))
 		for _, d := range fx.desc {
 			did := in.key(d.key)
 			if did == -1 {
