@@ -2,6 +2,7 @@ package baseline_test
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -227,4 +228,40 @@ func TestStaticPlusRandom(t *testing.T) {
 	require.Equal(t, baseline.Spent{Reused: 6}, spent)
 	require.Equal(t, ev.Len(), again.Len())
 	require.EqualValues(t, 6, l.runs.Load())
+}
+
+// With History, the real records of the state's history join the evidence
+// of its predictions and synthetic ones never do; without it the world
+// model sees the given evidence alone.
+func TestRerankHistory(t *testing.T) {
+	real := record(a3, qk)
+	synth := record(a3, warm100)
+	synth.Source = records.Synthetic
+	s := records.State{Task: a3, History: []records.Record{real, synth}}
+	for _, tc := range []struct {
+		history bool
+		want    int
+	}{{false, 15}, {true, 16}} {
+		w := &oracle{evidence: tc.want}
+		r, err := baseline.NewRerank(baseline.RerankConfig{N: 8, Parallel: 2, History: tc.history}, proposertest.FromProposals(all...), w, evidence())
+		require.NoError(t, err)
+		got, err := r.Propose(context.Background(), s, 2, rand.New(rand.NewPCG(1, 2)))
+		require.NoError(t, err, "history %v", tc.history)
+		require.Equal(t, keysOf(lr2, warm100), keys(got))
+		require.EqualValues(t, 8, w.calls.Load())
+		require.Equal(t, 15, r.RealRuns(), "the history's records are the state's, not a run the method paid for")
+		// A state without a history: the evidence alone.
+		w.evidence = 15
+		_, err = r.Propose(context.Background(), records.State{Task: a3}, 1, rand.New(rand.NewPCG(1, 2)))
+		require.NoError(t, err)
+	}
+	// A history record that is not valid evidence is an error naming it.
+	bad := real
+	bad.Gain = math.NaN()
+	w := &oracle{evidence: 16}
+	r, err := baseline.NewRerank(baseline.RerankConfig{N: 8, Parallel: 2, History: true}, proposertest.FromProposals(all...), w, evidence())
+	require.NoError(t, err)
+	_, err = r.Propose(context.Background(), records.State{Task: a3, History: []records.Record{bad}}, 1, rand.New(rand.NewPCG(1, 2)))
+	require.ErrorIs(t, err, records.ErrInvalid)
+	require.ErrorContains(t, err, "history of a3")
 }

@@ -23,6 +23,14 @@ type RerankConfig struct {
 	N int
 	// Parallel bounds concurrent world-model predictions; default 4.
 	Parallel int
+	// History adds the real records of the state's history (those of
+	// source Real; synthetic ones never reach a world model, METHOD.md §1
+	// Synthetic state expansion) to the evidence of that state's
+	// predictions, after the evidence given to NewRerank: what is known of
+	// the state's own task joins what is known of the others. Default off
+	// (the evidence alone, as METHOD.md §1 Research World Model states W's
+	// context).
+	History bool
 }
 
 // DefaultRerankConfig returns the defaults documented on RerankConfig.
@@ -71,6 +79,28 @@ func NewRerank(cfg RerankConfig, base proposer.Proposer, world rwm.WorldModel, e
 // base proposer's own (proposer.RealRuns).
 func (r *Rerank) RealRuns() int { return r.ev.Len() + proposer.RealRuns(r.base) }
 
+// evidence is the evidence of s's predictions: r.ev, followed by the real
+// records of s's history under History.
+func (r *Rerank) evidence(s records.State) (records.Evidence, error) {
+	if !r.cfg.History {
+		return r.ev, nil
+	}
+	var real []records.Record
+	for _, h := range s.History {
+		if h.Source == records.Real {
+			real = append(real, h)
+		}
+	}
+	if len(real) == 0 {
+		return r.ev, nil
+	}
+	ev, err := r.ev.Add(real...)
+	if err != nil {
+		return r.ev, fmt.Errorf("baseline: rerank: history of %s: %w", records.Excerpt(s.Task.ID), err)
+	}
+	return ev, nil
+}
+
 type rated struct {
 	i    int     // index in the base's samples
 	gain float64 // predicted gain
@@ -92,6 +122,10 @@ func (r *Rerank) Propose(ctx context.Context, s records.State, n int, rng *rand.
 	if err != nil {
 		return nil, fmt.Errorf("baseline: rerank: %w", err)
 	}
+	ev, err := r.evidence(s)
+	if err != nil {
+		return nil, err
+	}
 	preds := make([]rwm.Prediction, len(smp))
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(r.cfg.Parallel)
@@ -100,7 +134,7 @@ func (r *Rerank) Propose(ctx context.Context, s records.State, n int, rng *rand.
 			continue
 		}
 		eg.Go(func() error {
-			p, err := r.world.Predict(ectx, rwm.Query{Task: s.Task, Proposal: x.Proposal, Evidence: r.ev})
+			p, err := r.world.Predict(ectx, rwm.Query{Task: s.Task, Proposal: x.Proposal, Evidence: ev})
 			if err != nil {
 				return fmt.Errorf("baseline: rerank: predict %s: %w", x.Proposal.Key(), err)
 			}

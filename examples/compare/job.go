@@ -125,12 +125,12 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 		var world rwm.WorldModel
 		var final records.Evidence
 		if world, final, err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res); err == nil && m.rerank {
-			prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, world, final)
+			prop, err = baseline.NewRerank(rerankConfig(o), pol, world, final)
 		}
 	case "bestknown":
 		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), m0)
 	case "rerank":
-		prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, newWorld(o, e.lab), m0)
+		prop, err = baseline.NewRerank(rerankConfig(o), pol, newWorld(o, e.lab), m0)
 	}
 	if err != nil {
 		return res, fmt.Errorf("%s: training: %w", j, err)
@@ -155,6 +155,14 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	res.States, res.Unmeasured = cells(ev)
 	res.WallSeconds = math.Round(time.Since(start).Seconds()*10) / 10
 	return res, nil
+}
+
+// rerankConfig is the rerank methods' configuration: the defaults, with
+// the test state's history as evidence under -rerank-history.
+func rerankConfig(o options) baseline.RerankConfig {
+	c := baseline.DefaultRerankConfig()
+	c.History = o.rerankHistory
+	return c
 }
 
 // cells turns an evaluation into per-state gains in σ_e units, an

@@ -82,6 +82,7 @@ type options struct {
 	force               bool
 	scale               string // "raw" or "robust"; "" = raw (options built in tests)
 	schedule            string // -calibration-schedule; "" = the profile's
+	rerankHistory       bool
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
 }
@@ -139,6 +140,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget)")
 	fs.StringVar(&o.scale, "scale", "raw", "scale of the reported gains: raw (σ_e units, the headline) | robust (each gain g·σ_e/τ_e with τ_e = max(σ_e, the family's median σ_e over the training tasks), clipped at the reward clip; a report-time transform of the same result files, written beside the raw files)")
 	fs.StringVar(&o.schedule, "calibration-schedule", "", "calibration points and budgets as step:budget,… (e.g. 16:31,40:38,64:31; steps multiples of 8 below the profile's steps); replaces the profile's schedule for every method, the M'₀ baselines' extra records included (\"\" = the profile's)")
+	fs.BoolVar(&o.rerankHistory, "rerank-history", false, "the rerank methods (rerank, lm2lm-rerank) add the real records of each test state's history to the world model's evidence for that state (baseline.RerankConfig.History; off = the method's evidence alone)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err

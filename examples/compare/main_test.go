@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/lab"
@@ -556,4 +557,17 @@ func TestCalibrationSchedule(t *testing.T) {
 	p, err = o.prof()
 	require.NoError(t, err)
 	require.Equal(t, calibrate.DefaultSchedule(), p.schedule)
+}
+
+// -rerank-history reaches the rerank methods' configuration, names its own
+// run directory and is reproduced by the command line.
+func TestRerankHistoryFlag(t *testing.T) {
+	o, err := parseFlags([]string{"-suite", "v2-val", "-eval-temperature", "0.5", "-rerank-history"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.True(t, rerankConfig(o).History)
+	require.Equal(t, filepath.Join("out/compare", "v2-val-default-T0.5-rh"), runDir(o))
+	require.Contains(t, command(o), " -rerank-history")
+	o, err = parseFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, baseline.DefaultRerankConfig(), rerankConfig(o))
 }

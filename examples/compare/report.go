@@ -149,6 +149,9 @@ func command(o options) string {
 	if o.schedule != "" {
 		c += " -calibration-schedule " + o.schedule
 	}
+	if o.rerankHistory {
+		c += " -rerank-history"
+	}
 	if o.scale == "robust" {
 		c += " -scale robust"
 	}

@@ -63,6 +63,9 @@ func runDir(o options) string {
 	if o.temperature() != 1 {
 		name += fmt.Sprintf("-T%g", o.evalTemp)
 	}
+	if o.rerankHistory {
+		name += "-rh"
+	}
 	if o.schedule != "" {
 		// "16:31,40:38" → "-cal16x31_40x38"
 		name += "-cal" + strings.NewReplacer(":", "x", ",", "_", " ", "").Replace(o.schedule)
