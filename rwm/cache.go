@@ -52,8 +52,10 @@ type CacheStats struct {
 // model would answer again, for deterministic models.
 //
 // Identical queries in flight at the same time are coalesced into one inner
-// call; a waiter whose ctx ends stops waiting, and if the call's owner is
-// cancelled the waiters retry themselves. Errors are never cached. Served
+// call; a waiter whose ctx ends stops waiting with its ctx's error, and if
+// the call's owner is cancelled the waiters whose ctx is live retry
+// themselves (a waiter whose ctx has ended too returns its ctx's error and
+// never calls the inner model). Errors are never cached. Served
 // predictions carry Usage{Cached: true}. A Cache is safe for concurrent
 // use.
 type Cache struct {
@@ -82,10 +84,9 @@ func NewCache(inner WorldModel, cfg CacheConfig) *Cache {
 
 // cachePolicy is how a Cache of size predictions memoises: only finished
 // predictions are held and bounded; a waiter counts as Coalesced when it is
-// served; it retries after its owner's cancellation even if its own ctx has
-// ended meanwhile.
+// served.
 func cachePolicy(size int) memoPolicy {
-	return memoPolicy{name: "rwm: cache", size: size, retryAfterEnd: true}
+	return memoPolicy{name: "rwm: cache", size: size}
 }
 
 // identity names m for cache keys.

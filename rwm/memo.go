@@ -23,10 +23,6 @@ type memoPolicy struct {
 	// computation in flight, whatever comes of it. Otherwise it is counted
 	// only when the computation it joined serves it a value.
 	coalesceOnJoin bool
-	// retryAfterEnd lets a waiter whose computation's owner was cancelled
-	// retry even when its own ctx has ended meanwhile (its retry then meets
-	// its own ended ctx). Otherwise such a waiter returns the owner's error.
-	retryAfterEnd bool
 }
 
 // memoStats counts what a memo did.
@@ -43,7 +39,8 @@ type memoStats struct {
 // waited for a failed computation get its error and the next caller
 // computes again. A waiter whose ctx ends stops waiting; if the owner of a
 // computation (the caller that runs it, with its own ctx) is cancelled, its
-// waiters retry. A memo is safe for concurrent use and starts no goroutine.
+// waiters whose ctx is live retry, and a waiter whose ctx has ended too
+// returns its own ctx's error without computing. A memo is safe for concurrent use and starts no goroutine.
 type memo[K comparable, V any] struct {
 	policy memoPolicy
 
@@ -126,8 +123,9 @@ func (m *memo[K, V]) finished(e *memoEntry[K, V]) bool {
 }
 
 // wait joins e's computation in flight, which m.mu (held on entry, released
-// here) found. retry says the owner was cancelled and the caller should
-// look again.
+// here) found. retry says the owner was cancelled while the caller's ctx is
+// live, so the caller should look again; a caller whose ctx has ended gets
+// its ctx's error, whichever of the two ends it saw first.
 func (m *memo[K, V]) wait(ctx context.Context, e *memoEntry[K, V]) (v V, retry bool, err error) {
 	if e.el != nil {
 		m.lru.MoveToFront(e.el)
@@ -153,10 +151,13 @@ func (m *memo[K, V]) wait(ctx context.Context, e *memoEntry[K, V]) (v V, retry b
 	if e.err == nil {
 		return e.val, false, nil
 	}
-	if isCtxErr(e.err) && (m.policy.retryAfterEnd || ctx.Err() == nil) {
-		return v, true, nil // the owner was cancelled, not this caller
+	if !isCtxErr(e.err) {
+		return v, false, e.err
 	}
-	return v, false, e.err
+	if cerr := ctx.Err(); cerr != nil {
+		return v, false, fmt.Errorf("%s: %w", m.policy.name, cerr)
+	}
+	return v, true, nil // the owner was cancelled, not this caller
 }
 
 // finish publishes e's outcome: a value is held (and, without boundFlights,

@@ -218,26 +218,22 @@ type endedCtx struct{ context.Context }
 func (endedCtx) Err() error { return context.Canceled }
 
 func TestMemoOwnerCancelledWaiterEnded(t *testing.T) {
-	// When both the owner's and the waiter's ctx have ended, the cache
-	// policy retries (its retry runs with the ended ctx) and the tuned
-	// policy returns the owner's error.
-	tests := map[string]struct {
-		calls int64
-		stats memoStats
-	}{
-		"cache": {calls: 2, stats: memoStats{Misses: 2}},
-		"tuned": {calls: 1, stats: memoStats{Misses: 1, Coalesced: 1}},
-	}
+	// When both the owner's and the waiter's ctx have ended, the waiter
+	// returns its own ctx's error, named by the policy, and computes
+	// nothing (no retry, nothing held).
+	stats := map[string]memoStats{"cache": {Misses: 1}, "tuned": {Misses: 1, Coalesced: 1}}
 	for name, p := range memoPolicies(4) {
 		t.Run(name, func(t *testing.T) {
 			octx, cancel := context.WithCancel(context.Background())
 			f := newPair(t, p, octx, endedCtx{context.Background()})
 			cancel()
 			require.ErrorIs(t, (<-f.owner).err, context.Canceled)
-			require.ErrorIs(t, (<-f.waiter).err, context.Canceled)
+			r := <-f.waiter
+			require.ErrorIs(t, r.err, context.Canceled)
+			require.EqualError(t, r.err, p.name+": context canceled")
 			f.wg.Wait()
-			require.Equal(t, tests[name].calls, f.h.calls.Load())
-			require.Equal(t, tests[name].stats, f.m.snapshot())
+			require.EqualValues(t, 1, f.h.calls.Load())
+			require.Equal(t, stats[name], f.m.snapshot())
 		})
 	}
 }
