@@ -285,7 +285,7 @@ func predictAll(ctx context.Context, cfg EvalConfig, states []StateEval, samples
 			eg.Go(func() error {
 				pr, err := cfg.World.Predict(ectx, rwm.Query{Task: task, Proposal: x.Proposal, Evidence: cfg.Evidence})
 				if err != nil {
-					return fmt.Errorf("lm2lm: evaluate: predict %s on %s: %w", x.Proposal.Key(), task.ID, err)
+					return fmt.Errorf("lm2lm: evaluate: predict %s: %w", onTask(x.Proposal, task), err)
 				}
 				out[si][k] = -cfg.Clip
 				if pr.Valid {

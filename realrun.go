@@ -27,6 +27,13 @@ func RunReal(ctx context.Context, b builder.Builder, e builder.Executor, task re
 	return r.rec, r.fresh(), err
 }
 
+// onTask names p on task in an error: the proposal's key and the task's ID
+// are outside input, so each is quoted as records.Excerpt bounds it (one
+// line, no control bytes, at most records.MaxExcerpt bytes of it).
+func onTask(p records.Proposal, task records.Task) string {
+	return fmt.Sprintf("%q on %q", records.Excerpt(p.Key()), records.Excerpt(task.ID))
+}
+
 // realRun is the result of one attempt to measure a proposal for real.
 type realRun struct {
 	rec      records.Record // the real record when measured, else zero
@@ -65,7 +72,7 @@ func runSeeded(ctx context.Context, b builder.Builder, e builder.Executor, c see
 			rec := records.Record{Task: task, Proposal: p, Source: records.Real, Infeasible: err.Error()}
 			return realRun{rec: rec, measured: true}, nil
 		case ctx.Err() != nil || errors.Is(err, builder.ErrCancelled):
-			return realRun{}, fmt.Errorf("lm2lm: build %s on %s: %w", p.Key(), task.ID, err)
+			return realRun{}, fmt.Errorf("lm2lm: build %s: %w", onTask(p, task), err)
 		}
 		return realRun{failure: "build: " + err.Error()}, nil
 	}
@@ -84,7 +91,7 @@ func runSeeded(ctx context.Context, b builder.Builder, e builder.Executor, c see
 		}
 		r.rec.Gain, r.rec.Loss = 0, 0
 	case ctx.Err() != nil || errors.Is(err, builder.ErrCancelled):
-		return r, fmt.Errorf("lm2lm: run %s on %s: %w", p.Key(), task.ID, err)
+		return r, fmt.Errorf("lm2lm: run %s: %w", onTask(p, task), err)
 	default:
 		r.failure = "run: " + err.Error()
 		return r, nil

@@ -554,7 +554,7 @@ func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 			q := rwm.Query{Task: g.state.Task, Proposal: s.Proposal, Evidence: m}
 			p, err := t.c.World.Predict(ectx, q)
 			if err := acceptPrediction(s, p, err); err != nil {
-				return fmt.Errorf("lm2lm: step %d: predict %s on %s: %w", t.step+1, q.Proposal.Key(), q.Task.ID, err)
+				return fmt.Errorf("lm2lm: step %d: predict %s: %w", t.step+1, onTask(q.Proposal, q.Task), err)
 			}
 			return nil
 		})
