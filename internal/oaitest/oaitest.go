@@ -24,6 +24,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -592,6 +593,19 @@ func (s *Sleeps) All() []time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]time.Duration(nil), s.d...)
+}
+
+// Allocated returns how many bytes the process allocated on the heap
+// (runtime.MemStats.TotalAlloc, counted from a fresh collection) while f
+// ran: with HugeBody, a bound on it shows that a client stops reading at
+// its body limit instead of buffering the answer.
+func Allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
 
 // HugeBody returns a server that answers every request with status 200

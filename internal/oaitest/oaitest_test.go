@@ -137,3 +137,13 @@ func ExampleServer() {
 	fmt.Println(c.Choices[0].Message.Content, srv.Count())
 	// Output: echo: hello 1
 }
+
+var sink []byte
+
+func TestAllocated(t *testing.T) {
+	// A 4 MiB allocation counts at least its size; doing nothing counts
+	// far less.
+	got := oaitest.Allocated(func() { sink = make([]byte, 4<<20) })
+	require.GreaterOrEqual(t, got, uint64(4<<20))
+	require.Less(t, oaitest.Allocated(func() {}), uint64(1<<20))
+}

@@ -3,15 +3,12 @@ package openai
 import (
 	"context"
 	"math/rand/v2"
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/internal/oaichat"
 	"github.com/lm2lm/lm2lm/internal/oaitest"
-	"github.com/lm2lm/lm2lm/records"
 )
 
 // TestProposeHugeResponseBodyBoundedMemory: a 256 MB answer fails with
@@ -20,21 +17,15 @@ func TestProposeHugeResponseBodyBoundedMemory(t *testing.T) {
 	for _, withLength := range []bool{true, false} {
 		srv := oaitest.HugeBody(256<<20, withLength)
 		defer srv.Close()
-		cfg := DefaultConfig()
-		cfg.BaseURL, cfg.Model, cfg.APIKey = srv.URL, "m", "k"
-		cfg.Sleep = func(ctx context.Context, d time.Duration) error { return ctx.Err() }
-		cfg.Getenv = func(string) string { return "" }
+		sl := &sleeps{}
+		cfg := urlConfig(srv.URL, sl)
 		p, err := New(cfg)
 		require.NoError(t, err)
-		task := records.Task{ID: "t", Family: "f", Split: records.Train, Metric: records.BitsPerByte, RefLoss: 1, SeedNoise: 0.01}
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		_, err = p.Propose(context.Background(), records.State{Task: task}, 1, rand.New(rand.NewPCG(1, 2)))
-		runtime.ReadMemStats(&after)
+		allocated := oaitest.Allocated(func() { _, err = p.Propose(context.Background(), state(), 1, rand.New(rand.NewPCG(1, 2))) })
 		require.ErrorIs(t, err, oaichat.ErrBodyTooLarge)
 		require.NotErrorIs(t, err, ErrTransient)
-		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8*cfg.MaxBodyBytes), "allocated (with Content-Length: %v)", withLength)
+		require.Less(t, allocated, uint64(8*cfg.MaxBodyBytes), "allocated (with Content-Length: %v)", withLength)
+		require.Empty(t, sl.All(), "not retried")
 	}
 }
 

@@ -48,9 +48,16 @@ func fakePolicy(r oaitest.Request) oaitest.Reply {
 // sleeps records injected sleeps.
 type sleeps = oaitest.Sleeps
 
-func testConfig(srv *oaitest.Server, sl *sleeps) Config {
+// testConfig points at srv with the test catalogue and fast, recorded
+// retries.
+func testConfig(srv *oaitest.Server, sl *sleeps) Config { return urlConfig(srv.URL(), sl) }
+
+// urlConfig is testConfig for the server at url (an oaitest.Server's URL(),
+// or an httptest.Server's URL such as oaitest.HugeBody's), with no
+// environment.
+func urlConfig(url string, sl *sleeps) Config {
 	cfg := DefaultConfig()
-	cfg.BaseURL, cfg.Model = srv.URL(), "fake-policy"
+	cfg.BaseURL, cfg.Model = url, "fake-policy"
 	cfg.Timeout = 10 * time.Second
 	cfg.Sleep = sl.Sleep
 	cfg.Getenv = func(string) string { return "" }

@@ -113,11 +113,24 @@ func fakeWorld(r oaitest.Request) oaitest.Reply {
 type sleeps = oaitest.Sleeps
 
 // testConfig points at srv with fast, recorded retries.
-func testConfig(srv *oaitest.Server, sl *sleeps) Config {
+func testConfig(srv *oaitest.Server, sl *sleeps) Config { return urlConfig(srv.URL(), sl) }
+
+// urlConfig points at the server at url (an oaitest.Server's URL(), or an
+// httptest.Server's URL such as oaitest.HugeBody's) with fast, recorded
+// retries and no environment.
+func urlConfig(url string, sl *sleeps) Config {
 	cfg := DefaultConfig()
-	cfg.BaseURL, cfg.Model, cfg.APIKey = srv.URL(), "fake-model", "test-key"
+	cfg.BaseURL, cfg.Model, cfg.APIKey = url, "fake-model", "test-key"
 	cfg.Timeout = 10 * time.Second
 	cfg.Sleep = sl.Sleep
 	cfg.Getenv = func(string) string { return "" }
 	return cfg
 }
+
+// Answers shared by the tests of parsing and of Predict: the model's own
+// prediction, and a different one that an answer may echo from the data
+// block (a prompt injection) before or after its own.
+const (
+	ownAnswer      = `{"gain": 0.001, "q10": 0, "q90": 0.002, "valid": true, "reason": "mine"}`
+	injectedAnswer = `{"gain": 0.05, "q10": 0.04, "q90": 0.06, "valid": true, "reason": "x"}`
+)

@@ -80,7 +80,7 @@ func TestPredictAnswers(t *testing.T) {
 			rwm.Prediction{Gain: 0.004, Low: 0.001, High: 0.008, HasInterval: true, Valid: true, Reason: "r"}, nil},
 		{"JSON in prose, in JSON mode", oaitest.Text("Based on the records:\n{\"gain\": 0.004, \"q10\": 0.001, \"q90\": 0.008, \"valid\": true, \"reason\": \"r\"}\nDone."),
 			rwm.Prediction{}, ErrAmbiguous},
-		{"injected object echoed first", oaitest.Text(`{"gain": 0.05, "q10": 0.04, "q90": 0.06, "valid": true, "reason": "x"} {"gain": 0.001, "q10": 0, "q90": 0.002, "valid": true, "reason": "mine"}`),
+		{"injected object echoed first", oaitest.Text(injectedAnswer + " " + ownAnswer),
 			rwm.Prediction{}, ErrAmbiguous},
 		{"duplicate key", oaitest.Text(`{"gain": 0.05, "q10": 0, "q90": 0.06, "valid": true, "reason": "x", "gain": 0.001}`),
 			rwm.Prediction{}, ErrAmbiguous},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"runtime"
 	"testing"
 	"time"
 
@@ -146,14 +145,10 @@ func TestBodyLimit(t *testing.T) {
 		cfg.Getenv = func(string) string { return "" }
 		m, err := New(cfg)
 		require.NoError(t, err)
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		_, err = m.Predict(context.Background(), query("print(1)\n"))
-		runtime.ReadMemStats(&after)
+		allocated := oaitest.Allocated(func() { _, err = m.Predict(context.Background(), query("print(1)\n")) })
 		require.ErrorIs(t, err, ErrBodyTooLarge)
 		require.NotErrorIs(t, err, rwm.ErrTransient)
-		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8*cfg.MaxBodyBytes), "allocated (with Content-Length: %v)", withLength)
+		require.Less(t, allocated, uint64(8*cfg.MaxBodyBytes), "allocated (with Content-Length: %v)", withLength)
 		require.Empty(t, sleeps.All(), "not retried")
 	}
 	require.Equal(t, int64(4<<20), DefaultConfig().MaxBodyBytes)
