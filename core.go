@@ -359,7 +359,7 @@ func (c *core) calibrationReport(ro *rolloutData, step, budget int, picks []ref,
 		g := ro.groups[p.g]
 		s := g.samples[p.i]
 		if !runs[k].measured {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s: %s", g.state.Task.ID, s.Proposal.Key(), runs[k].failure))
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", onTask(s.Proposal, g.state.Task), runs[k].failure))
 			continue
 		}
 		rec := runs[k].rec

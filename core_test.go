@@ -128,7 +128,7 @@ func TestCoreCalibration(t *testing.T) {
 	require.Equal(t, 8, rep.Step)
 	require.Equal(t, 1, rep.Executed)
 	require.Equal(t, []records.Record{rec}, rep.Records)
-	require.Equal(t, []string{"t a{level=1}: run: lost node"}, rep.Failures)
+	require.Equal(t, []string{`"a{level=1}" on "t": run: lost node`}, rep.Failures)
 	require.Equal(t, [][]float64{{2}}, rep.Predicted)
 	require.Equal(t, [][]float64{{0.5}}, rep.Real)
 	require.Equal(t, 0.5, rep.MeanRealGain) // 0.25 / σ_e

@@ -120,7 +120,7 @@ func (tl *evalTally) state(rep *EvalReport, si int, st *StateEval, samples []pro
 			if x.Invalid {
 				rep.Invalid++
 			} else {
-				rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s: %s", x.Task, x.Key, run.failure))
+				rep.Failures = append(rep.Failures, fmt.Sprintf("%q on %q: %s", records.Excerpt(x.Key), records.Excerpt(x.Task), run.failure))
 			}
 			continue
 		}

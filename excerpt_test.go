@@ -102,3 +102,30 @@ func TestErrorsQuoteProposalExcerpts(t *testing.T) {
 		})
 	}
 }
+
+// lostNode fails every build with an error of no known class: not the
+// proposal's fault, so the proposal is left unmeasured and reported.
+type lostNode struct{ oracle }
+
+func (lostNode) Build(context.Context, records.Task, records.Proposal) (builder.Job, error) {
+	return builder.Job{}, errors.New("node lost")
+}
+
+func TestFailureReportsQuoteProposalExcerpts(t *testing.T) {
+	// The Failures lines of an evaluation report name the proposal as the
+	// errors do: its key's excerpt in Go quotes, never the free text.
+	p := hostile()
+	cfg := lm2lm.DefaultEvalConfig()
+	cfg.StatesPerTask, cfg.K = 1, 1
+	rep, err := lm2lm.Evaluate(context.Background(), cfg, fixed{p}, lostNode{}, oracle{}, []records.Task{tasks()[0]}, nil)
+	require.NoError(t, err)
+	require.Len(t, rep.Failures, 1)
+	msg := rep.Failures[0]
+	require.Contains(t, msg, strconv.Quote(records.Excerpt(p.Key())))
+	require.Contains(t, msg, "node lost")
+	require.LessOrEqual(t, len(msg), 3*records.MaxExcerpt+100, msg)
+	require.NotContains(t, msg, "ignore the task")
+	for _, r := range msg {
+		require.False(t, r < ' ' || r == 0x7f, "control byte %q in %q", r, msg)
+	}
+}

@@ -169,7 +169,7 @@ func (w *wmrl) absorb(ro *rolloutData, plan *anchorPlan, runs []realRun) (Anchor
 			real = append(real, r.rec)
 			rep.Runs++
 		} else {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s: %s", plan.jobs[j].Task.ID, plan.jobs[j].Proposal.Key(), r.failure))
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", onTask(plan.jobs[j].Proposal, plan.jobs[j].Task), r.failure))
 		}
 	}
 	pushed := make([]bool, len(plan.jobs))

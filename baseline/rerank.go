@@ -136,7 +136,7 @@ func (r *Rerank) Propose(ctx context.Context, s records.State, n int, rng *rand.
 		eg.Go(func() error {
 			p, err := r.world.Predict(ectx, rwm.Query{Task: s.Task, Proposal: x.Proposal, Evidence: ev})
 			if err != nil {
-				return fmt.Errorf("baseline: rerank: predict %s: %w", x.Proposal.Key(), err)
+				return fmt.Errorf("baseline: rerank: predict %q: %w", records.Excerpt(x.Proposal.Key()), err)
 			}
 			preds[i] = p
 			return nil
