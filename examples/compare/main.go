@@ -83,6 +83,7 @@ type options struct {
 	scale               string // "raw" or "robust"; "" = raw (options built in tests)
 	schedule            string // -calibration-schedule; "" = the profile's
 	rerankHistory       bool
+	perTask             int
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
 }
@@ -141,6 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.scale, "scale", "raw", "scale of the reported gains: raw (σ_e units, the headline) | robust (each gain g·σ_e/τ_e with τ_e = max(σ_e, the family's median σ_e over the training tasks), clipped at the reward clip; a report-time transform of the same result files, written beside the raw files)")
 	fs.StringVar(&o.schedule, "calibration-schedule", "", "calibration points and budgets as step:budget,… (e.g. 16:31,40:38,64:31; steps multiples of 8 below the profile's steps); replaces the profile's schedule for every method, the M'₀ baselines' extra records included (\"\" = the profile's)")
 	fs.BoolVar(&o.rerankHistory, "rerank-history", false, "the rerank methods (rerank, lm2lm-rerank) add the real records of each test state's history to the world model's evidence for that state (baseline.RerankConfig.History; off = the method's evidence alone)")
+	fs.IntVar(&o.perTask, "calibration-per-task", 0, "most calibration runs of one training task per calibration point, for the calibrating methods (lm2lm.Config.PerTask: top-rated picks spread over tasks; 0 = no limit, the paper's plain top-B)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -240,6 +242,9 @@ func (o options) validate() error {
 		if _, err := o.prof(); err != nil {
 			bad("-calibration-schedule %q: %v", o.schedule, err)
 		}
+	}
+	if o.perTask < 0 {
+		bad("-calibration-per-task %d; want ≥ 0", o.perTask)
 	}
 	if !slices.Contains([]string{"", "raw", "robust"}, o.scale) {
 		bad("unknown -scale %q; valid: raw, robust", o.scale)

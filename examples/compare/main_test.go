@@ -571,3 +571,22 @@ func TestRerankHistoryFlag(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, baseline.DefaultRerankConfig(), rerankConfig(o))
 }
+
+// -calibration-per-task reaches the trainer of every method, names its own
+// run directory, is reproduced by the command line and refuses k < 0.
+func TestCalibrationPerTaskFlag(t *testing.T) {
+	o, err := parseFlags([]string{"-suite", "v2-val", "-calibration-per-task", "1"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	for _, name := range []string{"lm2lm", "random", "lm2lm-wmrl"} {
+		cfg := trainerConfig(o, methods[name], 1)
+		require.NoError(t, cfg.Validate())
+		require.Equal(t, 1, cfg.PerTask, name)
+	}
+	require.Equal(t, filepath.Join("out/compare", "v2-val-default-pt1"), runDir(o))
+	require.Contains(t, command(o), " -calibration-per-task 1")
+	_, err = parseFlags([]string{"-calibration-per-task", "-1"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "-calibration-per-task -1")
+	o, err = parseFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Zero(t, trainerConfig(o, methods["lm2lm"], 1).PerTask)
+}

@@ -152,6 +152,9 @@ func command(o options) string {
 	if o.rerankHistory {
 		c += " -rerank-history"
 	}
+	if o.perTask != 0 {
+		c += fmt.Sprintf(" -calibration-per-task %d", o.perTask)
+	}
 	if o.scale == "robust" {
 		c += " -scale robust"
 	}
