@@ -22,9 +22,20 @@ func synthetic(n int, seed uint64) records.Evidence {
 			Metric: records.BitsPerByte, RefLoss: 1.5, SeedNoise: 0.004 + 0.001*float64(ti%3)}
 		p := records.Proposal{Mechanism: fmt.Sprintf("m%d", rng.IntN(10)), Params: map[string]string{
 			"x": fmt.Sprint([]float64{0.25, 0.5, 1, 2, 4}[rng.IntN(5)]), "k": []string{"a", "b", "c"}[rng.IntN(3)]}}
-		g := rng.NormFloat64() * 3 * tk.SeedNoise
-		rs[i] = records.Record{Task: tk, Proposal: p, Gain: g, Loss: tk.RefLoss - g, Source: records.Real, Seeds: []uint64{uint64(i)}}
+		rs[i] = noisyRecord(rng, tk, p, i)
 	}
+	return mustEvidence(rs)
+}
+
+// noisyRecord is the i-th real record of p on tk, with a gain of about
+// 3 σ_e drawn from rng.
+func noisyRecord(rng *rand.Rand, tk records.Task, p records.Proposal, i int) records.Record {
+	g := rng.NormFloat64() * 3 * tk.SeedNoise
+	return records.Record{Task: tk, Proposal: p, Gain: g, Loss: tk.RefLoss - g, Source: records.Real, Seeds: []uint64{uint64(i)}}
+}
+
+// mustEvidence is records.NewEvidence for records known to be valid.
+func mustEvidence(rs []records.Record) records.Evidence {
 	ev, err := records.NewEvidence(rs...)
 	if err != nil {
 		panic(err)

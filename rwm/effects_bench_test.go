@@ -82,14 +82,9 @@ func dialsEvidence(n, nt int, seed uint64) records.Evidence {
 		default:
 			p = prop("x", "factor", "2")
 		}
-		g := rng.NormFloat64() * 3 * tk.SeedNoise
-		rs[i] = records.Record{Task: tk, Proposal: p, Gain: g, Loss: tk.RefLoss - g, Source: records.Real, Seeds: []uint64{uint64(i)}}
+		rs[i] = noisyRecord(rng, tk, p, i)
 	}
-	ev, err := records.NewEvidence(rs...)
-	if err != nil {
-		panic(err)
-	}
-	return ev
+	return mustEvidence(rs)
 }
 
 // dialsConfig is the "effects, tuned" base of the landscape comparison:

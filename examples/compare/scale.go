@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -134,13 +135,8 @@ func (rs *robustScale) rescale(results []Result) ([]Result, error) {
 // describe states the scale for the Markdown: the transform, the clip and
 // the floor of every family.
 func (i ScaleInfo) describe() string {
-	fams := make([]string, 0, len(i.Floors))
-	for f := range i.Floors {
-		fams = append(fams, f)
-	}
-	slices.Sort(fams)
 	var floors []string
-	for _, f := range fams {
+	for _, f := range slices.Sorted(maps.Keys(i.Floors)) {
 		floors = append(floors, fmt.Sprintf("%s %.4g", f, i.Floors[f]))
 	}
 	return fmt.Sprintf("each gain g (in σ_e units) is g·σ_e/τ_e with τ_e = max(σ_e, the σ floor of the task's family), clipped at ±%g; "+
