@@ -9,34 +9,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// heldModel is a world model that counts its calls, fails at once under an
-// ended ctx, else signals its start on started and then answers with its call number when release sends nil,
-// fails with what release sends, or ends with its ctx.
-type heldModel struct {
-	calls   atomic.Int64
-	started chan struct{}
-	release chan error
-}
+// heldModel is a world model over heldCompute: it counts its calls, fails
+// at once under an ended ctx, else signals its start on started and then
+// answers with its call number when release sends nil, fails with what
+// release sends, or ends with its ctx.
+type heldModel struct{ *heldCompute }
 
-func newHeldModel(n int) *heldModel {
-	return &heldModel{started: make(chan struct{}, n), release: make(chan error, n)}
-}
+func newHeldModel(n int) *heldModel { return &heldModel{newHeldCompute(n)} }
 
 func (h *heldModel) Predict(ctx context.Context, q Query) (Prediction, error) {
-	n := h.calls.Add(1)
-	if err := ctx.Err(); err != nil {
-		return Prediction{}, fmt.Errorf("held: %w", err)
-	}
-	h.started <- struct{}{}
-	select {
-	case err := <-h.release:
-		if err != nil {
-			return Prediction{}, err
+	n, err := h.compute(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Prediction{}, fmt.Errorf("held: %w", err)
 		}
-		return Prediction{Gain: float64(n), Valid: true, Usage: Usage{PromptTokens: 1}}, nil
-	case <-ctx.Done():
-		return Prediction{}, fmt.Errorf("held: %w", ctx.Err())
+		return Prediction{}, err
 	}
+	return Prediction{Gain: float64(n), Valid: true, Usage: Usage{PromptTokens: 1}}, nil
 }
 
 // unseenEnd is a ctx that is live until end is called, after which Err
