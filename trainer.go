@@ -113,6 +113,18 @@ type Config struct {
 	// (default). It combines with any Calibration mode: LM2LM's context
 	// calibration and WMRL's numeric correction can run alone or together.
 	WMRL *WMRLConfig
+	// HeldOutTask, when set, predicts the rewards of each training state
+	// with M minus every record of the state's own task, plus the real
+	// records of the state's history (synthetic ones never: METHOD.md §1
+	// Synthetic state expansion): the world model judges a training state
+	// as it judges an unseen task at test time, where the history is all
+	// that is known of it, so the policy is rewarded for what transfers
+	// across tasks and for what the history shows. Calibration picks and
+	// its monitors use the same predictions. Beyond METHOD.md (its W reads
+	// M whole); default false. Each state then has evidence of its own, so
+	// a world model that re-tunes per evidence (rwm.Tuned) re-tunes per
+	// state.
+	HeldOutTask bool
 	// Trigger, when set, replaces the fixed timing of Schedule by the
 	// adaptive calibration trigger at the same budgets (beyond the paper,
 	// METHOD.md §1 Known weaknesses); nil = the fixed schedule (default).
@@ -546,10 +558,14 @@ func (t *Trainer) rollout(ctx context.Context) (*rolloutData, error) {
 func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(t.cfg.Parallel)
-	m := t.m
+	evidence, err := t.stateEvidence(ro)
+	if err != nil {
+		return err
+	}
 	for _, j := range ro.predictionJobs() {
 		g := ro.groups[j.g]
 		s := &g.samples[j.i]
+		m := evidence(j.g)
 		eg.Go(func() error {
 			q := rwm.Query{Task: g.state.Task, Proposal: s.Proposal, Evidence: m}
 			p, err := t.c.World.Predict(ectx, q)
@@ -564,6 +580,44 @@ func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 	}
 	t.core.shape(ro)
 	return nil
+}
+
+// stateEvidence returns the evidence of each group's predictions: M, or
+// under HeldOutTask, M without the records of the group's task plus the
+// real records of its state's history.
+func (t *Trainer) stateEvidence(ro *rolloutData) (func(g int) records.Evidence, error) {
+	if !t.cfg.HeldOutTask {
+		return func(int) records.Evidence { return t.m }, nil
+	}
+	byGroup := make([]records.Evidence, len(ro.groups))
+	others := map[string][]records.Record{} // M without one task, by task ID
+	for gi, g := range ro.groups {
+		id := g.state.Task.ID
+		rest, ok := others[id]
+		if !ok {
+			for i := 0; i < t.m.Len(); i++ {
+				if r := t.m.At(i); r.Task.ID != id {
+					rest = append(rest, r)
+				}
+			}
+			others[id] = rest
+		}
+		ev, err := records.NewEvidence(rest...)
+		if err == nil {
+			var hist []records.Record
+			for _, h := range g.state.History {
+				if h.Source == records.Real {
+					hist = append(hist, h)
+				}
+			}
+			ev, err = ev.Add(hist...)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lm2lm: step %d: evidence of a state of %q: %w", t.step+1, records.Excerpt(id), err)
+		}
+		byGroup[gi] = ev
+	}
+	return func(g int) records.Evidence { return byGroup[g] }, nil
 }
 
 // prepare keeps the informative groups, lets the correction run its anchor

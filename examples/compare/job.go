@@ -257,7 +257,7 @@ func trainerConfig(o options, m method, seed uint64) lm2lm.Config {
 	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
 	cfg.Calibration, cfg.Parallel, cfg.Seed = m.calibration, o.parallel, seed
 	cfg.Reward.Pessimism = o.pessimism
-	cfg.PerTask = o.perTask
+	cfg.PerTask, cfg.HeldOutTask = o.perTask, o.heldOutTask
 	cfg.Trigger = trigger(o, m, prof.schedule)
 	if m.wmrl {
 		// As the main job: WMRL's defaults wait for 200 anchor pairs before

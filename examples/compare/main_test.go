@@ -584,6 +584,12 @@ func TestCalibrationPerTaskFlag(t *testing.T) {
 	}
 	require.Equal(t, filepath.Join("out/compare", "v2-val-default-pt1"), runDir(o))
 	require.Contains(t, command(o), " -calibration-per-task 1")
+	require.False(t, trainerConfig(o, methods["lm2lm"], 1).HeldOutTask)
+	o, err = parseFlags([]string{"-suite", "v2-val", "-held-out-task"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.True(t, trainerConfig(o, methods["static"], 1).HeldOutTask)
+	require.Equal(t, filepath.Join("out/compare", "v2-val-default-hot"), runDir(o))
+	require.Contains(t, command(o), " -held-out-task")
 	_, err = parseFlags([]string{"-calibration-per-task", "-1"}, &bytes.Buffer{})
 	require.ErrorContains(t, err, "-calibration-per-task -1")
 	o, err = parseFlags(nil, &bytes.Buffer{})

@@ -155,6 +155,9 @@ func command(o options) string {
 	if o.perTask != 0 {
 		c += fmt.Sprintf(" -calibration-per-task %d", o.perTask)
 	}
+	if o.heldOutTask {
+		c += " -held-out-task"
+	}
 	if o.scale == "robust" {
 		c += " -scale robust"
 	}

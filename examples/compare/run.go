@@ -69,6 +69,9 @@ func runDir(o options) string {
 	if o.perTask != 0 {
 		name += fmt.Sprintf("-pt%d", o.perTask)
 	}
+	if o.heldOutTask {
+		name += "-hot"
+	}
 	if o.schedule != "" {
 		// "16:31,40:38" → "-cal16x31_40x38"
 		name += "-cal" + strings.NewReplacer(":", "x", ",", "_", " ", "").Replace(o.schedule)
