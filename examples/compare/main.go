@@ -257,6 +257,33 @@ func (o options) validate() error {
 	return fmt.Errorf("%w:\n%w", errUsage, errors.Join(errs...))
 }
 
+// lever is a setting that names the run directory (dir, appended to its
+// name) and the command line (arg) when on.
+type lever struct {
+	on       bool
+	dir, arg string
+}
+
+// levers lists the settings after the research-state features, in the
+// order of both the run directory's name and the command line. Every one
+// changes what a trained method does, so its results live apart.
+func (o options) levers() []lever {
+	return []lever{
+		{o.policyHidden != 0, fmt.Sprintf("-hid%d", o.policyHidden), fmt.Sprintf(" -policy-hidden %d", o.policyHidden)},
+		{o.policyHiddenStd != 0, fmt.Sprintf("u%g", o.policyHiddenStd), fmt.Sprintf(" -policy-hidden-init-std %g", o.policyHiddenStd)},
+		{o.worldEffects, "-fx", " -world-effects"},
+		{o.worldTune, "-tune", " -world-tune"},
+		{o.pessimism != 0, fmt.Sprintf("-p%g", o.pessimism), fmt.Sprintf(" -pessimism %g", o.pessimism)},
+		{o.trigger, "-trigger", " -trigger"},
+		{o.temperature() != 1, fmt.Sprintf("-T%g", o.evalTemp), fmt.Sprintf(" -eval-temperature %g", o.evalTemp)},
+		{o.rerankHistory, "-rh", " -rerank-history"},
+		{o.perTask != 0, fmt.Sprintf("-pt%d", o.perTask), fmt.Sprintf(" -calibration-per-task %d", o.perTask)},
+		{o.heldOutTask, "-hot", " -held-out-task"},
+		// "16:31,40:38" → "-cal16x31_40x38"
+		{o.schedule != "", "-cal" + strings.NewReplacer(":", "x", ",", "_", " ", "").Replace(o.schedule), " -calibration-schedule " + o.schedule},
+	}
+}
+
 // prof is the run's profile: the -profile's, with its calibration schedule
 // replaced by -calibration-schedule when given. The profile must exist.
 func (o options) prof() (profile, error) {

@@ -125,38 +125,10 @@ func command(o options) string {
 	if o.histProposalBuckets != 0 {
 		c += fmt.Sprintf(" -history-proposal-buckets %d", o.histProposalBuckets)
 	}
-	if o.policyHidden != 0 {
-		c += fmt.Sprintf(" -policy-hidden %d", o.policyHidden)
-	}
-	if o.policyHiddenStd != 0 {
-		c += fmt.Sprintf(" -policy-hidden-init-std %g", o.policyHiddenStd)
-	}
-	if o.worldEffects {
-		c += " -world-effects"
-	}
-	if o.worldTune {
-		c += " -world-tune"
-	}
-	if o.pessimism != 0 {
-		c += fmt.Sprintf(" -pessimism %g", o.pessimism)
-	}
-	if o.trigger {
-		c += " -trigger"
-	}
-	if o.temperature() != 1 {
-		c += fmt.Sprintf(" -eval-temperature %g", o.evalTemp)
-	}
-	if o.schedule != "" {
-		c += " -calibration-schedule " + o.schedule
-	}
-	if o.rerankHistory {
-		c += " -rerank-history"
-	}
-	if o.perTask != 0 {
-		c += fmt.Sprintf(" -calibration-per-task %d", o.perTask)
-	}
-	if o.heldOutTask {
-		c += " -held-out-task"
+	for _, l := range o.levers() {
+		if l.on {
+			c += l.arg
+		}
 	}
 	if o.scale == "robust" {
 		c += " -scale robust"

@@ -41,40 +41,10 @@ func runDir(o options) string {
 	if o.histProposalBuckets != 0 {
 		name += fmt.Sprintf("-h%d", o.histProposalBuckets)
 	}
-	if o.policyHidden != 0 {
-		name += fmt.Sprintf("-hid%d", o.policyHidden)
-	}
-	if o.policyHiddenStd != 0 {
-		name += fmt.Sprintf("u%g", o.policyHiddenStd)
-	}
-	if o.worldEffects {
-		name += "-fx"
-	}
-	if o.worldTune {
-		name += "-tune"
-	}
-	if o.pessimism != 0 {
-		// So do the trainer's levers.
-		name += fmt.Sprintf("-p%g", o.pessimism)
-	}
-	if o.trigger {
-		name += "-trigger"
-	}
-	if o.temperature() != 1 {
-		name += fmt.Sprintf("-T%g", o.evalTemp)
-	}
-	if o.rerankHistory {
-		name += "-rh"
-	}
-	if o.perTask != 0 {
-		name += fmt.Sprintf("-pt%d", o.perTask)
-	}
-	if o.heldOutTask {
-		name += "-hot"
-	}
-	if o.schedule != "" {
-		// "16:31,40:38" → "-cal16x31_40x38"
-		name += "-cal" + strings.NewReplacer(":", "x", ",", "_", " ", "").Replace(o.schedule)
+	for _, l := range o.levers() {
+		if l.on {
+			name += l.dir
+		}
 	}
 	return filepath.Join(o.out, name)
 }
