@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 )
@@ -96,6 +97,22 @@ func AdvantageCosine(pred, real [][]float64) float64 {
 // 0.37 for a static world model.
 func PairwiseAccuracy(pred, real [][]float64) float64 {
 	checkShape("PairwiseAccuracy", pred, real)
+	return pairwise(pred, real, 0)
+}
+
+// PairwiseAccuracyGap is PairwiseAccuracy over the pairs whose real
+// rewards differ by at least gap (≥ 0): pairs closer than the noise of a
+// real measurement carry no ranking either. PairwiseAccuracyGap(p, r, 0)
+// equals PairwiseAccuracy(p, r).
+func PairwiseAccuracyGap(pred, real [][]float64, gap float64) float64 {
+	checkShape("PairwiseAccuracyGap", pred, real)
+	if !(gap >= 0) {
+		panic(fmt.Sprintf("calibrate: PairwiseAccuracyGap: gap %g, want ≥ 0", gap))
+	}
+	return pairwise(pred, real, gap)
+}
+
+func pairwise(pred, real [][]float64, gap float64) float64 {
 	var score float64
 	var pairs int
 	for g := range pred {
@@ -105,7 +122,7 @@ func PairwiseAccuracy(pred, real [][]float64) float64 {
 				continue
 			}
 			for j := i + 1; j < len(p); j++ {
-				if !finite(p[j]) || !finite(r[j]) || r[i] == r[j] {
+				if !finite(p[j]) || !finite(r[j]) || r[i] == r[j] || math.Abs(r[i]-r[j]) < gap {
 					continue
 				}
 				pairs++

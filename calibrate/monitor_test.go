@@ -52,6 +52,23 @@ func TestPairwiseAccuracy(t *testing.T) {
 	require.InDelta(t, 1, PairwiseAccuracy([][]float64{{1, math.NaN(), 2}}, [][]float64{{0, 1, 1}}), 1e-15)
 }
 
+func TestPairwiseAccuracyGap(t *testing.T) {
+	// Real gains 2, 1, 0.5, −6, predictions 3, 3, 0, 1, gap 1: (0,1) is
+	// kept (|2 − 1| = 1) and a predicted tie, ½; (0,2) ✓; (0,3) ✓; (1,2) is
+	// left out (|0.5| < 1); (1,3) ✓ (3 > 1, 1 > −6); (2,3) ✗ (0 < 1 but
+	// 0.5 > −6) → 3.5/5 = 0.7.
+	p, r := [][]float64{{3, 3, 0, 1}}, [][]float64{{2, 1, 0.5, -6}}
+	require.InDelta(t, 0.7, PairwiseAccuracyGap(p, r, 1), 1e-15)
+	require.Equal(t, 1.0, PairwiseAccuracyGap([][]float64{{1, 0}}, [][]float64{{-1, -6}}, 1))
+	require.True(t, math.IsNaN(PairwiseAccuracyGap([][]float64{{1, 2, 3}}, [][]float64{{0, 0.5, 0.9}}, 1)))
+	// Gap 0 is PairwiseAccuracy, real ties left out.
+	for _, c := range [][2][][]float64{{{{1, 1, 2}}, {{0, 1, 1}}}, {{{1, 2, 3}}, {{1, 3, 2}}}, {{{2, 1}, {9, 8}}, {{1, 2}, {0, 1}}}} {
+		require.Equal(t, PairwiseAccuracy(c[0], c[1]), PairwiseAccuracyGap(c[0], c[1], 0))
+	}
+	require.Panics(t, func() { PairwiseAccuracyGap(p, r, -1) })
+	require.Panics(t, func() { PairwiseAccuracyGap(p, r, math.NaN()) })
+}
+
 func TestMonitor(t *testing.T) {
 	m := Monitor([][]float64{{1, 2, 3}}, [][]float64{{1, 3, 2}})
 	require.InDelta(t, 0.5, m.Cosine, 1e-15)

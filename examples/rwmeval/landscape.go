@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
 )
@@ -149,33 +150,10 @@ func (l *landscape) context(d landDraw, n int) ([]bool, records.Evidence, error)
 }
 
 // pairAccuracy is the within-task pairwise ranking accuracy (METHOD.md §1
-// Data and evaluation, Reliability): over the pairs whose real gains differ
-// by at least pairThreshold σ_e, the share whose predicted order agrees;
-// tied predictions count ½. NaN when no pair qualifies.
+// Data and evaluation, Reliability) over the pairs whose real gains differ
+// by at least pairThreshold σ_e: calibrate.PairwiseAccuracyGap on one group.
 func pairAccuracy(pred, truth []float64) float64 {
-	if len(pred) != len(truth) {
-		panic("rwmeval: pairAccuracy: length mismatch")
-	}
-	var ok, n float64
-	for i := range pred {
-		for j := i + 1; j < len(pred); j++ {
-			dt := truth[i] - truth[j]
-			if math.Abs(dt) < pairThreshold {
-				continue
-			}
-			n++
-			switch dp := pred[i] - pred[j]; {
-			case dp*dt > 0:
-				ok++
-			case dp == 0:
-				ok += 0.5
-			}
-		}
-	}
-	if n == 0 {
-		return math.NaN()
-	}
-	return ok / n
+	return calibrate.PairwiseAccuracyGap([][]float64{pred}, [][]float64{truth}, pairThreshold)
 }
 
 // topMean is the mean real gain of the k cells predicted best (Avg@k of
