@@ -590,32 +590,33 @@ func (t *Trainer) stateEvidence(ro *rolloutData) (func(g int) records.Evidence, 
 		return func(int) records.Evidence { return t.m }, nil
 	}
 	byGroup := make([]records.Evidence, len(ro.groups))
-	others := map[string][]records.Record{} // M without one task, by task ID
+	others := map[string]records.Evidence{} // M without one task, by task ID
 	for gi, g := range ro.groups {
 		id := g.state.Task.ID
 		rest, ok := others[id]
+		var err error
 		if !ok {
+			var rs []records.Record
 			for i := 0; i < t.m.Len(); i++ {
 				if r := t.m.At(i); r.Task.ID != id {
-					rest = append(rest, r)
+					rs = append(rs, r)
 				}
 			}
+			rest, err = records.NewEvidence(rs...)
 			others[id] = rest
 		}
-		ev, err := records.NewEvidence(rest...)
-		if err == nil {
-			var hist []records.Record
-			for _, h := range g.state.History {
-				if h.Source == records.Real {
-					hist = append(hist, h)
-				}
+		var hist []records.Record
+		for _, h := range g.state.History {
+			if h.Source == records.Real {
+				hist = append(hist, h)
 			}
-			ev, err = ev.Add(hist...)
+		}
+		if err == nil {
+			byGroup[gi], err = rest.Add(hist...)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("lm2lm: step %d: evidence of a state of %q: %w", t.step+1, records.Excerpt(id), err)
 		}
-		byGroup[gi] = ev
 	}
 	return func(g int) records.Evidence { return byGroup[g] }, nil
 }
