@@ -35,7 +35,6 @@ func newHiddenPolicy(t *testing.T, cfg PolicyConfig, nh int, seed uint64) *Polic
 // every active state feature and for the V blocks of the heads used.
 func checkHiddenGradient(t *testing.T, p *Policy, f func() float64, grad []float64, state []int, heads []head, rng *rand.Rand) {
 	t.Helper()
-	const h = 1e-6
 	l := &p.lay
 	nh := l.hidden
 	nonZero := func(lo, hi int) bool {
@@ -66,16 +65,7 @@ func checkHiddenGradient(t *testing.T, p *Policy, f func() float64, grad []float
 	for range 100 {
 		idx = append(idx, l.uOff+rng.IntN(len(grad)-l.uOff))
 	}
-	for _, i := range idx {
-		old := p.theta[i]
-		p.theta[i] = old + h
-		fp := f()
-		p.theta[i] = old - h
-		fm := f()
-		p.theta[i] = old
-		fd := (fp - fm) / (2 * h)
-		require.InDelta(t, fd, grad[i], 1e-7+1e-6*math.Abs(fd), "parameter %d: finite difference %g, analytic %g", i, fd, grad[i])
-	}
+	requireFiniteDifferences(t, p, f, grad, idx, 1e-7, 1e-6)
 }
 
 func TestHiddenLogProbGradientMatchesFiniteDifferences(t *testing.T) {
@@ -155,16 +145,9 @@ func TestHiddenSuperviseStepFollowsFiniteDifferences(t *testing.T) {
 		}
 		return v / float64(n)
 	}
-	const h = 1e-6
 	fd := make([]float64, p.lay.nParams)
 	for i := p.lay.uOff; i < p.lay.nParams; i++ {
-		old := p.theta[i]
-		p.theta[i] = old + h
-		fp := nll()
-		p.theta[i] = old - h
-		fm := nll()
-		p.theta[i] = old
-		fd[i] = (fp - fm) / (2 * h)
+		fd[i] = centralDifference(p, nll, i)
 	}
 	before := append([]float64(nil), p.theta...)
 	_, err := p.Supervise(context.Background(), items)

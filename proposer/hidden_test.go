@@ -2,11 +2,9 @@ package proposer_test
 
 import (
 	"bytes"
-	"context"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/lab"
@@ -26,7 +24,6 @@ func TestMarshalRoundTripHidden(t *testing.T) {
 	// A checkpoint carries the hidden layer (PolicyConfig.Hidden and its
 	// parameters) and its Adam state: the restored policy samples, scores
 	// and updates bit for bit like the original.
-	ctx := context.Background()
 	cat := lab.Catalogue()
 	p := newLabPolicy(t, func(c *proposer.PolicyConfig) { c.Hidden = 6 })
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -43,17 +40,7 @@ func TestMarshalRoundTripHidden(t *testing.T) {
 	require.NoError(t, q.UnmarshalBinary(data))
 	require.Equal(t, p.Config(), q.Config())
 	require.Equal(t, p.NumParams(), q.NumParams())
-	for i := range 10 {
-		s := randomLabState(rng, cat)
-		a, err := p.Propose(ctx, s, 8, rand.New(rand.NewPCG(uint64(i), 0)))
-		require.NoError(t, err)
-		b, err := q.Propose(ctx, s, 8, rand.New(rand.NewPCG(uint64(i), 0)))
-		require.NoError(t, err)
-		if diff := cmp.Diff(a, b); diff != "" {
-			t.Fatalf("samples differ after a round trip (-before +after):\n%s", diff)
-		}
-		require.Equal(t, p.CardProbs(s), q.CardProbs(s))
-	}
+	requireSamePolicies(t, p, &q, cat, 10, rng)
 	requireSameAfterUpdate(t, p, &q, data)
 
 	// A checkpoint whose Hidden does not fit its vectors, or is out of

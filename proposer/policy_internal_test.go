@@ -68,7 +68,6 @@ func newRandomPolicy(t *testing.T, cfg PolicyConfig, seed uint64) *Policy {
 // vanish too).
 func checkGradient(t *testing.T, p *Policy, f func() float64, grad []float64, rng *rand.Rand) {
 	t.Helper()
-	const h = 1e-6
 	idx := []int{}
 	for i, g := range grad {
 		if g != 0 {
@@ -83,15 +82,29 @@ func checkGradient(t *testing.T, p *Policy, f func() float64, grad []float64, rn
 	for range 150 {
 		idx = append(idx, rng.IntN(len(grad)))
 	}
+	requireFiniteDifferences(t, p, f, grad, idx, 1e-6, 1e-5)
+}
+
+// centralDifference is (f(θ + h·e_i) − f(θ − h·e_i)) / 2h with h = 1e-6,
+// θ restored after.
+func centralDifference(p *Policy, f func() float64, i int) float64 {
+	const h = 1e-6
+	old := p.theta[i]
+	p.theta[i] = old + h
+	fp := f()
+	p.theta[i] = old - h
+	fm := f()
+	p.theta[i] = old
+	return (fp - fm) / (2 * h)
+}
+
+// requireFiniteDifferences requires grad[i] within abs + rel·|fd| of the
+// central difference fd of f at every parameter i of idx.
+func requireFiniteDifferences(t *testing.T, p *Policy, f func() float64, grad []float64, idx []int, abs, rel float64) {
+	t.Helper()
 	for _, i := range idx {
-		old := p.theta[i]
-		p.theta[i] = old + h
-		fp := f()
-		p.theta[i] = old - h
-		fm := f()
-		p.theta[i] = old
-		fd := (fp - fm) / (2 * h)
-		require.InDelta(t, fd, grad[i], 1e-6+1e-5*math.Abs(fd), "parameter %d: finite difference %g, analytic %g", i, fd, grad[i])
+		fd := centralDifference(p, f, i)
+		require.InDelta(t, fd, grad[i], abs+rel*math.Abs(fd), "parameter %d: finite difference %g, analytic %g", i, fd, grad[i])
 	}
 }
 

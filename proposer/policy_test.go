@@ -252,7 +252,6 @@ func TestSuperviseLearnsRecords(t *testing.T) {
 }
 
 func TestMarshalRoundTrip(t *testing.T) {
-	ctx := context.Background()
 	cat := lab.Catalogue()
 	p := newLabPolicy(t, func(c *proposer.PolicyConfig) { c.NoChange, c.Temperature = true, 0.9 })
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -269,7 +268,21 @@ func TestMarshalRoundTrip(t *testing.T) {
 	require.Equal(t, p.Config(), q.Config())
 	require.Equal(t, p.NumParams(), q.NumParams())
 
-	for i := range 20 {
+	requireSamePolicies(t, p, &q, cat, 20, rng)
+
+	// The Adam state travels too: one more identical update keeps the two
+	// policies identical.
+	requireSameAfterUpdate(t, p, &q, data)
+}
+
+// requireSamePolicies asserts that p and q, restored from p's checkpoint,
+// propose the same samples from the same sources on n random lab states,
+// score them alike (with the log-probs the samples carry) and give the
+// same card probabilities.
+func requireSamePolicies(t *testing.T, p, q *proposer.Policy, cat []records.Card, n int, rng *rand.Rand) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
 		s := randomLabState(rng, cat)
 		a, err := p.Propose(ctx, s, 8, rand.New(rand.NewPCG(uint64(i), 0)))
 		require.NoError(t, err)
@@ -286,11 +299,8 @@ func TestMarshalRoundTrip(t *testing.T) {
 			require.Equal(t, la, lb, "log-probs must be identical")
 			require.Equal(t, x.LogProbs, la)
 		}
+		require.Equal(t, p.CardProbs(s), q.CardProbs(s))
 	}
-
-	// The Adam state travels too: one more identical update keeps the two
-	// policies identical.
-	requireSameAfterUpdate(t, p, &q, data)
 }
 
 // requireSameAfterUpdate applies one identical DAPO update to p and to q,
