@@ -109,14 +109,7 @@ func TestHiddenDAPOLossGradientMatchesFiniteDifferences(t *testing.T) {
 	p := newHiddenPolicy(t, cfg, 4, 61)
 	rng := rand.New(rand.NewPCG(62, 63))
 	batch := dapoBatch(t, p, rng, 16)
-	_, _, res, grad, err := p.dapoGrad(context.Background(), batch)
-	require.NoError(t, err)
-	require.Positive(t, res.ClipFrac, "the batch should exercise the clip")
-	f := func() float64 {
-		_, _, r, _, err := p.dapoGrad(context.Background(), batch)
-		require.NoError(t, err)
-		return r.Loss
-	}
+	_, grad, f := dapoLoss(t, p, batch)
 	state := p.lay.stateFeatures(batch[0].State, cfg.FamilyBuckets)
 	checkHiddenGradient(t, p, f, grad, state, p.lay.heads[:1], rng)
 	checkGradient(t, p, f, grad, rng)

@@ -24,24 +24,10 @@ func TestMarshalRoundTripHidden(t *testing.T) {
 	// A checkpoint carries the hidden layer (PolicyConfig.Hidden and its
 	// parameters) and its Adam state: the restored policy samples, scores
 	// and updates bit for bit like the original.
-	cat := lab.Catalogue()
-	p := newLabPolicy(t, func(c *proposer.PolicyConfig) { c.Hidden = 6 })
-	rng := rand.New(rand.NewPCG(3, 4))
-	rewards := map[string]float64{}
-	for i, c := range cat {
-		rewards[c.Mechanism] = float64(i % 5)
-	}
-	trainSteps(t, p, rewards, 3, 8, rng)
-
-	data, err := p.MarshalBinary()
-	require.NoError(t, err)
+	p, q, data, rng := trainedRoundTrip(t, func(c *proposer.PolicyConfig) { c.Hidden = 6 }, 5)
 	require.Contains(t, string(data), `"hidden":6`)
-	var q proposer.Policy
-	require.NoError(t, q.UnmarshalBinary(data))
-	require.Equal(t, p.Config(), q.Config())
-	require.Equal(t, p.NumParams(), q.NumParams())
-	requireSamePolicies(t, p, &q, cat, 10, rng)
-	requireSameAfterUpdate(t, p, &q, data)
+	requireSamePolicies(t, p, q, lab.Catalogue(), 10, rng)
+	requireSameAfterUpdate(t, p, q, data)
 
 	// A checkpoint whose Hidden does not fit its vectors, or is out of
 	// range, is refused.

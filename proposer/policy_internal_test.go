@@ -85,6 +85,20 @@ func checkGradient(t *testing.T, p *Policy, f func() float64, grad []float64, rn
 	requireFiniteDifferences(t, p, f, grad, idx, 1e-6, 1e-5)
 }
 
+// dapoLoss returns the DAPO loss's result and gradient on batch, and the
+// loss as a function of p's parameters; the batch must exercise the clip.
+func dapoLoss(t *testing.T, p *Policy, batch []Item) (dapo.Result, []float64, func() float64) {
+	t.Helper()
+	_, _, res, grad, err := p.dapoGrad(context.Background(), batch)
+	require.NoError(t, err)
+	require.Positive(t, res.ClipFrac, "the batch should exercise the clip")
+	return res, grad, func() float64 {
+		_, _, r, _, err := p.dapoGrad(context.Background(), batch)
+		require.NoError(t, err)
+		return r.Loss
+	}
+}
+
 // centralDifference is (f(θ + h·e_i) − f(θ − h·e_i)) / 2h with h = 1e-6,
 // θ restored after.
 func centralDifference(p *Policy, f func() float64, i int) float64 {
@@ -173,14 +187,7 @@ func TestDAPOLossGradientMatchesFiniteDifferences(t *testing.T) {
 			p := newRandomPolicy(t, cfg, 21)
 			rng := rand.New(rand.NewPCG(22, 23))
 			batch := dapoBatch(t, p, rng, 16)
-			_, _, res, grad, err := p.dapoGrad(context.Background(), batch)
-			require.NoError(t, err)
-			require.Positive(t, res.ClipFrac, "the batch should exercise the clip")
-			f := func() float64 {
-				_, _, r, _, err := p.dapoGrad(context.Background(), batch)
-				require.NoError(t, err)
-				return r.Loss
-			}
+			res, grad, f := dapoLoss(t, p, batch)
 			require.InDelta(t, res.Loss, f(), 0)
 			checkGradient(t, p, f, grad, rng)
 		})

@@ -252,27 +252,33 @@ func TestSuperviseLearnsRecords(t *testing.T) {
 }
 
 func TestMarshalRoundTrip(t *testing.T) {
-	cat := lab.Catalogue()
-	p := newLabPolicy(t, func(c *proposer.PolicyConfig) { c.NoChange, c.Temperature = true, 0.9 })
-	rng := rand.New(rand.NewPCG(3, 4))
-	rewards := map[string]float64{}
-	for i, c := range cat {
-		rewards[c.Mechanism] = float64(i % 7)
-	}
-	trainSteps(t, p, rewards, 3, 8, rng)
-
-	data, err := p.MarshalBinary()
-	require.NoError(t, err)
-	var q proposer.Policy
-	require.NoError(t, q.UnmarshalBinary(data))
-	require.Equal(t, p.Config(), q.Config())
-	require.Equal(t, p.NumParams(), q.NumParams())
-
-	requireSamePolicies(t, p, &q, cat, 20, rng)
+	p, q, data, rng := trainedRoundTrip(t, func(c *proposer.PolicyConfig) { c.NoChange, c.Temperature = true, 0.9 }, 7)
+	requireSamePolicies(t, p, q, lab.Catalogue(), 20, rng)
 
 	// The Adam state travels too: one more identical update keeps the two
 	// policies identical.
-	requireSameAfterUpdate(t, p, &q, data)
+	requireSameAfterUpdate(t, p, q, data)
+}
+
+// trainedRoundTrip is a lab policy (configured by opt) trained 3 DAPO steps
+// on rewards i mod m by card, its checkpoint data, the policy restored from
+// it with the same config and size, and the rng of the steps, for more.
+func trainedRoundTrip(t *testing.T, opt func(*proposer.PolicyConfig), m int) (p, q *proposer.Policy, data []byte, rng *rand.Rand) {
+	t.Helper()
+	p = newLabPolicy(t, opt)
+	rng = rand.New(rand.NewPCG(3, 4))
+	rewards := map[string]float64{}
+	for i, c := range lab.Catalogue() {
+		rewards[c.Mechanism] = float64(i % m)
+	}
+	trainSteps(t, p, rewards, 3, 8, rng)
+	data, err := p.MarshalBinary()
+	require.NoError(t, err)
+	q = new(proposer.Policy)
+	require.NoError(t, q.UnmarshalBinary(data))
+	require.Equal(t, p.Config(), q.Config())
+	require.Equal(t, p.NumParams(), q.NumParams())
+	return p, q, data, rng
 }
 
 // requireSamePolicies asserts that p and q, restored from p's checkpoint,
