@@ -281,6 +281,15 @@ func (o options) levers() []lever {
 		{o.heldOutTask, "-hot", " -held-out-task"},
 		// "16:31,40:38" → "-cal16x31_40x38"
 		{o.schedule != "", "-cal" + strings.NewReplacer(":", "x", ",", "_", " ", "").Replace(o.schedule), " -calibration-schedule " + o.schedule},
+		// The policy's learning rate and description features change every
+		// trained method, the test histories every evaluation and the probe
+		// every reliability curve: off their defaults, each has a run
+		// directory of its own, so no result file is read back for a
+		// setting it was not measured under.
+		{o.policyLR != 0.02, fmt.Sprintf("-lr%g", o.policyLR), fmt.Sprintf(" -policy-lr %g", o.policyLR)},
+		{o.descBuckets != 64, fmt.Sprintf("-desc%d", o.descBuckets), fmt.Sprintf(" -description-buckets %d", o.descBuckets)},
+		{o.history != 8, fmt.Sprintf("-hist%d", o.history), fmt.Sprintf(" -history %d", o.history)},
+		{o.probe != 4, fmt.Sprintf("-probe%d", o.probe), fmt.Sprintf(" -probe %d", o.probe)},
 	}
 }
 

@@ -220,7 +220,8 @@ func TestLabDigestCoversTheCatalogue(t *testing.T) {
 
 func TestLeversHaveTheirOwnRunDirectory(t *testing.T) {
 	// Results of the research-state levers never mix with the defaults'.
-	o := options{out: "out", suite: "v2-val", profile: "short"}
+	o, err := parseFlags([]string{"-out", "out", "-suite", "v2-val", "-profile", "short"}, &bytes.Buffer{})
+	require.NoError(t, err)
 	require.Equal(t, filepath.Join("out", "v2-val-short"), runDir(o))
 	o.descriptorBuckets, o.worldDesc = 256, 0.5
 	require.Equal(t, filepath.Join("out", "v2-val-short-d256-w0.5"), runDir(o))
@@ -241,7 +242,7 @@ func TestLeversHaveTheirOwnRunDirectory(t *testing.T) {
 	o.histProposalBuckets = 64
 	require.Equal(t, filepath.Join("out", "v2-val-short-d0-w0.5-h64-tune-p0.25"), runDir(o))
 	require.Contains(t, command(o), "-world-descriptors 0.5 -history-proposal-buckets 64 -world-tune")
-	_, err := parseFlags([]string{"-history-proposal-buckets", "-3"}, &bytes.Buffer{})
+	_, err = parseFlags([]string{"-history-proposal-buckets", "-3"}, &bytes.Buffer{})
 	require.ErrorContains(t, err, "-history-proposal-buckets -3")
 }
 
@@ -390,7 +391,7 @@ func TestTrainerLevers(t *testing.T) {
 func TestCommandReproducesTheFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-profile", "short", "-seeds", "2", "-probe", "2", "-methods", "base,lm2lm"}, &bytes.Buffer{})
 	require.NoError(t, err)
-	require.Equal(t, "go run ./examples/compare -profile short -suite v2 -seeds 2 -probe 2 -methods base,lm2lm", command(o))
+	require.Equal(t, "go run ./examples/compare -profile short -suite v2 -seeds 2 -methods base,lm2lm -probe 2", command(o))
 	require.Equal(t, "compare-seeds1-2-base+lm2lm", prefix(o))
 	o, err = parseFlags([]string{"-first-seed", "3", "-policy-lr", "0.05"}, &bytes.Buffer{})
 	require.NoError(t, err)
@@ -595,4 +596,31 @@ func TestCalibrationPerTaskFlag(t *testing.T) {
 	o, err = parseFlags(nil, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Zero(t, trainerConfig(o, methods["lm2lm"], 1).PerTask)
+}
+
+// The policy's learning rate, its description features, the test
+// histories and the probe change what a result file holds: off their
+// defaults each names its own run directory (a run with -policy-lr 0.01
+// never reads back the results of 0.02) and is reproduced by the command
+// line; at their defaults the directory is unchanged.
+func TestTrainingAndEvaluationSettingsHaveTheirOwnRunDirectory(t *testing.T) {
+	o, err := parseFlags([]string{"-suite", "v2-val", "-policy-lr", "0.02", "-description-buckets", "64", "-history", "8", "-probe", "4"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join("out/compare", "v2-val-default"), runDir(o))
+	for _, c := range []struct {
+		args     []string
+		dir, arg string
+	}{
+		{[]string{"-policy-lr", "0.01"}, "v2-val-default-lr0.01", " -policy-lr 0.01"},
+		{[]string{"-policy-lr", "0"}, "v2-val-default-lr0", " -policy-lr 0"},
+		{[]string{"-description-buckets", "0"}, "v2-val-default-desc0", " -description-buckets 0"},
+		{[]string{"-history", "0"}, "v2-val-default-hist0", " -history 0"},
+		{[]string{"-probe", "0"}, "v2-val-default-probe0", " -probe 0"},
+	} {
+		o, err := parseFlags(append([]string{"-suite", "v2-val"}, c.args...), &bytes.Buffer{})
+		require.NoError(t, err)
+		require.Equal(t, filepath.Join("out/compare", c.dir), runDir(o), c.args)
+		require.Contains(t, command(o), c.arg, c.args)
+		require.Equal(t, 1, strings.Count(command(o), c.arg), c.args)
+	}
 }

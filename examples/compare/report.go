@@ -104,8 +104,7 @@ func command(o options) string {
 	for _, f := range []struct {
 		name       string
 		value, def any
-	}{{"first-seed", o.firstSeed, uint64(1)}, {"probe", o.probe, 4}, {"history", o.history, 8}, {"resamples", o.resamples, 2000},
-		{"policy-lr", o.policyLR, 0.02}, {"description-buckets", o.descBuckets, 64}} {
+	}{{"first-seed", o.firstSeed, uint64(1)}, {"resamples", o.resamples, 2000}} {
 		if f.value != f.def {
 			c += fmt.Sprintf(" -%s %v", f.name, f.value)
 		}
