@@ -91,3 +91,68 @@ func TestHeldOutTaskEvidence(t *testing.T) {
 		}
 	}
 }
+
+// pinning is a world model that is an rwm.Pinner: it counts its Pin calls
+// by the task missing from the pinned evidence, and the models it returns
+// predict as seen's world, tagged with that task.
+type pinning struct {
+	seen
+	mu     sync.Mutex
+	pins   map[string]int    // Pin calls by the task whose records are absent
+	judged map[string]string // query task → task of the pinned model that judged it
+}
+
+func (p *pinning) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error) {
+	panic("under HeldOutTask a Pinner's own Predict is never called")
+}
+
+func (p *pinning) Pin(_ context.Context, ev records.Evidence) (rwm.WorldModel, error) {
+	absent := map[string]bool{"t0": true, "t1": true, "t2": true}
+	for _, r := range ev.Records() {
+		delete(absent, r.Task.ID)
+	}
+	missing := ""
+	for id := range absent {
+		if ev.Len() == 5-map[string]int{"t0": 3, "t1": 2, "t2": 0}[id] {
+			missing = id
+		}
+	}
+	p.mu.Lock()
+	p.pins[missing]++
+	p.mu.Unlock()
+	inner := p.world()
+	return rwm.Func(func(ctx context.Context, q rwm.Query) (rwm.Prediction, error) {
+		p.mu.Lock()
+		if prev, ok := p.judged[q.Task.ID]; ok && prev != missing {
+			p.mu.Unlock()
+			panic("a task's states judged by models pinned for different tasks")
+		}
+		p.judged[q.Task.ID] = missing
+		p.mu.Unlock()
+		return inner(ctx, q)
+	}), nil
+}
+
+// With HeldOutTask and a world model that is an rwm.Pinner, each task's
+// states are judged by the model pinned on M without that task, pinned once
+// per task while M does not change, on that task's state evidences (its
+// history's real records added).
+func TestHeldOutTaskPinsOncePerTask(t *testing.T) {
+	cfg := smallConfig()
+	cfg.Steps, cfg.Calibration, cfg.HeldOutTask = 16, lm2lm.Static, true
+	w := &pinning{pins: map[string]int{}, judged: map[string]string{}}
+	pol, err := proposer.NewPolicy(catalogue(), proposer.DefaultPolicyConfig(), nil)
+	require.NoError(t, err)
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: w, Tasks: tasks(), Evidence: heldOutEvidence(t)})
+	require.NoError(t, err)
+	_, err = tr.Run(context.Background(), nil)
+	require.NoError(t, err)
+	require.NotEmpty(t, w.task)
+	require.Equal(t, map[string]int{"t0": 1, "t1": 1, "t2": 1}, w.pins, "one pin per task over every rollout of a static M")
+	require.Equal(t, map[string]string{"t0": "t0", "t1": "t1", "t2": "t2"}, w.judged)
+	ownInM := map[string]int{"t0": 3, "t1": 2, "t2": 0}
+	for k, id := range w.task {
+		require.Equal(t, 5-ownInM[id], w.other[k], id)
+		require.LessOrEqual(t, w.own[k], ownInM[id], id)
+	}
+}

@@ -121,9 +121,11 @@ type Config struct {
 	// that is known of it, so the policy is rewarded for what transfers
 	// across tasks and for what the history shows. Calibration picks and
 	// its monitors use the same predictions. Beyond METHOD.md (its W reads
-	// M whole); default false. Each state then has evidence of its own, so
-	// a world model that re-tunes per evidence (rwm.Tuned) re-tunes per
-	// state.
+	// M whole); default false. Each state then has evidence of its own; a
+	// world model that re-tunes per evidence and implements rwm.Pinner
+	// (rwm.Tuned) is pinned once per task and M on M without the task, and
+	// that task's states are predicted with the pinned configuration
+	// instead of a tuning per state.
 	HeldOutTask bool
 	// Trigger, when set, replaces the fixed timing of Schedule by the
 	// adaptive calibration trigger at the same budgets (beyond the paper,
@@ -299,6 +301,8 @@ type Trainer struct {
 	// last is the last calibration's step and predicted and real rewards,
 	// what the trigger reads (Config.Trigger); step −1 before any.
 	last lastCalibration
+	// held is what HeldOutTask derives from the current M.
+	held heldOut
 
 	mu     sync.Mutex // guards cost and runs, summed by concurrent real runs
 	cost   records.Cost
@@ -558,17 +562,17 @@ func (t *Trainer) rollout(ctx context.Context) (*rolloutData, error) {
 func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(t.cfg.Parallel)
-	evidence, err := t.stateEvidence(ro)
+	judge, err := t.stateJudges(ctx, ro)
 	if err != nil {
 		return err
 	}
 	for _, j := range ro.predictionJobs() {
 		g := ro.groups[j.g]
 		s := &g.samples[j.i]
-		m := evidence(j.g)
+		world, m := judge(j.g)
 		eg.Go(func() error {
 			q := rwm.Query{Task: g.state.Task, Proposal: s.Proposal, Evidence: m}
-			p, err := t.c.World.Predict(ectx, q)
+			p, err := world.Predict(ectx, q)
 			if err := acceptPrediction(s, p, err); err != nil {
 				return fmt.Errorf("lm2lm: step %d: predict %s: %w", t.step+1, onTask(q.Proposal, q.Task), err)
 			}
@@ -582,29 +586,33 @@ func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
 	return nil
 }
 
-// stateEvidence returns the evidence of each group's predictions: M, or
-// under HeldOutTask, M without the records of the group's task plus the
-// real records of its state's history.
-func (t *Trainer) stateEvidence(ro *rolloutData) (func(g int) records.Evidence, error) {
+// heldOut is what HeldOutTask derives from one M: M without each task's
+// records and, for a world model that is an rwm.Pinner, the model pinned
+// on it, by task ID. It is rebuilt when M changes (at calibration points).
+type heldOut struct {
+	m     string // M's fingerprint
+	rest  map[string]records.Evidence
+	world map[string]rwm.WorldModel
+}
+
+// stateJudges returns the world model and the evidence of each group's
+// predictions: the trainer's world model and M, or under HeldOutTask, M
+// without the records of the group's task plus the real records of its
+// state's history, judged by the world model pinned on M without the task
+// when the world model is an rwm.Pinner (one tuning per task and M, not one
+// per state).
+func (t *Trainer) stateJudges(ctx context.Context, ro *rolloutData) (func(g int) (rwm.WorldModel, records.Evidence), error) {
 	if !t.cfg.HeldOutTask {
-		return func(int) records.Evidence { return t.m }, nil
+		return func(int) (rwm.WorldModel, records.Evidence) { return t.c.World, t.m }, nil
+	}
+	if fp := t.m.Fingerprint(); t.held.m != fp {
+		t.held = heldOut{m: fp, rest: map[string]records.Evidence{}, world: map[string]rwm.WorldModel{}}
 	}
 	byGroup := make([]records.Evidence, len(ro.groups))
-	others := map[string]records.Evidence{} // M without one task, by task ID
+	worlds := make([]rwm.WorldModel, len(ro.groups))
 	for gi, g := range ro.groups {
 		id := g.state.Task.ID
-		rest, ok := others[id]
-		var err error
-		if !ok {
-			var rs []records.Record
-			for i := 0; i < t.m.Len(); i++ {
-				if r := t.m.At(i); r.Task.ID != id {
-					rs = append(rs, r)
-				}
-			}
-			rest, err = records.NewEvidence(rs...)
-			others[id] = rest
-		}
+		rest, world, err := t.withoutTask(ctx, id)
 		var hist []records.Record
 		for _, h := range g.state.History {
 			if h.Source == records.Real {
@@ -617,8 +625,36 @@ func (t *Trainer) stateEvidence(ro *rolloutData) (func(g int) records.Evidence, 
 		if err != nil {
 			return nil, fmt.Errorf("lm2lm: step %d: evidence of a state of %q: %w", t.step+1, records.Excerpt(id), err)
 		}
+		worlds[gi] = world
 	}
-	return func(g int) records.Evidence { return byGroup[g] }, nil
+	return func(g int) (rwm.WorldModel, records.Evidence) { return worlds[g], byGroup[g] }, nil
+}
+
+// withoutTask returns M without the records of task id, and the world
+// model that judges that task's states under HeldOutTask (pinned on it for
+// an rwm.Pinner), building both once per M.
+func (t *Trainer) withoutTask(ctx context.Context, id string) (records.Evidence, rwm.WorldModel, error) {
+	if rest, ok := t.held.rest[id]; ok {
+		return rest, t.held.world[id], nil
+	}
+	var rs []records.Record
+	for i := 0; i < t.m.Len(); i++ {
+		if r := t.m.At(i); r.Task.ID != id {
+			rs = append(rs, r)
+		}
+	}
+	rest, err := records.NewEvidence(rs...)
+	if err != nil {
+		return rest, nil, err
+	}
+	world := t.c.World
+	if p, ok := world.(rwm.Pinner); ok {
+		if world, err = p.Pin(ctx, rest); err != nil {
+			return rest, nil, fmt.Errorf("pin the world model on M without the task: %w", err)
+		}
+	}
+	t.held.rest[id], t.held.world[id] = rest, world
+	return rest, world, nil
 }
 
 // prepare keeps the informative groups, lets the correction run its anchor

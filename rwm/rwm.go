@@ -95,3 +95,14 @@ type WorldModel interface {
 type Identifier interface {
 	ID() string
 }
+
+// Pinner is an optional interface: a world model whose configuration
+// follows its evidence (Tuned re-tunes its hyperparameters on each
+// evidence) and can fix the configuration it picks on one evidence. Pin
+// returns the model with ev's configuration, fixed: it predicts queries
+// whose evidence is ev extended by a few records (a state's history on
+// top of M without its task) without choosing again on each. It may be
+// called concurrently; the result is safe for concurrent use.
+type Pinner interface {
+	Pin(ctx context.Context, ev records.Evidence) (WorldModel, error)
+}

@@ -58,6 +58,7 @@ type tunedModel struct {
 var (
 	_ WorldModel = (*Tuned)(nil)
 	_ Identifier = (*Tuned)(nil)
+	_ Pinner     = (*Tuned)(nil)
 )
 
 // NewTuned returns the self-tuning embedded model that searches grid
@@ -151,6 +152,24 @@ func (t *Tuned) Config(ctx context.Context, ev records.Evidence) (EmbeddedConfig
 		return t.base, 0, err
 	}
 	return e.model.Config(), e.logML, nil
+}
+
+// Pin returns the embedded model of the configuration Tune picks on ev,
+// tuning if ev is new (the tuned model Predict uses for queries with that
+// evidence, so it shares its factorisations). A query whose evidence
+// differs from ev is predicted with ev's hyperparameters, not re-tuned:
+// lm2lm.Config.HeldOutTask pins the model on M without a task and
+// predicts that task's states, whose evidences add their histories' real
+// records, at one tuning per task instead of one per state.
+func (t *Tuned) Pin(ctx context.Context, ev records.Evidence) (WorldModel, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("rwm: tuned: %w", err)
+	}
+	e, err := t.tuned(ctx, ev)
+	if err != nil {
+		return nil, err
+	}
+	return e.model, nil
 }
 
 // tuned returns ev's tuned model, tuning it or waiting for the tuning in

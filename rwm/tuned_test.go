@@ -206,3 +206,42 @@ func TestNewTunedPanicsOnBadConfig(t *testing.T) {
 	require.PanicsWithValue(t, fmt.Sprintf("rwm: tuned: grid configuration 1: %v", bad.Validate()),
 		func() { rwm.NewTuned(base, []rwm.EmbeddedConfig{base, bad}) })
 }
+
+// Pin fixes the configuration tuned on one evidence: its model predicts
+// that evidence as Tuned does, and an evidence extended by a record with
+// the pinned hyperparameters, without tuning again (lm2lm.Config.
+// HeldOutTask's one tuning per task).
+func TestTunedPin(t *testing.T) {
+	ctx := context.Background()
+	base := rwm.DefaultEmbeddedConfig()
+	m := rwm.NewTuned(base, nil)
+	flat := evidence(t, flatRecords()...)
+	pinned, err := m.Pin(ctx, flat)
+	require.NoError(t, err)
+	require.Equal(t, rwm.TunedStats{Tunings: 1, Len: 1}, m.Stats())
+	cfg, _, err := m.Config(ctx, flat)
+	require.NoError(t, err)
+	require.Equal(t, 0.6, cfg.CorrAny, "the flat records' tuning is not the base")
+	newTask := task("new", "f9", records.BitsPerByte)
+	q := rwm.Query{Task: newTask, Proposal: prop("m5"), Evidence: flat}
+	require.Equal(t, predict(t, m, q), predict(t, pinned, q))
+	// Extended by a record of the new task: the pinned configuration, not
+	// a new tuning.
+	q.Evidence, err = flat.Add(real(newTask, prop("m1"), 3, 99))
+	require.NoError(t, err)
+	got := predict(t, pinned, q)
+	require.Equal(t, predict(t, rwm.NewEmbedded(cfg), q), got)
+	require.Equal(t, int64(1), m.Stats().Tunings, "Pin's model never tunes")
+	// Tuned itself tunes the extended evidence.
+	predict(t, m, q)
+	require.Equal(t, int64(2), m.Stats().Tunings)
+	// A second Pin of the same evidence is a hit; an ended ctx is refused.
+	again, err := m.Pin(ctx, flat)
+	require.NoError(t, err)
+	require.Equal(t, got, predict(t, again, q))
+	require.Equal(t, int64(2), m.Stats().Tunings)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = m.Pin(cctx, rwmtest.Evidence(40))
+	require.ErrorIs(t, err, context.Canceled)
+}

@@ -144,7 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.schedule, "calibration-schedule", "", "calibration points and budgets as step:budget,… (e.g. 16:31,40:38,64:31; steps multiples of 8 below the profile's steps); replaces the profile's schedule for every method, the M'₀ baselines' extra records included (\"\" = the profile's)")
 	fs.BoolVar(&o.rerankHistory, "rerank-history", false, "the rerank methods (rerank, lm2lm-rerank) add the real records of each test state's history to the world model's evidence for that state (baseline.RerankConfig.History; off = the method's evidence alone)")
 	fs.IntVar(&o.perTask, "calibration-per-task", 0, "most calibration runs of one training task per calibration point, for the calibrating methods (lm2lm.Config.PerTask: top-rated picks spread over tasks; 0 = no limit, the paper's plain top-B)")
-	fs.BoolVar(&o.heldOutTask, "held-out-task", false, "the trained methods predict each training state's rewards with M minus its own task's records plus its history's real records, as for an unseen task (lm2lm.Config.HeldOutTask; with -world-tune the world model re-tunes per state, which is slow)")
+	fs.BoolVar(&o.heldOutTask, "held-out-task", false, "the trained methods predict each training state's rewards with M minus its own task's records plus its history's real records, as for an unseen task (lm2lm.Config.HeldOutTask; with -world-tune the world model is tuned once per task and calibration point on M without the task, rwm.Tuned.Pin)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
