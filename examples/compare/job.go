@@ -10,6 +10,7 @@ import (
 
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/baseline"
+	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/progress"
@@ -220,6 +221,9 @@ func newWorld(o options, l *lab.Lab) rwm.WorldModel {
 func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) (rwm.WorldModel, records.Evidence, error) {
 	prof, _ := o.prof() // validated
 	world := newWorld(o, e.lab)
+	if m.realGains {
+		world = realGains{b: e.lab, ex: cnt}
+	}
 	cfg := trainerConfig(o, m, seed)
 	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: e.lab,
 		Executor: cnt, Tasks: e.train, Evidence: m0})
@@ -334,4 +338,26 @@ func supervise(ctx context.Context, kind string, steps int, pol *proposer.Policy
 		res.Steps = append(res.Steps, StepResult{Step: i + 1, Loss: st.Loss, Entropy: st.Entropy})
 	}
 	return nil
+}
+
+// realGains is the real-gains diagnostic's world model: each prediction is
+// the proposal's real run on the task (lm2lm.RunReal through the job's
+// counter, so every run is paid for and counted in the method's budget, and
+// a (task, proposal) already run is read back), its gain exact up to seed
+// noise, an infeasible run invalid. A policy trained on it shows what the
+// trainer and the policy reach when the world model is the lab itself.
+type realGains struct {
+	b  builder.Builder
+	ex builder.Executor
+}
+
+func (w realGains) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error) {
+	rec, _, err := lm2lm.RunReal(ctx, w.b, w.ex, q.Task, q.Proposal)
+	if err != nil {
+		return rwm.Prediction{}, fmt.Errorf("real gains: %w", err)
+	}
+	if rec.Infeasible != "" {
+		return rwm.Prediction{Reason: "infeasible run: " + records.Excerpt(rec.Infeasible)}, nil
+	}
+	return rwm.Prediction{Gain: rec.Gain, Valid: true, Reason: "real run"}, nil
 }

@@ -116,7 +116,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, about)
 		fs.PrintDefaults()
 	}
-	methods := fs.String("methods", strings.Join(methodNames(), ","), "comma-separated methods: "+strings.Join(methodNames(), ", "))
+	methods := fs.String("methods", strings.Join(defaultMethods(), ","), "comma-separated methods: "+strings.Join(methodNames(), ", ")+
+		" (real-gains, a diagnostic of the policy's ceiling that trains on real gains instead of the world model's, runs only when named)")
 	fs.IntVar(&o.seeds, "seeds", 5, "number of seeds per method (seeds first-seed … first-seed+N−1)")
 	fs.Uint64Var(&o.firstSeed, "first-seed", 1, "first seed")
 	fs.StringVar(&o.profile, "profile", "default", "size of each run: "+strings.Join(profileNames(), " | "))

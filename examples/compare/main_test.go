@@ -55,7 +55,7 @@ func TestFlagsValidatedTogether(t *testing.T) {
 	}
 	o, err := parseFlags(nil, &bytes.Buffer{})
 	require.NoError(t, err)
-	require.Equal(t, methodNames(), o.methods)
+	require.Equal(t, defaultMethods(), o.methods)
 	require.Equal(t, 5, o.seeds)
 }
 
@@ -623,4 +623,43 @@ func TestTrainingAndEvaluationSettingsHaveTheirOwnRunDirectory(t *testing.T) {
 		require.Contains(t, command(o), c.arg, c.args)
 		require.Equal(t, 1, strings.Count(command(o), c.arg), c.args)
 	}
+}
+
+// The real-gains diagnostic's world model predicts a proposal's real gain
+// exactly: the record lm2lm.RunReal returns, paid for once through the
+// job's counter and read back afterwards; an infeasible run is an invalid
+// prediction. It is never among the default methods.
+func TestRealGainsPredictsTheRealRun(t *testing.T) {
+	ctx := context.Background()
+	o, err := parseFlags([]string{"-profile", "tiny", "-suite", "v1", "-parallel", "1", "-methods", "real-gains"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	o.specs = tinyTasks()
+	e, err := newEnv(ctx, &bytes.Buffer{}, o, filepath.Join(t.TempDir(), "records.jsonl"))
+	require.NoError(t, err)
+	defer e.store.Close()
+	cnt := &counter{next: e.pool}
+	w := realGains{b: e.lab, ex: cnt}
+	task, p := e.train[0], records.Proposal{Mechanism: "lr-scale", Params: map[string]string{"factor": "2"}}
+	got, err := w.Predict(ctx, rwm.Query{Task: task, Proposal: p})
+	require.NoError(t, err)
+	require.Equal(t, Runs{Fresh: 1}, Runs{Fresh: cnt.take().Fresh})
+	rec, ran, err := lm2lm.RunReal(ctx, e.lab, cnt, task, p)
+	require.NoError(t, err)
+	require.False(t, ran, "the same (task, proposal) is read back, not paid again")
+	require.True(t, got.Valid)
+	require.Equal(t, rec.Gain, got.Gain)
+	require.NotZero(t, got.Gain)
+	again, err := w.Predict(ctx, rwm.Query{Task: task, Proposal: p})
+	require.NoError(t, err)
+	require.Equal(t, got, again)
+	require.Zero(t, cnt.take().Fresh)
+	// An out-of-range width cannot be built: invalid, with the reason.
+	bad := records.Proposal{Mechanism: "width", Params: map[string]string{"factor": "1024"}}
+	inf, err := w.Predict(ctx, rwm.Query{Task: task, Proposal: bad})
+	require.NoError(t, err)
+	require.False(t, inf.Valid)
+	require.Contains(t, inf.Reason, "infeasible")
+	require.Contains(t, o.methods, "real-gains")
+	require.NotContains(t, defaultMethods(), "real-gains")
+	require.Contains(t, command(o), " -methods real-gains")
 }

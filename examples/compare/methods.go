@@ -31,6 +31,11 @@ type method struct {
 	// only, so it pays no real run beyond LM2LM's).
 	rerank   bool
 	baseline bool // a baseline the trained methods are compared against
+	// realGains: the trainer's rewards are real gains (realGains, a world
+	// model that trains every proposal it is asked about for real): a
+	// diagnostic of the policy's ceiling, never a method or a result. It
+	// runs only when -methods names it.
+	realGains bool
 }
 
 var methods = map[string]method{
@@ -49,6 +54,13 @@ var methods = map[string]method{
 	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 9, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
 	"static-wmrl":   {label: "WMRL (static + anchors)", order: 10, kind: "rl", calibration: lm2lm.Static, wmrl: true},
 	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 11, kind: "rl", calibration: lm2lm.TopRated, rerank: true},
+	"real-gains":    {label: "trained on real gains (diagnostic)", order: 12, kind: "rl", calibration: lm2lm.Static, realGains: true},
+}
+
+// defaultMethods lists the methods -methods runs by default, in row
+// order: every method but the real-gains diagnostic.
+func defaultMethods() []string {
+	return slices.DeleteFunc(methodNames(), func(n string) bool { return methods[n].realGains })
 }
 
 // methodNames lists the methods in row order.

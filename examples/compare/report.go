@@ -109,7 +109,7 @@ func command(o options) string {
 			c += fmt.Sprintf(" -%s %v", f.name, f.value)
 		}
 	}
-	if !slices.Equal(o.methods, methodNames()) {
+	if !slices.Equal(o.methods, defaultMethods()) {
 		c += " -methods " + strings.Join(o.methods, ",")
 	}
 	if o.descriptorBuckets != 0 {
@@ -139,7 +139,7 @@ func command(o options) string {
 // the robust scale (so its files never replace the raw ones).
 func prefix(o options) string {
 	p := fmt.Sprintf("compare-seeds%d-%d", o.firstSeed, o.firstSeed+uint64(o.seeds)-1)
-	if !slices.Equal(o.methods, methodNames()) {
+	if !slices.Equal(o.methods, defaultMethods()) {
 		p += "-" + strings.Join(o.methods, "+")
 	}
 	if o.scale == "robust" {
