@@ -3,9 +3,12 @@ package proposer
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/lm2lm/lm2lm/dapo"
+	"github.com/lm2lm/lm2lm/records"
 )
 
 // Sentinel errors of the package.
@@ -148,6 +151,21 @@ type PolicyConfig struct {
 	// all four states on 7 seeds of 8, σ = 0.1 on 1, the log-linear policy
 	// on none. At most 10; ignored when Hidden = 0.
 	HiddenInitStd float64 `json:"hidden_init_std,omitempty"`
+	// DescriptorInputs are real-valued inputs of the hidden layer, one per
+	// named task descriptor (records.Task.Descriptors): the input of d is
+	// x_d = clamp((asinh(v) − d.Center) / d.Scale, −3, 3) for the task's
+	// value v, 0 when the task lacks the name or v is not finite, and the
+	// hidden pre-activations gain Σ_d Ud[d, ·]·x_d. Unlike the binned
+	// DescriptorBuckets, which give each quarter-octave bin its own
+	// weights, these are smooth in the value: what the policy learns on
+	// the training tasks' recipes reaches an unseen task's recipe between
+	// or beside them. Ud starts at N(0, HiddenInitStd²), drawn from
+	// NewPolicy's rng after U. Needs Hidden > 0; names distinct and
+	// non-empty, Center finite, Scale finite and > 0; at most 1,024.
+	// Default nil = none (library choice: the host knows its descriptors
+	// and their spread; the lab's drivers standardise each over the
+	// training tasks).
+	DescriptorInputs []DescriptorInput `json:"descriptor_inputs,omitempty"`
 	// InitStd is the standard deviation of the initial weights; default 0,
 	// which starts from the uniform policy and needs no rng. Library
 	// choice: uniform is the least informed start and is exactly
@@ -159,6 +177,80 @@ type PolicyConfig struct {
 	// dapo.DefaultLossConfig() (METHOD.md §1 Policy optimisation:
 	// ε_low 0.2, ε_high 0.28, token-level).
 	Loss dapo.LossConfig `json:"loss"`
+}
+
+// DescriptorInput is one real-valued hidden-layer input of
+// PolicyConfig.DescriptorInputs: the descriptor Name, standardised as
+// (asinh(v) − Center) / Scale.
+type DescriptorInput struct {
+	Name   string  `json:"name"`
+	Center float64 `json:"center"`
+	Scale  float64 `json:"scale"`
+}
+
+// StandardisedInputs returns a DescriptorInput for every descriptor name
+// of tasks whose asinh value varies across them, in name order, centred at
+// the mean of asinh(v) over the tasks that have it and scaled by its
+// standard deviation there (non-finite values are skipped): the
+// standardisation PolicyConfig.DescriptorInputs expects, computed on the
+// training tasks. A name constant across its tasks says nothing about
+// them and gets no input.
+func StandardisedInputs(tasks []records.Task) []DescriptorInput {
+	vals := map[string][]float64{}
+	for _, t := range tasks {
+		for n, v := range t.Descriptors {
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				vals[n] = append(vals[n], math.Asinh(v))
+			}
+		}
+	}
+	var out []DescriptorInput
+	for _, n := range slices.Sorted(maps.Keys(vals)) {
+		xs := vals[n]
+		var mean float64
+		for _, x := range xs {
+			mean += x
+		}
+		mean /= float64(len(xs))
+		var ss float64
+		for _, x := range xs {
+			ss += (x - mean) * (x - mean)
+		}
+		if sd := math.Sqrt(ss / float64(len(xs))); sd > 1e-9 {
+			out = append(out, DescriptorInput{Name: n, Center: mean, Scale: sd})
+		}
+	}
+	return out
+}
+
+// maxDescriptorInputs bounds PolicyConfig.DescriptorInputs, so that a
+// checkpoint cannot ask for an absurd allocation.
+const maxDescriptorInputs = 1024
+
+// descriptorInputClamp bounds each standardised descriptor input.
+const descriptorInputClamp = 3
+
+// validateInputs reports the first invalid descriptor input.
+func (c PolicyConfig) validateInputs() error {
+	if len(c.DescriptorInputs) == 0 {
+		return nil
+	}
+	if c.Hidden == 0 || len(c.DescriptorInputs) > maxDescriptorInputs {
+		return fmt.Errorf("%w: %d DescriptorInputs, want at most %d and Hidden > 0", ErrConfig, len(c.DescriptorInputs), maxDescriptorInputs)
+	}
+	seen := make(map[string]bool, len(c.DescriptorInputs))
+	for i, d := range c.DescriptorInputs {
+		switch {
+		case d.Name == "" || seen[d.Name]:
+			return fmt.Errorf("%w: DescriptorInputs[%d]: name %q empty or repeated", ErrConfig, i, d.Name)
+		case math.IsNaN(d.Center) || math.IsInf(d.Center, 0):
+			return fmt.Errorf("%w: DescriptorInputs[%d] (%s): Center = %g, want finite", ErrConfig, i, d.Name, d.Center)
+		case !(d.Scale > 0) || math.IsInf(d.Scale, 0):
+			return fmt.Errorf("%w: DescriptorInputs[%d] (%s): Scale = %g, want finite and > 0", ErrConfig, i, d.Name, d.Scale)
+		}
+		seen[d.Name] = true
+	}
+	return nil
 }
 
 // DefaultPolicyConfig returns the documented defaults.
@@ -211,6 +303,9 @@ func (c PolicyConfig) Validate() error {
 		return fmt.Errorf("%w: HiddenInitStd = %g, want in [0, %g]", ErrConfig, c.HiddenInitStd, float64(maxHiddenInitStd))
 	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):
 		return fmt.Errorf("%w: InitStd = %g, want finite and ≥ 0", ErrConfig, c.InitStd)
+	}
+	if err := c.validateInputs(); err != nil {
+		return err
 	}
 	if err := c.Loss.Validate(); err != nil {
 		return fmt.Errorf("%w: Loss: %w", ErrConfig, err)

@@ -91,7 +91,7 @@ func TestHiddenLogProbGradientMatchesFiniteDifferences(t *testing.T) {
 				}
 				checked++
 				state := p.lay.stateFeatures(s, cfg.FamilyBuckets)
-				f, grad, ps := weightedLogProb(p, state, toks, temp, rng)
+				f, grad, ps := weightedLogProb(p, state, nil, toks, temp, rng)
 				t.Logf("trial %d: tokens %v, %d state features", trial, smp[0].Tokens, len(state))
 				checkHiddenGradient(t, p, f, grad, state, ps.heads, rng)
 				checkGradient(t, p, f, grad, rng) // the linear part stays right

@@ -70,3 +70,24 @@ func TestLearnsBanditWithHidden(t *testing.T) {
 	require.Greater(t, r1, r0+0.5*(bestR-r0))
 	require.Greater(t, p1, 0.5)
 }
+
+func TestMarshalRoundTripDescriptorInputs(t *testing.T) {
+	// A checkpoint carries the descriptor inputs (names and
+	// standardisation) and their weights: the restored policy samples,
+	// scores and updates bit for bit like the original; a checkpoint whose
+	// inputs do not fit its vectors is refused.
+	in := []proposer.DescriptorInput{{Name: "log10_lr", Center: -2.5, Scale: 0.4}, {Name: "width", Center: 5, Scale: 1}}
+	p, q, data, rng := trainedRoundTrip(t, func(c *proposer.PolicyConfig) { c.Hidden, c.DescriptorInputs = 6, in }, 5)
+	require.Contains(t, string(data), `"descriptor_inputs":[{"name":"log10_lr","center":-2.5,"scale":0.4}`)
+	require.Equal(t, in, q.Config().DescriptorInputs)
+	requireSamePolicies(t, p, q, lab.Catalogue(), 10, rng)
+	s := randomLabState(rng, lab.Catalogue())
+	bare := p.CardProbs(s)
+	s.Task.Descriptors = map[string]float64{"log10_lr": -1.5, "width": 256}
+	require.Equal(t, p.CardProbs(s), q.CardProbs(s))
+	require.NotEqual(t, bare, p.CardProbs(s), "the inputs reach the card head")
+	requireSameAfterUpdate(t, p, q, data)
+	var r proposer.Policy
+	err := r.UnmarshalBinary(bytes.Replace(data, []byte(`{"name":"log10_lr","center":-2.5,"scale":0.4},`), nil, 1))
+	require.ErrorIs(t, err, proposer.ErrCheckpoint)
+}

@@ -42,6 +42,9 @@ import (
 //     and the history's exact proposals with their outcomes
 //     (PolicyConfig.HistoryProposalBuckets)
 //     (METHOD.md §1 Vocabulary: research state s = (e, h));
+//   - with a hidden layer, the task's descriptors also as real-valued
+//     inputs of the hidden layer, standardised and clamped
+//     (PolicyConfig.DescriptorInputs);
 //   - previous tokens: for a parameter token, the choices already made for
 //     the card's earlier parameters.
 //
@@ -134,6 +137,8 @@ type layout struct {
 	hidden    int // hidden units H (0 = none)
 	uOff      int // U[f, i] = theta[uOff + f*H + i], f < dState; len(theta) when H = 0
 	cOff      int // c_i = theta[cOff + i]
+	inputs    []DescriptorInput
+	udOff     int // Ud[d, i] = theta[udOff + d*H + i], d < len(inputs): after every V
 }
 
 // defaultHiddenInitStd is the standard deviation of the initial hidden
@@ -185,6 +190,9 @@ func NewPolicy(catalogue []records.Card, cfg PolicyConfig, rng *rand.Rand) (*Pol
 			std = defaultHiddenInitStd
 		}
 		for i := lay.uOff; i < lay.cOff; i++ {
+			p.theta[i] = std * rng.NormFloat64()
+		}
+		for i := lay.udOff; i < lay.nParams; i++ {
 			p.theta[i] = std * rng.NormFloat64()
 		}
 	}
@@ -286,6 +294,8 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 			lay.heads[i].v = n
 			n += lay.heads[i].nOut * cfg.Hidden
 		}
+		lay.inputs, lay.udOff = append([]DescriptorInput(nil), cfg.DescriptorInputs...), n
+		n += len(cfg.DescriptorInputs) * cfg.Hidden
 	} else {
 		lay.cOff = n
 	}
@@ -475,9 +485,27 @@ func (l *layout) tokenFeatures(dst, state []int, card int, toks []int, t int) (h
 	return l.heads[ps[t-1].head], dst
 }
 
-// hiddenAct returns the hidden activations h = tanh(U · x_state + c) of
-// the active state features, or nil without a hidden layer.
-func (p *Policy) hiddenAct(state []int) []float64 {
+// descriptorInputs returns the standardised descriptor inputs x_d of a
+// task (PolicyConfig.DescriptorInputs), nil when there are none.
+func (l *layout) descriptorInputs(t records.Task) []float64 {
+	if len(l.inputs) == 0 {
+		return nil
+	}
+	x := make([]float64, len(l.inputs))
+	for i, d := range l.inputs {
+		v, ok := t.Descriptors[d.Name]
+		if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		x[i] = max(-descriptorInputClamp, min(descriptorInputClamp, (math.Asinh(v)-d.Center)/d.Scale))
+	}
+	return x
+}
+
+// hiddenAct returns the hidden activations h = tanh(U · x_state + Ud · xd
+// + c) of the active state features and the descriptor inputs xd, or nil
+// without a hidden layer.
+func (p *Policy) hiddenAct(state []int, xd []float64) []float64 {
 	nh := p.lay.hidden
 	if nh == 0 {
 		return nil
@@ -487,6 +515,15 @@ func (p *Policy) hiddenAct(state []int) []float64 {
 		row := p.theta[p.lay.uOff+f*nh : p.lay.uOff+(f+1)*nh]
 		for i, u := range row {
 			a[i] += u
+		}
+	}
+	for d, x := range xd {
+		if x == 0 {
+			continue
+		}
+		row := p.theta[p.lay.udOff+d*nh : p.lay.udOff+(d+1)*nh]
+		for i, u := range row {
+			a[i] += u * x
 		}
 	}
 	for i := range a {
@@ -592,7 +629,7 @@ func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.
 	}
 	temp := p.cfg.Temperature
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	hid := p.hiddenAct(state)
+	hid := p.hiddenAct(state, p.lay.descriptorInputs(s.Task))
 	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, hid, temp))
 	var buf []float64
 	var x []int
@@ -719,7 +756,7 @@ func (p *Policy) Score(ctx context.Context, s records.State, smp Sample) ([]floa
 		return nil, fmt.Errorf("proposer: score: %w", err)
 	}
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	hid := p.hiddenAct(state)
+	hid := p.hiddenAct(state, p.lay.descriptorInputs(s.Task))
 	lp := make([]float64, len(toks))
 	var buf []float64
 	var x []int
@@ -744,7 +781,7 @@ func (p *Policy) CardProbs(s records.State) []float64 {
 		return nil
 	}
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	lp := logSoftmax(p.logits(nil, p.lay.heads[0], state, p.hiddenAct(state), p.cfg.Temperature))
+	lp := logSoftmax(p.logits(nil, p.lay.heads[0], state, p.hiddenAct(state, p.lay.descriptorInputs(s.Task)), p.cfg.Temperature))
 	for k := range lp {
 		lp[k] = math.Exp(lp[k])
 	}

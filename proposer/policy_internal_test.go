@@ -138,7 +138,7 @@ func TestLogProbGradientMatchesFiniteDifferences(t *testing.T) {
 				toks, err := p.lay.encode(smp[0])
 				require.NoError(t, err)
 				state := p.lay.stateFeatures(s, cfg.FamilyBuckets)
-				f, grad, _ := weightedLogProb(p, state, toks, temp, rng)
+				f, grad, _ := weightedLogProb(p, state, nil, toks, temp, rng)
 				t.Logf("trial %d: %d tokens %v", trial, len(toks), smp[0].Tokens)
 				checkGradient(t, p, f, grad, rng)
 			}
@@ -489,21 +489,21 @@ func TestDescriptorSpread(t *testing.T) {
 // random weights w drawn from rng, its analytic gradient from backward,
 // and the forward pass the gradient came from: what the finite-difference
 // gradient tests compare.
-func weightedLogProb(p *Policy, state, toks []int, temp float64, rng *rand.Rand) (f func() float64, grad []float64, ps pass) {
+func weightedLogProb(p *Policy, state []int, xd []float64, toks []int, temp float64, rng *rand.Rand) (f func() float64, grad []float64, ps pass) {
 	w := make([]float64, len(toks))
 	for i := range w {
 		w[i] = rng.NormFloat64()
 	}
 	f = func() float64 {
 		var v float64
-		ps := p.forward(state, toks, temp)
+		ps := p.forward(state, xd, toks, temp)
 		for i, lp := range ps.tokenLogProbs() {
 			v += w[i] * lp
 		}
 		return v
 	}
 	grad = make([]float64, p.lay.nParams)
-	ps = p.forward(state, toks, temp)
+	ps = p.forward(state, xd, toks, temp)
 	ps.backward(w, grad)
 	return f, grad, ps
 }

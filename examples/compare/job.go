@@ -60,8 +60,11 @@ func expectedRuns(o options, m method, tests int) int {
 
 // newPolicy is the untrained policy of a job with the given seed. With
 // -policy-hidden the hidden layer's initial weights come from the seed
-// alone, so every method of a seed starts from the same policy.
-func newPolicy(o options, seed uint64) (*proposer.Policy, error) {
+// alone, so every method of a seed starts from the same policy. With
+// -policy-descriptor-inputs its hidden layer reads every descriptor that
+// varies over the training tasks train, standardised over them
+// (proposer.StandardisedInputs).
+func newPolicy(o options, seed uint64, train []records.Task) (*proposer.Policy, error) {
 	pcfg := proposer.DefaultPolicyConfig()
 	if o.policyLR > 0 {
 		pcfg.Adam.LR = o.policyLR
@@ -71,6 +74,9 @@ func newPolicy(o options, seed uint64) (*proposer.Policy, error) {
 	pcfg.DescriptorSpread = o.descriptorSpread
 	pcfg.HistoryProposalBuckets = o.histProposalBuckets
 	pcfg.Hidden, pcfg.HiddenInitStd = o.policyHidden, o.policyHiddenStd
+	if o.descriptorInputs {
+		pcfg.DescriptorInputs = proposer.StandardisedInputs(train)
+	}
 	var rng *rand.Rand
 	if o.policyHidden > 0 {
 		rng = rand.New(rand.NewPCG(seed, 0x68696464))
@@ -114,7 +120,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	}
 	res.M0 = m0.Len()
 	res.Runs.M0 = cnt.take()
-	pol, err := newPolicy(o, j.seed)
+	pol, err := newPolicy(o, j.seed, e.train)
 	if err != nil {
 		return res, err
 	}

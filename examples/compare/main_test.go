@@ -18,6 +18,7 @@ import (
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
 )
@@ -313,7 +314,7 @@ func TestPolicyHiddenLever(t *testing.T) {
 	o, err := parseFlags(nil, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Zero(t, o.policyHidden)
-	plain, err := newPolicy(o, 1)
+	plain, err := newPolicy(o, 1, nil)
 	require.NoError(t, err)
 	require.Zero(t, plain.Config().Hidden)
 
@@ -323,14 +324,14 @@ func TestPolicyHiddenLever(t *testing.T) {
 	o.out, o.suite, o.profile = "out", "v2-val", "default"
 	require.Equal(t, filepath.Join("out", "v2-val-default-h64-hid16"), runDir(o))
 	require.Contains(t, command(o), "-history-proposal-buckets 64 -policy-hidden 16")
-	a, err := newPolicy(o, 3)
+	a, err := newPolicy(o, 3, nil)
 	require.NoError(t, err)
 	require.Equal(t, 16, a.Config().Hidden)
 	require.Equal(t, o.policyLR, a.Config().Adam.LR)
 	require.Greater(t, a.NumParams(), plain.NumParams())
-	b, err := newPolicy(o, 3)
+	b, err := newPolicy(o, 3, nil)
 	require.NoError(t, err)
-	c, err := newPolicy(o, 4)
+	c, err := newPolicy(o, 4, nil)
 	require.NoError(t, err)
 	ca, err := a.MarshalBinary()
 	require.NoError(t, err)
@@ -349,9 +350,21 @@ func TestPolicyHiddenLever(t *testing.T) {
 	o.policyHiddenStd = 1
 	require.Equal(t, filepath.Join("out", "v2-val-default-h64-hid16u1"), runDir(o))
 	require.Contains(t, command(o), "-policy-hidden 16 -policy-hidden-init-std 1")
-	d, err := newPolicy(o, 3)
+	d, err := newPolicy(o, 3, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1.0, d.Config().HiddenInitStd)
+	// -policy-descriptor-inputs standardises the training tasks' varying
+	// descriptors into the hidden layer's inputs.
+	o.descriptorInputs = true
+	require.Equal(t, filepath.Join("out", "v2-val-default-h64-hid16u1-di"), runDir(o))
+	require.Contains(t, command(o), " -policy-descriptor-inputs")
+	train := []records.Task{{Descriptors: map[string]float64{"width": 64, "depth": 1}}, {Descriptors: map[string]float64{"width": 256, "depth": 1}}}
+	di, err := newPolicy(o, 3, train)
+	require.NoError(t, err)
+	require.Equal(t, proposer.StandardisedInputs(train), di.Config().DescriptorInputs)
+	require.Len(t, di.Config().DescriptorInputs, 1, "depth is constant")
+	_, err = parseFlags([]string{"-policy-descriptor-inputs"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "-policy-descriptor-inputs needs -policy-hidden")
 	for _, args := range [][]string{{"-policy-hidden-init-std", "1"}, {"-policy-hidden", "8", "-policy-hidden-init-std", "-1"},
 		{"-policy-hidden", "8", "-policy-hidden-init-std", "11"}} {
 		_, err = parseFlags(args, &bytes.Buffer{})
