@@ -53,3 +53,30 @@ func ExampleTuned() {
 	// 40 records: noise 2 σ_e, task correlations 0.95/0.8/0.6, mechanism 0.9, lengthscale 2.77, log marginal -95.02
 	// {Tunings:2 Hits:16 Coalesced:0 Evictions:0 Len:2}
 }
+
+func ExampleTuned_Pin() {
+	// Tune once on M without a task, then predict that task's states,
+	// whose evidences add a record or two of their history each, with the
+	// pinned hyperparameters (lm2lm.Config.HeldOutTask).
+	wm := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+	ctx := context.Background()
+	rest := rwmtest.Evidence(30)
+	pinned, err := wm.Pin(ctx, rest)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	extra := rwmtest.Evidence(33).Records()[30:]
+	for i := range extra {
+		ev, err := rest.Add(extra[:i+1]...)
+		if err == nil {
+			_, err = pinned.Predict(ctx, rwm.Query{Task: rwmtest.Task(0), Proposal: rwmtest.Proposals()[0], Evidence: ev})
+		}
+		if err != nil {
+			fmt.Println(err)
+		}
+	}
+	fmt.Println("tunings:", wm.Stats().Tunings)
+	// Output:
+	// tunings: 1
+}
