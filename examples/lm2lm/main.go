@@ -81,6 +81,7 @@ type options struct {
 	baseline, holdOut, suite            string
 	policyLR                            float64
 	descBuckets, evalHistory            int
+	setting                             string // validated (also "") | library
 	progress                            string // auto | bar | lines
 	force                               bool   // replace an existing report
 }
@@ -112,6 +113,7 @@ type Report struct {
 	Suite        string             `json:"suite,omitempty"`
 	WMRL         bool               `json:"wmrl"`
 	Seed         uint64             `json:"seed"`
+	Setting      string             `json:"setting"`
 	M0           int                `json:"m0_records"`
 	Base         Summary            `json:"base"`          // held-out tasks
 	Trained      Summary            `json:"trained"`       // held-out tasks
@@ -311,7 +313,7 @@ func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 		return err
 	}
 	j.lab, j.pool, j.cat, j.seeds = l, pool, lab.Catalogue(), lcfg.RefSeeds
-	fmt.Fprintf(j.w, "LM2LM on the embedded lab: profile %s, calibration %s, WMRL %v, seed %d\n", j.o.profile, j.mode, j.o.wmrl, j.o.seed)
+	fmt.Fprintf(j.w, "LM2LM on the embedded lab: profile %s, calibration %s, WMRL %v, seed %d, %s setting\n", j.o.profile, j.mode, j.o.wmrl, j.o.seed, j.o.settingName())
 	fmt.Fprintf(j.w, "reference runs (b_e, σ_e from %d seeds per task; cached in %s) ...\n", len(lcfg.RefSeeds), j.o.store)
 	tasks, err := j.references(ctx)
 	if err != nil {
@@ -401,26 +403,66 @@ func (j *mainJob) drawHistories(ctx context.Context) error {
 	return nil
 }
 
+// The validated setting (-setting validated, the default): the one chosen
+// on lab v2's validation split with examples/compare (README, "Comparing
+// methods over seeds": the third look's setting, unchanged since).
+const (
+	validatedLR               = 0.02 // the policy's Adam rate
+	validatedDescription      = 64   // hashed description words
+	validatedDescriptors      = 256  // hashed binned descriptors
+	validatedHidden           = 32   // hidden units
+	validatedEvalTemperature  = 0.5  // the policy's temperature at evaluation
+	validatedDescriptorWeight = 1    // the world model's task kernel over descriptors
+)
+
+// validated reports whether the job runs the validated setting.
+func (o options) validated() bool { return o.setting != "library" }
+
 // newModels makes the embedded world model (counting its calls) and the
-// policy, and starts the report.
+// policy, and starts the report. Under the validated setting the world
+// model follows the task descriptors fully, reads what each proposal does
+// to them from the lab (rwm.WithEffects) and re-tunes on its records
+// (rwm.Tuned); the policy has binned descriptor features and a hidden
+// layer whose initial weights come from the seed.
 func (j *mainJob) newModels(context.Context) error {
 	wcfg := rwm.DefaultEmbeddedConfig()
 	wcfg.Priors = rwm.PriorsFromCards(j.cat)
 	wcfg.Cards = j.cat
-	j.world = rwm.NewLedger(rwm.NewEmbedded(wcfg))
 	pcfg := proposer.DefaultPolicyConfig()
+	var rng *rand.Rand
+	if j.o.validated() {
+		wcfg.DescriptorWeight = validatedDescriptorWeight
+		wcfg = rwm.WithEffects(wcfg, j.lab.Effects())
+		j.world = rwm.NewLedger(rwm.NewTuned(wcfg, nil))
+		pcfg.Adam.LR, pcfg.DescriptionBuckets = validatedLR, validatedDescription
+		pcfg.DescriptorBuckets, pcfg.Hidden = validatedDescriptors, validatedHidden
+		rng = rand.New(rand.NewPCG(j.o.seed, 0x68696464))
+	} else {
+		j.world = rwm.NewLedger(rwm.NewEmbedded(wcfg))
+	}
 	if j.o.policyLR > 0 {
 		pcfg.Adam.LR = j.o.policyLR
 	}
-	pcfg.DescriptionBuckets = j.o.descBuckets
-	pol, err := proposer.NewPolicy(j.cat, pcfg, nil)
+	if j.o.descBuckets >= 0 {
+		pcfg.DescriptionBuckets = j.o.descBuckets
+	}
+	pol, err := proposer.NewPolicy(j.cat, pcfg, rng)
 	if err != nil {
 		return err
 	}
 	j.pol = pol
 	j.rep = Report{Profile: j.o.profile, Calibration: j.mode.String(), Baseline: j.o.baseline, HoldOut: j.o.holdOut, Suite: j.o.suite,
-		WMRL: j.o.wmrl, Seed: j.o.seed, M0: j.m0.Len(), RealRuns: j.rep.RealRuns, CPUSeconds: j.rep.CPUSeconds, Reused: j.rep.Reused}
+		WMRL: j.o.wmrl, Seed: j.o.seed, Setting: j.o.settingName(), M0: j.m0.Len(), RealRuns: j.rep.RealRuns, CPUSeconds: j.rep.CPUSeconds, Reused: j.rep.Reused}
 	return nil
+}
+
+// evalTemperature is the policy's sampling temperature at evaluation: the
+// validated setting's, or 1 (the rollouts' temperature).
+func (o options) evalTemperature() float64 {
+	if o.validated() {
+		return validatedEvalTemperature
+	}
+	return 1
 }
 
 // evaluate measures J_test on held-out tasks and J_train on one state of
@@ -447,6 +489,12 @@ func (j *mainJob) evaluate(ctx context.Context, name string, at int) error {
 	}
 	defer rep.Finish()
 	ex := progress.Executor(j.pool, rep)
+	// The policy samples at the evaluation temperature here and at its
+	// rollouts' (1) everywhere else.
+	if err := j.pol.SetTemperature(j.o.evalTemperature()); err != nil {
+		return err
+	}
+	defer j.pol.SetTemperature(1)
 	held, err := lm2lm.Evaluate(ctx, ecfg, j.pol, j.lab, ex, j.held, j.hist)
 	if err != nil {
 		return err

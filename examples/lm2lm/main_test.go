@@ -15,6 +15,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/internal/labtest"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -91,7 +92,7 @@ func TestFlagsValidatedAllAtOnce(t *testing.T) {
 	var stderr bytes.Buffer
 	_, err := parseFlags([]string{"-profile", "huge", "-calibration", "best", "-baseline", "dpo", "-suite", "v3",
 		"-progress", "fancy", "-parallel", "0", "-policy-lr", "-1", "-description-buckets", "-2", "-eval-history", "-1",
-		"-hold-out-family", "no-such-family", "-store", ""}, &stderr)
+		"-hold-out-family", "no-such-family", "-store", "", "-setting", "best"}, &stderr)
 	require.ErrorIs(t, err, errUsage)
 	for _, want := range []string{
 		`unknown -profile "huge"; valid: tiny, short, default, paper`,
@@ -100,6 +101,7 @@ func TestFlagsValidatedAllAtOnce(t *testing.T) {
 		`unknown -suite "v3"; valid: v2, v1`,
 		`unknown -progress "fancy"; valid: auto, bar, lines`,
 		"-parallel 0; want ≥ 1", "-policy-lr -1", "-description-buckets -2", "-eval-history -1", "-store is empty",
+		`unknown -setting "best"; valid: validated, library`,
 	} {
 		require.ErrorContains(t, err, want)
 	}
@@ -132,6 +134,8 @@ func TestReportNamedAndNeverOverwritten(t *testing.T) {
 	require.Equal(t, filepath.Join("out", "lm2lm", "v2-short-static+wmrl-seed7.json"), o.reportPath())
 	o.baseline, o.wmrl, o.holdOut, o.evalHistory = "rft", false, "arith", 4
 	require.Equal(t, filepath.Join("out", "lm2lm", "v2-short-rft-holdout-arith-hist4-seed7.json"), o.reportPath())
+	o.setting, o.descBuckets = "library", 0
+	require.Equal(t, filepath.Join("out", "lm2lm", "v2-short-rft-library-holdout-arith-desc0-hist4-seed7.json"), o.reportPath())
 	o.report = "none"
 	require.Empty(t, o.reportPath())
 
@@ -175,4 +179,45 @@ func TestReferencesLeaveOutDivergedTasks(t *testing.T) {
 	require.Equal(t, good.ID, tasks[0].ID)
 	require.Equal(t, []string{hot.ID}, j.rep.TasksLeftOut)
 	require.Contains(t, out.String(), "task "+hot.ID+" left out: ")
+}
+
+// The default setting is the validated one: the effects world model over
+// descriptors, tuned; the policy with descriptor features, a 32-unit
+// hidden layer drawn from the seed, LR 0.02 and 64 description buckets,
+// evaluated at temperature 0.5. -setting library is every library
+// default; -policy-lr and -description-buckets override either.
+func TestSettings(t *testing.T) {
+	l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
+	require.NoError(t, err)
+	models := func(args ...string) (*mainJob, options) {
+		o, err := parseFlags(args, &bytes.Buffer{})
+		require.NoError(t, err)
+		j := &mainJob{o: o, lab: l, cat: lab.Catalogue(), rep: Report{}}
+		require.NoError(t, j.newModels(context.Background()))
+		return j, o
+	}
+	j, o := models()
+	c := j.pol.Config()
+	require.Equal(t, []any{32, 256, 64, 0.02}, []any{c.Hidden, c.DescriptorBuckets, c.DescriptionBuckets, c.Adam.LR})
+	require.Equal(t, 0.5, o.evalTemperature())
+	require.Contains(t, j.world.ID(), "rwm.Tuned/")
+	require.Equal(t, "validated", j.rep.Setting)
+	again, _ := models()
+	a, err := j.pol.MarshalBinary()
+	require.NoError(t, err)
+	b, err := again.pol.MarshalBinary()
+	require.NoError(t, err)
+	require.Equal(t, a, b, "the hidden layer's draws come from the seed")
+
+	j, o = models("-setting", "library")
+	c = j.pol.Config()
+	def := proposer.DefaultPolicyConfig()
+	require.Equal(t, []any{0, 0, 0, def.Adam.LR}, []any{c.Hidden, c.DescriptorBuckets, c.DescriptionBuckets, c.Adam.LR})
+	require.Equal(t, 1.0, o.evalTemperature())
+	require.NotContains(t, j.world.ID(), "rwm.Tuned/")
+	require.Equal(t, "library", j.rep.Setting)
+
+	j, _ = models("-policy-lr", "0.01", "-description-buckets", "0")
+	c = j.pol.Config()
+	require.Equal(t, []any{32, 0, 0.01}, []any{c.Hidden, c.DescriptionBuckets, c.Adam.LR})
 }
