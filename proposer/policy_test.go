@@ -483,6 +483,13 @@ func FuzzUnmarshalBinary(f *testing.F) {
 	require.NoError(f, err)
 	f.Add(good)
 	f.Add(good[:len(good)/2])
+	hcfg := proposer.DefaultPolicyConfig()
+	hcfg.Hidden, hcfg.DescriptorInputs = 2, []proposer.DescriptorInput{{Name: "log10_lr", Center: -2, Scale: 0.5}}
+	h, err := proposer.NewPolicy(cat, hcfg, rand.New(rand.NewPCG(1, 2)))
+	require.NoError(f, err)
+	withInputs, err := h.MarshalBinary()
+	require.NoError(f, err)
+	f.Add(withInputs)
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{"format":"lm2lm/proposer.Policy/v1","config":{"temperature":1,"family_buckets":1000000}}`))
