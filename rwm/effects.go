@@ -123,6 +123,29 @@ type prepared struct {
 	desc  bool
 	share bool
 	terms *pairTerms
+	feats *sharedFeats
+}
+
+// sharedFeats is what buildPrepared derives from the records before the
+// Gram matrix: the interned ids, the standardised features, the targets
+// and the fitted statistics. They depend on the configuration only through
+// featsKey and the priors, which TuneGrid does not vary, so the grid's
+// configurations share them (read-only) as they share pairTerms.
+type sharedFeats struct {
+	key    featsKey
+	priors map[string]records.Prior
+	intern map[string]int32
+	feats  []feat
+	y      []float64
+	dstat  map[int32][2]float64
+	drms   map[int32]float64
+}
+
+// featsKey is every configuration field that featuresOf, the targets and
+// the statistics read.
+type featsKey struct {
+	signal, mean, numeric, infeasible float64
+	readsDesc, std, loss, effects     bool
 }
 
 // pairTerms holds, for each pair i ≥ j of a context's records (index

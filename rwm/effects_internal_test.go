@@ -386,3 +386,58 @@ func TestTuneSharesKernelTerms(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, alone.terms)
 }
+
+func TestTuneSharesRecordFeatures(t *testing.T) {
+	// The records' interned features, targets and statistics are built
+	// once for the configurations run in turn on one prepared context
+	// while they agree on what those read (TuneGrid's do: it varies noise,
+	// correlations and lengthscales only) and rebuilt when a field they
+	// read or the priors change; each log marginal equals, bit for bit,
+	// LogMarginal of its configuration alone.
+	rng := rand.New(rand.NewPCG(29, 30))
+	ev := shiftEvidence(t, rng, 40, 5)
+	var calls atomic.Int64
+	c := DefaultEmbeddedConfig()
+	c.DescriptorWeight = 1
+	c = WithEffects(c, shift{&calls})
+	variant := func(f func(*EmbeddedConfig)) EmbeddedConfig {
+		v := c
+		f(&v)
+		return v
+	}
+	grid := TuneGrid(c)
+	p := prepare(ev, shift{&calls}, true)
+	p.share = true
+	for _, tc := range []struct {
+		name  string
+		cfg   EmbeddedConfig
+		reuse bool
+	}{
+		{"grid 0", grid[0], false},
+		{"grid 1", grid[1], true},
+		{"grid 80", grid[80], true},
+		{"signal", variant(func(v *EmbeddedConfig) { v.SignalSigmas = 3 }), false},
+		{"mean", variant(func(v *EmbeddedConfig) { v.MeanSigmas = -0.5 }), false},
+		{"numeric scale", variant(func(v *EmbeddedConfig) { v.NumericScale = 1e-3 }), false},
+		{"infeasible", variant(func(v *EmbeddedConfig) { v.InfeasibleSigmas = -4 }), false},
+		{"unstandardised", variant(func(v *EmbeddedConfig) { v.DescriptorStandardise = false }), false},
+		{"no effect term", variant(func(v *EmbeddedConfig) { v.EffectSigmas = 0 }), false},
+		{"priors", variant(func(v *EmbeddedConfig) { v.Priors = map[string]records.Prior{"m1": {Mean: 1, Std: 2}} }), false},
+		{"base", c, false},
+		{"base again, another lengthscale", variant(func(v *EmbeddedConfig) { v.Lengthscale = 1 }), true},
+	} {
+		require.True(t, p.fits(tc.cfg), tc.name)
+		before := p.feats
+		got, err := logMarginal(tc.cfg, p)
+		require.NoError(t, err)
+		require.NotNil(t, p.feats, tc.name)
+		require.Equal(t, tc.reuse, p.feats == before, tc.name)
+		want, err := LogMarginal(context.Background(), tc.cfg, ev)
+		require.NoError(t, err)
+		require.Equal(t, want, got, tc.name)
+	}
+	alone := prepare(ev, shift{&calls}, true)
+	_, err := logMarginal(c, alone)
+	require.NoError(t, err)
+	require.Nil(t, alone.feats, "without share nothing is kept")
+}

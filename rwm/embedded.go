@@ -667,13 +667,28 @@ func (e *Embedded) build(f *factor, ev records.Evidence) error {
 	return e.buildPrepared(f, prepare(ev, e.cfg.effector(), e.cfg.readsDesc()))
 }
 
-// buildPrepared factorises the Gram matrix of p's records; p must fit
-// e's configuration (prepared.fits).
-func (e *Embedded) buildPrepared(f *factor, p *prepared) error {
+// featsKey returns the configuration fields the records' features,
+// targets and statistics depend on.
+func (e *Embedded) featsKey() featsKey {
+	c := &e.cfg
+	return featsKey{signal: c.SignalSigmas, mean: c.MeanSigmas, numeric: c.NumericScale, infeasible: c.InfeasibleSigmas,
+		readsDesc: c.readsDesc(), std: c.DescriptorStandardise && c.DescriptorWeight > 0, loss: c.loss(), effects: c.effects()}
+}
+
+// recordFeatures builds f's interned ids, standardised features, statistics and
+// the targets y (σ_e units, minus each record's prior mean) from p's
+// records, or, when p is shared by a tuning grid and an earlier
+// configuration's agree, takes them from p (the same computation, so
+// bit-identical).
+func (e *Embedded) recordFeatures(f *factor, p *prepared) []float64 {
+	key := e.featsKey()
+	if sf := p.feats; p.share && sf != nil && sf.key == key && maps.Equal(sf.priors, e.priors) {
+		f.intern, f.feats, f.dstat, f.drms = sf.intern, sf.feats, sf.dstat, sf.drms
+		return sf.y
+	}
 	n := len(p.rs)
 	f.intern = map[string]int32{}
 	f.feats = make([]feat, n)
-	f.keys = p.keys
 	y := make([]float64, n)
 	in := interner{tab: f.intern, add: true}
 	for i, r := range p.rs {
@@ -685,16 +700,27 @@ func (e *Embedded) buildPrepared(f *factor, p *prepared) error {
 		}
 		y[i] -= f.feats[i].mu
 	}
-	std := e.cfg.DescriptorStandardise && e.cfg.DescriptorWeight > 0
-	if std || e.cfg.loss() {
+	if key.std || key.loss {
 		f.fitStats()
 	}
 	for i := range f.feats {
-		f.transform(&f.feats[i], std)
+		f.transform(&f.feats[i], key.std)
 	}
-	if e.cfg.effects() {
+	if key.effects {
 		f.fitEffects()
 	}
+	if p.share {
+		p.feats = &sharedFeats{key: key, priors: e.priors, intern: f.intern, feats: f.feats, y: y, dstat: f.dstat, drms: f.drms}
+	}
+	return y
+}
+
+// buildPrepared factorises the Gram matrix of p's records; p must fit
+// e's configuration (prepared.fits).
+func (e *Embedded) buildPrepared(f *factor, p *prepared) error {
+	n := len(p.rs)
+	f.keys = p.keys
+	y := e.recordFeatures(f, p)
 	f.scale = 1
 	if n == 0 {
 		return nil
