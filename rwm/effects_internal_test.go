@@ -332,59 +332,79 @@ func TestTuneSharesEffectsAcrossConfigurations(t *testing.T) {
 	require.Equal(t, int64(len(distinct)), calls.Load())
 }
 
-func TestTuneSharesKernelTerms(t *testing.T) {
-	// Configurations run in turn on one prepared context (as Tune runs
-	// its grid) reuse the kernel's descriptor and loss terms while they
-	// agree on them (TuneGrid's do) and recompute them when a lengthscale,
-	// the standardisation or a term changes; each log marginal equals, bit
-	// for bit, LogMarginal of its configuration alone.
-	rng := rand.New(rand.NewPCG(27, 28))
-	ev := shiftEvidence(t, rng, 40, 5)
-	var calls atomic.Int64
+// shareCase is one configuration run in turn on a shared prepared context
+// and whether it reuses what the one before it kept.
+type shareCase struct {
+	name  string
+	cfg   EmbeddedConfig
+	reuse bool
+}
+
+// effectsBase is the configuration of the sharing tests: descriptors and
+// effects on, with shift as the Effector.
+func effectsBase(calls *atomic.Int64) EmbeddedConfig {
 	c := DefaultEmbeddedConfig()
 	c.DescriptorWeight = 1
-	c = WithEffects(c, shift{&calls})
-	variant := func(f func(*EmbeddedConfig)) EmbeddedConfig {
-		v := c
-		f(&v)
-		return v
-	}
-	grid := TuneGrid(c)
-	p := prepare(ev, shift{&calls}, true)
+	return WithEffects(c, shift{calls})
+}
+
+// variantOf returns c changed by f.
+func variantOf(c EmbeddedConfig, f func(*EmbeddedConfig)) EmbeddedConfig {
+	f(&c)
+	return c
+}
+
+// checkShared runs the cases in turn on one prepared, shared context of
+// ev (as Tune runs its grid): kept(p) must be set after each, the same
+// pointer as before it exactly when the case reuses it, and each log
+// marginal must equal, bit for bit, LogMarginal of its configuration
+// alone. Without share nothing is kept.
+func checkShared[T comparable](t *testing.T, ev records.Evidence, calls *atomic.Int64, cases []shareCase, kept func(*prepared) T) {
+	t.Helper()
+	p := prepare(ev, shift{calls}, true)
 	p.share = true
-	for _, tc := range []struct {
-		name  string
-		cfg   EmbeddedConfig
-		reuse bool
-	}{
-		{"grid 0", grid[0], false},
-		{"grid 1", grid[1], true},
-		{"grid 40", grid[40], true},
-		{"grid 80", grid[80], true},
-		{"descriptor lengthscale", variant(func(v *EmbeddedConfig) { v.DescriptorLengthscale = 2 }), false},
-		{"loss lengthscale", variant(func(v *EmbeddedConfig) { v.LossLengthscale = 1 }), false},
-		{"unstandardised", variant(func(v *EmbeddedConfig) { v.DescriptorStandardise = false }), false},
-		{"no effect term", variant(func(v *EmbeddedConfig) { v.EffectSigmas = 0 }), false},
-		{"no descriptor kernel", variant(func(v *EmbeddedConfig) { v.DescriptorWeight = 0 }), false},
-		{"no loss term", variant(func(v *EmbeddedConfig) { v.LossSigmas = 0 }), false},
-		{"base", c, false},
-		{"base again", c, true},
-	} {
+	var zero T
+	for _, tc := range cases {
 		require.True(t, p.fits(tc.cfg), tc.name)
-		before := p.terms
+		before := kept(p)
 		got, err := logMarginal(tc.cfg, p)
 		require.NoError(t, err)
-		require.NotNil(t, p.terms, tc.name)
-		require.Equal(t, tc.reuse, p.terms == before, tc.name)
+		require.NotEqual(t, zero, kept(p), tc.name)
+		require.Equal(t, tc.reuse, kept(p) == before, tc.name)
 		want, err := LogMarginal(context.Background(), tc.cfg, ev)
 		require.NoError(t, err)
 		require.Equal(t, want, got, tc.name)
 	}
-	// Without share (a single configuration) nothing is kept.
-	alone := prepare(ev, shift{&calls}, true)
-	_, err := logMarginal(c, alone)
+	alone := prepare(ev, shift{calls}, true)
+	_, err := logMarginal(cases[0].cfg, alone)
 	require.NoError(t, err)
-	require.Nil(t, alone.terms)
+	require.Equal(t, zero, kept(alone), "without share nothing is kept")
+}
+
+func TestTuneSharesKernelTerms(t *testing.T) {
+	// Configurations run in turn on one prepared context (as Tune runs
+	// its grid) reuse the kernel's descriptor and loss terms while they
+	// agree on them (TuneGrid's do) and recompute them when a lengthscale,
+	// the standardisation or a term changes.
+	ev := shiftEvidence(t, rand.New(rand.NewPCG(27, 28)), 40, 5)
+	var calls atomic.Int64
+	c := effectsBase(&calls)
+	v := func(f func(*EmbeddedConfig)) EmbeddedConfig { return variantOf(c, f) }
+	grid := TuneGrid(c)
+	checkShared(t, ev, &calls, []shareCase{
+		{"grid 0", grid[0], false},
+		{"grid 1", grid[1], true},
+		{"grid 40", grid[40], true},
+		{"grid 80", grid[80], true},
+		{"descriptor lengthscale", v(func(v *EmbeddedConfig) { v.DescriptorLengthscale = 2 }), false},
+		{"loss lengthscale", v(func(v *EmbeddedConfig) { v.LossLengthscale = 1 }), false},
+		{"unstandardised", v(func(v *EmbeddedConfig) { v.DescriptorStandardise = false }), false},
+		{"no effect term", v(func(v *EmbeddedConfig) { v.EffectSigmas = 0 }), false},
+		{"no descriptor kernel", v(func(v *EmbeddedConfig) { v.DescriptorWeight = 0 }), false},
+		{"no loss term", v(func(v *EmbeddedConfig) { v.LossSigmas = 0 }), false},
+		{"base", c, false},
+		{"base again", c, true},
+	}, func(p *prepared) *pairTerms { return p.terms })
 }
 
 func TestTuneSharesRecordFeatures(t *testing.T) {
@@ -392,52 +412,24 @@ func TestTuneSharesRecordFeatures(t *testing.T) {
 	// once for the configurations run in turn on one prepared context
 	// while they agree on what those read (TuneGrid's do: it varies noise,
 	// correlations and lengthscales only) and rebuilt when a field they
-	// read or the priors change; each log marginal equals, bit for bit,
-	// LogMarginal of its configuration alone.
-	rng := rand.New(rand.NewPCG(29, 30))
-	ev := shiftEvidence(t, rng, 40, 5)
+	// read or the priors change.
+	ev := shiftEvidence(t, rand.New(rand.NewPCG(29, 30)), 40, 5)
 	var calls atomic.Int64
-	c := DefaultEmbeddedConfig()
-	c.DescriptorWeight = 1
-	c = WithEffects(c, shift{&calls})
-	variant := func(f func(*EmbeddedConfig)) EmbeddedConfig {
-		v := c
-		f(&v)
-		return v
-	}
+	c := effectsBase(&calls)
+	v := func(f func(*EmbeddedConfig)) EmbeddedConfig { return variantOf(c, f) }
 	grid := TuneGrid(c)
-	p := prepare(ev, shift{&calls}, true)
-	p.share = true
-	for _, tc := range []struct {
-		name  string
-		cfg   EmbeddedConfig
-		reuse bool
-	}{
+	checkShared(t, ev, &calls, []shareCase{
 		{"grid 0", grid[0], false},
 		{"grid 1", grid[1], true},
 		{"grid 80", grid[80], true},
-		{"signal", variant(func(v *EmbeddedConfig) { v.SignalSigmas = 3 }), false},
-		{"mean", variant(func(v *EmbeddedConfig) { v.MeanSigmas = -0.5 }), false},
-		{"numeric scale", variant(func(v *EmbeddedConfig) { v.NumericScale = 1e-3 }), false},
-		{"infeasible", variant(func(v *EmbeddedConfig) { v.InfeasibleSigmas = -4 }), false},
-		{"unstandardised", variant(func(v *EmbeddedConfig) { v.DescriptorStandardise = false }), false},
-		{"no effect term", variant(func(v *EmbeddedConfig) { v.EffectSigmas = 0 }), false},
-		{"priors", variant(func(v *EmbeddedConfig) { v.Priors = map[string]records.Prior{"m1": {Mean: 1, Std: 2}} }), false},
+		{"signal", v(func(v *EmbeddedConfig) { v.SignalSigmas = 3 }), false},
+		{"mean", v(func(v *EmbeddedConfig) { v.MeanSigmas = -0.5 }), false},
+		{"numeric scale", v(func(v *EmbeddedConfig) { v.NumericScale = 1e-3 }), false},
+		{"infeasible", v(func(v *EmbeddedConfig) { v.InfeasibleSigmas = -4 }), false},
+		{"unstandardised", v(func(v *EmbeddedConfig) { v.DescriptorStandardise = false }), false},
+		{"no effect term", v(func(v *EmbeddedConfig) { v.EffectSigmas = 0 }), false},
+		{"priors", v(func(v *EmbeddedConfig) { v.Priors = map[string]records.Prior{"m1": {Mean: 1, Std: 2}} }), false},
 		{"base", c, false},
-		{"base again, another lengthscale", variant(func(v *EmbeddedConfig) { v.Lengthscale = 1 }), true},
-	} {
-		require.True(t, p.fits(tc.cfg), tc.name)
-		before := p.feats
-		got, err := logMarginal(tc.cfg, p)
-		require.NoError(t, err)
-		require.NotNil(t, p.feats, tc.name)
-		require.Equal(t, tc.reuse, p.feats == before, tc.name)
-		want, err := LogMarginal(context.Background(), tc.cfg, ev)
-		require.NoError(t, err)
-		require.Equal(t, want, got, tc.name)
-	}
-	alone := prepare(ev, shift{&calls}, true)
-	_, err := logMarginal(c, alone)
-	require.NoError(t, err)
-	require.Nil(t, alone.feats, "without share nothing is kept")
+		{"base again, another lengthscale", v(func(v *EmbeddedConfig) { v.Lengthscale = 1 }), true},
+	}, func(p *prepared) *sharedFeats { return p.feats })
 }
