@@ -333,103 +333,72 @@ func TestTuneSharesEffectsAcrossConfigurations(t *testing.T) {
 }
 
 // shareCase is one configuration run in turn on a shared prepared context
-// and whether it reuses what the one before it kept.
+// and whether it reuses the kernel terms and the record features that the
+// configuration before it kept.
 type shareCase struct {
-	name  string
-	cfg   EmbeddedConfig
-	reuse bool
+	name         string
+	cfg          EmbeddedConfig
+	terms, feats bool
 }
 
-// effectsBase is the configuration of the sharing tests: descriptors and
-// effects on, with shift as the Effector.
-func effectsBase(calls *atomic.Int64) EmbeddedConfig {
+func TestTuneSharesKernelTermsAndRecordFeatures(t *testing.T) {
+	// Configurations run in turn on one prepared context (as Tune runs
+	// its grid) reuse the kernel's descriptor and loss terms while they
+	// agree on them, and the records' interned features, targets and
+	// statistics while they agree on what those read (TuneGrid's
+	// configurations do: they vary noise, correlations and lengthscales
+	// only); a lengthscale, the standardisation, a term, a field the
+	// features read or the priors make them be rebuilt. Each log marginal
+	// equals, bit for bit, LogMarginal of its configuration alone; without
+	// share nothing is kept.
+	ev := shiftEvidence(t, rand.New(rand.NewPCG(27, 28)), 40, 5)
+	var calls atomic.Int64
 	c := DefaultEmbeddedConfig()
 	c.DescriptorWeight = 1
-	return WithEffects(c, shift{calls})
-}
-
-// variantOf returns c changed by f.
-func variantOf(c EmbeddedConfig, f func(*EmbeddedConfig)) EmbeddedConfig {
-	f(&c)
-	return c
-}
-
-// checkShared runs the cases in turn on one prepared, shared context of
-// ev (as Tune runs its grid): kept(p) must be set after each, the same
-// pointer as before it exactly when the case reuses it, and each log
-// marginal must equal, bit for bit, LogMarginal of its configuration
-// alone. Without share nothing is kept.
-func checkShared[T comparable](t *testing.T, ev records.Evidence, calls *atomic.Int64, cases []shareCase, kept func(*prepared) T) {
-	t.Helper()
-	p := prepare(ev, shift{calls}, true)
+	c = WithEffects(c, shift{&calls})
+	v := func(f func(*EmbeddedConfig)) EmbeddedConfig {
+		w := c
+		f(&w)
+		return w
+	}
+	grid := TuneGrid(c)
+	p := prepare(ev, shift{&calls}, true)
 	p.share = true
-	var zero T
-	for _, tc := range cases {
+	for _, tc := range []shareCase{
+		{"grid 0", grid[0], false, false},
+		{"grid 1", grid[1], true, true},
+		{"grid 40", grid[40], true, true},
+		{"grid 80", grid[80], true, true},
+		{"descriptor lengthscale", v(func(v *EmbeddedConfig) { v.DescriptorLengthscale = 2 }), false, true},
+		{"loss lengthscale", v(func(v *EmbeddedConfig) { v.LossLengthscale = 1 }), false, true},
+		{"unstandardised", v(func(v *EmbeddedConfig) { v.DescriptorStandardise = false }), false, false},
+		{"no effect term", v(func(v *EmbeddedConfig) { v.EffectSigmas = 0 }), false, false},
+		{"no descriptor kernel", v(func(v *EmbeddedConfig) { v.DescriptorWeight = 0 }), false, false},
+		{"no loss term", v(func(v *EmbeddedConfig) { v.LossSigmas = 0 }), false, false},
+		{"base", c, false, false},
+		{"signal", v(func(v *EmbeddedConfig) { v.SignalSigmas = 3 }), true, false},
+		{"mean", v(func(v *EmbeddedConfig) { v.MeanSigmas = -0.5 }), true, false},
+		{"numeric scale", v(func(v *EmbeddedConfig) { v.NumericScale = 1e-3 }), true, false},
+		{"infeasible", v(func(v *EmbeddedConfig) { v.InfeasibleSigmas = -4 }), true, false},
+		{"priors", v(func(v *EmbeddedConfig) { v.Priors = map[string]records.Prior{"m1": {Mean: 1, Std: 2}} }), true, false},
+		{"base", c, true, false},
+		{"base again, another lengthscale", v(func(v *EmbeddedConfig) { v.Lengthscale = 1 }), true, true},
+	} {
 		require.True(t, p.fits(tc.cfg), tc.name)
-		before := kept(p)
+		terms, feats := p.terms, p.feats
 		got, err := logMarginal(tc.cfg, p)
 		require.NoError(t, err)
-		require.NotEqual(t, zero, kept(p), tc.name)
-		require.Equal(t, tc.reuse, kept(p) == before, tc.name)
+		require.NotNil(t, p.terms, tc.name)
+		require.NotNil(t, p.feats, tc.name)
+		require.Equal(t, tc.terms, p.terms == terms, "%s: kernel terms", tc.name)
+		require.Equal(t, tc.feats, p.feats == feats, "%s: record features", tc.name)
 		want, err := LogMarginal(context.Background(), tc.cfg, ev)
 		require.NoError(t, err)
 		require.Equal(t, want, got, tc.name)
 	}
-	alone := prepare(ev, shift{calls}, true)
-	_, err := logMarginal(cases[0].cfg, alone)
+	alone := prepare(ev, shift{&calls}, true)
+	_, err := logMarginal(c, alone)
 	require.NoError(t, err)
-	require.Equal(t, zero, kept(alone), "without share nothing is kept")
-}
-
-func TestTuneSharesKernelTerms(t *testing.T) {
-	// Configurations run in turn on one prepared context (as Tune runs
-	// its grid) reuse the kernel's descriptor and loss terms while they
-	// agree on them (TuneGrid's do) and recompute them when a lengthscale,
-	// the standardisation or a term changes.
-	ev := shiftEvidence(t, rand.New(rand.NewPCG(27, 28)), 40, 5)
-	var calls atomic.Int64
-	c := effectsBase(&calls)
-	v := func(f func(*EmbeddedConfig)) EmbeddedConfig { return variantOf(c, f) }
-	grid := TuneGrid(c)
-	checkShared(t, ev, &calls, []shareCase{
-		{"grid 0", grid[0], false},
-		{"grid 1", grid[1], true},
-		{"grid 40", grid[40], true},
-		{"grid 80", grid[80], true},
-		{"descriptor lengthscale", v(func(v *EmbeddedConfig) { v.DescriptorLengthscale = 2 }), false},
-		{"loss lengthscale", v(func(v *EmbeddedConfig) { v.LossLengthscale = 1 }), false},
-		{"unstandardised", v(func(v *EmbeddedConfig) { v.DescriptorStandardise = false }), false},
-		{"no effect term", v(func(v *EmbeddedConfig) { v.EffectSigmas = 0 }), false},
-		{"no descriptor kernel", v(func(v *EmbeddedConfig) { v.DescriptorWeight = 0 }), false},
-		{"no loss term", v(func(v *EmbeddedConfig) { v.LossSigmas = 0 }), false},
-		{"base", c, false},
-		{"base again", c, true},
-	}, func(p *prepared) *pairTerms { return p.terms })
-}
-
-func TestTuneSharesRecordFeatures(t *testing.T) {
-	// The records' interned features, targets and statistics are built
-	// once for the configurations run in turn on one prepared context
-	// while they agree on what those read (TuneGrid's do: it varies noise,
-	// correlations and lengthscales only) and rebuilt when a field they
-	// read or the priors change.
-	ev := shiftEvidence(t, rand.New(rand.NewPCG(29, 30)), 40, 5)
-	var calls atomic.Int64
-	c := effectsBase(&calls)
-	v := func(f func(*EmbeddedConfig)) EmbeddedConfig { return variantOf(c, f) }
-	grid := TuneGrid(c)
-	checkShared(t, ev, &calls, []shareCase{
-		{"grid 0", grid[0], false},
-		{"grid 1", grid[1], true},
-		{"grid 80", grid[80], true},
-		{"signal", v(func(v *EmbeddedConfig) { v.SignalSigmas = 3 }), false},
-		{"mean", v(func(v *EmbeddedConfig) { v.MeanSigmas = -0.5 }), false},
-		{"numeric scale", v(func(v *EmbeddedConfig) { v.NumericScale = 1e-3 }), false},
-		{"infeasible", v(func(v *EmbeddedConfig) { v.InfeasibleSigmas = -4 }), false},
-		{"unstandardised", v(func(v *EmbeddedConfig) { v.DescriptorStandardise = false }), false},
-		{"no effect term", v(func(v *EmbeddedConfig) { v.EffectSigmas = 0 }), false},
-		{"priors", v(func(v *EmbeddedConfig) { v.Priors = map[string]records.Prior{"m1": {Mean: 1, Std: 2}} }), false},
-		{"base", c, false},
-		{"base again, another lengthscale", v(func(v *EmbeddedConfig) { v.Lengthscale = 1 }), true},
-	}, func(p *prepared) *sharedFeats { return p.feats })
+	require.Nil(t, alone.terms)
+	require.Nil(t, alone.feats)
 }
