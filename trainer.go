@@ -613,14 +613,8 @@ func (t *Trainer) stateJudges(ctx context.Context, ro *rolloutData) (func(g int)
 	for gi, g := range ro.groups {
 		id := g.state.Task.ID
 		rest, world, err := t.withoutTask(ctx, id)
-		var hist []records.Record
-		for _, h := range g.state.History {
-			if h.Source == records.Real {
-				hist = append(hist, h)
-			}
-		}
 		if err == nil {
-			byGroup[gi], err = rest.Add(hist...)
+			byGroup[gi], err = rest.AddReal(g.state.History...)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("lm2lm: step %d: evidence of a state of %q: %w", t.step+1, records.Excerpt(id), err)

@@ -85,16 +85,7 @@ func (r *Rerank) evidence(s records.State) (records.Evidence, error) {
 	if !r.cfg.History {
 		return r.ev, nil
 	}
-	var real []records.Record
-	for _, h := range s.History {
-		if h.Source == records.Real {
-			real = append(real, h)
-		}
-	}
-	if len(real) == 0 {
-		return r.ev, nil
-	}
-	ev, err := r.ev.Add(real...)
+	ev, err := r.ev.AddReal(s.History...)
 	if err != nil {
 		return r.ev, fmt.Errorf("baseline: rerank: history of %s: %w", records.Excerpt(s.Task.ID), err)
 	}

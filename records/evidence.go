@@ -30,13 +30,25 @@ func NewEvidence(rs ...Record) (Evidence, error) {
 // It is the filter for mixed slices such as a state pool; invalid real
 // records are reported as errors.
 func RealOnly(rs []Record) (Evidence, error) {
+	return Evidence{}.AddReal(rs...)
+}
+
+// AddReal returns evidence holding e's records followed by the real
+// records of rs, dropping the others (a state's history mixes real records
+// with synthetic ones, which never reach a world model: METHOD.md §1
+// Synthetic state expansion). Without a real record it returns e itself;
+// an invalid real record is an error, as for Add.
+func (e Evidence) AddReal(rs ...Record) (Evidence, error) {
 	var keep []Record
 	for _, r := range rs {
 		if r.Source == Real {
 			keep = append(keep, r)
 		}
 	}
-	return NewEvidence(keep...)
+	if len(keep) == 0 {
+		return e, nil
+	}
+	return e.Add(keep...)
 }
 
 // Add returns evidence holding e's records followed by rs.

@@ -208,6 +208,17 @@ func TestEvidence(t *testing.T) {
 	}
 	_, err = records.RealOnly([]records.Record{bad})
 	require.ErrorIs(t, err, records.ErrInvalid)
+
+	// AddReal appends the real records after e's and drops the rest; with
+	// none it is e itself; an invalid real record is refused.
+	more, err := ev.AddReal(syn, real2, pred, real1)
+	require.NoError(t, err)
+	require.Equal(t, []records.Record{ev.At(0), ev.At(1), real2, real1}, more.Records())
+	same, err := ev.AddReal(pred, syn)
+	require.NoError(t, err)
+	require.Equal(t, ev.Records(), same.Records())
+	_, err = ev.AddReal(syn, bad)
+	require.ErrorIs(t, err, records.ErrInvalid)
 }
 
 func TestEvidenceFingerprint(t *testing.T) {
