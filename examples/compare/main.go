@@ -270,11 +270,22 @@ type lever struct {
 	dir, arg string
 }
 
-// levers lists the settings after the research-state features, in the
-// order of both the run directory's name and the command line. Every one
-// changes what a trained method does, so its results live apart.
+// levers lists the settings off their defaults name, in the order of both
+// the run directory's name and the command line. Every one changes what a
+// trained method does or how it is evaluated, so its results live apart.
 func (o options) levers() []lever {
+	// The research-state features name one directory part together.
+	var state string
+	if o.descriptorBuckets != 0 {
+		state += fmt.Sprintf(" -descriptor-buckets %d", o.descriptorBuckets)
+	}
+	if o.worldDesc != 0 {
+		state += fmt.Sprintf(" -world-descriptors %g", o.worldDesc)
+	}
 	return []lever{
+		{o.descriptorBuckets != 0 || o.worldDesc != 0, fmt.Sprintf("-d%d-w%g", o.descriptorBuckets, o.worldDesc), state},
+		{o.descriptorSpread != 0, fmt.Sprintf("-s%d", o.descriptorSpread), fmt.Sprintf(" -descriptor-spread %d", o.descriptorSpread)},
+		{o.histProposalBuckets != 0, fmt.Sprintf("-h%d", o.histProposalBuckets), fmt.Sprintf(" -history-proposal-buckets %d", o.histProposalBuckets)},
 		{o.policyHidden != 0, fmt.Sprintf("-hid%d", o.policyHidden), fmt.Sprintf(" -policy-hidden %d", o.policyHidden)},
 		{o.policyHiddenStd != 0, fmt.Sprintf("u%g", o.policyHiddenStd), fmt.Sprintf(" -policy-hidden-init-std %g", o.policyHiddenStd)},
 		{o.worldEffects, "-fx", " -world-effects"},

@@ -292,7 +292,7 @@ func TestWorldEffectsLever(t *testing.T) {
 	require.Equal(t, filepath.Join("out", "v2-val-default-d0-w1-fx-tune"), runDir(o))
 	o.descriptorBuckets, o.descriptorSpread = 1024, 2
 	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune"), runDir(o))
-	require.Contains(t, command(o), "-descriptor-buckets 1024 -descriptor-spread 2 -world-descriptors 1 -world-effects -world-tune")
+	require.Contains(t, command(o), "-descriptor-buckets 1024 -world-descriptors 1 -descriptor-spread 2 -world-effects -world-tune")
 	_, err = parseFlags([]string{"-descriptor-spread", "2"}, &bytes.Buffer{})
 	require.ErrorContains(t, err, "-descriptor-spread 2")
 	o.evalTemp = 0.5

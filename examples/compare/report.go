@@ -112,18 +112,6 @@ func command(o options) string {
 	if !slices.Equal(o.methods, defaultMethods()) {
 		c += " -methods " + strings.Join(o.methods, ",")
 	}
-	if o.descriptorBuckets != 0 {
-		c += fmt.Sprintf(" -descriptor-buckets %d", o.descriptorBuckets)
-	}
-	if o.descriptorSpread != 0 {
-		c += fmt.Sprintf(" -descriptor-spread %d", o.descriptorSpread)
-	}
-	if o.worldDesc != 0 {
-		c += fmt.Sprintf(" -world-descriptors %g", o.worldDesc)
-	}
-	if o.histProposalBuckets != 0 {
-		c += fmt.Sprintf(" -history-proposal-buckets %d", o.histProposalBuckets)
-	}
 	for _, l := range o.levers() {
 		if l.on {
 			c += l.arg

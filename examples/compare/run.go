@@ -30,17 +30,6 @@ func plan(o options) []job {
 // runDir is the run directory of a suite and profile.
 func runDir(o options) string {
 	name := o.suite + "-" + o.profile
-	if o.descriptorBuckets != 0 || o.worldDesc != 0 {
-		// The research-state levers change every trained method: their
-		// results live apart from the default settings'.
-		name += fmt.Sprintf("-d%d-w%g", o.descriptorBuckets, o.worldDesc)
-	}
-	if o.descriptorSpread != 0 {
-		name += fmt.Sprintf("-s%d", o.descriptorSpread)
-	}
-	if o.histProposalBuckets != 0 {
-		name += fmt.Sprintf("-h%d", o.histProposalBuckets)
-	}
 	for _, l := range o.levers() {
 		if l.on {
 			name += l.dir
