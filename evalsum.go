@@ -1,7 +1,6 @@
 package lm2lm
 
 import (
-	"fmt"
 	"math"
 	"sort"
 
@@ -120,7 +119,7 @@ func (tl *evalTally) state(rep *EvalReport, si int, st *StateEval, samples []pro
 			if x.Invalid {
 				rep.Invalid++
 			} else {
-				rep.Failures = append(rep.Failures, fmt.Sprintf("%q on %q: %s", records.Excerpt(x.Key), records.Excerpt(x.Task), run.failure))
+				rep.Failures = append(rep.Failures, keyOnTask(x.Key, x.Task)+": "+run.failure)
 			}
 			continue
 		}

@@ -31,7 +31,12 @@ func RunReal(ctx context.Context, b builder.Builder, e builder.Executor, task re
 // are outside input, so each is quoted as records.Excerpt bounds it (one
 // line, no control bytes, at most records.MaxExcerpt bytes of it).
 func onTask(p records.Proposal, task records.Task) string {
-	return fmt.Sprintf("%q on %q", records.Excerpt(p.Key()), records.Excerpt(task.ID))
+	return keyOnTask(p.Key(), task.ID)
+}
+
+// keyOnTask is onTask for a proposal key and a task ID.
+func keyOnTask(key, taskID string) string {
+	return fmt.Sprintf("%q on %q", records.Excerpt(key), records.Excerpt(taskID))
 }
 
 // realRun is the result of one attempt to measure a proposal for real.
