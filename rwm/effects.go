@@ -112,9 +112,10 @@ func (c EmbeddedConfig) readsDesc() bool { return c.DescriptorWeight > 0 || c.lo
 // per evidence and shared by the records that give the Effector the same
 // task and proposal (adjacent in canonical order), so that Tune calls the
 // Effector once per distinct (task, proposal), not once per record and
-// grid configuration. With share (Tune), it also keeps the kernel terms
-// that TuneGrid's hyperparameters do not move (pairTerms) for the next
-// configuration. A prepared is used by one goroutine at a time.
+// grid configuration. With share (Tune), it also keeps what TuneGrid's
+// hyperparameters do not move for the next configuration: the kernel
+// terms (pairTerms) and the records' features, targets and statistics
+// (sharedFeats). A prepared is used by one goroutine at a time.
 type prepared struct {
 	rs    []records.Record
 	keys  []string

@@ -245,19 +245,26 @@ func TestFeaturesMatchReference(t *testing.T) {
 	}
 }
 
+// distinctPairs counts the distinct (task, proposal) pairs of ev's
+// records: how often an Effector called once per pair runs.
+func distinctPairs(ev records.Evidence) int {
+	seen := map[string]bool{}
+	for _, r := range ev.Records() {
+		seen[r.Task.ID+"\x00"+r.Proposal.Key()] = true
+	}
+	return len(seen)
+}
+
 func TestPrepareOneEffectPerTaskAndProposal(t *testing.T) {
 	// The Effector runs once per distinct (task, proposal) of the records,
 	// and records of one task and proposal share its effect.
 	rng := rand.New(rand.NewPCG(23, 24))
 	ev := shiftEvidence(t, rng, 80, 4)
-	distinct := map[string]bool{}
-	for _, r := range ev.Records() {
-		distinct[r.Task.ID+"\x00"+r.Proposal.Key()] = true
-	}
-	require.Less(t, len(distinct), ev.Len(), "some pairs repeat")
+	distinct := distinctPairs(ev)
+	require.Less(t, distinct, ev.Len(), "some pairs repeat")
 	var calls atomic.Int64
 	p := prepare(ev, shift{&calls}, false)
-	require.Equal(t, int64(len(distinct)), calls.Load())
+	require.Equal(t, int64(distinct), calls.Load())
 	for i := 1; i < len(p.rs); i++ {
 		require.Equal(t, p.keys[i] == p.keys[i-1], p.fx[i] == p.fx[i-1], "record %d", i)
 	}
@@ -307,17 +314,14 @@ func TestTuneSharesEffectsAcrossConfigurations(t *testing.T) {
 	// bit for bit, LogMarginal of that configuration prepared on its own.
 	rng := rand.New(rand.NewPCG(25, 26))
 	ev := shiftEvidence(t, rng, 40, 5)
-	distinct := map[string]bool{}
-	for _, r := range ev.Records() {
-		distinct[r.Task.ID+"\x00"+r.Proposal.Key()] = true
-	}
+	distinct := distinctPairs(ev)
 	var calls atomic.Int64
 	c := DefaultEmbeddedConfig()
 	c.DescriptorWeight = 1
 	c = WithEffects(c, shift{&calls})
 	best, lm, err := Tune(context.Background(), c, ev, nil)
 	require.NoError(t, err)
-	require.Equal(t, int64(len(distinct)), calls.Load())
+	require.Equal(t, int64(distinct), calls.Load())
 	alone, err := LogMarginal(context.Background(), best, ev)
 	require.NoError(t, err)
 	require.Equal(t, alone, lm)
@@ -329,7 +333,7 @@ func TestTuneSharesEffectsAcrossConfigurations(t *testing.T) {
 	off.EffectSigmas, off.LossSigmas = 0, 0
 	_, _, err = Tune(context.Background(), c, ev, []EmbeddedConfig{DefaultEmbeddedConfig(), c, c, off})
 	require.NoError(t, err)
-	require.Equal(t, int64(len(distinct)), calls.Load())
+	require.Equal(t, int64(distinct), calls.Load())
 }
 
 // shareCase is one configuration run in turn on a shared prepared context

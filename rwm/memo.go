@@ -40,7 +40,8 @@ type memoStats struct {
 // computes again. A waiter whose ctx ends stops waiting; if the owner of a
 // computation (the caller that runs it, with its own ctx) is cancelled, its
 // waiters whose ctx is live retry, and a waiter whose ctx has ended too
-// returns its own ctx's error without computing. A memo is safe for concurrent use and starts no goroutine.
+// returns its own ctx's error without computing. A memo is safe for
+// concurrent use and starts no goroutine.
 type memo[K comparable, V any] struct {
 	policy memoPolicy
 
