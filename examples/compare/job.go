@@ -12,6 +12,7 @@ import (
 	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/internal/labsetup"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/proposer"
@@ -79,7 +80,7 @@ func newPolicy(o options, seed uint64, train []records.Task) (*proposer.Policy, 
 	}
 	var rng *rand.Rand
 	if o.policyHidden > 0 {
-		rng = rand.New(rand.NewPCG(seed, 0x68696464))
+		rng = labsetup.HiddenSource(seed)
 	}
 	pol, err := proposer.NewPolicy(lab.Catalogue(), pcfg, rng)
 	if err != nil {
@@ -202,23 +203,21 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 	return out, unmeasured
 }
 
-// newWorld returns the embedded world model with the lab catalogue's
-// priors (the main job's); with -world-effects, reading what each proposal
-// does to the task's descriptors from l (rwm.WithEffects); with -world-tune, the model around the same
-// config that re-tunes its hyperparameters on each evidence it is given
-// (rwm.Tuned over rwm.TuneGrid).
+// newWorld returns the embedded world model of -world-descriptors,
+// -world-effects and -world-tune (labsetup.NewWorld, as the main job's).
 func newWorld(o options, l *lab.Lab) rwm.WorldModel {
-	cat := lab.Catalogue()
-	wcfg := rwm.DefaultEmbeddedConfig()
-	wcfg.DescriptorWeight = o.worldDesc
-	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
-	if o.worldEffects {
-		wcfg = rwm.WithEffects(wcfg, l.Effects())
-	}
-	if o.worldTune {
-		return rwm.NewTuned(wcfg, nil)
-	}
-	return rwm.NewEmbedded(wcfg)
+	return labsetup.NewWorld(l, o.world())
+}
+
+// world is the world model's part of the setting.
+func (o options) world() labsetup.World {
+	return labsetup.World{Descriptors: o.worldDesc, Effects: o.worldEffects, Tune: o.worldTune}
+}
+
+// policy is the policy's part of the setting that the main job shares.
+func (o options) policy() labsetup.Policy {
+	return labsetup.Policy{LR: o.policyLR, DescriptionBuckets: o.descBuckets, DescriptorBuckets: o.descriptorBuckets,
+		Hidden: o.policyHidden, EvalTemperature: o.temperature()}
 }
 
 // train runs the trainer (LM2LM, its ablations, WMRL) and keeps its

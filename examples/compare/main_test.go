@@ -17,6 +17,7 @@ import (
 	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/internal/labsetup"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
@@ -675,4 +676,17 @@ func TestRealGainsPredictsTheRealRun(t *testing.T) {
 	require.Contains(t, o.methods, "real-gains")
 	require.NotContains(t, defaultMethods(), "real-gains")
 	require.Contains(t, command(o), " -methods real-gains")
+}
+
+// The setting chosen on validation, as the README's commands give it, is
+// the one the main job runs by default (labsetup.ValidatedWorld and
+// ValidatedPolicy): the two drivers cannot drift apart.
+func TestChosenFlagsAreTheMainJobsValidatedSetting(t *testing.T) {
+	o, err := parseFlags(strings.Fields("-descriptor-buckets 256 -world-descriptors 1 -policy-hidden 32 -world-effects -world-tune -eval-temperature 0.5"), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, labsetup.ValidatedWorld, o.world())
+	require.Equal(t, labsetup.ValidatedPolicy, o.policy())
+	o, err = parseFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.NotEqual(t, labsetup.ValidatedWorld, o.world())
 }

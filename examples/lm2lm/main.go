@@ -38,6 +38,7 @@ import (
 	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/internal/labsetup"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/proposer"
@@ -403,42 +404,26 @@ func (j *mainJob) drawHistories(ctx context.Context) error {
 	return nil
 }
 
-// The validated setting (-setting validated, the default): the one chosen
-// on lab v2's validation split with examples/compare (README, "Comparing
-// methods over seeds": the third look's setting, unchanged since).
-const (
-	validatedLR               = 0.02 // the policy's Adam rate
-	validatedDescription      = 64   // hashed description words
-	validatedDescriptors      = 256  // hashed binned descriptors
-	validatedHidden           = 32   // hidden units
-	validatedEvalTemperature  = 0.5  // the policy's temperature at evaluation
-	validatedDescriptorWeight = 1    // the world model's task kernel over descriptors
-)
-
 // validated reports whether the job runs the validated setting.
 func (o options) validated() bool { return o.setting != "library" }
 
 // newModels makes the embedded world model (counting its calls) and the
-// policy, and starts the report. Under the validated setting the world
-// model follows the task descriptors fully, reads what each proposal does
-// to them from the lab (rwm.WithEffects) and re-tunes on its records
-// (rwm.Tuned); the policy has binned descriptor features and a hidden
-// layer whose initial weights come from the seed.
+// policy, and starts the report. Under the validated setting
+// (labsetup.ValidatedWorld and ValidatedPolicy, shared with
+// examples/compare) the world model follows the task descriptors fully,
+// reads what each proposal does to them from the lab (rwm.WithEffects) and
+// re-tunes on its records (rwm.Tuned); the policy has binned descriptor
+// features and a hidden layer whose initial weights come from the seed.
 func (j *mainJob) newModels(context.Context) error {
-	wcfg := rwm.DefaultEmbeddedConfig()
-	wcfg.Priors = rwm.PriorsFromCards(j.cat)
-	wcfg.Cards = j.cat
 	pcfg := proposer.DefaultPolicyConfig()
 	var rng *rand.Rand
 	if j.o.validated() {
-		wcfg.DescriptorWeight = validatedDescriptorWeight
-		wcfg = rwm.WithEffects(wcfg, j.lab.Effects())
-		j.world = rwm.NewLedger(rwm.NewTuned(wcfg, nil))
-		pcfg.Adam.LR, pcfg.DescriptionBuckets = validatedLR, validatedDescription
-		pcfg.DescriptorBuckets, pcfg.Hidden = validatedDescriptors, validatedHidden
-		rng = rand.New(rand.NewPCG(j.o.seed, 0x68696464))
+		j.world = rwm.NewLedger(labsetup.NewWorld(j.lab, labsetup.ValidatedWorld))
+		v := labsetup.ValidatedPolicy
+		pcfg.Adam.LR, pcfg.DescriptionBuckets, pcfg.DescriptorBuckets, pcfg.Hidden = v.LR, v.DescriptionBuckets, v.DescriptorBuckets, v.Hidden
+		rng = labsetup.HiddenSource(j.o.seed)
 	} else {
-		j.world = rwm.NewLedger(rwm.NewEmbedded(wcfg))
+		j.world = rwm.NewLedger(labsetup.NewWorld(j.lab, labsetup.World{}))
 	}
 	if j.o.policyLR > 0 {
 		pcfg.Adam.LR = j.o.policyLR
@@ -460,7 +445,7 @@ func (j *mainJob) newModels(context.Context) error {
 // validated setting's, or 1 (the rollouts' temperature).
 func (o options) evalTemperature() float64 {
 	if o.validated() {
-		return validatedEvalTemperature
+		return labsetup.ValidatedPolicy.EvalTemperature
 	}
 	return 1
 }

@@ -1,0 +1,44 @@
+package labsetup_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/internal/labsetup"
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
+)
+
+func TestNewWorld(t *testing.T) {
+	l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
+	require.NoError(t, err)
+	plain, ok := labsetup.NewWorld(l, labsetup.World{}).(*rwm.Embedded)
+	require.True(t, ok, "untuned: the embedded model itself")
+	c := plain.Config()
+	require.Zero(t, c.DescriptorWeight)
+	require.Nil(t, c.Effects)
+	require.Equal(t, lab.Catalogue(), c.Cards)
+	require.Len(t, c.Priors, len(rwm.PriorsFromCards(lab.Catalogue())))
+
+	tuned, ok := labsetup.NewWorld(l, labsetup.ValidatedWorld).(*rwm.Tuned)
+	require.True(t, ok, "Tune: rwm.Tuned")
+	b := tuned.Base()
+	require.Equal(t, 1.0, b.DescriptorWeight)
+	require.Equal(t, l.Effects().ID(), b.Effects.ID())
+	want := rwm.DefaultEmbeddedConfig()
+	want.DescriptorWeight = 1
+	want = rwm.WithEffects(want, l.Effects())
+	require.Equal(t, want.EffectSigmas, b.EffectSigmas)
+	require.Equal(t, want.LossSigmas, b.LossSigmas)
+	require.True(t, strings.HasPrefix(tuned.ID(), "rwm.Tuned/"))
+}
+
+func TestHiddenSourceFollowsTheSeed(t *testing.T) {
+	a, b, c := labsetup.HiddenSource(3), labsetup.HiddenSource(3), labsetup.HiddenSource(4)
+	x, y, z := a.Uint64(), b.Uint64(), c.Uint64()
+	require.Equal(t, x, y)
+	require.NotEqual(t, x, z)
+}
