@@ -166,6 +166,16 @@ type PolicyConfig struct {
 	// and their spread; the lab's drivers standardise each over the
 	// training tasks).
 	DescriptorInputs []DescriptorInput `json:"descriptor_inputs,omitempty"`
+	// DescriptorLinear: the descriptor inputs also enter every head's
+	// logits linearly, z_k += Σ_d L[d, k]·x_d, so that a head is
+	// log-linear in the standardised descriptors (each card's preference
+	// a linear function of the recipe, with or without a hidden layer).
+	// L starts at zero, after every other parameter, so the initial
+	// policy and every other parameter's draw are those without it.
+	// Needs DescriptorInputs. Default false (library choice: the
+	// log-linear policy of the binary features; a lever measured on the
+	// lab's validation split, see the README).
+	DescriptorLinear bool `json:"descriptor_linear,omitempty"`
 	// InitStd is the standard deviation of the initial weights; default 0,
 	// which starts from the uniform policy and needs no rng. Library
 	// choice: uniform is the least informed start and is exactly
@@ -233,10 +243,13 @@ const descriptorInputClamp = 3
 // validateInputs reports the first invalid descriptor input.
 func (c PolicyConfig) validateInputs() error {
 	if len(c.DescriptorInputs) == 0 {
+		if c.DescriptorLinear {
+			return fmt.Errorf("%w: DescriptorLinear without DescriptorInputs", ErrConfig)
+		}
 		return nil
 	}
-	if c.Hidden == 0 || len(c.DescriptorInputs) > maxDescriptorInputs {
-		return fmt.Errorf("%w: %d DescriptorInputs, want at most %d and Hidden > 0", ErrConfig, len(c.DescriptorInputs), maxDescriptorInputs)
+	if (c.Hidden == 0 && !c.DescriptorLinear) || len(c.DescriptorInputs) > maxDescriptorInputs {
+		return fmt.Errorf("%w: %d DescriptorInputs, want at most %d and Hidden > 0 or DescriptorLinear", ErrConfig, len(c.DescriptorInputs), maxDescriptorInputs)
 	}
 	seen := make(map[string]bool, len(c.DescriptorInputs))
 	for i, d := range c.DescriptorInputs {

@@ -91,3 +91,22 @@ func TestMarshalRoundTripDescriptorInputs(t *testing.T) {
 	err := r.UnmarshalBinary(bytes.Replace(data, []byte(`{"name":"log10_lr","center":-2.5,"scale":0.4},`), nil, 1))
 	require.ErrorIs(t, err, proposer.ErrCheckpoint)
 }
+
+func TestMarshalRoundTripDescriptorLinear(t *testing.T) {
+	// A checkpoint carries DescriptorLinear and the heads' linear weights:
+	// the restored policy (no hidden layer) samples, scores and updates bit
+	// for bit like the original; without the flag its vectors do not fit
+	// and it is refused.
+	in := []proposer.DescriptorInput{{Name: "log10_lr", Center: -2.5, Scale: 0.4}, {Name: "width", Center: 5, Scale: 1}}
+	p, q, data, rng := trainedRoundTrip(t, func(c *proposer.PolicyConfig) { c.DescriptorInputs, c.DescriptorLinear = in, true }, 5)
+	require.Contains(t, string(data), `"descriptor_linear":true`)
+	require.True(t, q.Config().DescriptorLinear)
+	requireSamePolicies(t, p, q, lab.Catalogue(), 10, rng)
+	s := randomLabState(rng, lab.Catalogue())
+	s.Task.Descriptors = map[string]float64{"log10_lr": -1.5, "width": 256}
+	require.Equal(t, p.CardProbs(s), q.CardProbs(s))
+	requireSameAfterUpdate(t, p, q, data)
+	var r proposer.Policy
+	err := r.UnmarshalBinary(bytes.Replace(data, []byte(`"descriptor_linear":true`), []byte(`"descriptor_linear":false`), 1))
+	require.ErrorIs(t, err, proposer.ErrCheckpoint)
+}

@@ -96,6 +96,9 @@ const metricFeatures = 3
 type head struct {
 	off, dIn, nOut int
 	v              int
+	// lin: with PolicyConfig.DescriptorLinear, the head's linear weights
+	// of the descriptor inputs L[d, k] = theta[lin + d*nOut + k].
+	lin int
 }
 
 type paramLayout struct {
@@ -138,7 +141,8 @@ type layout struct {
 	uOff      int // U[f, i] = theta[uOff + f*H + i], f < dState; len(theta) when H = 0
 	cOff      int // c_i = theta[cOff + i]
 	inputs    []DescriptorInput
-	udOff     int // Ud[d, i] = theta[udOff + d*H + i], d < len(inputs): after every V
+	udOff     int  // Ud[d, i] = theta[udOff + d*H + i], d < len(inputs): after every V
+	linear    bool // the inputs also enter every head linearly (head.lin, after Ud)
 }
 
 // defaultHiddenInitStd is the standard deviation of the initial hidden
@@ -192,7 +196,7 @@ func NewPolicy(catalogue []records.Card, cfg PolicyConfig, rng *rand.Rand) (*Pol
 		for i := lay.uOff; i < lay.cOff; i++ {
 			p.theta[i] = std * rng.NormFloat64()
 		}
-		for i := lay.udOff; i < lay.nParams; i++ {
+		for i := lay.udOff; i < lay.udOff+len(lay.inputs)*lay.hidden; i++ {
 			p.theta[i] = std * rng.NormFloat64()
 		}
 	}
@@ -294,10 +298,19 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 			lay.heads[i].v = n
 			n += lay.heads[i].nOut * cfg.Hidden
 		}
-		lay.inputs, lay.udOff = append([]DescriptorInput(nil), cfg.DescriptorInputs...), n
-		n += len(cfg.DescriptorInputs) * cfg.Hidden
 	} else {
 		lay.cOff = n
+	}
+	// The descriptor inputs' weights after every other parameter: Ud, then
+	// each head's linear weights L, so that a policy without them keeps
+	// its layout.
+	lay.inputs, lay.udOff = append([]DescriptorInput(nil), cfg.DescriptorInputs...), n
+	n += len(cfg.DescriptorInputs) * cfg.Hidden
+	if lay.linear = cfg.DescriptorLinear; lay.linear {
+		for i := range lay.heads {
+			lay.heads[i].lin = n
+			n += len(cfg.DescriptorInputs) * lay.heads[i].nOut
+		}
 	}
 	lay.nParams = n
 	return lay, nil
@@ -532,9 +545,10 @@ func (p *Policy) hiddenAct(state []int, xd []float64) []float64 {
 	return a
 }
 
-// logits writes z_k / T for head h, active features x and hidden
-// activations hid (nil without a hidden layer) into out.
-func (p *Policy) logits(out []float64, h head, x []int, hid []float64, temp float64) []float64 {
+// logits writes z_k / T for head h, active features x, hidden
+// activations hid (nil without a hidden layer) and descriptor inputs xd
+// (read only with PolicyConfig.DescriptorLinear) into out.
+func (p *Policy) logits(out []float64, h head, x []int, hid, xd []float64, temp float64) []float64 {
 	out = out[:0]
 	bias := p.theta[h.off+h.dIn*h.nOut : h.off+(h.dIn+1)*h.nOut]
 	out = append(out, bias...)
@@ -551,6 +565,16 @@ func (p *Policy) logits(out []float64, h head, x []int, hid []float64, temp floa
 				s += w * hid[i]
 			}
 			out[k] += s
+		}
+	}
+	if p.lay.linear {
+		for d, v := range xd {
+			if v == 0 {
+				continue
+			}
+			for k, w := range p.theta[h.lin+d*h.nOut : h.lin+(d+1)*h.nOut] {
+				out[k] += w * v
+			}
 		}
 	}
 	for k := range out {
@@ -629,8 +653,9 @@ func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.
 	}
 	temp := p.cfg.Temperature
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	hid := p.hiddenAct(state, p.lay.descriptorInputs(s.Task))
-	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, hid, temp))
+	xd := p.lay.descriptorInputs(s.Task)
+	hid := p.hiddenAct(state, xd)
+	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, hid, xd, temp))
 	var buf []float64
 	var x []int
 	out := make([]Sample, n)
@@ -658,7 +683,7 @@ func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.
 		for t := 1; t < len(toks); t++ {
 			var h head
 			h, x = p.lay.tokenFeatures(x, state, c, toks, t)
-			buf = logSoftmax(p.logits(buf, h, x, hid, temp))
+			buf = logSoftmax(p.logits(buf, h, x, hid, xd, temp))
 			k := draw(buf, rng)
 			toks[t] = k
 			pl := &cl.params[t-1]
@@ -756,14 +781,15 @@ func (p *Policy) Score(ctx context.Context, s records.State, smp Sample) ([]floa
 		return nil, fmt.Errorf("proposer: score: %w", err)
 	}
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	hid := p.hiddenAct(state, p.lay.descriptorInputs(s.Task))
+	xd := p.lay.descriptorInputs(s.Task)
+	hid := p.hiddenAct(state, xd)
 	lp := make([]float64, len(toks))
 	var buf []float64
 	var x []int
 	for t := range toks {
 		var h head
 		h, x = p.lay.tokenFeatures(x, state, toks[0], toks, t)
-		buf = logSoftmax(p.logits(buf, h, x, hid, p.sampleTemp(smp)))
+		buf = logSoftmax(p.logits(buf, h, x, hid, xd, p.sampleTemp(smp)))
 		lp[t] = buf[toks[t]]
 	}
 	return lp, nil
@@ -781,7 +807,8 @@ func (p *Policy) CardProbs(s records.State) []float64 {
 		return nil
 	}
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	lp := logSoftmax(p.logits(nil, p.lay.heads[0], state, p.hiddenAct(state, p.lay.descriptorInputs(s.Task)), p.cfg.Temperature))
+	xd := p.lay.descriptorInputs(s.Task)
+	lp := logSoftmax(p.logits(nil, p.lay.heads[0], state, p.hiddenAct(state, xd), xd, p.cfg.Temperature))
 	for k := range lp {
 		lp[k] = math.Exp(lp[k])
 	}

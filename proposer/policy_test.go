@@ -490,6 +490,13 @@ func FuzzUnmarshalBinary(f *testing.F) {
 	withInputs, err := h.MarshalBinary()
 	require.NoError(f, err)
 	f.Add(withInputs)
+	lcfg := proposer.DefaultPolicyConfig()
+	lcfg.DescriptorInputs, lcfg.DescriptorLinear = hcfg.DescriptorInputs, true
+	lin, err := proposer.NewPolicy(cat, lcfg, nil)
+	require.NoError(f, err)
+	withLinear, err := lin.MarshalBinary()
+	require.NoError(f, err)
+	f.Add(withLinear)
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{"format":"lm2lm/proposer.Policy/v1","config":{"temperature":1,"family_buckets":1000000}}`))

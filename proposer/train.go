@@ -43,7 +43,7 @@ func (p *Policy) forward(state []int, xd []float64, toks []int, temp float64) pa
 	for t := range toks {
 		h, x := p.lay.tokenFeatures(nil, state, toks[0], toks, t)
 		ps.heads[t], ps.feats[t] = h, x
-		ps.logp[t] = logSoftmax(p.logits(nil, h, x, ps.hid, temp))
+		ps.logp[t] = logSoftmax(p.logits(nil, h, x, ps.hid, xd, temp))
 	}
 	return ps
 }
@@ -53,7 +53,8 @@ func (p *Policy) forward(state []int, xd []float64, toks []int, temp float64) pa
 // ∂u_j/∂W[f, j] = x_f, ∂u_j/∂b_j = 1. With a hidden layer h = tanh(a),
 // a = U·x_state + c, also ∂u_j/∂V[j, i] = h_i and ∂u_j/∂h_i = V[j, i], and
 // the summed ∂/∂h_i of every token reaches c_i, U[f, i] (x_f = 1) and
-// Ud[d, i] (times xd_d) through ∂h_i/∂a_i = 1 − h_i².
+// Ud[d, i] (times xd_d) through ∂h_i/∂a_i = 1 − h_i². With linear
+// descriptor inputs, ∂u_j/∂L[d, j] = xd_d.
 func (ps *pass) backward(g []float64, grad []float64) {
 	var dh []float64
 	if len(ps.hid) > 0 {
@@ -78,6 +79,11 @@ func (ps *pass) backward(g []float64, grad []float64) {
 			grad[bias+j] += d
 			for _, f := range ps.feats[t] {
 				grad[h.off+f*h.nOut+j] += d
+			}
+			if ps.lay.linear {
+				for dd, v := range ps.xd {
+					grad[h.lin+dd*h.nOut+j] += d * v
+				}
 			}
 			if dh != nil {
 				ps.backHead(d, h.v+j*len(dh), dh, grad)
@@ -219,7 +225,7 @@ func (p *Policy) Update(ctx context.Context, batch []Item) (Stats, error) {
 		hid := p.hiddenAct(ps.state, ps.xd)
 		for t, k := range ps.toks {
 			h, x := ps.heads[t], ps.feats[t]
-			lp := logSoftmax(p.logits(ps.logp[t][:0], h, x, hid, ps.temp))[k]
+			lp := logSoftmax(p.logits(ps.logp[t][:0], h, x, hid, ps.xd, ps.temp))[k]
 			d := lp - it.Sample.LogProbs[t]
 			kl += math.Expm1(d) - d
 		}

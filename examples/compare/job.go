@@ -64,7 +64,8 @@ func expectedRuns(o options, m method, tests int) int {
 // alone, so every method of a seed starts from the same policy. With
 // -policy-descriptor-inputs its hidden layer reads every descriptor that
 // varies over the training tasks train, standardised over them
-// (proposer.StandardisedInputs).
+// (proposer.StandardisedInputs); with -policy-descriptor-linear every head
+// reads the same inputs linearly (proposer.PolicyConfig.DescriptorLinear).
 func newPolicy(o options, seed uint64, train []records.Task) (*proposer.Policy, error) {
 	pcfg := proposer.DefaultPolicyConfig()
 	if o.policyLR > 0 {
@@ -75,9 +76,10 @@ func newPolicy(o options, seed uint64, train []records.Task) (*proposer.Policy, 
 	pcfg.DescriptorSpread = o.descriptorSpread
 	pcfg.HistoryProposalBuckets = o.histProposalBuckets
 	pcfg.Hidden, pcfg.HiddenInitStd = o.policyHidden, o.policyHiddenStd
-	if o.descriptorInputs {
+	if o.descriptorInputs || o.descriptorLinear {
 		pcfg.DescriptorInputs = proposer.StandardisedInputs(train)
 	}
+	pcfg.DescriptorLinear = o.descriptorLinear
 	var rng *rand.Rand
 	if o.policyHidden > 0 {
 		rng = labsetup.HiddenSource(seed)

@@ -73,6 +73,7 @@ type options struct {
 	policyHidden        int
 	policyHiddenStd     float64
 	descriptorInputs    bool
+	descriptorLinear    bool
 	worldDesc           float64
 	worldTune           bool
 	worldEffects        bool
@@ -137,6 +138,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.policyHidden, "policy-hidden", 0, "units of the policy's hidden layer over the state features (proposer.PolicyConfig.Hidden, in [0, 1024]; 0 = the log-linear policy)")
 	fs.Float64Var(&o.policyHiddenStd, "policy-hidden-init-std", 0, "standard deviation of the hidden layer's initial weights (proposer.PolicyConfig.HiddenInitStd, in [0, 10]; 0 = the library's 0.1; needs -policy-hidden)")
 	fs.BoolVar(&o.descriptorInputs, "policy-descriptor-inputs", false, "the policy's hidden layer also reads every task descriptor that varies over the training tasks as a real-valued input, standardised over them (proposer.PolicyConfig.DescriptorInputs, proposer.StandardisedInputs; needs -policy-hidden)")
+	fs.BoolVar(&o.descriptorLinear, "policy-descriptor-linear", false, "every head of the policy reads every task descriptor that varies over the training tasks, standardised over them, as a linear term of its logits (proposer.PolicyConfig.DescriptorLinear: each card's preference linear in the recipe; with -policy-descriptor-inputs the hidden layer reads them too)")
 	fs.Float64Var(&o.worldDesc, "world-descriptors", 0, "share of the embedded world model's task kernel that follows task descriptors (rwm.EmbeddedConfig.DescriptorWeight, in [0, 1]; 0 = off)")
 	fs.BoolVar(&o.worldTune, "world-tune", false, "re-tune the embedded world model's hyperparameters by marginal likelihood on its records whenever they change (rwm.Tuned around the same base config; off = the fixed defaults)")
 	fs.BoolVar(&o.worldEffects, "world-effects", false, "the embedded world model reads what each proposal does to the task's descriptors from the lab (rwm.WithEffects with lab.Effects: a first-order effect term and a Gaussian process on the loss over descriptors; off = the catalogue-only kernel)")
@@ -308,6 +310,7 @@ func (o options) levers() []lever {
 		{o.history != 8, fmt.Sprintf("-hist%d", o.history), fmt.Sprintf(" -history %d", o.history)},
 		{o.probe != 4, fmt.Sprintf("-probe%d", o.probe), fmt.Sprintf(" -probe %d", o.probe)},
 		{o.descriptorInputs, "-di", " -policy-descriptor-inputs"},
+		{o.descriptorLinear, "-dl", " -policy-descriptor-linear"},
 	}
 }
 

@@ -364,6 +364,22 @@ func TestPolicyHiddenLever(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, proposer.StandardisedInputs(train), di.Config().DescriptorInputs)
 	require.Len(t, di.Config().DescriptorInputs, 1, "depth is constant")
+	// -policy-descriptor-linear: the same inputs, linear in every head,
+	// with or without the hidden layer.
+	o.descriptorLinear = true
+	require.Equal(t, filepath.Join("out", "v2-val-default-h64-hid16u1-di-dl"), runDir(o))
+	require.Contains(t, command(o), " -policy-descriptor-inputs -policy-descriptor-linear")
+	dl, err := newPolicy(o, 3, train)
+	require.NoError(t, err)
+	require.True(t, dl.Config().DescriptorLinear)
+	require.Equal(t, di.Config().DescriptorInputs, dl.Config().DescriptorInputs)
+	require.Greater(t, dl.NumParams(), di.NumParams())
+	lin, err := parseFlags([]string{"-policy-descriptor-linear"}, &bytes.Buffer{})
+	require.NoError(t, err, "no hidden layer needed")
+	lo, err := newPolicy(lin, 3, train)
+	require.NoError(t, err)
+	require.Zero(t, lo.Config().Hidden)
+	require.Len(t, lo.Config().DescriptorInputs, 1)
 	_, err = parseFlags([]string{"-policy-descriptor-inputs"}, &bytes.Buffer{})
 	require.ErrorContains(t, err, "-policy-descriptor-inputs needs -policy-hidden")
 	for _, args := range [][]string{{"-policy-hidden-init-std", "1"}, {"-policy-hidden", "8", "-policy-hidden-init-std", "-1"},
