@@ -128,6 +128,9 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 		return res, err
 	}
 	var prop proposer.Proposer = pol
+	if o.top() {
+		prop = proposer.Greedy{Policy: pol}
+	}
 	switch m.kind {
 	case "sft", "rft":
 		err = supervise(ctx, m.kind, prof.steps, pol, m0, &res)

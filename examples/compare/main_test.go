@@ -306,6 +306,17 @@ func TestWorldEffectsLever(t *testing.T) {
 	o2, err := parseFlags([]string{"-eval-temperature", "0.5"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, 0.5, o2.temperature())
+	// -eval-decode top: the policies' most probable distinct proposals,
+	// in a run directory of its own.
+	require.False(t, o2.top())
+	o.decode = "top"
+	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune-T0.5-top"), runDir(o))
+	require.Contains(t, command(o), "-eval-temperature 0.5 -eval-decode top")
+	o3, err := parseFlags([]string{"-eval-decode", "top"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.True(t, o3.top())
+	_, err = parseFlags([]string{"-eval-decode", "beam"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, `-eval-decode "beam"`)
 }
 
 func TestPolicyHiddenLever(t *testing.T) {
