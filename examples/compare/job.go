@@ -131,12 +131,12 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	if o.top() {
 		prop = proposer.Greedy{Policy: pol}
 	}
+	var world rwm.WorldModel
+	var final records.Evidence
 	switch m.kind {
 	case "sft", "rft":
 		err = supervise(ctx, m.kind, prof.steps, pol, m0, &res)
 	case "rl":
-		var world rwm.WorldModel
-		var final records.Evidence
 		if world, final, err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res); err == nil && m.rerank {
 			prop, err = baseline.NewRerank(rerankConfig(o), pol, world, final)
 		}
@@ -160,6 +160,11 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	ecfg := lm2lm.DefaultEvalConfig()
 	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed, ecfg.Seeds = prof.evalStates, o.parallel, j.seed, e.refSeeds
 	ecfg.Clip = -infeasibleGain
+	if o.predict && world != nil {
+		// The trained world model's judgement of the proposals it was
+		// trained for, on tasks it has not seen (predictions only).
+		ecfg.World, ecfg.Evidence = world, final
+	}
 	ev, err := lm2lm.Evaluate(ctx, ecfg, prop, e.lab, cnt, e.test, hist)
 	if err != nil {
 		return res, fmt.Errorf("%s: evaluation: %w", j, err)
@@ -183,7 +188,9 @@ func rerankConfig(o options) baseline.RerankConfig {
 // the i-th state of the task, so every method of one seed names the same
 // states alike. It also returns the count of proposals that produced no
 // record (build or run failures that were not the proposal's fault) and
-// the states left with no gain at all are dropped.
+// the states left with no gain at all are dropped. With an evaluation
+// world model (-eval-predict) each state also keeps its prediction of
+// every measured proposal.
 func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 	var out []StateResult
 	unmeasured := ev.Invalid + len(ev.Failures)
@@ -197,6 +204,9 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 				continue // invalid or failed: in ev.Invalid or ev.Failures
 			}
 			s.Gains = append(s.Gains, smp.Gain) // σ_e units, −c when infeasible
+			if !math.IsNaN(smp.Predicted) {
+				s.Predicted = append(s.Predicted, smp.Predicted)
+			}
 			if !smp.Feasible {
 				s.Infeasible++
 			}

@@ -81,6 +81,7 @@ type options struct {
 	evalTemp            float64 // 0 = 1 (options built in tests)
 	evalTempSet         bool
 	decode              string // -eval-decode; "" = sample (options built in tests)
+	predict             bool
 	trigger             bool
 	force               bool
 	scale               string // "raw" or "robust"; "" = raw (options built in tests)
@@ -146,6 +147,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.pessimism, "pessimism", 0, "weight κ of the world model's q10 in the trained methods' rewards (reward.Config.Pessimism, in [0, 1]; 0 = off)")
 	fs.Float64Var(&o.evalTemp, "eval-temperature", 1, "sampling temperature of every method's policy at evaluation (proposer.Policy.SetTemperature; 1 = the rollouts' temperature, METHOD.md §1 Policy optimisation)")
 	fs.StringVar(&o.decode, "eval-decode", "sample", "how every method's own policy proposes at evaluation: sample (K samples at -eval-temperature) | top (its K most probable distinct proposals, proposer.Greedy: the T → 0 limit without repeats; the rerank methods still sample their candidates)")
+	fs.BoolVar(&o.predict, "eval-predict", false, "the trained methods' world model (their final evidence in context) also predicts every evaluation proposal, and the report gives its within-state pairwise accuracy on the test tasks: how well it ranks the policy's own proposals on unseen tasks (predictions only, no real run)")
 	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget)")
 	fs.StringVar(&o.scale, "scale", "raw", "scale of the reported gains: raw (σ_e units, the headline) | robust (each gain g·σ_e/τ_e with τ_e = max(σ_e, the family's median σ_e over the training tasks), clipped at the reward clip; a report-time transform of the same result files, written beside the raw files)")
 	fs.StringVar(&o.schedule, "calibration-schedule", "", "calibration points and budgets as step:budget,… (e.g. 16:31,40:38,64:31; steps multiples of 8 below the profile's steps); replaces the profile's schedule for every method, the M'₀ baselines' extra records included (\"\" = the profile's)")
@@ -302,6 +304,7 @@ func (o options) levers() []lever {
 		{o.temperature() != 1, fmt.Sprintf("-T%g", o.evalTemp), fmt.Sprintf(" -eval-temperature %g", o.evalTemp)},
 		{o.rerankHistory, "-rh", " -rerank-history"},
 		{o.top(), "-top", " -eval-decode top"},
+		{o.predict, "-pred", " -eval-predict"},
 		{o.perTask != 0, fmt.Sprintf("-pt%d", o.perTask), fmt.Sprintf(" -calibration-per-task %d", o.perTask)},
 		{o.heldOutTask, "-hot", " -held-out-task"},
 		// "16:31,40:38" → "-cal16x31_40x38"

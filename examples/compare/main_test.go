@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -312,6 +313,9 @@ func TestWorldEffectsLever(t *testing.T) {
 	o.decode = "top"
 	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune-T0.5-top"), runDir(o))
 	require.Contains(t, command(o), "-eval-temperature 0.5 -eval-decode top")
+	o.predict = true
+	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune-T0.5-top-pred"), runDir(o))
+	require.Contains(t, command(o), "-eval-decode top -eval-predict")
 	o3, err := parseFlags([]string{"-eval-decode", "top"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.True(t, o3.top())
@@ -716,4 +720,52 @@ func TestChosenFlagsAreTheMainJobsValidatedSetting(t *testing.T) {
 	o, err = parseFlags(nil, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.NotEqual(t, labsetup.ValidatedWorld, o.world())
+}
+
+// -eval-predict keeps the trained world model's prediction of every
+// measured evaluation proposal of a trained method (none for the others),
+// and -eval-decode top changes the evaluation alone: the same training as
+// sampling, other proposals.
+func TestEvalPredictAndTopDecode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains tiny models; runs without -short")
+	}
+	o := options{methods: []string{"sft", "lm2lm"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v1",
+		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, policyLR: 0.02, descBuckets: 64, specs: tinyTasks(),
+		predict: true, decode: "top"}
+	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
+	dir := runDir(o)
+	require.Contains(t, dir, "-top-pred", dir)
+	r, ok, err := readResult(dir, job{"lm2lm", 1}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NotEmpty(t, r.States)
+	for _, st := range r.States {
+		require.Len(t, st.Predicted, len(st.Gains), st.ID)
+		for _, p := range st.Predicted {
+			require.False(t, math.IsNaN(p) || math.IsInf(p, 0), st.ID)
+		}
+	}
+	sft, ok, err := readResult(dir, job{"sft", 1}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	for _, st := range sft.States {
+		require.Nil(t, st.Predicted, "SFT has no world model")
+	}
+	plain := o
+	plain.methods, plain.predict, plain.decode = []string{"lm2lm"}, false, ""
+	require.NoError(t, run(context.Background(), &bytes.Buffer{}, plain))
+	p, ok, err := readResult(runDir(plain), job{"lm2lm", 1}, plain)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, p.Steps, r.Steps, "the same training")
+	require.Equal(t, p.Budget(), r.Budget())
+	for _, st := range p.States {
+		require.Nil(t, st.Predicted)
+	}
+	var pg, rg [][]float64
+	for i := range p.States {
+		pg, rg = append(pg, p.States[i].Gains), append(rg, r.States[i].Gains)
+	}
+	require.NotEqual(t, pg, rg, "the top proposals are not the samples")
 }

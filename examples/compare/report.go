@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/evalplot"
 	"github.com/lm2lm/lm2lm/evalstat"
 )
@@ -49,6 +51,47 @@ type MethodSummary struct {
 	// Parts summarises each part of the evaluation split on its own
 	// (lab v2: in- and out-of-distribution), with its own bootstrap.
 	Parts []PartSummary `json:"parts,omitempty"`
+	// EvalPairwise is, with -eval-predict, the trained world model's
+	// within-state pairwise accuracy on the method's evaluation proposals
+	// over EvalPairs pairs (evalPairwise); nil without predictions.
+	EvalPairwise *float64 `json:"eval_pairwise_accuracy,omitempty"`
+	EvalPairs    int      `json:"eval_pairs,omitempty"`
+}
+
+// evalPairGap is the least difference of real gains, in σ_e units, for a
+// pair of evaluation proposals to count in EvalPairwise: two measurements
+// of one proposal differ by seed noise alone, about 1 σ_e, and carry no
+// ranking (as in examples/rwmeval's landscape accuracy).
+const evalPairGap = 1.0
+
+// evalPairwise returns the world model's within-state pairwise accuracy
+// on the evaluation proposals of rs (every state of every seed, each state
+// one group: calibrate.PairwiseAccuracyGap with evalPairGap) and the
+// number of pairs it counts; nil and 0 when no state carries predictions
+// or no pair qualifies.
+func evalPairwise(rs []Result) (*float64, int) {
+	var pred, real [][]float64
+	pairs := 0
+	for _, r := range rs {
+		for _, st := range r.States {
+			if len(st.Predicted) != len(st.Gains) {
+				continue // no predictions (or not for every proposal)
+			}
+			pred, real = append(pred, st.Predicted), append(real, st.Gains)
+			for i := range st.Gains {
+				for j := i + 1; j < len(st.Gains); j++ {
+					if math.Abs(st.Gains[i]-st.Gains[j]) >= evalPairGap {
+						pairs++
+					}
+				}
+			}
+		}
+	}
+	if pairs == 0 {
+		return nil, 0
+	}
+	acc := calibrate.PairwiseAccuracyGap(pred, real, evalPairGap)
+	return &acc, pairs
 }
 
 // PartSummary is a method's statistics on one part of the evaluation split.
@@ -302,6 +345,7 @@ func comparison(o options, dir string, names []string, byMethod map[string][]Res
 			rel, _ := filepath.Rel(dir, resultPath(dir, job{r.Method, r.Seed}))
 			c.Runs[m] = append(c.Runs[m], rel)
 		}
+		ms.EvalPairwise, ms.EvalPairs = evalPairwise(rs)
 		c.Methods = append(c.Methods, ms)
 	}
 	return c
@@ -338,6 +382,14 @@ func markdown(c Comparison) string {
 	b.WriteString("\n| method | real-run budget (M_0 + training, per seed) | evaluation runs per seed | CPU s paid (all seeds) | wall s (all seeds) | unmeasured proposals |\n|---|---|---|---|---|---|\n")
 	for _, m := range c.Methods {
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | %d |\n", m.Summary.Method, m.Budget, m.EvalRuns, m.CPUSeconds, m.WallSeconds, m.Unmeasured)
+	}
+	if slices.ContainsFunc(c.Methods, func(m MethodSummary) bool { return m.EvalPairwise != nil }) {
+		fmt.Fprintf(&b, "\n| method | world model's within-state pairwise accuracy on the evaluation proposals (real gains ≥ %g σ_e apart) | pairs |\n|---|---|---|\n", evalPairGap)
+		for _, m := range c.Methods {
+			if m.EvalPairwise != nil {
+				fmt.Fprintf(&b, "| %s | %.3f | %d |\n", m.Summary.Method, *m.EvalPairwise, m.EvalPairs)
+			}
+		}
 	}
 	if c.Scale != nil {
 		// The threshold columns count robust gains above 2: raw gains

@@ -76,6 +76,10 @@ type StateResult struct {
 	Task       string    `json:"task"`
 	Gains      []float64 `json:"gains_sigma"`
 	Infeasible int       `json:"infeasible"`
+	// Predicted holds, with -eval-predict, the trained world model's
+	// predicted gain of each measured proposal (σ_e units, in Gains'
+	// order; −c when it judged the proposal invalid).
+	Predicted []float64 `json:"predicted_sigma,omitempty"`
 }
 
 // StepResult is one training step.

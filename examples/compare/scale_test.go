@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -238,4 +241,56 @@ func handFloors(tasks map[string]records.Task) (map[string]float64, float64) {
 		floors[f] = med(x)
 	}
 	return floors, med(all)
+}
+
+// cells keeps each measured proposal's prediction beside its gain, in the
+// same order, when the evaluation had a world model; an unmeasured sample
+// contributes neither.
+func TestCellsKeepPredictions(t *testing.T) {
+	task := records.Task{ID: "v2s1/val/ar-prose/00"}
+	ev := lm2lm.EvalReport{States: []lm2lm.StateEval{{State: records.State{Task: task}, Samples: []lm2lm.SampleEval{
+		{Measured: true, Feasible: true, Gain: 1.5, Predicted: 0.7},
+		{Measured: false, Gain: math.NaN(), Predicted: 2},
+		{Measured: true, Feasible: false, Gain: -6, Predicted: -6},
+	}}, {State: records.State{Task: task}, Samples: []lm2lm.SampleEval{
+		{Measured: true, Feasible: true, Gain: 0.2, Predicted: math.NaN()},
+	}}}}
+	got, unmeasured := cells(ev)
+	require.Equal(t, []StateResult{
+		{ID: task.ID + "#0", Task: task.ID, Gains: []float64{1.5, -6}, Infeasible: 1, Predicted: []float64{0.7, -6}},
+		{ID: task.ID + "#1", Task: task.ID, Gains: []float64{0.2}},
+	}, got)
+	require.Zero(t, unmeasured, "no invalid sample, no failure listed")
+}
+
+// The world model's pairwise accuracy on the evaluation proposals, worked
+// by hand: state a has pairs (3, 0) and (3, 1.5) ordered right by the
+// predictions and (0, 1.5) wrong; state b's gains are closer than 1 σ_e;
+// state c's pair ties in prediction (½); state d has no predictions.
+// (2 + ½) / 4 = 0.625.
+func TestEvalPairwise(t *testing.T) {
+	rs := []Result{
+		{States: []StateResult{
+			{ID: "a", Gains: []float64{3, 0, 1.5}, Predicted: []float64{2, 1, 0}},
+			{ID: "b", Gains: []float64{1, 1.5}, Predicted: []float64{0, 5}},
+		}},
+		{States: []StateResult{
+			{ID: "c", Gains: []float64{-6, 2}, Predicted: []float64{4, 4}},
+			{ID: "d", Gains: []float64{5, -5}},
+		}},
+	}
+	acc, pairs := evalPairwise(rs)
+	require.NotNil(t, acc)
+	require.Equal(t, 0.625, *acc)
+	require.Equal(t, 4, pairs)
+	acc, pairs = evalPairwise(rs[1:2][:0])
+	require.Nil(t, acc)
+	require.Zero(t, pairs)
+	acc, _ = evalPairwise([]Result{{States: []StateResult{{Gains: []float64{5, -5}}}}})
+	require.Nil(t, acc, "no predictions")
+
+	c := Comparison{Methods: []MethodSummary{{Summary: evalstat.Summary{Method: "LM2LM"}, EvalPairwise: new(0.625), EvalPairs: 4}}}
+	require.Contains(t, markdown(c), "| LM2LM | 0.625 | 4 |")
+	c.Methods[0].EvalPairwise = nil
+	require.NotContains(t, markdown(c), "pairwise accuracy on the evaluation proposals")
 }
