@@ -77,3 +77,48 @@ func ExampleStandardisedInputs() {
 	// log10_lr: centre -1.631, scale 0.187
 	// <nil>
 }
+
+// Top decodes a policy's most probable distinct proposals instead of
+// sampling: after a few supervised steps towards warm-up 50, it comes
+// first, then the others by sequence log-prob (a card without parameters
+// is one token, so tie-embeddings outranks the other warm-ups). Greedy
+// wraps it as a Proposer.
+func ExamplePolicy_Top() {
+	cat := []records.Card{
+		{Mechanism: "lr-scale", Params: []records.ParamSpec{{Name: "factor", Kind: "float", Choices: []string{"0.5", "2"}}}},
+		{Mechanism: "warmup", Params: []records.ParamSpec{{Name: "steps", Kind: "int", Choices: []string{"0", "50", "100"}}}},
+		{Mechanism: "tie-embeddings"},
+	}
+	p, err := proposer.NewPolicy(cat, proposer.DefaultPolicyConfig(), nil)
+	if err != nil {
+		panic(err)
+	}
+	s := records.State{Task: records.Task{ID: "t1", Family: "ar-prose", Split: records.Train,
+		Metric: records.BitsPerByte, RefLoss: 2.1, SeedNoise: 0.01, Budget: 300}}
+	ctx := context.Background()
+	want := records.Proposal{Mechanism: "warmup", Params: map[string]string{"steps": "50"}}
+	for range 5 {
+		if _, err := p.Supervise(ctx, []proposer.Item{{State: s, Sample: proposer.Sample{Proposal: want}}}); err != nil {
+			panic(err)
+		}
+	}
+	top, err := proposer.Greedy{Policy: p}.Propose(ctx, s, 3, nil)
+	if err != nil {
+		panic(err)
+	}
+	for _, x := range top {
+		fmt.Printf("%-16s %.3f\n", x.Proposal.Key(), x.LogProbs[0]+sum(x.LogProbs[1:]))
+	}
+	// Output:
+	// warmup{steps=50} -0.336
+	// tie-embeddings{} -2.559
+	// warmup{steps=0}  -2.727
+}
+
+func sum(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
