@@ -130,7 +130,12 @@ func TestDescriptorInputsGradientsMatchFiniteDifferences(t *testing.T) {
 // the right card at two recipes it never saw (−2.4 and −1.6); the binned
 // descriptor features alone cannot, as those recipes fall in bins no
 // training state turned on (bins −10, −9, −5, −3 against −8 and −6).
-func TestDescriptorInputsGeneraliseToUnseenValues(t *testing.T) {
+// unseenRecipes supervises a policy of cfg (its hidden layer drawn from
+// rng, which may be nil without one) on the four training recipes of the
+// "hot rate wants slower" task for 300 steps and returns its probability
+// of the right card at the two unseen recipes (log10 lr −2.4 and −1.6).
+func unseenRecipes(t *testing.T, cfg PolicyConfig, rng *rand.Rand) []float64 {
+	t.Helper()
 	cat := []records.Card{{Mechanism: "slower"}, {Mechanism: "faster"}}
 	state := func(lr float64) records.State {
 		return records.State{Task: records.Task{ID: "t", Family: "ar-prose", Split: records.Train, Metric: records.BitsPerByte,
@@ -142,23 +147,25 @@ func TestDescriptorInputsGeneraliseToUnseenValues(t *testing.T) {
 		}
 		return 1
 	}
-	run := func(cfg PolicyConfig) []float64 {
-		p, err := NewPolicy(cat, cfg, rand.New(rand.NewPCG(5, 6)))
-		require.NoError(t, err)
-		var items []Item
-		for _, lr := range []float64{-4, -3.2, -1.1, -0.6} {
-			items = append(items, Item{State: state(lr), Sample: Sample{Proposal: records.Proposal{Mechanism: cat[right(lr)].Mechanism}}})
-		}
-		for range 300 {
-			_, err := p.Supervise(context.Background(), items)
-			require.NoError(t, err)
-		}
-		var out []float64
-		for _, lr := range []float64{-2.4, -1.6} {
-			out = append(out, p.CardProbs(state(lr))[right(lr)])
-		}
-		return out
+	p, err := NewPolicy(cat, cfg, rng)
+	require.NoError(t, err)
+	var items []Item
+	for _, lr := range []float64{-4, -3.2, -1.1, -0.6} {
+		items = append(items, Item{State: state(lr), Sample: Sample{Proposal: records.Proposal{Mechanism: cat[right(lr)].Mechanism}}})
 	}
+	for range 300 {
+		_, err := p.Supervise(context.Background(), items)
+		require.NoError(t, err)
+	}
+	var out []float64
+	for _, lr := range []float64{-2.4, -1.6} {
+		out = append(out, p.CardProbs(state(lr))[right(lr)])
+	}
+	return out
+}
+
+func TestDescriptorInputsGeneraliseToUnseenValues(t *testing.T) {
+	run := func(cfg PolicyConfig) []float64 { return unseenRecipes(t, cfg, rand.New(rand.NewPCG(5, 6))) }
 	cfg := DefaultPolicyConfig()
 	cfg.Hidden, cfg.DescriptorBuckets = 8, 256
 	binned := run(cfg)

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/lm2lm/lm2lm/records"
 )
 
 // linWeights returns the parameter range of every head's linear
@@ -127,34 +125,7 @@ func TestDescriptorLinearGradientsMatchFiniteDifferences(t *testing.T) {
 // with the linear input prefers the right card at two recipes it never
 // saw; with the binned descriptors alone it is even between the cards.
 func TestDescriptorLinearGeneralisesToUnseenValues(t *testing.T) {
-	cat := []records.Card{{Mechanism: "slower"}, {Mechanism: "faster"}}
-	state := func(lr float64) records.State {
-		return records.State{Task: records.Task{ID: "t", Family: "ar-prose", Split: records.Train, Metric: records.BitsPerByte,
-			RefLoss: 2, SeedNoise: 0.01, Descriptors: map[string]float64{"log10_lr": lr}}}
-	}
-	right := func(lr float64) int {
-		if lr > -2 {
-			return 0
-		}
-		return 1
-	}
-	run := func(cfg PolicyConfig) []float64 {
-		p, err := NewPolicy(cat, cfg, nil)
-		require.NoError(t, err)
-		var items []Item
-		for _, lr := range []float64{-4, -3.2, -1.1, -0.6} {
-			items = append(items, Item{State: state(lr), Sample: Sample{Proposal: records.Proposal{Mechanism: cat[right(lr)].Mechanism}}})
-		}
-		for range 300 {
-			_, err := p.Supervise(context.Background(), items)
-			require.NoError(t, err)
-		}
-		var out []float64
-		for _, lr := range []float64{-2.4, -1.6} {
-			out = append(out, p.CardProbs(state(lr))[right(lr)])
-		}
-		return out
-	}
+	run := func(cfg PolicyConfig) []float64 { return unseenRecipes(t, cfg, nil) }
 	cfg := DefaultPolicyConfig()
 	cfg.DescriptorBuckets = 256
 	binned := run(cfg)

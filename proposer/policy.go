@@ -629,19 +629,28 @@ func draw(logp []float64, rng *rand.Rand) int {
 	return 0
 }
 
+// checkRequest reports, for operation op, a cancelled ctx, n < 0 or an
+// invalid state: what Propose and Top refuse before reading the policy.
+func checkRequest(ctx context.Context, op string, s records.State, n int) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("proposer: %s: %w", op, err)
+	}
+	if n < 0 {
+		return fmt.Errorf("proposer: %s: n = %d < 0", op, n)
+	}
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("proposer: %s: %w", op, err)
+	}
+	return nil
+}
+
 // Propose samples n proposals for s at the policy's temperature. Every
 // sample carries its tokens (the card's mechanism, then "name=choice" per
 // parameter), their log-probs and the temperature. It fails for an invalid
 // state or n < 0 and returns a wrapped ctx.Err() on cancellation.
 func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.Rand) ([]Sample, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("proposer: propose: %w", err)
-	}
-	if n < 0 {
-		return nil, fmt.Errorf("proposer: propose: n = %d < 0", n)
-	}
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("proposer: propose: %w", err)
+	if err := checkRequest(ctx, "propose", s, n); err != nil {
+		return nil, err
 	}
 	if n == 0 {
 		return []Sample{}, nil

@@ -29,14 +29,8 @@ const maxTopProposals = 1 << 16
 // an invalid state, n < 0 or a catalogue of more than 65,536 proposals,
 // and returns a wrapped ctx.Err() on cancellation.
 func (p *Policy) Top(ctx context.Context, s records.State, n int) ([]Sample, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("proposer: top: %w", err)
-	}
-	if n < 0 {
-		return nil, fmt.Errorf("proposer: top: n = %d < 0", n)
-	}
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("proposer: top: %w", err)
+	if err := checkRequest(ctx, "top", s, n); err != nil {
+		return nil, err
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
