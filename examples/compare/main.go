@@ -82,6 +82,7 @@ type options struct {
 	evalTempSet         bool
 	decode              string // -eval-decode; "" = sample (options built in tests)
 	predict             bool
+	steps               int // -steps; 0 = the profile's
 	trigger             bool
 	force               bool
 	scale               string // "raw" or "robust"; "" = raw (options built in tests)
@@ -148,6 +149,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.evalTemp, "eval-temperature", 1, "sampling temperature of every method's policy at evaluation (proposer.Policy.SetTemperature; 1 = the rollouts' temperature, METHOD.md §1 Policy optimisation)")
 	fs.StringVar(&o.decode, "eval-decode", "sample", "how every method's own policy proposes at evaluation: sample (K samples at -eval-temperature) | top (its K most probable distinct proposals, proposer.Greedy: the T → 0 limit without repeats; the rerank methods still sample their candidates)")
 	fs.BoolVar(&o.predict, "eval-predict", false, "the trained methods' world model (their final evidence in context) also predicts every evaluation proposal, and the report gives its within-state pairwise accuracy on the test tasks: how well it ranks the policy's own proposals on unseen tasks (predictions only, no real run)")
+	fs.IntVar(&o.steps, "steps", 0, "training steps of every trained method, a multiple of 8 (a rollout) above the schedule's last calibration point (0 = the profile's; the paper's 96 under default)")
 	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget)")
 	fs.StringVar(&o.scale, "scale", "raw", "scale of the reported gains: raw (σ_e units, the headline) | robust (each gain g·σ_e/τ_e with τ_e = max(σ_e, the family's median σ_e over the training tasks), clipped at the reward clip; a report-time transform of the same result files, written beside the raw files)")
 	fs.StringVar(&o.schedule, "calibration-schedule", "", "calibration points and budgets as step:budget,… (e.g. 16:31,40:38,64:31; steps multiples of 8 below the profile's steps); replaces the profile's schedule for every method, the M'₀ baselines' extra records included (\"\" = the profile's)")
@@ -256,7 +258,9 @@ func (o options) validate() error {
 		bad("-out is empty")
 	}
 	if _, ok := profiles[o.profile]; ok {
-		if _, err := o.prof(); err != nil {
+		if _, err := o.prof(); err != nil && o.schedule == "" {
+			bad("%v", err)
+		} else if err != nil {
 			bad("-calibration-schedule %q: %v", o.schedule, err)
 		}
 	}
@@ -305,6 +309,7 @@ func (o options) levers() []lever {
 		{o.rerankHistory, "-rh", " -rerank-history"},
 		{o.top(), "-top", " -eval-decode top"},
 		{o.predict, "-pred", " -eval-predict"},
+		{o.steps != 0, fmt.Sprintf("-steps%d", o.steps), fmt.Sprintf(" -steps %d", o.steps)},
 		{o.perTask != 0, fmt.Sprintf("-pt%d", o.perTask), fmt.Sprintf(" -calibration-per-task %d", o.perTask)},
 		{o.heldOutTask, "-hot", " -held-out-task"},
 		// "16:31,40:38" → "-cal16x31_40x38"
@@ -327,6 +332,15 @@ func (o options) levers() []lever {
 // replaced by -calibration-schedule when given. The profile must exist.
 func (o options) prof() (profile, error) {
 	p := profiles[o.profile]
+	if o.steps != 0 {
+		if o.steps < 8 || o.steps%8 != 0 || o.steps > 4096 {
+			return p, fmt.Errorf("-steps %d: want a multiple of 8 in [8, 4096]", o.steps)
+		}
+		p.steps = o.steps
+		if o.schedule == "" && slices.ContainsFunc(p.schedule.Steps, func(st int) bool { return st >= p.steps }) {
+			return p, fmt.Errorf("-steps %d: the profile calibrates at steps %v", o.steps, p.schedule.Steps)
+		}
+	}
 	if o.schedule == "" {
 		return p, nil
 	}

@@ -769,3 +769,35 @@ func TestEvalPredictAndTopDecode(t *testing.T) {
 	}
 	require.NotEqual(t, pg, rg, "the top proposals are not the samples")
 }
+
+// -steps sets every trained method's step count, in a run directory of
+// its own; it must be a multiple of 8 above the last calibration point.
+func TestStepsFlag(t *testing.T) {
+	o, err := parseFlags([]string{"-suite", "v2-val", "-steps", "288"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	p, err := o.prof()
+	require.NoError(t, err)
+	require.Equal(t, 288, p.steps)
+	require.Equal(t, profiles["default"].schedule, p.schedule)
+	require.Equal(t, filepath.Join("out", "compare", "v2-val-default-steps288"), runDir(o))
+	require.Contains(t, command(o), " -steps 288")
+	o, err = parseFlags([]string{"-profile", "short"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	p, err = o.prof()
+	require.NoError(t, err)
+	require.Equal(t, 24, p.steps, "0 = the profile's")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-steps", "100"}, "-steps 100: want a multiple of 8"},
+		{[]string{"-steps", "-8"}, "-steps -8: want a multiple of 8"},
+		{[]string{"-steps", "64"}, "-steps 64: the profile calibrates at steps [16 40 64]"},
+		{[]string{"-steps", "32", "-calibration-schedule", "16:31,40:38"}, "-calibration-schedule \"16:31,40:38\": step 40"},
+	} {
+		_, err := parseFlags(c.args, &bytes.Buffer{})
+		require.ErrorContains(t, err, c.want, c.args)
+	}
+	_, err = parseFlags([]string{"-steps", "32", "-calibration-schedule", "8:10,16:10"}, &bytes.Buffer{})
+	require.NoError(t, err)
+}
