@@ -51,6 +51,11 @@ type EvalConfig struct {
 	// predicted-vs-real charts of the same samples). nil = no predictions.
 	World    rwm.WorldModel
 	Evidence records.Evidence
+	// WithHistory: World also reads the real records of each state's own
+	// history, after Evidence (records.Evidence.AddReal), as
+	// baseline.RerankConfig.History does: its judgement of an unseen task
+	// once it has seen that task's records. Default false: Evidence alone.
+	WithHistory bool
 }
 
 // DefaultEvalConfig returns 4 states per task, 4 proposals per state.
@@ -277,13 +282,20 @@ func predictAll(ctx context.Context, cfg EvalConfig, states []StateEval, samples
 	for si, smp := range samples {
 		out[si] = make([]float64, len(smp))
 		task := states[si].State.Task
+		ev := cfg.Evidence
+		if cfg.WithHistory {
+			var err error
+			if ev, err = ev.AddReal(states[si].State.History...); err != nil {
+				return nil, fmt.Errorf("lm2lm: evaluate: history of a state of %s: %w", task.ID, err)
+			}
+		}
 		for k, x := range smp {
 			out[si][k] = math.NaN()
 			if x.Invalid {
 				continue
 			}
 			eg.Go(func() error {
-				pr, err := cfg.World.Predict(ectx, rwm.Query{Task: task, Proposal: x.Proposal, Evidence: cfg.Evidence})
+				pr, err := cfg.World.Predict(ectx, rwm.Query{Task: task, Proposal: x.Proposal, Evidence: ev})
 				if err != nil {
 					return fmt.Errorf("lm2lm: evaluate: predict %s: %w", onTask(x.Proposal, task), err)
 				}

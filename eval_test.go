@@ -13,6 +13,7 @@ import (
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
 )
 
 // fixed proposes the same list of proposals for every state.
@@ -228,6 +229,45 @@ func TestEvaluatePredicted(t *testing.T) {
 	rep, err = lm2lm.Evaluate(context.Background(), cfg, fixed{prop("wider", "2")}, oracle{}, oracle{}, tasks()[:1], nil)
 	require.NoError(t, err)
 	require.True(t, math.IsNaN(rep.Samples()[0].Predicted))
+}
+
+// evidenceCount predicts, for every proposal, a gain of one σ_e per
+// record of its evidence: what the evidence held, read off Predicted.
+type evidenceCount struct{}
+
+func (evidenceCount) Predict(_ context.Context, q rwm.Query) (rwm.Prediction, error) {
+	return rwm.Prediction{Valid: true, Gain: float64(q.Evidence.Len()) * q.Task.SeedNoise}, nil
+}
+
+// With WithHistory the world model reads Evidence followed by each
+// state's own real history, so each sample's evidence grows by its
+// state's history; without it every state sees Evidence alone.
+func TestEvaluatePredictedWithHistory(t *testing.T) {
+	pool := historyPool(t, 12)
+	rec, _, err := lm2lm.RunReal(context.Background(), oracle{}, oracle{}, tasks()[0], prop("deeper", "2"))
+	require.NoError(t, err)
+	base, err := records.Evidence{}.Add(rec)
+	require.NoError(t, err)
+	cfg := lm2lm.DefaultEvalConfig()
+	cfg.StatesPerTask, cfg.World, cfg.Evidence = 6, evidenceCount{}, base
+	plain, err := lm2lm.Evaluate(context.Background(), cfg, fixed{prop("wider", "2")}, oracle{}, oracle{}, tasks(), pool)
+	require.NoError(t, err)
+	cfg.WithHistory = true
+	with, err := lm2lm.Evaluate(context.Background(), cfg, fixed{prop("wider", "2")}, oracle{}, oracle{}, tasks(), pool)
+	require.NoError(t, err)
+	longer := 0
+	for i, st := range with.States {
+		require.Equal(t, plain.States[i].State, st.State)
+		for k, smp := range st.Samples {
+			require.InDelta(t, 1, plain.States[i].Samples[k].Predicted, 1e-9, "Evidence alone")
+			require.InDelta(t, float64(1+len(st.State.History)), smp.Predicted, 1e-9, "Evidence and the state's history")
+			require.Equal(t, plain.States[i].Samples[k].Gain, smp.Gain, "the runs are the same")
+		}
+		if len(st.State.History) > 0 {
+			longer++
+		}
+	}
+	require.Greater(t, longer, len(with.States)/2, "most states have a history")
 }
 
 // Trainer.Cost counts fresh executions only: a second training over the

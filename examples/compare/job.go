@@ -160,10 +160,18 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	ecfg := lm2lm.DefaultEvalConfig()
 	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed, ecfg.Seeds = prof.evalStates, o.parallel, j.seed, e.refSeeds
 	ecfg.Clip = -infeasibleGain
-	if o.predict && world != nil {
+	if (o.predict || o.predictHistory) && world != nil {
 		// The trained world model's judgement of the proposals it was
-		// trained for, on tasks it has not seen (predictions only).
-		ecfg.World, ecfg.Evidence = world, final
+		// trained for, on tasks it has not seen (predictions only); with
+		// -eval-predict-history it also reads each state's history, its
+		// hyperparameters pinned on the final evidence when it tunes them
+		// (rwm.Pinner), as the held-out-task rewards are.
+		ecfg.World, ecfg.Evidence, ecfg.WithHistory = world, final, o.predictHistory
+		if p, ok := world.(rwm.Pinner); ok && o.predictHistory {
+			if ecfg.World, err = p.Pin(ctx, final); err != nil {
+				return res, fmt.Errorf("%s: pin the world model for the evaluation: %w", j, err)
+			}
+		}
 	}
 	ev, err := lm2lm.Evaluate(ctx, ecfg, prop, e.lab, cnt, e.test, hist)
 	if err != nil {

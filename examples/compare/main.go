@@ -82,6 +82,7 @@ type options struct {
 	evalTempSet         bool
 	decode              string // -eval-decode; "" = sample (options built in tests)
 	predict             bool
+	predictHistory      bool
 	steps               int // -steps; 0 = the profile's
 	trigger             bool
 	force               bool
@@ -149,6 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.evalTemp, "eval-temperature", 1, "sampling temperature of every method's policy at evaluation (proposer.Policy.SetTemperature; 1 = the rollouts' temperature, METHOD.md §1 Policy optimisation)")
 	fs.StringVar(&o.decode, "eval-decode", "sample", "how every method's own policy proposes at evaluation: sample (K samples at -eval-temperature) | top (its K most probable distinct proposals, proposer.Greedy: the T → 0 limit without repeats; the rerank methods still sample their candidates)")
 	fs.BoolVar(&o.predict, "eval-predict", false, "the trained methods' world model (their final evidence in context) also predicts every evaluation proposal, and the report gives its within-state pairwise accuracy on the test tasks: how well it ranks the policy's own proposals on unseen tasks (predictions only, no real run)")
+	fs.BoolVar(&o.predictHistory, "eval-predict-history", false, "as -eval-predict, the world model also reading the real records of each test state's history (lm2lm.EvalConfig.WithHistory; a tuned world model is pinned on its final evidence): how well it ranks the policy's proposals once it has seen the task's records")
 	fs.IntVar(&o.steps, "steps", 0, "training steps of every trained method, a multiple of 8 (a rollout) above the schedule's last calibration point (0 = the profile's; the paper's 96 under default)")
 	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget)")
 	fs.StringVar(&o.scale, "scale", "raw", "scale of the reported gains: raw (σ_e units, the headline) | robust (each gain g·σ_e/τ_e with τ_e = max(σ_e, the family's median σ_e over the training tasks), clipped at the reward clip; a report-time transform of the same result files, written beside the raw files)")
@@ -309,6 +311,7 @@ func (o options) levers() []lever {
 		{o.rerankHistory, "-rh", " -rerank-history"},
 		{o.top(), "-top", " -eval-decode top"},
 		{o.predict, "-pred", " -eval-predict"},
+		{o.predictHistory, "-predh", " -eval-predict-history"},
 		{o.steps != 0, fmt.Sprintf("-steps%d", o.steps), fmt.Sprintf(" -steps %d", o.steps)},
 		{o.perTask != 0, fmt.Sprintf("-pt%d", o.perTask), fmt.Sprintf(" -calibration-per-task %d", o.perTask)},
 		{o.heldOutTask, "-hot", " -held-out-task"},

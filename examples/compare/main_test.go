@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -316,6 +317,9 @@ func TestWorldEffectsLever(t *testing.T) {
 	o.predict = true
 	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune-T0.5-top-pred"), runDir(o))
 	require.Contains(t, command(o), "-eval-decode top -eval-predict")
+	o.predict, o.predictHistory = false, true
+	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune-T0.5-top-predh"), runDir(o))
+	require.Contains(t, command(o), "-eval-decode top -eval-predict-history")
 	o3, err := parseFlags([]string{"-eval-decode", "top"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.True(t, o3.top())
@@ -768,6 +772,32 @@ func TestEvalPredictAndTopDecode(t *testing.T) {
 		pg, rg = append(pg, p.States[i].Gains), append(rg, r.States[i].Gains)
 	}
 	require.NotEqual(t, pg, rg, "the top proposals are not the samples")
+
+	// -eval-predict-history: the tuned world model, pinned on the final
+	// evidence, reads each state's history too. The same runs and gains as
+	// -eval-predict; other predictions where a state has a history (seed
+	// 2 draws the one test state a history of two records).
+	h := plain
+	h.predictHistory, h.history, h.worldTune, h.firstSeed = true, 4, true, 2
+	require.NoError(t, run(context.Background(), &bytes.Buffer{}, h))
+	f := h
+	f.predictHistory, f.predict = false, true
+	require.NoError(t, run(context.Background(), &bytes.Buffer{}, f))
+	hr, ok, err := readResult(runDir(h), job{"lm2lm", 2}, h)
+	require.NoError(t, err)
+	require.True(t, ok)
+	fr, ok, err := readResult(runDir(f), job{"lm2lm", 2}, f)
+	require.NoError(t, err)
+	require.True(t, ok)
+	differ := 0
+	for i, st := range hr.States {
+		require.Len(t, st.Predicted, len(st.Gains), st.ID)
+		require.Equal(t, fr.States[i].Gains, st.Gains, st.ID)
+		if !slices.Equal(fr.States[i].Predicted, st.Predicted) {
+			differ++
+		}
+	}
+	require.Positive(t, differ, "the history changes some predictions")
 }
 
 // -steps sets every trained method's step count, in a run directory of
