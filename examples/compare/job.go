@@ -290,6 +290,9 @@ func trainerConfig(o options, m method, seed uint64) lm2lm.Config {
 	cfg.Calibration, cfg.Parallel, cfg.Seed = m.calibration, o.parallel, seed
 	cfg.Reward.Pessimism = o.pessimism
 	cfg.PerTask, cfg.HeldOutTask = o.perTask, o.heldOutTask
+	if o.group > 0 {
+		cfg.DAPO.GroupSize = o.group
+	}
 	cfg.Trigger = trigger(o, m, prof.schedule)
 	if m.wmrl {
 		// As the main job: WMRL's defaults wait for 200 anchor pairs before

@@ -831,3 +831,18 @@ func TestStepsFlag(t *testing.T) {
 	_, err = parseFlags([]string{"-steps", "32", "-calibration-schedule", "8:10,16:10"}, &bytes.Buffer{})
 	require.NoError(t, err)
 }
+
+// -group sets the trained methods' G, in a run directory of its own.
+func TestGroupFlag(t *testing.T) {
+	o, err := parseFlags([]string{"-suite", "v2-val", "-group", "32"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join("out", "compare", "v2-val-default-g32"), runDir(o))
+	require.Contains(t, command(o), " -group 32")
+	require.Equal(t, 32, trainerConfig(o, methods["lm2lm"], 1).DAPO.GroupSize)
+	o.group = 0
+	require.Equal(t, lm2lm.DefaultConfig().DAPO.GroupSize, trainerConfig(o, methods["lm2lm"], 1).DAPO.GroupSize)
+	for _, bad := range []string{"1", "257", "-3"} {
+		_, err := parseFlags([]string{"-group", bad}, &bytes.Buffer{})
+		require.ErrorContains(t, err, "-group "+bad, bad)
+	}
+}
