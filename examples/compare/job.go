@@ -71,6 +71,9 @@ func newPolicy(o options, seed uint64, train []records.Task) (*proposer.Policy, 
 	if o.policyLR > 0 {
 		pcfg.Adam.LR = o.policyLR
 	}
+	if o.trainTemp > 0 {
+		pcfg.Temperature = o.trainTemp
+	}
 	pcfg.DescriptionBuckets = o.descBuckets
 	pcfg.DescriptorBuckets = o.descriptorBuckets
 	pcfg.DescriptorSpread = o.descriptorSpread

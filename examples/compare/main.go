@@ -83,8 +83,9 @@ type options struct {
 	decode              string // -eval-decode; "" = sample (options built in tests)
 	predict             bool
 	predictHistory      bool
-	steps               int // -steps; 0 = the profile's
-	group               int // -group; 0 = the trainer's default G
+	steps               int     // -steps; 0 = the profile's
+	group               int     // -group; 0 = the trainer's default G
+	trainTemp           float64 // -train-temperature; 0 = 1
 	trigger             bool
 	force               bool
 	scale               string // "raw" or "robust"; "" = raw (options built in tests)
@@ -153,6 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.predict, "eval-predict", false, "the trained methods' world model (their final evidence in context) also predicts every evaluation proposal, and the report gives its within-state pairwise accuracy on the test tasks: how well it ranks the policy's own proposals on unseen tasks (predictions only, no real run)")
 	fs.BoolVar(&o.predictHistory, "eval-predict-history", false, "as -eval-predict, the world model also reading the real records of each test state's history (lm2lm.EvalConfig.WithHistory; a tuned world model is pinned on its final evidence): how well it ranks the policy's proposals once it has seen the task's records")
 	fs.IntVar(&o.group, "group", 0, "proposals sampled per state in the trained methods' rollouts, G (lm2lm.Config.DAPO.GroupSize, in [2, 256]; 0 = the trainer's default 8, the paper's); the calibration and real-run budget unchanged")
+	fs.Float64Var(&o.trainTemp, "train-temperature", 0, "sampling temperature of every method's policy while it trains (proposer.PolicyConfig.Temperature: the rollouts', and the supervised baselines' log-probs; in (0, 100]; 0 = 1, METHOD.md §1 Policy optimisation); evaluation uses -eval-temperature")
 	fs.IntVar(&o.steps, "steps", 0, "training steps of every trained method, a multiple of 8 (a rollout) above the schedule's last calibration point (0 = the profile's; the paper's 96 under default)")
 	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget)")
 	fs.StringVar(&o.scale, "scale", "raw", "scale of the reported gains: raw (σ_e units, the headline) | robust (each gain g·σ_e/τ_e with τ_e = max(σ_e, the family's median σ_e over the training tasks), clipped at the reward clip; a report-time transform of the same result files, written beside the raw files)")
@@ -261,6 +263,9 @@ func (o options) validate() error {
 	if o.out == "" {
 		bad("-out is empty")
 	}
+	if !(o.trainTemp >= 0 && o.trainTemp <= 100) {
+		bad("-train-temperature %g; want in (0, 100], or 0 for 1", o.trainTemp)
+	}
 	if o.group != 0 && (o.group < 2 || o.group > 256) {
 		bad("-group %d; want in [2, 256], or 0 for the default", o.group)
 	}
@@ -319,6 +324,7 @@ func (o options) levers() []lever {
 		{o.predictHistory, "-predh", " -eval-predict-history"},
 		{o.steps != 0, fmt.Sprintf("-steps%d", o.steps), fmt.Sprintf(" -steps %d", o.steps)},
 		{o.group != 0, fmt.Sprintf("-g%d", o.group), fmt.Sprintf(" -group %d", o.group)},
+		{o.trainTemp != 0 && o.trainTemp != 1, fmt.Sprintf("-tt%g", o.trainTemp), fmt.Sprintf(" -train-temperature %g", o.trainTemp)},
 		{o.perTask != 0, fmt.Sprintf("-pt%d", o.perTask), fmt.Sprintf(" -calibration-per-task %d", o.perTask)},
 		{o.heldOutTask, "-hot", " -held-out-task"},
 		// "16:31,40:38" → "-cal16x31_40x38"

@@ -846,3 +846,21 @@ func TestGroupFlag(t *testing.T) {
 		require.ErrorContains(t, err, "-group "+bad, bad)
 	}
 }
+
+// -train-temperature sets the policy's temperature for training, in a run
+// directory of its own; evaluation still samples at -eval-temperature.
+func TestTrainTemperatureFlag(t *testing.T) {
+	o, err := parseFlags([]string{"-suite", "v2-val", "-train-temperature", "2", "-eval-temperature", "0.5"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join("out", "compare", "v2-val-default-T0.5-tt2"), runDir(o))
+	require.Contains(t, command(o), " -train-temperature 2")
+	p, err := newPolicy(o, 1, nil)
+	require.NoError(t, err)
+	require.Equal(t, 2.0, p.Config().Temperature)
+	o.trainTemp = 1
+	require.Equal(t, filepath.Join("out", "compare", "v2-val-default-T0.5"), runDir(o), "1 is the default")
+	for _, bad := range []string{"-1", "NaN", "101"} {
+		_, err := parseFlags([]string{"-train-temperature", bad}, &bytes.Buffer{})
+		require.ErrorContains(t, err, "-train-temperature", bad)
+	}
+}
