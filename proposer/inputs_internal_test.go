@@ -90,16 +90,26 @@ func TestDescriptorInputsGradientsMatchFiniteDifferences(t *testing.T) {
 	cfg := DefaultPolicyConfig()
 	cfg.InitStd, cfg.DescriptorInputs = 0.5, inputs
 	p := newHiddenPolicy(t, cfg, 5, 91)
-	rng := rand.New(rand.NewPCG(92, 93))
-	udGrads := func(grad []float64) []int {
+	requireDescribedGradients(t, p, cfg, p.lay.udOff, p.lay.nParams, 1)
+}
+
+// requireDescribedGradients checks, on four described states drawn with a
+// fixed source, the log-prob gradient at temperature temp, and then the
+// DAPO gradient of a described batch, against central differences at the
+// parameters in [lo, hi) where they are non-zero (some must be), and the
+// log-prob gradient at random others too (checkGradient).
+func requireDescribedGradients(t *testing.T, p *Policy, cfg PolicyConfig, lo, hi int, temp float64) {
+	t.Helper()
+	nonZero := func(grad []float64) []int {
 		var idx []int
-		for i := p.lay.udOff; i < p.lay.nParams; i++ {
+		for i := lo; i < hi; i++ {
 			if grad[i] != 0 {
 				idx = append(idx, i)
 			}
 		}
 		return idx
 	}
+	rng := rand.New(rand.NewPCG(92, 93))
 	for trial := range 4 {
 		s := randomState(rng, p.cat)
 		s.Task = describe(rng, s.Task)
@@ -108,8 +118,8 @@ func TestDescriptorInputsGradientsMatchFiniteDifferences(t *testing.T) {
 		toks, err := p.lay.encode(smp[0])
 		require.NoError(t, err)
 		state := p.lay.stateFeatures(s, cfg.FamilyBuckets)
-		f, grad, _ := weightedLogProb(p, state, p.lay.descriptorInputs(s.Task), toks, 1, rng)
-		idx := udGrads(grad)
+		f, grad, _ := weightedLogProb(p, state, p.lay.descriptorInputs(s.Task), toks, temp, rng)
+		idx := nonZero(grad)
 		require.NotEmpty(t, idx, "trial %d", trial)
 		requireFiniteDifferences(t, p, f, grad, idx, 1e-7, 1e-6)
 		checkGradient(t, p, f, grad, rng)
@@ -119,7 +129,7 @@ func TestDescriptorInputsGradientsMatchFiniteDifferences(t *testing.T) {
 		batch[i].State.Task = describe(rng, batch[i].State.Task)
 	}
 	_, grad, f := dapoLoss(t, p, batch)
-	idx := udGrads(grad)
+	idx := nonZero(grad)
 	require.Greater(t, len(idx), 5)
 	requireFiniteDifferences(t, p, f, grad, idx, 1e-7, 1e-6)
 }

@@ -1,7 +1,6 @@
 package proposer
 
 import (
-	"context"
 	"math/rand/v2"
 	"testing"
 
@@ -82,38 +81,7 @@ func TestDescriptorLinearGradientsMatchFiniteDifferences(t *testing.T) {
 			}
 		}
 		lo, hi := linWeights(p)
-		linGrads := func(grad []float64) []int {
-			var idx []int
-			for i := lo; i < hi; i++ {
-				if grad[i] != 0 {
-					idx = append(idx, i)
-				}
-			}
-			return idx
-		}
-		rng := rand.New(rand.NewPCG(92, 93))
-		for trial := range 4 {
-			s := randomState(rng, p.cat)
-			s.Task = describe(rng, s.Task)
-			smp, err := p.Propose(context.Background(), s, 1, rng)
-			require.NoError(t, err)
-			toks, err := p.lay.encode(smp[0])
-			require.NoError(t, err)
-			state := p.lay.stateFeatures(s, cfg.FamilyBuckets)
-			f, grad, _ := weightedLogProb(p, state, p.lay.descriptorInputs(s.Task), toks, 0.7, rng)
-			idx := linGrads(grad)
-			require.NotEmpty(t, idx, "hidden %d trial %d", hidden, trial)
-			requireFiniteDifferences(t, p, f, grad, idx, 1e-7, 1e-6)
-			checkGradient(t, p, f, grad, rng)
-		}
-		batch := dapoBatch(t, p, rng, 16)
-		for i := range batch {
-			batch[i].State.Task = describe(rng, batch[i].State.Task)
-		}
-		_, grad, f := dapoLoss(t, p, batch)
-		idx := linGrads(grad)
-		require.Greater(t, len(idx), 5, "hidden %d", hidden)
-		requireFiniteDifferences(t, p, f, grad, idx, 1e-7, 1e-6)
+		requireDescribedGradients(t, p, cfg, lo, hi, 0.7)
 	}
 }
 
