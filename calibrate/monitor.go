@@ -105,14 +105,31 @@ func PairwiseAccuracy(pred, real [][]float64) float64 {
 // real measurement carry no ranking either. PairwiseAccuracyGap(p, r, 0)
 // equals PairwiseAccuracy(p, r).
 func PairwiseAccuracyGap(pred, real [][]float64, gap float64) float64 {
-	checkShape("PairwiseAccuracyGap", pred, real)
+	acc, _ := pairwiseChecked("PairwiseAccuracyGap", pred, real, gap)
+	return acc
+}
+
+// PairwiseAccuracyPairs is PairwiseAccuracyGap with the number of pairs it
+// counted (0, with NaN accuracy, when none qualifies): how much evidence
+// an accuracy rests on.
+func PairwiseAccuracyPairs(pred, real [][]float64, gap float64) (float64, int) {
+	return pairwiseChecked("PairwiseAccuracyPairs", pred, real, gap)
+}
+
+func pairwiseChecked(name string, pred, real [][]float64, gap float64) (float64, int) {
+	checkShape(name, pred, real)
 	if !(gap >= 0) {
-		panic(fmt.Sprintf("calibrate: PairwiseAccuracyGap: gap %g, want ≥ 0", gap))
+		panic(fmt.Sprintf("calibrate: %s: gap %g, want ≥ 0", name, gap))
 	}
-	return pairwise(pred, real, gap)
+	return pairwiseN(pred, real, gap)
 }
 
 func pairwise(pred, real [][]float64, gap float64) float64 {
+	acc, _ := pairwiseN(pred, real, gap)
+	return acc
+}
+
+func pairwiseN(pred, real [][]float64, gap float64) (float64, int) {
 	var score float64
 	var pairs int
 	for g := range pred {
@@ -136,9 +153,9 @@ func pairwise(pred, real [][]float64, gap float64) float64 {
 		}
 	}
 	if pairs == 0 {
-		return math.NaN()
+		return math.NaN(), 0
 	}
-	return score / float64(pairs)
+	return score / float64(pairs), pairs
 }
 
 // Monitors bundles the reliability monitors of one set of groups.

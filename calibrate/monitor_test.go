@@ -65,6 +65,14 @@ func TestPairwiseAccuracyGap(t *testing.T) {
 	for _, c := range [][2][][]float64{{{{1, 1, 2}}, {{0, 1, 1}}}, {{{1, 2, 3}}, {{1, 3, 2}}}, {{{2, 1}, {9, 8}}, {{1, 2}, {0, 1}}}} {
 		require.Equal(t, PairwiseAccuracy(c[0], c[1]), PairwiseAccuracyGap(c[0], c[1], 0))
 	}
+	acc, n := PairwiseAccuracyPairs(p, r, 1)
+	require.InDelta(t, 0.7, acc, 1e-15)
+	require.Equal(t, 5, n, "the five pairs worked above")
+	acc, n = PairwiseAccuracyPairs([][]float64{{1, 2, 3}}, [][]float64{{0, 0.5, 0.9}}, 1)
+	require.True(t, math.IsNaN(acc))
+	require.Zero(t, n)
+	require.Panics(t, func() { PairwiseAccuracyPairs(p, r, -1) })
+	require.Panics(t, func() { PairwiseAccuracyPairs(p, [][]float64{{1}}, 1) }, "shapes differ")
 	require.Panics(t, func() { PairwiseAccuracyGap(p, r, -1) })
 	require.Panics(t, func() { PairwiseAccuracyGap(p, r, math.NaN()) })
 }

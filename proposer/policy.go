@@ -42,9 +42,10 @@ import (
 //     and the history's exact proposals with their outcomes
 //     (PolicyConfig.HistoryProposalBuckets)
 //     (METHOD.md §1 Vocabulary: research state s = (e, h));
-//   - with a hidden layer, the task's descriptors also as real-valued
-//     inputs of the hidden layer, standardised and clamped
-//     (PolicyConfig.DescriptorInputs);
+//   - the task's descriptors also as real-valued inputs, standardised and
+//     clamped (PolicyConfig.DescriptorInputs): of the hidden layer when
+//     there is one, and with PolicyConfig.DescriptorLinear of every
+//     head's logits as linear terms, z_k += Σ_d L[d, k]·x_d;
 //   - previous tokens: for a parameter token, the choices already made for
 //     the card's earlier parameters.
 //

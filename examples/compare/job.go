@@ -163,7 +163,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	ecfg := lm2lm.DefaultEvalConfig()
 	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed, ecfg.Seeds = prof.evalStates, o.parallel, j.seed, e.refSeeds
 	ecfg.Clip = -infeasibleGain
-	if (o.predict || o.predictHistory) && world != nil {
+	if predicts(o, m) && world != nil {
 		// The trained world model's judgement of the proposals it was
 		// trained for, on tasks it has not seen (predictions only); with
 		// -eval-predict-history it also reads each state's history, its
@@ -184,6 +184,14 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	res.States, res.Unmeasured = cells(ev)
 	res.WallSeconds = math.Round(time.Since(start).Seconds()*10) / 10
 	return res, nil
+}
+
+// predicts reports whether method m's evaluation carries its world
+// model's predictions (-eval-predict, -eval-predict-history): every
+// trained method but the real-gains diagnostic, whose "world model" is
+// the lab itself, so its predictions would be real runs.
+func predicts(o options, m method) bool {
+	return (o.predict || o.predictHistory) && m.kind == "rl" && !m.realGains
 }
 
 // rerankConfig is the rerank methods' configuration: the defaults, with

@@ -800,6 +800,20 @@ func TestEvalPredictAndTopDecode(t *testing.T) {
 	require.Positive(t, differ, "the history changes some predictions")
 }
 
+// Predictions come from the trained methods' world models only: not the
+// baselines', and not the real-gains diagnostic's (the lab: its
+// "predictions" would be real runs).
+func TestPredicts(t *testing.T) {
+	var o options
+	require.False(t, predicts(o, methods["lm2lm"]), "off by default")
+	for _, flags := range []options{{predict: true}, {predictHistory: true}} {
+		for name, want := range map[string]bool{"lm2lm": true, "static": true, "random": true, "lm2lm-wmrl": true,
+			"lm2lm-rerank": true, "sft": false, "rerank": false, "base": false, "real-gains": false} {
+			require.Equal(t, want, predicts(flags, methods[name]), name)
+		}
+	}
+}
+
 // -steps sets every trained method's step count, in a run directory of
 // its own; it must be a multiple of 8 above the last calibration point.
 func TestStepsFlag(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"io"
 	"io/fs"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -66,31 +65,23 @@ const evalPairGap = 1.0
 
 // evalPairwise returns the world model's within-state pairwise accuracy
 // on the evaluation proposals of rs (every state of every seed, each state
-// one group: calibrate.PairwiseAccuracyGap with evalPairGap) and the
+// one group: calibrate.PairwiseAccuracyPairs with evalPairGap) and the
 // number of pairs it counts; nil and 0 when no state carries predictions
 // or no pair qualifies.
 func evalPairwise(rs []Result) (*float64, int) {
 	var pred, real [][]float64
-	pairs := 0
 	for _, r := range rs {
 		for _, st := range r.States {
 			if len(st.Predicted) != len(st.Gains) {
 				continue // no predictions (or not for every proposal)
 			}
 			pred, real = append(pred, st.Predicted), append(real, st.Gains)
-			for i := range st.Gains {
-				for j := i + 1; j < len(st.Gains); j++ {
-					if math.Abs(st.Gains[i]-st.Gains[j]) >= evalPairGap {
-						pairs++
-					}
-				}
-			}
 		}
 	}
+	acc, pairs := calibrate.PairwiseAccuracyPairs(pred, real, evalPairGap)
 	if pairs == 0 {
 		return nil, 0
 	}
-	acc := calibrate.PairwiseAccuracyGap(pred, real, evalPairGap)
 	return &acc, pairs
 }
 
