@@ -20,6 +20,13 @@ type landscapeOptions struct {
 	part  string // lab.SuiteV2 part whose tasks are kept; "" = every task of the store
 	out   string // directory of landscape-report.md
 	rank  rankConfig
+	// context, when set, is a second landscape store whose cells (of the
+	// tasks of contextPart) form the models' context instead: the tasks of
+	// store are then unseen tasks (rankTransfer), each with hist of its own
+	// cells in its context.
+	context, contextPart string
+	hist                 int
+	models               []string // names of landscapeModels to rank; empty = the standard five
 }
 
 // runLandscape ranks the world models on a landscape store and writes the
@@ -38,28 +45,54 @@ func runLandscape(ctx context.Context, o landscapeOptions, stdout io.Writer) err
 	if err != nil {
 		return fmt.Errorf("landscape store %s, -part %q: %w", o.store, o.part, err)
 	}
-	models, err := landscapeModels()
+	models, err := landscapeModels(o.models)
 	if err != nil {
 		return err
 	}
-	rows, err := rankLandscape(ctx, l, models, o.rank)
-	if err != nil {
-		return fmt.Errorf("landscape store %s: %w", o.store, err)
-	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Ranking on the landscape %s\n\n", o.store)
-	fmt.Fprintf(&b, "%d cells (task, proposal) measured on two seeds, on %d tasks; %d context draws per size, seed %d.\n",
-		len(l.cells), len(l.tasks), o.rank.reps, o.rank.seed)
-	fmt.Fprintf(&b, "Per task, the cells outside the context are predicted and scored against the seed the context does not hold: pairwise accuracy over pairs whose real gains differ by ≥ %g σ_e, and the mean real gain (σ_e, clipped to ±%d, infeasible −%d) of the %d predicted best. Figures: mean over tasks of the mean over draws; 95%% percentile-bootstrap interval over tasks (%d resamples).\n\n",
-		pairThreshold, landClip, landClip, o.rank.k, o.rank.resamples)
-	b.WriteString(landscapeTable(rows, o.rank.k))
+	file := "landscape-report.md"
+	if o.context == "" {
+		rows, err := rankLandscape(ctx, l, models, o.rank)
+		if err != nil {
+			return fmt.Errorf("landscape store %s: %w", o.store, err)
+		}
+		fmt.Fprintf(&b, "## Ranking on the landscape %s\n\n", o.store)
+		fmt.Fprintf(&b, "%d cells (task, proposal) measured on two seeds, on %d tasks; %d context draws per size, seed %d.\n",
+			len(l.cells), len(l.tasks), o.rank.reps, o.rank.seed)
+		fmt.Fprintf(&b, "Per task, the cells outside the context are predicted and scored against the seed the context does not hold: pairwise accuracy over pairs whose real gains differ by ≥ %g σ_e, and the mean real gain (σ_e, clipped to ±%d, infeasible −%d) of the %d predicted best. Figures: mean over tasks of the mean over draws; 95%% percentile-bootstrap interval over tasks (%d resamples).\n\n",
+			pairThreshold, landClip, landClip, o.rank.k, o.rank.resamples)
+		b.WriteString(landscapeTable(rows, o.rank.k))
+	} else {
+		file = "transfer-report.md"
+		crs, err := readStore(ctx, o.context)
+		if err != nil {
+			return err
+		}
+		ckeep, err := partFilter(o.contextPart)
+		if err != nil {
+			return fmt.Errorf("-context-part: %w", err)
+		}
+		src, err := newLandscape(crs, ckeep)
+		if err != nil {
+			return fmt.Errorf("context store %s, -context-part %q: %w", o.context, o.contextPart, err)
+		}
+		rows, err := rankTransfer(ctx, l, src, models, o.rank, o.hist)
+		if err != nil {
+			return fmt.Errorf("landscape store %s on context %s: %w", o.store, o.context, err)
+		}
+		fmt.Fprintf(&b, "## Ranking on unseen tasks: %s (%d tasks) on a context of %s (%d cells on %d other tasks)\n\n",
+			o.store, len(l.tasks), o.context, len(src.cells), len(src.tasks))
+		fmt.Fprintf(&b, "Each context: n random cells of the context store (one seed each) and, per task ranked, %d of its own cells (its history); %d draws per size, seed %d. Per task, its other cells are predicted and scored against the seed the draw does not hold: pairwise accuracy over pairs whose real gains differ by ≥ %g σ_e, and the mean real gain (σ_e, clipped to ±%d, infeasible −%d) of the %d predicted best. Figures: mean over tasks of the mean over draws; 95%% percentile-bootstrap interval over tasks (%d resamples).\n\n",
+			o.hist, o.rank.reps, o.rank.seed, pairThreshold, landClip, landClip, o.rank.k, o.rank.resamples)
+		b.WriteString(landscapeTable(rows, o.rank.k))
+	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(o.out, "landscape-report.md"), []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(o.out, file), []byte(b.String()), 0o644); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "%s\nrwmeval: done in %s; report in %s\n", b.String(), time.Since(start).Round(time.Second), filepath.Join(o.out, "landscape-report.md"))
+	_, err = fmt.Fprintf(stdout, "%s\nrwmeval: done in %s; report in %s\n", b.String(), time.Since(start).Round(time.Second), filepath.Join(o.out, file))
 	return err
 }
 
@@ -101,20 +134,28 @@ func partFilter(part string) (func(string) bool, error) {
 
 // landscapeModels returns the world models the report ranks, built as
 // examples/compare builds its world model (catalogue priors and cards from
-// lab.Catalogue(); METHOD.md §1 Research World Model):
+// lab.Catalogue(); METHOD.md §1 Research World Model). With no keys, the
+// standard five:
 //
 //   - catalogue: rwm.DefaultEmbeddedConfig;
-//   - descriptors: DescriptorWeight 0.5 (the tasks' descriptors in the kernel);
-//   - descriptors, tuned: rwm.NewTuned around it (hyperparameters by
-//     marginal likelihood on each context);
-//   - effects: DescriptorWeight 1 and rwm.WithEffects with the lab's
+//   - desc (descriptors): DescriptorWeight 0.5 (the tasks' descriptors in
+//     the kernel);
+//   - desc-tuned: rwm.NewTuned around it (hyperparameters by marginal
+//     likelihood on each context);
+//   - fx (effects): DescriptorWeight 1 and rwm.WithEffects with the lab's
 //     Effects (what a proposal does to the task's descriptors);
-//   - effects, tuned: rwm.NewTuned around it.
+//   - fx-tuned: rwm.NewTuned around it (examples/compare's -world-effects
+//     -world-tune -world-descriptors 1).
+//
+// Other keys are fx-tuned with one fixed hyperparameter moved (TuneGrid
+// does not search these; see variantKeys): an ablation of the world
+// model's kernel. Keys are checked; an unknown one is an error that lists
+// the valid ones.
 //
 // The lab behind Effects holds lab.SuiteV2(lab.DefaultSuiteSeed)'s
 // training, validation and test tasks and no records: an effect needs no
 // reference run. A store of another suite's tasks gets no effect terms.
-func landscapeModels() ([]rankModel, error) {
+func landscapeModels(keys []string) ([]rankModel, error) {
 	su := lab.SuiteV2(lab.DefaultSuiteSeed)
 	lcfg := lab.DefaultConfig()
 	lcfg.Tasks = append(append(append([]lab.TaskSpec(nil), su.Train...), su.Val()...), su.Test()...)
@@ -130,11 +171,68 @@ func landscapeModels() ([]rankModel, error) {
 	eff := base
 	eff.DescriptorWeight = 1
 	eff = rwm.WithEffects(eff, lb.Effects())
-	return []rankModel{
-		{"catalogue", rwm.NewEmbedded(base)},
-		{"descriptors", rwm.NewEmbedded(desc)},
-		{"descriptors, tuned", rwm.NewTuned(desc, nil)},
-		{"effects", rwm.NewEmbedded(eff)},
-		{"effects, tuned", rwm.NewTuned(eff, nil)},
-	}, nil
+	all := map[string]rankModel{
+		"catalogue":  {"catalogue", rwm.NewEmbedded(base)},
+		"desc":       {"descriptors", rwm.NewEmbedded(desc)},
+		"desc-tuned": {"descriptors, tuned", rwm.NewTuned(desc, nil)},
+		"fx":         {"effects", rwm.NewEmbedded(eff)},
+		"fx-tuned":   {"effects, tuned", rwm.NewTuned(eff, nil)},
+	}
+	for _, v := range variants {
+		c := eff
+		v.set(&c)
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("world model %s: %w", v.key, err)
+		}
+		all[v.key] = rankModel{"effects, tuned, " + v.name, rwm.NewTuned(c, nil)}
+	}
+	if len(keys) == 0 {
+		keys = []string{"catalogue", "desc", "desc-tuned", "fx", "fx-tuned"}
+	}
+	out := make([]rankModel, 0, len(keys))
+	for _, k := range keys {
+		m, ok := all[k]
+		if !ok {
+			return nil, fmt.Errorf("-models: unknown world model %q, want some of %s", k, strings.Join(modelKeys(), ", "))
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// variant is fx-tuned with one fixed hyperparameter moved.
+type variant struct {
+	key, name string
+	set       func(*rwm.EmbeddedConfig)
+}
+
+// variants are the kernel ablations landscapeModels offers beside the
+// standard five: the effect term's scale S (rwm.WithEffects: 2), the loss
+// term's scale G (8) and lengthscale ℓ (4), the task offset (2), the prior
+// amplitude (2.5) and the descriptor kernel's lengthscale (4), each below
+// and above its setting or off.
+var variants = []variant{
+	{"fx-S0", "no effect term", func(c *rwm.EmbeddedConfig) { c.EffectSigmas = 0 }},
+	{"fx-S1", "effect S 1", func(c *rwm.EmbeddedConfig) { c.EffectSigmas = 1 }},
+	{"fx-S4", "effect S 4", func(c *rwm.EmbeddedConfig) { c.EffectSigmas = 4 }},
+	{"fx-G0", "no loss term", func(c *rwm.EmbeddedConfig) { c.LossSigmas = 0 }},
+	{"fx-G4", "loss G 4", func(c *rwm.EmbeddedConfig) { c.LossSigmas = 4 }},
+	{"fx-G16", "loss G 16", func(c *rwm.EmbeddedConfig) { c.LossSigmas = 16 }},
+	{"fx-l2", "loss ℓ 2", func(c *rwm.EmbeddedConfig) { c.LossLengthscale = 2 }},
+	{"fx-l8", "loss ℓ 8", func(c *rwm.EmbeddedConfig) { c.LossLengthscale = 8 }},
+	{"fx-off0", "no task offset", func(c *rwm.EmbeddedConfig) { c.OffsetSigmas = 0 }},
+	{"fx-off4", "task offset 4", func(c *rwm.EmbeddedConfig) { c.OffsetSigmas = 4 }},
+	{"fx-amp1", "amplitude 1", func(c *rwm.EmbeddedConfig) { c.SignalSigmas = 1 }},
+	{"fx-amp5", "amplitude 5", func(c *rwm.EmbeddedConfig) { c.SignalSigmas = 5 }},
+	{"fx-dl2", "descriptor ℓ 2", func(c *rwm.EmbeddedConfig) { c.DescriptorLengthscale = 2 }},
+	{"fx-dl8", "descriptor ℓ 8", func(c *rwm.EmbeddedConfig) { c.DescriptorLengthscale = 8 }},
+}
+
+// modelKeys lists the valid -models keys.
+func modelKeys() []string {
+	keys := []string{"catalogue", "desc", "desc-tuned", "fx", "fx-tuned"}
+	for _, v := range variants {
+		keys = append(keys, v.key)
+	}
+	return keys
 }

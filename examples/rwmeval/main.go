@@ -84,7 +84,8 @@ type options struct {
 func main() {
 	var o options
 	var sizes, landscape, part string
-	var reps int
+	var reps, hist int
+	var contextStore, contextPart, models string
 	flag.StringVar(&o.out, "out", "out/rwmeval", "directory of the record stores and the report")
 	flag.StringVar(&o.suite, "suite", "v2", "lab task suite whose training tasks are used: v2 (lab.SuiteV2) or v1 (the first lab's tasks)")
 	flag.IntVar(&o.records, "records", 360, "real records to generate on training tasks (context + held-out test)")
@@ -98,6 +99,10 @@ func main() {
 	flag.StringVar(&landscape, "landscape", "", "landscape records store to rank the world models on, instead of running anything")
 	flag.StringVar(&part, "part", "", "-landscape: keep the tasks of this part of the V2 suite (val, val-out, train, test-in, test-out); empty = every task of the store")
 	flag.IntVar(&reps, "reps", 6, "-landscape: random contexts per context size")
+	flag.StringVar(&contextStore, "context-landscape", "", "-landscape: rank the store's tasks as unseen tasks, on contexts of this second landscape store's cells (of other tasks)")
+	flag.StringVar(&contextPart, "context-part", "", "-context-landscape: keep the tasks of this part of the V2 suite; empty = every task of that store")
+	flag.IntVar(&hist, "history", 0, "-context-landscape: cells of each ranked task's own in its context (its history)")
+	flag.StringVar(&models, "models", "", "-landscape: comma-separated world models to rank (catalogue, desc, desc-tuned, fx, fx-tuned, and fx-tuned's kernel ablations fx-S0 … fx-dl8); empty = the first five")
 	flag.Parse()
 	if landscape != "" && !flagSet("sizes") {
 		sizes = "50,100,200"
@@ -114,7 +119,11 @@ func main() {
 	if landscape != "" {
 		rc := defaultRankConfig()
 		rc.sizes, rc.reps, rc.seed = o.sizes, reps, o.seed
-		if err := runLandscape(ctx, landscapeOptions{store: landscape, part: part, out: o.out, rank: rc}, os.Stdout); err != nil {
+		lo := landscapeOptions{store: landscape, part: part, out: o.out, rank: rc, context: contextStore, contextPart: contextPart, hist: hist}
+		if models != "" {
+			lo.models = strings.Split(models, ",")
+		}
+		if err := runLandscape(ctx, lo, os.Stdout); err != nil {
 			log.Fatalf("rwmeval: %v", err)
 		}
 		return

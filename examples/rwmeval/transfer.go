@@ -1,0 +1,157 @@
+package main
+
+// Ranking on unseen tasks: the world model's context holds records of other
+// tasks only (a random part of a source landscape, as M₀ holds random
+// records of the training tasks, METHOD.md §1 On-policy calibration), plus
+// at most a few records of the target task itself (its history, as a state
+// of an unseen task has one, METHOD.md §1 Data and evaluation), and it
+// ranks every other proposal of the target task. This is the judgement the
+// world model gives at test time and on the policy's states of a held-out
+// task; the same-landscape ranking (landscape.go) mixes in records of the
+// very cells it ranks. Pure, as landscape.go.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// transferDraw is one repetition's draw: the source context order and
+// seeds, and the target's seeds and history order.
+type transferDraw struct {
+	src, dst landDraw
+}
+
+// rankTransfer scores the models and the baselines on cfg.reps draws. In
+// each draw and context size n (cfg.sizes, in source cells, each ≤ the
+// source's cells), the evidence of a target task is the context seed's
+// record of the first n source cells of the draw plus the context seed's
+// record of the first hist cells of that task in the draw's target order;
+// the task's other cells are predicted and scored against their other
+// seed, as rankLandscape scores (pairAccuracy, topMean; the oracle row
+// predicts by the context seed of the target cells). A task with at most
+// hist cells is skipped.
+func rankTransfer(ctx context.Context, dst, src *landscape, models []rankModel, cfg rankConfig, hist int) ([]rankRow, error) {
+	if cfg.reps < 1 || cfg.k < 1 || cfg.resamples < 1 || len(cfg.sizes) == 0 {
+		return nil, fmt.Errorf("rank config: %d repetitions, top %d, %d resamples, %d sizes; want each ≥ 1", cfg.reps, cfg.k, cfg.resamples, len(cfg.sizes))
+	}
+	if hist < 0 {
+		return nil, fmt.Errorf("history of %d cells: want ≥ 0", hist)
+	}
+	for _, n := range cfg.sizes {
+		if n < 0 || n > len(src.cells) {
+			return nil, fmt.Errorf("context of %d source cells out of %d: want 0 ≤ n ≤ %d", n, len(src.cells), len(src.cells))
+		}
+	}
+	if shared := sharedTasks(dst, src); shared != "" {
+		return nil, fmt.Errorf("task %s is in both landscapes: the context must hold other tasks only", shared)
+	}
+	names := []string{rowMean, rowOracle}
+	for _, m := range models {
+		names = append(names, m.name)
+	}
+	nrows := len(names) * len(cfg.sizes)
+	pair, top := perTask(nrows, len(dst.tasks)), perTask(nrows, len(dst.tasks))
+	for rep := range cfg.reps {
+		d := transferDraw{
+			src: src.draw(rand.New(rand.NewPCG(cfg.seed, uint64(rep)))),
+			dst: dst.draw(rand.New(rand.NewPCG(cfg.seed^0x7a5f, uint64(rep)))),
+		}
+		for si, n := range cfg.sizes {
+			err := scoreTransfer(ctx, dst, src, d, n, hist, cfg.k, models, func(kind, task int, p, t float64) {
+				row := kind*len(cfg.sizes) + si
+				pair[row][task] = append(pair[row][task], p)
+				top[row][task] = append(top[row][task], t)
+			})
+			if err != nil {
+				return nil, fmt.Errorf("repetition %d, context %d: %w", rep, n, err)
+			}
+		}
+	}
+	rows := make([]rankRow, nrows)
+	for r := range rows {
+		rows[r] = rankRow{name: names[r/len(cfg.sizes)], n: cfg.sizes[r%len(cfg.sizes)],
+			pair: bootstrap(taskMeans(pair[r]), cfg.resamples, rand.New(rand.NewPCG(cfg.seed, 0xb007))),
+			top:  bootstrap(taskMeans(top[r]), cfg.resamples, rand.New(rand.NewPCG(cfg.seed, 0xb007)))}
+	}
+	return rows, nil
+}
+
+// sharedTasks returns a task ID of both landscapes, "" when none.
+func sharedTasks(a, b *landscape) string {
+	in := map[string]bool{}
+	for _, id := range b.ids {
+		in[id] = true
+	}
+	for _, id := range a.ids {
+		if in[id] {
+			return id
+		}
+	}
+	return ""
+}
+
+// historyOf returns, per target task, its first hist cells in d's order.
+func historyOf(dst *landscape, d landDraw, hist int) [][]int {
+	task := make([]int, len(dst.cells))
+	for ti, idx := range dst.tasks {
+		for _, i := range idx {
+			task[i] = ti
+		}
+	}
+	out := make([][]int, len(dst.tasks))
+	for _, i := range d.order {
+		if ti := task[i]; len(out[ti]) < hist {
+			out[ti] = append(out[ti], i)
+		}
+	}
+	return out
+}
+
+// scoreTransfer scores one context size of one draw (see rankTransfer),
+// calling add as scoreContext does.
+func scoreTransfer(ctx context.Context, dst, src *landscape, d transferDraw, n, hist, k int, models []rankModel, add func(kind, task int, pair, top float64)) error {
+	base := make([]records.Record, 0, n+hist)
+	for _, i := range d.src.order[:n] {
+		base = append(base, src.cells[i].seeds[d.src.seed[i]])
+	}
+	histories := historyOf(dst, d.dst, hist)
+	for ti, idx := range dst.tasks {
+		if len(idx) <= hist {
+			continue
+		}
+		inHist := map[int]bool{}
+		rs := append([]records.Record(nil), base...)
+		for _, i := range histories[ti] {
+			inHist[i] = true
+			rs = append(rs, dst.cells[i].seeds[d.dst.seed[i]])
+		}
+		ev, err := records.NewEvidence(rs...)
+		if err != nil {
+			return fmt.Errorf("evidence of task %s: %w", dst.ids[ti], err)
+		}
+		var held []int
+		var seen, truth []float64
+		for _, i := range idx {
+			if inHist[i] {
+				continue
+			}
+			held = append(held, i)
+			seen = append(seen, landGain(dst.cells[i].seeds[d.dst.seed[i]]))
+			truth = append(truth, landGain(dst.cells[i].seeds[1-d.dst.seed[i]]))
+		}
+		blind := make([]float64, len(held))
+		add(0, ti, pairAccuracy(blind, truth), meanOf(truth))
+		add(1, ti, pairAccuracy(seen, truth), topMean(seen, truth, k))
+		for mi, m := range models {
+			pred, err := dst.predict(ctx, m, ev, held)
+			if err != nil {
+				return err
+			}
+			add(2+mi, ti, pairAccuracy(pred, truth), topMean(pred, truth, k))
+		}
+	}
+	return nil
+}

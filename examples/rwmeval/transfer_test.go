@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// handSplit returns the hand landscape's tasks a and b as the ranked
+// (unseen) landscape and task c as the context landscape.
+func handSplit(t *testing.T, symmetric bool) (dst, src *landscape) {
+	t.Helper()
+	rs := handRecords(symmetric)
+	dst, err := newLandscape(rs, func(id string) bool { return id != "c" })
+	require.NoError(t, err)
+	src, err = newLandscape(rs, func(id string) bool { return id == "c" })
+	require.NoError(t, err)
+	return dst, src
+}
+
+// TestScoreTransferHandDerived: the context is task c's five cells, and
+// each ranked task's history its first cell (seed 2); the other four are
+// scored against seed 1, as TestScoreContextHeldOut scores task a.
+func TestScoreTransferHandDerived(t *testing.T) {
+	dst, src := handSplit(t, false)
+	one := func(n int) []int {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = 1
+		}
+		return s
+	}
+	d := transferDraw{
+		src: landDraw{seed: one(5), order: []int{4, 3, 2, 1, 0}},
+		dst: landDraw{seed: one(10), order: []int{0, 5, 1, 2, 3, 4, 6, 7, 8, 9}},
+	}
+	type got struct{ pair, top float64 }
+	res := map[[2]int]got{}
+	m := &stubModel{}
+	require.NoError(t, scoreTransfer(context.Background(), dst, src, d, 5, 1, 4, []rankModel{{"stub", m}}, func(kind, task int, p, top float64) {
+		res[[2]int{kind, task}] = got{p, top}
+	}))
+	// Each task's evidence: c's 5 cells and one of its own.
+	require.Equal(t, []int{6}, m.contexts)
+	const a, b = 0, 1
+	const blind, oracle, stub = 0, 1, 2
+	want := map[[2]int]got{
+		// a without its first cell: truth (1, 0, −2, −6) on seed 1 (all 6
+		// pairs ≥ 1 σ_e apart), seen (2, −1, −3, −6), predictions (2, 0, 3, 1).
+		{blind, a}:  {0.5, -7.0 / 4},
+		{oracle, a}: {1, -7.0 / 4},
+		{stub, a}:   {0.5, -7.0 / 4},
+		// b without its first cell: truth (4, 1, −1, 6 clipped), seen
+		// (3, 1.5, −0.5, 6), predictions (1, 2, 0, 5): of the 6 pairs only
+		// (p2,p3) is wrong.
+		{blind, b}:  {0.5, 10.0 / 4},
+		{oracle, b}: {1, 10.0 / 4},
+		{stub, b}:   {5.0 / 6, 10.0 / 4},
+	}
+	require.Len(t, res, len(want))
+	for k, w := range want {
+		require.InDelta(t, w.pair, res[k].pair, 1e-12, "%v pair", k)
+		require.InDelta(t, w.top, res[k].top, 1e-12, "%v top", k)
+	}
+
+	// The history is per task, in the draw's order.
+	require.Equal(t, [][]int{{0, 1}, {5, 6}}, historyOf(dst, landDraw{order: []int{0, 5, 1, 2, 6}}, 2))
+	require.Equal(t, [][]int{{1}, {6}}, historyOf(dst, landDraw{order: []int{1, 6, 0, 5}}, 1))
+}
+
+// TestRankTransferHandDerived: with equal seeds, no history and any
+// context the figures do not depend on the draws (the stub ignores its
+// context): a row is the mean over the ranked tasks a and b.
+func TestRankTransferHandDerived(t *testing.T) {
+	dst, src := handSplit(t, true)
+	cfg := defaultRankConfig()
+	cfg.sizes, cfg.reps = []int{0, 5}, 3
+	m := &stubModel{}
+	rows, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", m}}, cfg, 0)
+	require.NoError(t, err)
+	require.Len(t, rows, 6)
+	require.Equal(t, []int{0, 5, 0, 5, 0, 5}, m.contexts)
+	for _, r := range rows[4:] {
+		require.Equal(t, "stub", r.name)
+		// TestRankLandscapeHandDerived's stub figures on a and b.
+		require.InDelta(t, (1.0/3+8.0/9)/2, r.pair.mean, 1e-12)
+		require.InDelta(t, (-2+2.5)/2, r.top.mean, 1e-12)
+	}
+	require.InDelta(t, (-1.2+2)/2, rows[0].top.mean, 1e-12)
+	require.Equal(t, interval{mean: 1, lo: 1, hi: 1, tasks: 2}, rows[2].pair)
+
+	again, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 2)
+	require.NoError(t, err)
+	cfg.seed = 2
+	other, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 2)
+	require.NoError(t, err)
+	cfg.seed = 1
+	same, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 2)
+	require.NoError(t, err)
+	require.Equal(t, again, same)
+	require.NotEqual(t, again[4], other[4], "the history's draw follows the seed")
+}
+
+func TestRankTransferErrors(t *testing.T) {
+	dst, src := handSplit(t, false)
+	cfg := defaultRankConfig()
+	cfg.sizes, cfg.reps = []int{6}, 1
+	_, err := rankTransfer(context.Background(), dst, src, nil, cfg, 0)
+	require.ErrorContains(t, err, "context of 6 source cells out of 5")
+	cfg.sizes = []int{5}
+	_, err = rankTransfer(context.Background(), dst, src, nil, cfg, -1)
+	require.ErrorContains(t, err, "history of -1 cells")
+	_, err = rankTransfer(context.Background(), dst, dst, nil, cfg, 0)
+	require.ErrorContains(t, err, "task a is in both landscapes")
+	_, err = rankTransfer(context.Background(), dst, src, []rankModel{{"broken model", &stubModel{failOn: "b"}}}, cfg, 1)
+	require.ErrorIs(t, err, errStub)
+	// A task with no cell beyond its history is skipped: no figures.
+	rows, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 5)
+	require.NoError(t, err)
+	require.True(t, math.IsNaN(rows[2].pair.mean))
+}
+
+func TestRunLandscapeTransfer(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "landscape.records")
+	st, err := records.OpenFile(path, records.DefaultFileConfig())
+	require.NoError(t, err)
+	require.NoError(t, st.Append(context.Background(), handRecords(false)...))
+	require.NoError(t, st.Close())
+	other := filepath.Join(dir, "other.records")
+	var moved []records.Record
+	for _, r := range handRecords(false) {
+		r.Task.ID = "other-" + r.Task.ID
+		moved = append(moved, r)
+	}
+	st, err = records.OpenFile(other, records.DefaultFileConfig())
+	require.NoError(t, err)
+	require.NoError(t, st.Append(context.Background(), moved...))
+	require.NoError(t, st.Close())
+
+	rc := defaultRankConfig()
+	rc.sizes, rc.reps = []int{4}, 2
+	var out strings.Builder
+	o := landscapeOptions{store: path, out: dir, rank: rc, context: other, hist: 1, models: []string{"fx-tuned", "fx-G0"}}
+	require.NoError(t, runLandscape(context.Background(), o, &out))
+	rep, err := os.ReadFile(filepath.Join(dir, "transfer-report.md"))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(out.String(), string(rep)))
+	require.Contains(t, string(rep), "(3 tasks) on a context of "+other+" (15 cells on 3 other tasks)")
+	require.Contains(t, string(rep), "per task ranked, 1 of its own cells")
+	for _, name := range []string{rowMean, rowOracle, "effects, tuned", "effects, tuned, no loss term"} {
+		require.Contains(t, string(rep), "| "+name+" | 4 |")
+	}
+
+	o.context = path
+	require.ErrorContains(t, runLandscape(context.Background(), o, &out), "in both landscapes")
+	o.context, o.contextPart = other, "val"
+	require.ErrorIs(t, runLandscape(context.Background(), o, &out), errNoLandscape)
+	o.contextPart, o.models = "", []string{"fx-tuned", "nope"}
+	err = runLandscape(context.Background(), o, &out)
+	require.ErrorContains(t, err, `unknown world model "nope"`)
+	require.ErrorContains(t, err, "fx-dl8")
+}
