@@ -63,7 +63,8 @@ type landscape struct {
 
 // newLandscape groups the real, non-reference records of rs accepted by
 // keep (nil = all) into cells. A cell measured on more than two seeds
-// keeps the two lowest (records.Record.Seeds); a cell measured on one is
+// keeps the two lowest distinct ones (records.Record.Seeds; of several
+// records of one seed, the first in rs); a cell measured on one is
 // dropped. It fails, wrapping errNoLandscape, when no cell remains.
 func newLandscape(rs []records.Record, keep func(taskID string) bool) (*landscape, error) {
 	byKey := map[string][]records.Record{}
@@ -88,10 +89,14 @@ func newLandscape(rs []records.Record, keep func(taskID string) bool) (*landscap
 	l := &landscape{}
 	for _, k := range keys {
 		recs := byKey[k]
+		slices.SortStableFunc(recs, func(a, b records.Record) int { return slices.Compare(a.Seeds, b.Seeds) })
+		// A store may hold one seed's run more than once (a store merged
+		// from two, a run repeated): the first counts, the rest are not
+		// a second seed.
+		recs = slices.CompactFunc(recs, func(a, b records.Record) bool { return slices.Equal(a.Seeds, b.Seeds) })
 		if len(recs) < 2 {
 			continue
 		}
-		slices.SortStableFunc(recs, func(a, b records.Record) int { return slices.Compare(a.Seeds, b.Seeds) })
 		c := landCell{task: recs[0].Task, proposal: recs[0].Proposal, seeds: [2]records.Record{recs[0], recs[1]}}
 		if n := len(l.ids); n == 0 || l.ids[n-1] != c.task.ID {
 			l.ids = append(l.ids, c.task.ID)

@@ -160,6 +160,17 @@ func TestNewLandscapeGroups(t *testing.T) {
 	require.Equal(t, 4.0, landGain(l.cells[6].seeds[0]))  // b, p1, seed 1
 	require.Equal(t, -6.0, landGain(l.cells[4].seeds[1])) // a, p4 infeasible
 
+	// A seed's run repeated in the store is not a second seed: the first
+	// record of seed 1 stays, and a cell with seed 1 twice and no other is
+	// dropped.
+	dup := append([]records.Record{handRecord("a", 0, 1, 5)}, rs...)
+	dup = append(dup, handRecord("c", 9, 1, 0), handRecord("c", 9, 1, 0))
+	ld, err := newLandscape(dup, nil)
+	require.NoError(t, err)
+	require.Len(t, ld.cells, 15)
+	require.Equal(t, 5.0, landGain(ld.cells[0].seeds[0]))
+	require.Equal(t, []uint64{2}, ld.cells[0].seeds[1].Seeds)
+
 	only, err := newLandscape(rs, func(id string) bool { return id == "b" })
 	require.NoError(t, err)
 	require.Equal(t, []string{"b"}, only.ids)

@@ -26,6 +26,7 @@ type landscapeOptions struct {
 	// cells in its context.
 	context, contextPart string
 	hist                 int
+	noise                []float64 // -oracle-noise: the noisy oracles' noise, σ_e units (rankTransfer)
 	models               []string // names of landscapeModels to rank; empty = the standard five
 }
 
@@ -76,13 +77,13 @@ func runLandscape(ctx context.Context, o landscapeOptions, stdout io.Writer) err
 		if err != nil {
 			return fmt.Errorf("context store %s, -context-part %q: %w", o.context, o.contextPart, err)
 		}
-		rows, err := rankTransfer(ctx, l, src, models, o.rank, o.hist)
+		rows, err := rankTransfer(ctx, l, src, models, o.rank, o.hist, o.noise)
 		if err != nil {
 			return fmt.Errorf("landscape store %s on context %s: %w", o.store, o.context, err)
 		}
 		fmt.Fprintf(&b, "## Ranking on unseen tasks: %s (%d tasks) on a context of %s (%d cells on %d other tasks)\n\n",
 			o.store, len(l.tasks), o.context, len(src.cells), len(src.tasks))
-		fmt.Fprintf(&b, "Each context: n random cells of the context store (one seed each) and, per task ranked, %d of its own cells (its history); %d draws per size, seed %d. Per task, its other cells are predicted and scored against the seed the draw does not hold: pairwise accuracy over pairs whose real gains differ by ≥ %g σ_e, and the mean real gain (σ_e, clipped to ±%d, infeasible −%d) of the %d predicted best. Figures: mean over tasks of the mean over draws; 95%% percentile-bootstrap interval over tasks (%d resamples).\n\n",
+		fmt.Fprintf(&b, "Each context: n random cells of the context store (one seed each) and, per task ranked, %d of its own cells (its history); %d draws per size, seed %d. Per task, its other cells are predicted (an oracle + noise s predicts the seed the draw holds plus s·N(0, 1)) and scored against the seed the draw does not hold: pairwise accuracy over pairs whose real gains differ by ≥ %g σ_e, and the mean real gain (σ_e, clipped to ±%d, infeasible −%d) of the %d predicted best. Figures: mean over tasks of the mean over draws; 95%% percentile-bootstrap interval over tasks (%d resamples).\n\n",
 			o.hist, o.rank.reps, o.rank.seed, pairThreshold, landClip, landClip, o.rank.k, o.rank.resamples)
 		b.WriteString(landscapeTable(rows, o.rank.k))
 	}

@@ -85,7 +85,7 @@ func main() {
 	var o options
 	var sizes, landscape, part string
 	var reps, hist int
-	var contextStore, contextPart, models string
+	var contextStore, contextPart, models, noise string
 	flag.StringVar(&o.out, "out", "out/rwmeval", "directory of the record stores and the report")
 	flag.StringVar(&o.suite, "suite", "v2", "lab task suite whose training tasks are used: v2 (lab.SuiteV2) or v1 (the first lab's tasks)")
 	flag.IntVar(&o.records, "records", 360, "real records to generate on training tasks (context + held-out test)")
@@ -102,6 +102,7 @@ func main() {
 	flag.StringVar(&contextStore, "context-landscape", "", "-landscape: rank the store's tasks as unseen tasks, on contexts of this second landscape store's cells (of other tasks)")
 	flag.StringVar(&contextPart, "context-part", "", "-context-landscape: keep the tasks of this part of the V2 suite; empty = every task of that store")
 	flag.IntVar(&hist, "history", 0, "-context-landscape: cells of each ranked task's own in its context (its history)")
+	flag.StringVar(&noise, "oracle-noise", "", "-context-landscape: comma-separated noise levels s (σ_e) of noisy oracles ranked beside the models")
 	flag.StringVar(&models, "models", "", "-landscape: comma-separated world models to rank (catalogue, desc, desc-tuned, fx, fx-tuned, and fx-tuned's kernel ablations fx-S0 … fx-dl8); empty = the first five")
 	flag.Parse()
 	if landscape != "" && !flagSet("sizes") {
@@ -122,6 +123,16 @@ func main() {
 		lo := landscapeOptions{store: landscape, part: part, out: o.out, rank: rc, context: contextStore, contextPart: contextPart, hist: hist}
 		if models != "" {
 			lo.models = strings.Split(models, ",")
+		}
+		for _, f := range strings.Split(noise, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			s, err := strconv.ParseFloat(f, 64)
+			if err != nil {
+				log.Fatalf("rwmeval: bad -oracle-noise entry %q", f)
+			}
+			lo.noise = append(lo.noise, s)
 		}
 		if err := runLandscape(ctx, lo, os.Stdout); err != nil {
 			log.Fatalf("rwmeval: %v", err)

@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 
 	"github.com/lm2lm/lm2lm/records"
@@ -22,6 +23,7 @@ import (
 // seeds, and the target's seeds and history order.
 type transferDraw struct {
 	src, dst landDraw
+	z        []float64 // a standard normal per target cell: the noisy oracles' noise
 }
 
 // rankTransfer scores the models and the baselines on cfg.reps draws. In
@@ -31,9 +33,14 @@ type transferDraw struct {
 // record of the first hist cells of that task in the draw's target order;
 // the task's other cells are predicted and scored against their other
 // seed, as rankLandscape scores (pairAccuracy, topMean; the oracle row
-// predicts by the context seed of the target cells). A task with at most
-// hist cells is skipped.
-func rankTransfer(ctx context.Context, dst, src *landscape, models []rankModel, cfg rankConfig, hist int) ([]rankRow, error) {
+// predicts by the context seed of the target cells). After the oracle come
+// one noisy oracle per entry s of noise (in σ_e units, each > 0): the
+// oracle's prediction plus s·z with z a standard normal per cell and draw,
+// the same z for every s and size, so that the rows chart how much ranking
+// a given prediction error leaves (a world model is worth what the noisy
+// oracle of its pairwise accuracy is). Then the models. A task with at
+// most hist cells is skipped.
+func rankTransfer(ctx context.Context, dst, src *landscape, models []rankModel, cfg rankConfig, hist int, noise []float64) ([]rankRow, error) {
 	if cfg.reps < 1 || cfg.k < 1 || cfg.resamples < 1 || len(cfg.sizes) == 0 {
 		return nil, fmt.Errorf("rank config: %d repetitions, top %d, %d resamples, %d sizes; want each ≥ 1", cfg.reps, cfg.k, cfg.resamples, len(cfg.sizes))
 	}
@@ -45,22 +52,35 @@ func rankTransfer(ctx context.Context, dst, src *landscape, models []rankModel, 
 			return nil, fmt.Errorf("context of %d source cells out of %d: want 0 ≤ n ≤ %d", n, len(src.cells), len(src.cells))
 		}
 	}
+	for _, sd := range noise {
+		if !(sd > 0) || math.IsInf(sd, 1) {
+			return nil, fmt.Errorf("oracle noise %g σ_e: want a finite value > 0", sd)
+		}
+	}
 	if shared := sharedTasks(dst, src); shared != "" {
 		return nil, fmt.Errorf("task %s is in both landscapes: the context must hold other tasks only", shared)
 	}
 	names := []string{rowMean, rowOracle}
+	for _, sd := range noise {
+		names = append(names, fmt.Sprintf("oracle + noise %g σ_e", sd))
+	}
 	for _, m := range models {
 		names = append(names, m.name)
 	}
 	nrows := len(names) * len(cfg.sizes)
 	pair, top := perTask(nrows, len(dst.tasks)), perTask(nrows, len(dst.tasks))
 	for rep := range cfg.reps {
+		drng := rand.New(rand.NewPCG(cfg.seed^0x7a5f, uint64(rep)))
 		d := transferDraw{
 			src: src.draw(rand.New(rand.NewPCG(cfg.seed, uint64(rep)))),
-			dst: dst.draw(rand.New(rand.NewPCG(cfg.seed^0x7a5f, uint64(rep)))),
+			dst: dst.draw(drng),
+			z:   make([]float64, len(dst.cells)),
+		}
+		for i := range d.z {
+			d.z[i] = drng.NormFloat64()
 		}
 		for si, n := range cfg.sizes {
-			err := scoreTransfer(ctx, dst, src, d, n, hist, cfg.k, models, func(kind, task int, p, t float64) {
+			err := scoreTransfer(ctx, dst, src, d, n, hist, cfg.k, noise, models, func(kind, task int, p, t float64) {
 				row := kind*len(cfg.sizes) + si
 				pair[row][task] = append(pair[row][task], p)
 				top[row][task] = append(top[row][task], t)
@@ -111,8 +131,9 @@ func historyOf(dst *landscape, d landDraw, hist int) [][]int {
 }
 
 // scoreTransfer scores one context size of one draw (see rankTransfer),
-// calling add as scoreContext does.
-func scoreTransfer(ctx context.Context, dst, src *landscape, d transferDraw, n, hist, k int, models []rankModel, add func(kind, task int, pair, top float64)) error {
+// calling add as scoreContext does, with kinds 2+j for the noisy oracle of
+// noise[j] and 2+len(noise)+i for models[i].
+func scoreTransfer(ctx context.Context, dst, src *landscape, d transferDraw, n, hist, k int, noise []float64, models []rankModel, add func(kind, task int, pair, top float64)) error {
 	base := make([]records.Record, 0, n+hist)
 	for _, i := range d.src.order[:n] {
 		base = append(base, src.cells[i].seeds[d.src.seed[i]])
@@ -145,12 +166,19 @@ func scoreTransfer(ctx context.Context, dst, src *landscape, d transferDraw, n, 
 		blind := make([]float64, len(held))
 		add(0, ti, pairAccuracy(blind, truth), meanOf(truth))
 		add(1, ti, pairAccuracy(seen, truth), topMean(seen, truth, k))
+		for j, sd := range noise {
+			noisy := make([]float64, len(held))
+			for h, i := range held {
+				noisy[h] = seen[h] + sd*d.z[i]
+			}
+			add(2+j, ti, pairAccuracy(noisy, truth), topMean(noisy, truth, k))
+		}
 		for mi, m := range models {
 			pred, err := dst.predict(ctx, m, ev, held)
 			if err != nil {
 				return err
 			}
-			add(2+mi, ti, pairAccuracy(pred, truth), topMean(pred, truth, k))
+			add(2+len(noise)+mi, ti, pairAccuracy(pred, truth), topMean(pred, truth, k))
 		}
 	}
 	return nil

@@ -44,7 +44,7 @@ func TestScoreTransferHandDerived(t *testing.T) {
 	type got struct{ pair, top float64 }
 	res := map[[2]int]got{}
 	m := &stubModel{}
-	require.NoError(t, scoreTransfer(context.Background(), dst, src, d, 5, 1, 4, []rankModel{{"stub", m}}, func(kind, task int, p, top float64) {
+	require.NoError(t, scoreTransfer(context.Background(), dst, src, d, 5, 1, 4, nil, []rankModel{{"stub", m}}, func(kind, task int, p, top float64) {
 		res[[2]int{kind, task}] = got{p, top}
 	}))
 	// Each task's evidence: c's 5 cells and one of its own.
@@ -70,6 +70,21 @@ func TestScoreTransferHandDerived(t *testing.T) {
 		require.InDelta(t, w.top, res[k].top, 1e-12, "%v top", k)
 	}
 
+	// Noisy oracles: noise 0.5 and 2 with z = −1 on b's second cell only:
+	// b's seen (3, 1.5, −0.5, 6) become (2.5, …) and (1, …): the second
+	// orders p2 below p3 against the truth (4, 1, …): 5 of 6 pairs.
+	d.z = make([]float64, 10)
+	d.z[6] = -1
+	res = map[[2]int]got{}
+	require.NoError(t, scoreTransfer(context.Background(), dst, src, d, 5, 1, 4, []float64{0.5, 2}, []rankModel{{"stub", &stubModel{}}}, func(kind, task int, p, top float64) {
+		res[[2]int{kind, task}] = got{p, top}
+	}))
+	require.Equal(t, 1.0, res[[2]int{2, b}].pair)
+	require.InDelta(t, 5.0/6, res[[2]int{3, b}].pair, 1e-12)
+	require.InDelta(t, 10.0/4, res[[2]int{3, b}].top, 1e-12)
+	require.Equal(t, 1.0, res[[2]int{3, a}].pair)
+	require.InDelta(t, 5.0/6, res[[2]int{4, b}].pair, 1e-12, "the stub comes after the noisy oracles")
+
 	// The history is per task, in the draw's order.
 	require.Equal(t, [][]int{{0, 1}, {5, 6}}, historyOf(dst, landDraw{order: []int{0, 5, 1, 2, 6}}, 2))
 	require.Equal(t, [][]int{{1}, {6}}, historyOf(dst, landDraw{order: []int{1, 6, 0, 5}}, 1))
@@ -83,7 +98,7 @@ func TestRankTransferHandDerived(t *testing.T) {
 	cfg := defaultRankConfig()
 	cfg.sizes, cfg.reps = []int{0, 5}, 3
 	m := &stubModel{}
-	rows, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", m}}, cfg, 0)
+	rows, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", m}}, cfg, 0, nil)
 	require.NoError(t, err)
 	require.Len(t, rows, 6)
 	require.Equal(t, []int{0, 5, 0, 5, 0, 5}, m.contexts)
@@ -96,13 +111,25 @@ func TestRankTransferHandDerived(t *testing.T) {
 	require.InDelta(t, (-1.2+2)/2, rows[0].top.mean, 1e-12)
 	require.Equal(t, interval{mean: 1, lo: 1, hi: 1, tasks: 2}, rows[2].pair)
 
-	again, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 2)
+	// Noisy oracles: the least noise keeps the oracle's order, the most
+	// loses it; rows are named by their noise.
+	m = &stubModel{}
+	rows, err = rankTransfer(context.Background(), dst, src, []rankModel{{"stub", m}}, cfg, 0, []float64{1e-9, 1e6})
+	require.NoError(t, err)
+	require.Len(t, rows, 10)
+	require.Equal(t, "oracle + noise 1e-09 σ_e", rows[4].name)
+	require.Equal(t, "oracle + noise 1e+06 σ_e", rows[6].name)
+	require.Equal(t, 1.0, rows[4].pair.mean)
+	require.Less(t, rows[6].pair.mean, 0.9)
+	require.InDelta(t, (1.0/3+8.0/9)/2, rows[8].pair.mean, 1e-12)
+
+	again, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 2, nil)
 	require.NoError(t, err)
 	cfg.seed = 2
-	other, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 2)
+	other, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 2, nil)
 	require.NoError(t, err)
 	cfg.seed = 1
-	same, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 2)
+	same, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 2, nil)
 	require.NoError(t, err)
 	require.Equal(t, again, same)
 	require.NotEqual(t, again[4], other[4], "the history's draw follows the seed")
@@ -112,17 +139,19 @@ func TestRankTransferErrors(t *testing.T) {
 	dst, src := handSplit(t, false)
 	cfg := defaultRankConfig()
 	cfg.sizes, cfg.reps = []int{6}, 1
-	_, err := rankTransfer(context.Background(), dst, src, nil, cfg, 0)
+	_, err := rankTransfer(context.Background(), dst, src, nil, cfg, 0, nil)
 	require.ErrorContains(t, err, "context of 6 source cells out of 5")
 	cfg.sizes = []int{5}
-	_, err = rankTransfer(context.Background(), dst, src, nil, cfg, -1)
+	_, err = rankTransfer(context.Background(), dst, src, nil, cfg, -1, nil)
 	require.ErrorContains(t, err, "history of -1 cells")
-	_, err = rankTransfer(context.Background(), dst, dst, nil, cfg, 0)
+	_, err = rankTransfer(context.Background(), dst, src, nil, cfg, 0, []float64{1, 0})
+	require.ErrorContains(t, err, "oracle noise 0 σ_e")
+	_, err = rankTransfer(context.Background(), dst, dst, nil, cfg, 0, nil)
 	require.ErrorContains(t, err, "task a is in both landscapes")
-	_, err = rankTransfer(context.Background(), dst, src, []rankModel{{"broken model", &stubModel{failOn: "b"}}}, cfg, 1)
+	_, err = rankTransfer(context.Background(), dst, src, []rankModel{{"broken model", &stubModel{failOn: "b"}}}, cfg, 1, nil)
 	require.ErrorIs(t, err, errStub)
 	// A task with no cell beyond its history is skipped: no figures.
-	rows, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 5)
+	rows, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 5, nil)
 	require.NoError(t, err)
 	require.True(t, math.IsNaN(rows[2].pair.mean))
 }
@@ -148,14 +177,14 @@ func TestRunLandscapeTransfer(t *testing.T) {
 	rc := defaultRankConfig()
 	rc.sizes, rc.reps = []int{4}, 2
 	var out strings.Builder
-	o := landscapeOptions{store: path, out: dir, rank: rc, context: other, hist: 1, models: []string{"fx-tuned", "fx-G0"}}
+	o := landscapeOptions{store: path, out: dir, rank: rc, context: other, hist: 1, models: []string{"fx-tuned", "fx-G0"}, noise: []float64{1}}
 	require.NoError(t, runLandscape(context.Background(), o, &out))
 	rep, err := os.ReadFile(filepath.Join(dir, "transfer-report.md"))
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(out.String(), string(rep)))
 	require.Contains(t, string(rep), "(3 tasks) on a context of "+other+" (15 cells on 3 other tasks)")
 	require.Contains(t, string(rep), "per task ranked, 1 of its own cells")
-	for _, name := range []string{rowMean, rowOracle, "effects, tuned", "effects, tuned, no loss term"} {
+	for _, name := range []string{rowMean, rowOracle, "oracle + noise 1 σ_e", "effects, tuned", "effects, tuned, no loss term"} {
 		require.Contains(t, string(rep), "| "+name+" | 4 |")
 	}
 
