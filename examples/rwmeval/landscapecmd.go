@@ -27,7 +27,7 @@ type landscapeOptions struct {
 	context, contextPart string
 	hist                 int
 	noise                []float64 // -oracle-noise: the noisy oracles' noise, σ_e units (rankTransfer)
-	models               []string // names of landscapeModels to rank; empty = the standard five
+	models               []string  // names of landscapeModels to rank; empty = the standard five
 }
 
 // runLandscape ranks the world models on a landscape store and writes the
