@@ -209,8 +209,8 @@ type variant struct {
 
 // variants are the kernel ablations landscapeModels offers beside the
 // standard five: the effect term's scale S (rwm.WithEffects: 2), the loss
-// term's scale G (8) and lengthscale ℓ (4), the task offset (2), the prior
-// amplitude (2.5) and the descriptor kernel's lengthscale (4), each below
+// term's scale G (8) and lengthscale ℓ (4), the task offset (2) and the
+// descriptor kernel's lengthscale (4), each below
 // and above its setting or off.
 var variants = []variant{
 	{"fx-S0", "no effect term", func(c *rwm.EmbeddedConfig) { c.EffectSigmas = 0 }},
@@ -223,8 +223,6 @@ var variants = []variant{
 	{"fx-l8", "loss ℓ 8", func(c *rwm.EmbeddedConfig) { c.LossLengthscale = 8 }},
 	{"fx-off0", "no task offset", func(c *rwm.EmbeddedConfig) { c.OffsetSigmas = 0 }},
 	{"fx-off4", "task offset 4", func(c *rwm.EmbeddedConfig) { c.OffsetSigmas = 4 }},
-	{"fx-amp1", "amplitude 1", func(c *rwm.EmbeddedConfig) { c.SignalSigmas = 1 }},
-	{"fx-amp5", "amplitude 5", func(c *rwm.EmbeddedConfig) { c.SignalSigmas = 5 }},
 	{"fx-dl2", "descriptor ℓ 2", func(c *rwm.EmbeddedConfig) { c.DescriptorLengthscale = 2 }},
 	{"fx-dl8", "descriptor ℓ 8", func(c *rwm.EmbeddedConfig) { c.DescriptorLengthscale = 8 }},
 }
