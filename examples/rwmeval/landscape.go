@@ -297,16 +297,41 @@ func rankLandscape(ctx context.Context, l *landscape, models []rankModel, cfg ra
 			return nil, fmt.Errorf("context of %d cells out of %d: want 0 ≤ n < %d", n, len(l.cells), len(l.cells))
 		}
 	}
+	return rankRows(cfg, rowNames(nil, models), len(l.tasks), func(rep int) func(n int, add scoreFunc) error {
+		d := l.draw(rand.New(rand.NewPCG(cfg.seed, uint64(rep))))
+		return func(n int, add scoreFunc) error { return l.scoreContext(ctx, d, n, cfg.k, models, add) }
+	})
+}
+
+// scoreFunc takes one predictor's (kind: its row group) pairwise accuracy
+// and top-k gain on one task.
+type scoreFunc = func(kind, task int, pair, top float64)
+
+// rowNames names the row groups: the blind pick, the oracle, a noisy
+// oracle per noise level, then the models.
+func rowNames(noise []float64, models []rankModel) []string {
 	names := []string{rowMean, rowOracle}
+	for _, sd := range noise {
+		names = append(names, fmt.Sprintf("oracle + noise %g σ_e", sd))
+	}
 	for _, m := range models {
 		names = append(names, m.name)
 	}
+	return names
+}
+
+// rankRows runs cfg.reps repetitions: draw(rep) makes the repetition's
+// draw and returns its scorer, which scores a context size n by calling
+// add. It returns one row per name and size (names major): the mean over
+// tasks of each task's mean over repetitions, with a 95% percentile
+// bootstrap over tasks (bootstrap; every row resamples the same tasks).
+func rankRows(cfg rankConfig, names []string, tasks int, draw func(rep int) func(n int, add scoreFunc) error) ([]rankRow, error) {
 	nrows := len(names) * len(cfg.sizes)
-	pair, top := perTask(nrows, len(l.tasks)), perTask(nrows, len(l.tasks))
+	pair, top := perTask(nrows, tasks), perTask(nrows, tasks)
 	for rep := range cfg.reps {
-		d := l.draw(rand.New(rand.NewPCG(cfg.seed, uint64(rep))))
+		score := draw(rep)
 		for si, n := range cfg.sizes {
-			err := l.scoreContext(ctx, d, n, cfg.k, models, func(kind, task int, p, t float64) {
+			err := score(n, func(kind, task int, p, t float64) {
 				row := kind*len(cfg.sizes) + si
 				pair[row][task] = append(pair[row][task], p)
 				top[row][task] = append(top[row][task], t)

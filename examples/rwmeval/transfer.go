@@ -60,16 +60,7 @@ func rankTransfer(ctx context.Context, dst, src *landscape, models []rankModel, 
 	if shared := sharedTasks(dst, src); shared != "" {
 		return nil, fmt.Errorf("task %s is in both landscapes: the context must hold other tasks only", shared)
 	}
-	names := []string{rowMean, rowOracle}
-	for _, sd := range noise {
-		names = append(names, fmt.Sprintf("oracle + noise %g σ_e", sd))
-	}
-	for _, m := range models {
-		names = append(names, m.name)
-	}
-	nrows := len(names) * len(cfg.sizes)
-	pair, top := perTask(nrows, len(dst.tasks)), perTask(nrows, len(dst.tasks))
-	for rep := range cfg.reps {
+	return rankRows(cfg, rowNames(noise, models), len(dst.tasks), func(rep int) func(n int, add scoreFunc) error {
 		drng := rand.New(rand.NewPCG(cfg.seed^0x7a5f, uint64(rep)))
 		d := transferDraw{
 			src: src.draw(rand.New(rand.NewPCG(cfg.seed, uint64(rep)))),
@@ -79,24 +70,10 @@ func rankTransfer(ctx context.Context, dst, src *landscape, models []rankModel, 
 		for i := range d.z {
 			d.z[i] = drng.NormFloat64()
 		}
-		for si, n := range cfg.sizes {
-			err := scoreTransfer(ctx, dst, src, d, n, hist, cfg.k, noise, models, func(kind, task int, p, t float64) {
-				row := kind*len(cfg.sizes) + si
-				pair[row][task] = append(pair[row][task], p)
-				top[row][task] = append(top[row][task], t)
-			})
-			if err != nil {
-				return nil, fmt.Errorf("repetition %d, context %d: %w", rep, n, err)
-			}
+		return func(n int, add scoreFunc) error {
+			return scoreTransfer(ctx, dst, src, d, n, hist, cfg.k, noise, models, add)
 		}
-	}
-	rows := make([]rankRow, nrows)
-	for r := range rows {
-		rows[r] = rankRow{name: names[r/len(cfg.sizes)], n: cfg.sizes[r%len(cfg.sizes)],
-			pair: bootstrap(taskMeans(pair[r]), cfg.resamples, rand.New(rand.NewPCG(cfg.seed, 0xb007))),
-			top:  bootstrap(taskMeans(top[r]), cfg.resamples, rand.New(rand.NewPCG(cfg.seed, 0xb007)))}
-	}
-	return rows, nil
+	})
 }
 
 // sharedTasks returns a task ID of both landscapes, "" when none.
