@@ -251,8 +251,11 @@ func (o options) world() labsetup.World {
 // policy is the policy's part of the setting that the main job shares.
 func (o options) policy() labsetup.Policy {
 	return labsetup.Policy{LR: o.policyLR, DescriptionBuckets: o.descBuckets, DescriptorBuckets: o.descriptorBuckets,
-		Hidden: o.policyHidden, EvalTemperature: o.temperature()}
+		Hidden: o.policyHidden, EvalTemperature: o.temperature(), TrainTemperature: o.trainTemp}
 }
+
+// trainer is the trainer's part of the setting that the main job shares.
+func (o options) trainer() labsetup.Trainer { return labsetup.Trainer{HeldOutTask: o.heldOutTask} }
 
 // train runs the trainer (LM2LM, its ablations, WMRL) and keeps its
 // per-step numbers and calibration monitors. It returns the trainer's world

@@ -714,13 +714,15 @@ func TestRealGainsPredictsTheRealRun(t *testing.T) {
 }
 
 // The setting chosen on validation, as the README's commands give it, is
-// the one the main job runs by default (labsetup.ValidatedWorld and
-// ValidatedPolicy): the two drivers cannot drift apart.
+// the one the main job runs by default (labsetup.ValidatedWorld,
+// ValidatedPolicy and ValidatedTrainer): the two drivers cannot drift
+// apart.
 func TestChosenFlagsAreTheMainJobsValidatedSetting(t *testing.T) {
-	o, err := parseFlags(strings.Fields("-descriptor-buckets 256 -world-descriptors 1 -policy-hidden 32 -world-effects -world-tune -eval-temperature 0.5"), &bytes.Buffer{})
+	o, err := parseFlags(strings.Fields("-descriptor-buckets 256 -world-descriptors 1 -policy-hidden 32 -world-effects -world-tune -eval-temperature 0.5 -train-temperature 2 -held-out-task -description-buckets 0"), &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, labsetup.ValidatedWorld, o.world())
 	require.Equal(t, labsetup.ValidatedPolicy, o.policy())
+	require.Equal(t, labsetup.ValidatedTrainer, o.trainer())
 	o, err = parseFlags(nil, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.NotEqual(t, labsetup.ValidatedWorld, o.world())

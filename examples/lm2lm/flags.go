@@ -56,9 +56,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	// (examples/compare -suite v2-val, and again on v2-val2); see the
 	// README. "validated" is the one that did; "library" is every library
 	// default (the catalogue-only world model, the log-linear policy).
-	fs.StringVar(&o.setting, "setting", "validated", "validated (the setting chosen on lab v2's validation split: world model over descriptors with effects, tuned; policy with descriptor features and a 32-unit hidden layer, Adam LR 0.02, 64 description buckets; evaluation at temperature 0.5) | library (every library default)")
+	fs.StringVar(&o.setting, "setting", "validated", "validated (the setting chosen on lab v2's validation splits: world model over descriptors with effects, tuned; policy with descriptor features and a 32-unit hidden layer, Adam LR 0.02, no description features, rollouts at temperature 2 with rewards judged as for an unseen task; evaluation at temperature 0.5) | library (every library default)")
 	fs.Float64Var(&o.policyLR, "policy-lr", 0, "Adam learning rate of the policy (0 = the setting's: 0.02 validated, proposer.DefaultAdamConfig's for library)")
-	fs.IntVar(&o.descBuckets, "description-buckets", -1, "hashed task-description features of the policy (proposer.PolicyConfig.DescriptionBuckets; 0 = off; -1 = the setting's: 64 validated, 0 library)")
+	fs.IntVar(&o.descBuckets, "description-buckets", -1, "hashed task-description features of the policy (proposer.PolicyConfig.DescriptionBuckets; 0 = off; -1 = the setting's: 0 for both)")
 	fs.IntVar(&o.evalHistory, "eval-history", 8, "real records drawn per held-out task once, as the evaluation states' histories (paid as evaluation cost; 0 = empty histories)")
 	fs.StringVar(&o.baseline, "baseline", "", "train by maximum likelihood on M_0 instead of LM2LM: sft (all feasible records) or rft (positive gains only)")
 	fs.StringVar(&o.suite, "suite", "v2", "lab task suite: v2 (generated, lab.SuiteV2: train on its training part, test on its test part) or v1 (the first lab's 24 tasks)")

@@ -421,6 +421,7 @@ func (j *mainJob) newModels(context.Context) error {
 		j.world = rwm.NewLedger(labsetup.NewWorld(j.lab, labsetup.ValidatedWorld))
 		v := labsetup.ValidatedPolicy
 		pcfg.Adam.LR, pcfg.DescriptionBuckets, pcfg.DescriptorBuckets, pcfg.Hidden = v.LR, v.DescriptionBuckets, v.DescriptorBuckets, v.Hidden
+		pcfg.Temperature = j.o.trainTemperature()
 		rng = labsetup.HiddenSource(j.o.seed)
 	} else {
 		j.world = rwm.NewLedger(labsetup.NewWorld(j.lab, labsetup.World{}))
@@ -450,6 +451,15 @@ func (o options) evalTemperature() float64 {
 	return 1
 }
 
+// trainTemperature is the policy's sampling temperature while it trains
+// (its rollouts): the validated setting's, or 1.
+func (o options) trainTemperature() float64 {
+	if t := labsetup.ValidatedPolicy.TrainTemperature; o.validated() && t > 0 {
+		return t
+	}
+	return 1
+}
+
 // evaluate measures J_test on held-out tasks and J_train on one state of
 // each training task (METHOD.md §1 Objective), with empty histories and
 // fixed seeds, so that both policies see the same states; the reports go
@@ -475,11 +485,11 @@ func (j *mainJob) evaluate(ctx context.Context, name string, at int) error {
 	defer rep.Finish()
 	ex := progress.Executor(j.pool, rep)
 	// The policy samples at the evaluation temperature here and at its
-	// rollouts' (1) everywhere else.
+	// rollouts' everywhere else.
 	if err := j.pol.SetTemperature(j.o.evalTemperature()); err != nil {
 		return err
 	}
-	defer j.pol.SetTemperature(1)
+	defer j.pol.SetTemperature(j.o.trainTemperature())
 	held, err := lm2lm.Evaluate(ctx, ecfg, j.pol, j.lab, ex, j.held, j.hist)
 	if err != nil {
 		return err
@@ -529,19 +539,7 @@ func (j *mainJob) trainPolicy(ctx context.Context) error {
 
 // newTrainer configures the LM2LM trainer of the profile.
 func (j *mainJob) newTrainer() (*lm2lm.Trainer, lm2lm.Config, error) {
-	cfg := lm2lm.DefaultConfig()
-	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = j.prof.steps, j.prof.states, j.prof.quota, j.prof.schedule
-	cfg.Calibration = j.mode
-	cfg.Parallel = j.o.parallel
-	cfg.Seed = j.o.seed
-	if j.o.wmrl {
-		// The library's WMRL defaults wait for 200 anchor pairs before the
-		// first fit; a laptop-sized run has fewer, so the example fits
-		// sooner.
-		w := lm2lm.DefaultWMRLConfig()
-		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
-		cfg.WMRL = &w
-	}
+	cfg := j.trainerConfig()
 	budget := 0
 	for _, b := range cfg.Schedule.Budgets {
 		budget += b
@@ -554,6 +552,26 @@ func (j *mainJob) newTrainer() (*lm2lm.Trainer, lm2lm.Config, error) {
 	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: j.pol, World: j.world, Builder: j.lab,
 		Executor: progress.Executor(j.pool, rep), Tasks: j.train, Evidence: j.m0})
 	return tr, cfg, err
+}
+
+// trainerConfig is the LM2LM trainer's configuration: the profile's, the
+// calibration mode, and the setting's (labsetup.ValidatedTrainer).
+func (j *mainJob) trainerConfig() lm2lm.Config {
+	cfg := lm2lm.DefaultConfig()
+	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = j.prof.steps, j.prof.states, j.prof.quota, j.prof.schedule
+	cfg.Calibration = j.mode
+	cfg.Parallel = j.o.parallel
+	cfg.Seed = j.o.seed
+	cfg.HeldOutTask = j.o.validated() && labsetup.ValidatedTrainer.HeldOutTask
+	if j.o.wmrl {
+		// The library's WMRL defaults wait for 200 anchor pairs before the
+		// first fit; a laptop-sized run has fewer, so the example fits
+		// sooner.
+		w := lm2lm.DefaultWMRLConfig()
+		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
+		cfg.WMRL = &w
+	}
+	return cfg
 }
 
 // onStep prints and records one training step.

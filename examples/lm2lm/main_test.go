@@ -183,9 +183,11 @@ func TestReferencesLeaveOutDivergedTasks(t *testing.T) {
 
 // The default setting is the validated one: the effects world model over
 // descriptors, tuned; the policy with descriptor features, a 32-unit
-// hidden layer drawn from the seed, LR 0.02 and 64 description buckets,
-// evaluated at temperature 0.5. -setting library is every library
-// default; -policy-lr and -description-buckets override either.
+// hidden layer drawn from the seed, LR 0.02 and no description features,
+// trained at temperature 2 on rewards judged as for an unseen task
+// (lm2lm.Config.HeldOutTask), evaluated at temperature 0.5. -setting
+// library is every library default; -policy-lr and -description-buckets
+// override either.
 func TestSettings(t *testing.T) {
 	l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
 	require.NoError(t, err)
@@ -198,8 +200,10 @@ func TestSettings(t *testing.T) {
 	}
 	j, o := models()
 	c := j.pol.Config()
-	require.Equal(t, []any{32, 256, 64, 0.02}, []any{c.Hidden, c.DescriptorBuckets, c.DescriptionBuckets, c.Adam.LR})
+	require.Equal(t, []any{32, 256, 0, 0.02, 2.0}, []any{c.Hidden, c.DescriptorBuckets, c.DescriptionBuckets, c.Adam.LR, c.Temperature})
 	require.Equal(t, 0.5, o.evalTemperature())
+	require.Equal(t, 2.0, o.trainTemperature())
+	require.True(t, j.trainerConfig().HeldOutTask)
 	require.Contains(t, j.world.ID(), "rwm.Tuned/")
 	require.Equal(t, "validated", j.rep.Setting)
 	again, _ := models()
@@ -214,10 +218,13 @@ func TestSettings(t *testing.T) {
 	def := proposer.DefaultPolicyConfig()
 	require.Equal(t, []any{0, 0, 0, def.Adam.LR}, []any{c.Hidden, c.DescriptorBuckets, c.DescriptionBuckets, c.Adam.LR})
 	require.Equal(t, 1.0, o.evalTemperature())
+	require.Equal(t, 1.0, o.trainTemperature())
+	require.Equal(t, 1.0, c.Temperature)
+	require.False(t, j.trainerConfig().HeldOutTask)
 	require.NotContains(t, j.world.ID(), "rwm.Tuned/")
 	require.Equal(t, "library", j.rep.Setting)
 
-	j, _ = models("-policy-lr", "0.01", "-description-buckets", "0")
+	j, _ = models("-policy-lr", "0.01", "-description-buckets", "16")
 	c = j.pol.Config()
-	require.Equal(t, []any{32, 0, 0.01}, []any{c.Hidden, c.DescriptionBuckets, c.Adam.LR})
+	require.Equal(t, []any{32, 16, 0.01}, []any{c.Hidden, c.DescriptionBuckets, c.Adam.LR})
 }
