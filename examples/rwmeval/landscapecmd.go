@@ -210,8 +210,9 @@ type variant struct {
 // variants are the kernel ablations landscapeModels offers beside the
 // standard five: the effect term's scale S (rwm.WithEffects: 2), the loss
 // term's scale G (8) and lengthscale ℓ (4), the task offset (2) and the
-// descriptor kernel's lengthscale (4), each below
-// and above its setting or off.
+// descriptor kernel's lengthscale (4), each below and above its setting or
+// off; and the catalogue's priors off (every mechanism at MeanSigmas and
+// SignalSigmas).
 var variants = []variant{
 	{"fx-S0", "no effect term", func(c *rwm.EmbeddedConfig) { c.EffectSigmas = 0 }},
 	{"fx-S1", "effect S 1", func(c *rwm.EmbeddedConfig) { c.EffectSigmas = 1 }},
@@ -225,6 +226,7 @@ var variants = []variant{
 	{"fx-off4", "task offset 4", func(c *rwm.EmbeddedConfig) { c.OffsetSigmas = 4 }},
 	{"fx-dl2", "descriptor ℓ 2", func(c *rwm.EmbeddedConfig) { c.DescriptorLengthscale = 2 }},
 	{"fx-dl8", "descriptor ℓ 8", func(c *rwm.EmbeddedConfig) { c.DescriptorLengthscale = 8 }},
+	{"fx-np", "no catalogue priors", func(c *rwm.EmbeddedConfig) { c.Priors = nil }},
 }
 
 // modelKeys lists the valid -models keys.

@@ -195,5 +195,5 @@ func TestRunLandscapeTransfer(t *testing.T) {
 	o.contextPart, o.models = "", []string{"fx-tuned", "nope"}
 	err = runLandscape(context.Background(), o, &out)
 	require.ErrorContains(t, err, `unknown world model "nope"`)
-	require.ErrorContains(t, err, "fx-dl8")
+	require.ErrorContains(t, err, "fx-np")
 }
