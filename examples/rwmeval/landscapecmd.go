@@ -187,6 +187,8 @@ func landscapeModels(keys []string) ([]rankModel, error) {
 		}
 		all[v.key] = rankModel{"effects, tuned, " + v.name, rwm.NewTuned(c, nil)}
 	}
+	all["fx-tuned-q90"] = rankModel{"effects, tuned, ranked by q90", quantileRank{all["fx-tuned"].model, Z90}}
+	all["fx-tuned-q10"] = rankModel{"effects, tuned, ranked by q10", quantileRank{all["fx-tuned"].model, -Z90}}
 	if len(keys) == 0 {
 		keys = []string{"catalogue", "desc", "desc-tuned", "fx", "fx-tuned"}
 	}
@@ -235,5 +237,33 @@ func modelKeys() []string {
 	for _, v := range variants {
 		keys = append(keys, v.key)
 	}
-	return keys
+	return append(keys, "fx-tuned-q90", "fx-tuned-q10")
+}
+
+// Z90 is rwm.Z90, the standard normal's 0.9 quantile.
+const Z90 = rwm.Z90
+
+// quantileRank ranks by a quantile of the inner model's predicted gain instead
+// of its mean: mean + z·(High − Gain)/Z90 for z ≥ 0, mean + z·(Gain −
+// Low)/Z90 below (z = ±Z90 gives q90 and q10, the optimistic and the
+// pessimistic reward of METHOD.md §1 Reward; a prediction without an
+// interval keeps its mean). It asks whether the world model's uncertainty
+// ranks unseen tasks better than its mean.
+type quantileRank struct {
+	inner rwm.WorldModel
+	z     float64
+}
+
+func (q quantileRank) Predict(ctx context.Context, query rwm.Query) (rwm.Prediction, error) {
+	p, err := q.inner.Predict(ctx, query)
+	if err != nil || !p.Valid || !p.HasInterval {
+		return p, err
+	}
+	if q.z >= 0 {
+		p.Gain += q.z * (p.High - p.Gain) / Z90
+	} else {
+		p.Gain += q.z * (p.Gain - p.Low) / Z90
+	}
+	p.Low, p.High = min(p.Low, p.Gain), max(p.High, p.Gain)
+	return p, nil
 }

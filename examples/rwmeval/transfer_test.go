@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
 )
 
 // handSplit returns the hand landscape's tasks a and b as the ranked
@@ -196,4 +197,30 @@ func TestRunLandscapeTransfer(t *testing.T) {
 	err = runLandscape(context.Background(), o, &out)
 	require.ErrorContains(t, err, `unknown world model "nope"`)
 	require.ErrorContains(t, err, "fx-np")
+}
+
+// intervalModel predicts a gain of 1 with q10 0 and q90 3, or no interval.
+type intervalModel struct{ interval bool }
+
+func (m intervalModel) Predict(context.Context, rwm.Query) (rwm.Prediction, error) {
+	return rwm.Prediction{Gain: 1, Low: 0, High: 3, HasInterval: m.interval, Valid: true}, nil
+}
+
+// quantileRank ranks by q90 (z = Z90) or q10 (z = −Z90) of the inner
+// prediction; without an interval it keeps the mean.
+func TestQuantileRank(t *testing.T) {
+	ctx := context.Background()
+	p, err := quantileRank{intervalModel{true}, Z90}.Predict(ctx, rwm.Query{})
+	require.NoError(t, err)
+	require.InDelta(t, 3, p.Gain, 1e-12)
+	require.NoError(t, p.Validate())
+	p, err = quantileRank{intervalModel{true}, -Z90}.Predict(ctx, rwm.Query{})
+	require.NoError(t, err)
+	require.InDelta(t, 0, p.Gain, 1e-12)
+	p, err = quantileRank{intervalModel{true}, Z90 / 2}.Predict(ctx, rwm.Query{})
+	require.NoError(t, err)
+	require.InDelta(t, 2, p.Gain, 1e-12)
+	p, err = quantileRank{intervalModel{false}, Z90}.Predict(ctx, rwm.Query{})
+	require.NoError(t, err)
+	require.Equal(t, 1.0, p.Gain)
 }
