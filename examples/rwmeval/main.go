@@ -29,13 +29,22 @@
 // gain of the model's top 4 (Avg@4, METHOD.md §1 Data and evaluation),
 // beside two baselines: the mean gain and an oracle ranking by the context
 // seed's measurement. The models are catalogue, descriptors, descriptors
-// tuned, effects and effects tuned (see landscapeModels). The Markdown
-// table goes to stdout and -out/landscape-report.md.
+// tuned, effects and effects tuned (see landscapeModels; -models picks
+// others, kernel ablations among them). The Markdown table goes to stdout
+// and -out/landscape-report.md.
+//
+// With -context-landscape STORE2 as well, the tasks of STORE are ranked as
+// unseen ones (transfer.go): each context is n cells of STORE2's tasks
+// (-context-part keeps a part's) plus -history cells of the ranked task
+// itself, as M₀ and a state's history are; -oracle-noise adds noisy
+// oracles that chart what a given pairwise accuracy is worth. The table
+// goes to -out/transfer-report.md.
 //
 // Usage:
 //
 //	go run ./examples/rwmeval [-records 360] [-test 60] [-top 8] [-rounds 2] [-parallel 2] [-out out/rwmeval]
-//	go run ./examples/rwmeval -landscape out/landscape.records [-part val] [-sizes 50,100,200] [-reps 6] [-seed 1] [-out out/rwmeval]
+//	go run ./examples/rwmeval -landscape out/landscape.records [-part val] [-sizes 50,100,200] [-reps 6] [-seed 1] [-models fx-tuned,fx-G0] [-out out/rwmeval]
+//	go run ./examples/rwmeval -landscape out/valland.records -context-landscape out/trainland.records -context-part train [-history 4] [-oracle-noise 2,4,6] [-sizes 200] [-models fx-tuned]
 //
 // The runs dominate the time: each trains a tiny model for about a second
 // on one core. The -landscape mode trains nothing.
