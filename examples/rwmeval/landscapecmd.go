@@ -187,6 +187,7 @@ func landscapeModels(keys []string) ([]rankModel, error) {
 		}
 		all[v.key] = rankModel{"effects, tuned, " + v.name, rwm.NewTuned(c, nil)}
 	}
+	all["proposal-mean"] = rankModel{"each proposal's mean gain in the context", proposalMean{}}
 	all["fx-tuned-q90"] = rankModel{"effects, tuned, ranked by q90", quantileRank{all["fx-tuned"].model, Z90}}
 	all["fx-tuned-q10"] = rankModel{"effects, tuned, ranked by q10", quantileRank{all["fx-tuned"].model, -Z90}}
 	if len(keys) == 0 {
@@ -237,7 +238,30 @@ func modelKeys() []string {
 	for _, v := range variants {
 		keys = append(keys, v.key)
 	}
-	return append(keys, "fx-tuned-q90", "fx-tuned-q10")
+	return append(keys, "fx-tuned-q90", "fx-tuned-q10", "proposal-mean")
+}
+
+// proposalMean predicts a proposal's gain on any task by its mean gain in
+// σ_e units (landGain: clipped, infeasible −landClip) over the context's
+// records of the same proposal, on whichever tasks; 0 when the context has
+// none. It reads no task at all: a fixed ranking learnt from the context,
+// the yardstick a world model that reads the state should beat.
+type proposalMean struct{}
+
+func (proposalMean) Predict(_ context.Context, q rwm.Query) (rwm.Prediction, error) {
+	key, sum, n := q.Proposal.Key(), 0.0, 0
+	for i := range q.Evidence.Len() {
+		r := q.Evidence.At(i)
+		if r.Proposal.Key() != key || !(r.Task.SeedNoise > 0) {
+			continue
+		}
+		sum += landGain(r)
+		n++
+	}
+	if n == 0 {
+		return rwm.Prediction{Valid: true}, nil
+	}
+	return rwm.Prediction{Gain: sum / float64(n) * q.Task.SeedNoise, Valid: true}, nil
 }
 
 // Z90 is rwm.Z90, the standard normal's 0.9 quantile.

@@ -112,7 +112,7 @@ func main() {
 	flag.StringVar(&contextPart, "context-part", "", "-context-landscape: keep the tasks of this part of the V2 suite; empty = every task of that store")
 	flag.IntVar(&hist, "history", 0, "-context-landscape: cells of each ranked task's own in its context (its history)")
 	flag.StringVar(&noise, "oracle-noise", "", "-context-landscape: comma-separated noise levels s (σ_e) of noisy oracles ranked beside the models")
-	flag.StringVar(&models, "models", "", "-landscape: comma-separated world models to rank (catalogue, desc, desc-tuned, fx, fx-tuned, and fx-tuned's kernel ablations fx-S0 … fx-dl8, fx-np, fx-tuned-q90, fx-tuned-q10); empty = the first five")
+	flag.StringVar(&models, "models", "", "-landscape: comma-separated world models to rank (catalogue, desc, desc-tuned, fx, fx-tuned, and fx-tuned's kernel ablations fx-S0 … fx-dl8, fx-np, fx-tuned-q90, fx-tuned-q10, and proposal-mean); empty = the first five")
 	flag.Parse()
 	if landscape != "" && !flagSet("sizes") {
 		sizes = "50,100,200"

@@ -224,3 +224,32 @@ func TestQuantileRank(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1.0, p.Gain)
 }
+
+// proposalMean predicts the context's mean gain (σ_e units, clipped,
+// infeasible −6) of the same proposal on any task, scaled to the queried
+// task's σ_e; 0 without a record of it.
+func TestProposalMean(t *testing.T) {
+	ctx := context.Background()
+	var rs []records.Record // seed 1 and 2 of p0 on a: 3, 2; on b: 0.5, 0; on c: 1, 1
+	for _, r := range handRecords(false) {
+		if r.Source == records.Real {
+			rs = append(rs, r)
+		}
+	}
+	ev, err := records.NewEvidence(rs...)
+	require.NoError(t, err)
+	q := rwm.Query{Task: records.Task{ID: "new", SeedNoise: 2}, Proposal: handProposal(0), Evidence: ev}
+	p, err := proposalMean{}.Predict(ctx, q)
+	require.NoError(t, err)
+	require.True(t, p.Valid)
+	require.InDelta(t, (3+2+0.5+0+1+1)/6.0*2, p.Gain, 1e-12)
+	// p4: a infeasible twice (−6), b 9 and 8 clipped to 6, c 0.9 twice.
+	q.Proposal = handProposal(4)
+	p, err = proposalMean{}.Predict(ctx, q)
+	require.NoError(t, err)
+	require.InDelta(t, (-6-6+6+6+0.9+0.9)/6*2, p.Gain, 1e-12)
+	q.Proposal = handProposal(9)
+	p, err = proposalMean{}.Predict(ctx, q)
+	require.NoError(t, err)
+	require.Equal(t, rwm.Prediction{Valid: true}, p)
+}
