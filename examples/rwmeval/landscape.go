@@ -378,16 +378,7 @@ func (l *landscape) scoreContext(ctx context.Context, d landDraw, n, k int, mode
 		return err
 	}
 	for ti, idx := range l.tasks {
-		var held []int
-		var seen, truth []float64
-		for _, i := range idx {
-			if in[i] {
-				continue
-			}
-			held = append(held, i)
-			seen = append(seen, landGain(l.cells[i].seeds[d.seed[i]]))
-			truth = append(truth, landGain(l.cells[i].seeds[1-d.seed[i]]))
-		}
+		held, seen, truth := l.heldOut(idx, in, d.seed)
 		if len(held) == 0 {
 			continue
 		}
@@ -403,6 +394,21 @@ func (l *landscape) scoreContext(ctx context.Context, d landDraw, n, k int, mode
 		}
 	}
 	return nil
+}
+
+// heldOut returns the cells of idx not in the context (in[i] false), and
+// each one's gain on its context seed (seen; seed[i] picks it) and on the
+// other (truth), as landGain scores them.
+func (l *landscape) heldOut(idx []int, in []bool, seed []int) (held []int, seen, truth []float64) {
+	for _, i := range idx {
+		if in[i] {
+			continue
+		}
+		held = append(held, i)
+		seen = append(seen, landGain(l.cells[i].seeds[seed[i]]))
+		truth = append(truth, landGain(l.cells[i].seeds[1-seed[i]]))
+	}
+	return held, seen, truth
 }
 
 // predict returns m's predicted gains of the cells held, in σ_e units;

@@ -382,11 +382,7 @@ func TestPartFilter(t *testing.T) {
 // a file store: the report file matches what is printed.
 func TestRunLandscape(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "landscape.records")
-	st, err := records.OpenFile(path, records.DefaultFileConfig())
-	require.NoError(t, err)
-	require.NoError(t, st.Append(context.Background(), handRecords(false)...))
-	require.NoError(t, st.Close())
+	path := writeStore(t, filepath.Join(dir, "landscape.records"), handRecords(false))
 	rc := defaultRankConfig()
 	rc.sizes, rc.reps = []int{4}, 2
 	var out strings.Builder
@@ -401,4 +397,14 @@ func TestRunLandscape(t *testing.T) {
 
 	err = runLandscape(context.Background(), landscapeOptions{store: path, part: "val", out: dir, rank: rc}, &out)
 	require.ErrorIs(t, err, errNoLandscape)
+}
+
+// writeStore writes rs to a new file store at path and returns path.
+func writeStore(t *testing.T, path string, rs []records.Record) string {
+	t.Helper()
+	st, err := records.OpenFile(path, records.DefaultFileConfig())
+	require.NoError(t, err)
+	require.NoError(t, st.Append(context.Background(), rs...))
+	require.NoError(t, st.Close())
+	return path
 }

@@ -116,30 +116,25 @@ func scoreTransfer(ctx context.Context, dst, src *landscape, d transferDraw, n, 
 		base = append(base, src.cells[i].seeds[d.src.seed[i]])
 	}
 	histories := historyOf(dst, d.dst, hist)
+	inHist := make([]bool, len(dst.cells))
+	for _, h := range histories {
+		for _, i := range h {
+			inHist[i] = true
+		}
+	}
 	for ti, idx := range dst.tasks {
 		if len(idx) <= hist {
 			continue
 		}
-		inHist := map[int]bool{}
 		rs := append([]records.Record(nil), base...)
 		for _, i := range histories[ti] {
-			inHist[i] = true
 			rs = append(rs, dst.cells[i].seeds[d.dst.seed[i]])
 		}
 		ev, err := records.NewEvidence(rs...)
 		if err != nil {
 			return fmt.Errorf("evidence of task %s: %w", dst.ids[ti], err)
 		}
-		var held []int
-		var seen, truth []float64
-		for _, i := range idx {
-			if inHist[i] {
-				continue
-			}
-			held = append(held, i)
-			seen = append(seen, landGain(dst.cells[i].seeds[d.dst.seed[i]]))
-			truth = append(truth, landGain(dst.cells[i].seeds[1-d.dst.seed[i]]))
-		}
+		held, seen, truth := dst.heldOut(idx, inHist, d.dst.seed)
 		blind := make([]float64, len(held))
 		add(0, ti, pairAccuracy(blind, truth), meanOf(truth))
 		add(1, ti, pairAccuracy(seen, truth), topMean(seen, truth, k))

@@ -159,21 +159,13 @@ func TestRankTransferErrors(t *testing.T) {
 
 func TestRunLandscapeTransfer(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "landscape.records")
-	st, err := records.OpenFile(path, records.DefaultFileConfig())
-	require.NoError(t, err)
-	require.NoError(t, st.Append(context.Background(), handRecords(false)...))
-	require.NoError(t, st.Close())
-	other := filepath.Join(dir, "other.records")
+	path := writeStore(t, filepath.Join(dir, "landscape.records"), handRecords(false))
 	var moved []records.Record
 	for _, r := range handRecords(false) {
 		r.Task.ID = "other-" + r.Task.ID
 		moved = append(moved, r)
 	}
-	st, err = records.OpenFile(other, records.DefaultFileConfig())
-	require.NoError(t, err)
-	require.NoError(t, st.Append(context.Background(), moved...))
-	require.NoError(t, st.Close())
+	other := writeStore(t, filepath.Join(dir, "other.records"), moved)
 
 	rc := defaultRankConfig()
 	rc.sizes, rc.reps = []int{4}, 2
