@@ -289,9 +289,6 @@ type rankRow struct {
 // when every value is defined), with a 95% percentile-bootstrap interval
 // over tasks (bootstrap; every row resamples the same tasks).
 func rankLandscape(ctx context.Context, l *landscape, models []rankModel, cfg rankConfig) ([]rankRow, error) {
-	if cfg.reps < 1 || cfg.k < 1 || cfg.resamples < 1 || len(cfg.sizes) == 0 {
-		return nil, fmt.Errorf("rank config: %d repetitions, top %d, %d resamples, %d sizes; want each ≥ 1", cfg.reps, cfg.k, cfg.resamples, len(cfg.sizes))
-	}
 	for _, n := range cfg.sizes {
 		if n < 0 || n >= len(l.cells) {
 			return nil, fmt.Errorf("context of %d cells out of %d: want 0 ≤ n < %d", n, len(l.cells), len(l.cells))
@@ -301,6 +298,14 @@ func rankLandscape(ctx context.Context, l *landscape, models []rankModel, cfg ra
 		d := l.draw(rand.New(rand.NewPCG(cfg.seed, uint64(rep))))
 		return func(n int, add scoreFunc) error { return l.scoreContext(ctx, d, n, cfg.k, models, add) }
 	})
+}
+
+// check reports a configuration that ranks nothing.
+func (cfg rankConfig) check() error {
+	if cfg.reps < 1 || cfg.k < 1 || cfg.resamples < 1 || len(cfg.sizes) == 0 {
+		return fmt.Errorf("rank config: %d repetitions, top %d, %d resamples, %d sizes; want each ≥ 1", cfg.reps, cfg.k, cfg.resamples, len(cfg.sizes))
+	}
+	return nil
 }
 
 // scoreFunc takes one predictor's (kind: its row group) pairwise accuracy
@@ -326,6 +331,9 @@ func rowNames(noise []float64, models []rankModel) []string {
 // tasks of each task's mean over repetitions, with a 95% percentile
 // bootstrap over tasks (bootstrap; every row resamples the same tasks).
 func rankRows(cfg rankConfig, names []string, tasks int, draw func(rep int) func(n int, add scoreFunc) error) ([]rankRow, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
 	nrows := len(names) * len(cfg.sizes)
 	pair, top := perTask(nrows, tasks), perTask(nrows, tasks)
 	for rep := range cfg.reps {
@@ -372,7 +380,7 @@ func taskMeans(vs [][]float64) []float64 {
 // with cells outside the context it calls add with kind 0 (mean gain),
 // 1 (oracle) and 2+i (models[i]) and that predictor's pairwise accuracy
 // and top-k gain on the task.
-func (l *landscape) scoreContext(ctx context.Context, d landDraw, n, k int, models []rankModel, add func(kind, task int, pair, top float64)) error {
+func (l *landscape) scoreContext(ctx context.Context, d landDraw, n, k int, models []rankModel, add scoreFunc) error {
 	in, ev, err := l.context(d, n)
 	if err != nil {
 		return err
@@ -382,16 +390,36 @@ func (l *landscape) scoreContext(ctx context.Context, d landDraw, n, k int, mode
 		if len(held) == 0 {
 			continue
 		}
-		blind := make([]float64, len(held))
-		add(0, ti, pairAccuracy(blind, truth), meanOf(truth))
-		add(1, ti, pairAccuracy(seen, truth), topMean(seen, truth, k))
-		for mi, m := range models {
-			pred, err := l.predict(ctx, m, ev, held)
-			if err != nil {
-				return err
-			}
-			add(2+mi, ti, pairAccuracy(pred, truth), topMean(pred, truth, k))
+		if err := l.scoreTask(ctx, ti, held, seen, truth, ev, k, nil, nil, models, add); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// scoreTask scores task ti's held-out cells held (their gains on the
+// context seed, seen, and on the other, truth): it calls add with kind 0
+// for the blind pick (mean gain), 1 for the oracle (seen), 2+j for the
+// noisy oracle of noise[j] (seen + noise[j]·z[cell]) and 2+len(noise)+i
+// for models[i] predicting with ev, each with its pairwise accuracy and
+// top-k gain on the task.
+func (l *landscape) scoreTask(ctx context.Context, ti int, held []int, seen, truth []float64, ev records.Evidence, k int, noise, z []float64, models []rankModel, add scoreFunc) error {
+	blind := make([]float64, len(held))
+	add(0, ti, pairAccuracy(blind, truth), meanOf(truth))
+	add(1, ti, pairAccuracy(seen, truth), topMean(seen, truth, k))
+	for j, sd := range noise {
+		noisy := make([]float64, len(held))
+		for h, i := range held {
+			noisy[h] = seen[h] + sd*z[i]
+		}
+		add(2+j, ti, pairAccuracy(noisy, truth), topMean(noisy, truth, k))
+	}
+	for mi, m := range models {
+		pred, err := l.predict(ctx, m, ev, held)
+		if err != nil {
+			return err
+		}
+		add(2+len(noise)+mi, ti, pairAccuracy(pred, truth), topMean(pred, truth, k))
 	}
 	return nil
 }

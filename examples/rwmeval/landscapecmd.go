@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +46,9 @@ func runLandscape(ctx context.Context, o landscapeOptions, stdout io.Writer) err
 	l, err := newLandscape(rs, keep)
 	if err != nil {
 		return fmt.Errorf("landscape store %s, -part %q: %w", o.store, o.part, err)
+	}
+	if o.context == "" && (o.contextPart != "" || o.hist != 0 || len(o.noise) > 0) {
+		return fmt.Errorf("-context-part, -history and -oracle-noise rank unseen tasks: they need -context-landscape")
 	}
 	models, err := landscapeModels(o.models)
 	if err != nil {
@@ -149,7 +153,8 @@ func partFilter(part string) (func(string) bool, error) {
 //     -world-tune -world-descriptors 1).
 //
 // Other keys are fx-tuned with one fixed hyperparameter moved (TuneGrid
-// does not search these; see variantKeys): an ablation of the world
+// does not search these; see variants), fx-tuned ranked by a quantile
+// (quantileRank) and a fixed ranking (proposalMean): an ablation of the world
 // model's kernel. Keys are checked; an unknown one is an error that lists
 // the valid ones.
 //
@@ -191,7 +196,7 @@ func landscapeModels(keys []string) ([]rankModel, error) {
 	all["fx-tuned-q90"] = rankModel{"effects, tuned, ranked by q90", quantileRank{all["fx-tuned"].model, Z90}}
 	all["fx-tuned-q10"] = rankModel{"effects, tuned, ranked by q10", quantileRank{all["fx-tuned"].model, -Z90}}
 	if len(keys) == 0 {
-		keys = []string{"catalogue", "desc", "desc-tuned", "fx", "fx-tuned"}
+		keys = standardKeys
 	}
 	out := make([]rankModel, 0, len(keys))
 	for _, k := range keys {
@@ -232,9 +237,12 @@ var variants = []variant{
 	{"fx-np", "no catalogue priors", func(c *rwm.EmbeddedConfig) { c.Priors = nil }},
 }
 
+// standardKeys are the models a report ranks without -models.
+var standardKeys = []string{"catalogue", "desc", "desc-tuned", "fx", "fx-tuned"}
+
 // modelKeys lists the valid -models keys.
 func modelKeys() []string {
-	keys := []string{"catalogue", "desc", "desc-tuned", "fx", "fx-tuned"}
+	keys := slices.Clone(standardKeys)
 	for _, v := range variants {
 		keys = append(keys, v.key)
 	}

@@ -130,8 +130,10 @@ func main() {
 		rc := defaultRankConfig()
 		rc.sizes, rc.reps, rc.seed = o.sizes, reps, o.seed
 		lo := landscapeOptions{store: landscape, part: part, out: o.out, rank: rc, context: contextStore, contextPart: contextPart, hist: hist}
-		if models != "" {
-			lo.models = strings.Split(models, ",")
+		for _, m := range strings.Split(models, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				lo.models = append(lo.models, m)
+			}
 		}
 		for _, f := range strings.Split(noise, ",") {
 			if f = strings.TrimSpace(f); f == "" {

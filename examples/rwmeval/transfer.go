@@ -41,8 +41,8 @@ type transferDraw struct {
 // oracle of its pairwise accuracy is). Then the models. A task with at
 // most hist cells is skipped.
 func rankTransfer(ctx context.Context, dst, src *landscape, models []rankModel, cfg rankConfig, hist int, noise []float64) ([]rankRow, error) {
-	if cfg.reps < 1 || cfg.k < 1 || cfg.resamples < 1 || len(cfg.sizes) == 0 {
-		return nil, fmt.Errorf("rank config: %d repetitions, top %d, %d resamples, %d sizes; want each ≥ 1", cfg.reps, cfg.k, cfg.resamples, len(cfg.sizes))
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	if hist < 0 {
 		return nil, fmt.Errorf("history of %d cells: want ≥ 0", hist)
@@ -108,9 +108,8 @@ func historyOf(dst *landscape, d landDraw, hist int) [][]int {
 }
 
 // scoreTransfer scores one context size of one draw (see rankTransfer),
-// calling add as scoreContext does, with kinds 2+j for the noisy oracle of
-// noise[j] and 2+len(noise)+i for models[i].
-func scoreTransfer(ctx context.Context, dst, src *landscape, d transferDraw, n, hist, k int, noise []float64, models []rankModel, add func(kind, task int, pair, top float64)) error {
+// calling add for each ranked task as scoreTask does.
+func scoreTransfer(ctx context.Context, dst, src *landscape, d transferDraw, n, hist, k int, noise []float64, models []rankModel, add scoreFunc) error {
 	base := make([]records.Record, 0, n+hist)
 	for _, i := range d.src.order[:n] {
 		base = append(base, src.cells[i].seeds[d.src.seed[i]])
@@ -135,22 +134,8 @@ func scoreTransfer(ctx context.Context, dst, src *landscape, d transferDraw, n, 
 			return fmt.Errorf("evidence of task %s: %w", dst.ids[ti], err)
 		}
 		held, seen, truth := dst.heldOut(idx, inHist, d.dst.seed)
-		blind := make([]float64, len(held))
-		add(0, ti, pairAccuracy(blind, truth), meanOf(truth))
-		add(1, ti, pairAccuracy(seen, truth), topMean(seen, truth, k))
-		for j, sd := range noise {
-			noisy := make([]float64, len(held))
-			for h, i := range held {
-				noisy[h] = seen[h] + sd*d.z[i]
-			}
-			add(2+j, ti, pairAccuracy(noisy, truth), topMean(noisy, truth, k))
-		}
-		for mi, m := range models {
-			pred, err := dst.predict(ctx, m, ev, held)
-			if err != nil {
-				return err
-			}
-			add(2+len(noise)+mi, ti, pairAccuracy(pred, truth), topMean(pred, truth, k))
+		if err := dst.scoreTask(ctx, ti, held, seen, truth, ev, k, noise, d.z, models, add); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -183,6 +183,15 @@ func TestRunLandscapeTransfer(t *testing.T) {
 
 	o.context = path
 	require.ErrorContains(t, runLandscape(context.Background(), o, &out), "in both landscapes")
+	for _, edit := range []func(*landscapeOptions){
+		func(o *landscapeOptions) { o.contextPart = "train" },
+		func(o *landscapeOptions) { o.hist = 1 },
+		func(o *landscapeOptions) { o.noise = []float64{2} },
+	} {
+		same := landscapeOptions{store: path, out: dir, rank: rc}
+		edit(&same)
+		require.ErrorContains(t, runLandscape(context.Background(), same, &out), "need -context-landscape")
+	}
 	o.context, o.contextPart = other, "val"
 	require.ErrorIs(t, runLandscape(context.Background(), o, &out), errNoLandscape)
 	o.contextPart, o.models = "", []string{"fx-tuned", "nope"}
