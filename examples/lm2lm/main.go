@@ -413,7 +413,10 @@ func (o options) validated() bool { return o.setting != "library" }
 // examples/compare) the world model follows the task descriptors fully,
 // reads what each proposal does to them from the lab (rwm.WithEffects) and
 // re-tunes on its records (rwm.Tuned); the policy has binned descriptor
-// features and a hidden layer whose initial weights come from the seed.
+// features (no description words) and a hidden layer whose initial weights
+// come from the seed, and samples its rollouts at the setting's training
+// temperature (trainTemperature; the trainer's held-out-task rewards are
+// set in trainerConfig).
 func (j *mainJob) newModels(context.Context) error {
 	pcfg := proposer.DefaultPolicyConfig()
 	var rng *rand.Rand

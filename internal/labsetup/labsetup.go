@@ -1,8 +1,8 @@
 // Package labsetup builds what the lab's drivers (examples/lm2lm and
 // examples/compare) configure alike: the embedded world model over the lab
 // catalogue, the source of a policy's hidden-layer draws, and the setting
-// chosen on lab v2's validation split, so the main job and the comparison
-// cannot drift apart.
+// chosen on lab v2's validation splits (world model, policy and trainer),
+// so the main job and the comparison cannot drift apart.
 package labsetup
 
 import (
