@@ -679,29 +679,18 @@ func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.
 		cl := &p.lay.cards[c]
 		toks := make([]int, 1+len(cl.params))
 		toks[0] = c
-		smp := Sample{
-			Proposal:    records.Proposal{Mechanism: cl.mechanism},
-			Tokens:      make([]string, 1+len(cl.params)),
-			LogProbs:    make([]float64, 1+len(cl.params)),
-			Temperature: temp,
-		}
-		smp.Tokens[0] = cl.mechanism
-		smp.LogProbs[0] = cardLogp[c]
-		if len(cl.params) > 0 {
-			smp.Proposal.Params = make(map[string]string, len(cl.params))
-		}
+		lp := make([]float64, 1+len(cl.params))
+		lp[0] = cardLogp[c]
 		for t := 1; t < len(toks); t++ {
 			var h head
 			h, x = p.lay.tokenFeatures(x, state, c, toks, t)
 			buf = logSoftmax(p.logits(buf, h, x, hid, xd, temp))
 			k := draw(buf, rng)
 			toks[t] = k
-			pl := &cl.params[t-1]
-			smp.Proposal.Params[pl.name] = pl.choices[k]
-			smp.Tokens[t] = pl.name + "=" + pl.choices[k]
-			smp.LogProbs[t] = buf[k]
+			lp[t] = buf[k]
 		}
-		out[i] = smp
+		pr, strs := p.lay.decode(toks)
+		out[i] = Sample{Proposal: pr, Tokens: strs, LogProbs: lp, Temperature: temp}
 	}
 	return out, nil
 }

@@ -98,26 +98,31 @@ func (p *Policy) Top(ctx context.Context, s records.State, n int) ([]Sample, err
 	out := make([]Sample, n)
 	for i := range out {
 		c := all[i%len(all)]
-		cl := &p.lay.cards[c.toks[0]]
-		smp := Sample{
-			Proposal:    records.Proposal{Mechanism: cl.mechanism},
-			Tokens:      make([]string, len(c.toks)),
-			LogProbs:    slices.Clone(c.lp),
-			Temperature: temp,
-		}
-		smp.Tokens[0] = cl.mechanism
-		if len(cl.params) > 0 {
-			smp.Proposal.Params = make(map[string]string, len(cl.params))
-		}
-		for t := 1; t < len(c.toks); t++ {
-			pl := &cl.params[t-1]
-			ch := pl.choices[c.toks[t]]
-			smp.Proposal.Params[pl.name] = ch
-			smp.Tokens[t] = pl.name + "=" + ch
-		}
-		out[i] = smp
+		pr, toks := p.lay.decode(c.toks)
+		out[i] = Sample{Proposal: pr, Tokens: toks, LogProbs: slices.Clone(c.lp), Temperature: temp}
 	}
 	return out, nil
+}
+
+// decode returns the proposal that token indices toks (a card, then one
+// choice per parameter in catalogue order) stand for, and its token
+// strings: the card's mechanism, then "name=choice" per parameter. A card
+// without parameters has nil Params.
+func (l *layout) decode(toks []int) (records.Proposal, []string) {
+	cl := &l.cards[toks[0]]
+	pr := records.Proposal{Mechanism: cl.mechanism}
+	strs := make([]string, len(toks))
+	strs[0] = cl.mechanism
+	if len(cl.params) > 0 {
+		pr.Params = make(map[string]string, len(cl.params))
+	}
+	for t := 1; t < len(toks); t++ {
+		pl := &cl.params[t-1]
+		ch := pl.choices[toks[t]]
+		pr.Params[pl.name] = ch
+		strs[t] = pl.name + "=" + ch
+	}
+	return pr, strs
 }
 
 // Greedy is a Proposer that decodes a Policy's most probable distinct

@@ -323,11 +323,6 @@ func (p *Policy) Encode(pr records.Proposal) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proposer: encode: %w", err)
 	}
-	cl := &p.lay.cards[toks[0]]
-	out := make([]string, len(toks))
-	out[0] = cl.mechanism
-	for i, pl := range cl.params {
-		out[i+1] = pl.name + "=" + pl.choices[toks[i+1]]
-	}
+	_, out := p.lay.decode(toks)
 	return out, nil
 }
