@@ -42,15 +42,15 @@ func requireSlurm(t *testing.T) {
 	want := os.Getenv("CI") != "" || os.Getenv("LM2LM_SLURM") == "1"
 	if _, err := exec.LookPath("sbatch"); err != nil {
 		if want {
-			t.Fatal("slurm: sbatch is not on PATH but CI or LM2LM_SLURM=1 is set: start a cluster with .ci/slurm-up.sh")
+			t.Fatal("slurm: sbatch is not on PATH but CI or LM2LM_SLURM=1 is set: start a cluster with .ci/setup.sh")
 		}
-		t.Skip("slurm: sbatch is not on PATH, so there is no Slurm cluster to test against (start one with .ci/slurm-up.sh as root)")
+		t.Skip("slurm: sbatch is not on PATH, so there is no Slurm cluster to test against (start one with `bash .ci/setup.sh` as root)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "sinfo", "-h", "-o", "%T").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("slurm: sbatch is on PATH but sinfo does not answer (%v): %s; start the cluster with .ci/slurm-up.sh", err, out)
+		t.Fatalf("slurm: sbatch is on PATH but sinfo does not answer (%v): %s; start the cluster with .ci/setup.sh", err, out)
 	}
 }
 

@@ -17,21 +17,21 @@ import (
 
 // requireSlurm skips when there is no Slurm outside CI, and fails in CI
 // (CI set) or when LM2LM_SLURM=1 asks for Slurm and it does not answer
-// (as builder/slurm's tests; start a cluster with .ci/slurm-up.sh).
+// (as builder/slurm's tests; start a cluster with .ci/setup.sh).
 func requireSlurm(t *testing.T) {
 	t.Helper()
 	want := os.Getenv("CI") != "" || os.Getenv("LM2LM_SLURM") == "1"
 	if _, err := exec.LookPath("sbatch"); err != nil {
 		if want {
-			t.Fatal("sbatch is not on PATH but CI or LM2LM_SLURM=1 is set: start a cluster with .ci/slurm-up.sh")
+			t.Fatal("sbatch is not on PATH but CI or LM2LM_SLURM=1 is set: start a cluster with .ci/setup.sh")
 		}
-		t.Skip("sbatch is not on PATH, so there is no Slurm cluster to run train.py on (start one with .ci/slurm-up.sh as root)")
+		t.Skip("sbatch is not on PATH, so there is no Slurm cluster to run train.py on (start one with `bash .ci/setup.sh` as root)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "sinfo", "-h", "-o", "%T").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("sbatch is on PATH but sinfo does not answer (%v): %s; start the cluster with .ci/slurm-up.sh", err, out)
+		t.Fatalf("sbatch is on PATH but sinfo does not answer (%v): %s; start the cluster with .ci/setup.sh", err, out)
 	}
 }
 
