@@ -87,7 +87,9 @@ func TestV3SplitsShape(t *testing.T) {
 func TestV3SplitsDisjoint(t *testing.T) {
 	test, val := lab.V3Test(), lab.V3Val()
 	others := append(append(lab.SuiteV2(1).All(), lab.SuiteV2(2).All()...), lab.SuiteV1()...)
-	recipe := func(x lab.TaskSpec) string { return fmt.Sprintf("%#v|%g|%d|%s", x.Config, x.Budget, x.DataBytes, x.Corpus) }
+	recipe := func(x lab.TaskSpec) string {
+		return fmt.Sprintf("%#v|%g|%d|%s", x.Config, x.Budget, x.DataBytes, x.Corpus)
+	}
 	ids, recipes := map[string]string{}, map[string]string{}
 	for _, x := range others {
 		ids[x.ID], recipes[recipe(x)] = x.ID, x.ID
