@@ -341,3 +341,36 @@ func TestRegions(t *testing.T) {
 	require.ErrorIs(t, err, ErrEmpty)
 	require.ErrorContains(t, err, `region "out"`)
 }
+
+// benchCells: 10 seeds × 48 tasks (4 regions) × 4 states, 4 gains each:
+// a V3 split's comparison of one method.
+func benchCells() []Cell {
+	r := rand.New(rand.NewPCG(1, 1))
+	var cells []Cell
+	for s := range 10 {
+		for k := range 48 {
+			task := fmt.Sprintf("r%d/t%d", k%4, k)
+			for i := range 4 {
+				cells = append(cells, Cell{Seed: uint64(s + 1), State: fmt.Sprintf("%s#%d", task, i), Stratum: fmt.Sprintf("r%d", k%4),
+					Task: task, Gains: []float64{r.NormFloat64(), r.NormFloat64(), r.NormFloat64(), r.NormFloat64()}})
+			}
+		}
+	}
+	return cells
+}
+
+func BenchmarkSummarize(b *testing.B) {
+	cells := benchCells()
+	for _, scheme := range []Scheme{StateLevel, Hierarchical} {
+		b.Run(scheme.String(), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Scheme = scheme
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Summarize(cfg, "m", cells, rand.New(rand.NewPCG(1, 2))); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

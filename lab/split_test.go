@@ -201,3 +201,17 @@ func TestNewCorporaTaskTrains(t *testing.T) {
 		t.Logf("%s: b_e %.3f bits/byte, σ_e %.4f", task.ID, task.RefLoss, task.SeedNoise)
 	}
 }
+
+func ExampleV3Test() {
+	s := lab.V3Test()
+	for _, r := range lab.RegionNames {
+		fmt.Println(r, len(s.Region(r)))
+	}
+	fmt.Println(s.Tasks[0].ID, lab.RegionOf(s.Tasks[47].ID), s.Tasks[47].Corpus)
+	// Output:
+	// in-distribution 24
+	// compute-starved 8
+	// compute-rich 8
+	// new-corpora 8
+	// v3-test/in-distribution/ar-prose/00 new-corpora man-pages
+}
