@@ -304,7 +304,9 @@ func BestOf(sums []Summary, names ...string) (Summary, bool) {
 
 // Table renders summaries and paired comparisons as a Markdown table, one
 // row per summary, gains in σ_e units with their intervals; pairs are
-// matched to rows by Method and shown as extra columns per Against.
+// matched to rows by Method and Region and shown as extra columns per
+// Against. When a summary has a Region (SummarizeRegions) a region column
+// follows the method.
 func Table(sums []Summary, pairs []Paired) string {
 	var against []string
 	for _, p := range pairs {
@@ -317,20 +319,32 @@ func Table(sums []Summary, pairs []Paired) string {
 	if len(sums) > 0 {
 		threshold = sums[0].Threshold
 	}
-	fmt.Fprintf(&b, "| method | seeds | states | Avg@K | Best@K | neg. rate | > %gσ_e | IQM |", threshold)
+	regions := slices.ContainsFunc(sums, func(s Summary) bool { return s.Region != "" })
+	b.WriteString("| method |")
+	if regions {
+		b.WriteString(" region |")
+	}
+	fmt.Fprintf(&b, " seeds | states | Avg@K | Best@K | neg. rate | > %gσ_e | IQM |", threshold)
 	for _, a := range against {
 		fmt.Fprintf(&b, " Δ vs %s | P(better than %s) |", a, a)
 	}
 	b.WriteString("\n|---|---|---|---|---|---|---|---|")
+	if regions {
+		b.WriteString("---|")
+	}
 	b.WriteString(strings.Repeat("---|---|", len(against)))
 	b.WriteString("\n")
 	for _, s := range sums {
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %s | %s |", s.Method, s.Seeds, s.States, s.AvgK, s.BestK,
+		fmt.Fprintf(&b, "| %s |", s.Method)
+		if regions {
+			fmt.Fprintf(&b, " %s |", s.Region)
+		}
+		fmt.Fprintf(&b, " %d | %d | %s | %s | %s | %s | %s |", s.Seeds, s.States, s.AvgK, s.BestK,
 			percent(s.NegativeRate), percent(s.Above), s.IQM)
 		for _, a := range against {
 			cell := " – | – |"
 			for _, p := range pairs {
-				if p.Method == s.Method && p.Against == a {
+				if p.Method == s.Method && p.Against == a && p.Region == s.Region {
 					cell = fmt.Sprintf(" %s | %.2f [%.2f, %.2f] |", p.Diff, p.PImprove.Point, p.PImprove.Low, p.PImprove.High)
 				}
 			}

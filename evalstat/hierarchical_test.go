@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -373,4 +374,26 @@ func BenchmarkSummarize(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A table of per-region summaries has a region column, and pairs are
+// matched by method and region.
+func TestTableRegions(t *testing.T) {
+	sums := []Summary{
+		{Method: "Base", Region: "in-distribution", Seeds: 2, States: 8, AvgK: Interval{-1, -2, 0}, Threshold: 2},
+		{Method: "LM2LM", Region: "in-distribution", Seeds: 2, States: 8, AvgK: Interval{1, 0, 2}, Threshold: 2},
+		{Method: "LM2LM", Region: "compute-rich", Seeds: 2, States: 4, AvgK: Interval{2, 1, 3}, Threshold: 2},
+	}
+	pairs := []Paired{
+		{Method: "LM2LM", Against: "Base", Region: "compute-rich", Diff: Interval{3, 2, 4}, PImprove: Interval{1, 1, 1}},
+		{Method: "LM2LM", Against: "Base", Region: "in-distribution", Diff: Interval{2, 1, 3}, PImprove: Interval{0.75, 0.5, 1}},
+	}
+	lines := strings.Split(strings.TrimSpace(Table(sums, pairs)), "\n")
+	require.Len(t, lines, 5)
+	require.Equal(t, "| method | region | seeds | states | Avg@K | Best@K | neg. rate | > 2σ_e | IQM | Δ vs Base | P(better than Base) |", lines[0])
+	require.Equal(t, strings.Count(lines[0], "|"), strings.Count(lines[1], "|"))
+	require.True(t, strings.HasPrefix(lines[3], "| LM2LM | in-distribution | 2 | 8 | +1.00 [+0.00, +2.00] |"), lines[3])
+	require.True(t, strings.HasSuffix(lines[3], "| +2.00 [+1.00, +3.00] | 0.75 [0.50, 1.00] |"), lines[3])
+	require.True(t, strings.HasSuffix(lines[4], "| +3.00 [+2.00, +4.00] | 1.00 [1.00, 1.00] |"), lines[4])
+	require.True(t, strings.HasSuffix(lines[2], "| – | – |"), lines[2])
 }

@@ -215,3 +215,26 @@ func ExampleV3Test() {
 	// new-corpora 8
 	// v3-test/in-distribution/ar-prose/00 new-corpora man-pages
 }
+
+// RegionOf reads task IDs from records: any string gives "" or a region,
+// and an ID built from a region gives that region back.
+func FuzzRegionOf(f *testing.F) {
+	for _, s := range []string{"v3-test/compute-rich/mdm/01", "v2s1/test-out/mdm/00", "v2s1/train/ar-code/03", "a/b/c", "////", "v3-val/new-corpora/x/y/z", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		r := lab.RegionOf(id)
+		if r != "" && !slices.Contains(lab.RegionNames, r) {
+			t.Fatalf("RegionOf(%q) = %q, not a region", id, r)
+		}
+		if r != "" && strings.Count(id, "/") != 3 {
+			t.Fatalf("RegionOf(%q) = %q for an ID of %d parts", id, r, strings.Count(id, "/")+1)
+		}
+		for _, reg := range lab.RegionNames {
+			built := "s/" + reg + "/" + strings.ReplaceAll(id, "/", "_") + "/00"
+			if got := lab.RegionOf(built); got != reg {
+				t.Fatalf("RegionOf(%q) = %q, want %q", built, got, reg)
+			}
+		}
+	})
+}
