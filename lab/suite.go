@@ -53,7 +53,10 @@ const DefaultSuiteSeed = 1
 //     model.BudgetSteps of its configuration, and architectures whose steps
 //     fall outside [MinSteps, MaxSteps] are redrawn;
 //   - data: the whole training split with probability FullData, otherwise
-//     a slice log-uniform in DataBytes (rounded to 1 KiB, corpus.Slice).
+//     a slice log-uniform in DataBytes (rounded to 1 KiB, corpus.Slice);
+//   - corpus: the family's, from Corpora (by default the built-in
+//     Opticks, Go source and Go documentation; the V3 splits' new-corpora
+//     region sets Debian corpora, SplitRegions).
 //
 // The size distributions are centred so that a reference is about as
 // often too large for its budget as too small: with FLOP budgets a smaller
