@@ -121,6 +121,18 @@ func V3Val() Split {
 	return GenerateSplit(V3ValName, SplitRegions(DefaultSpace(), ValCorpora), DefaultSplitSizes())
 }
 
+// SplitNamed returns the V3 split of that name (V3TestName or V3ValName)
+// and false for any other name.
+func SplitNamed(name string) (Split, bool) {
+	switch name {
+	case V3TestName:
+		return V3Test(), true
+	case V3ValName:
+		return V3Val(), true
+	}
+	return Split{}, false
+}
+
 // GenerateSplit draws a split named name (no "/") over regions: the first
 // region gets sizes.In tasks per family, every other sizes.Out. Each task
 // is drawn from its own stream, rand.NewPCG(SplitStream(id)), so a task

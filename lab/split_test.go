@@ -69,6 +69,13 @@ func TestV3SplitsShape(t *testing.T) {
 		cfg.Tasks = append(append([]lab.TaskSpec(nil), lab.SuiteV2(lab.DefaultSuiteSeed).Train...), s.Tasks...)
 		require.NoError(t, cfg.Validate())
 	}
+	for _, name := range []string{lab.V3TestName, lab.V3ValName} {
+		s, ok := lab.SplitNamed(name)
+		require.True(t, ok)
+		require.Equal(t, name, s.Name)
+	}
+	_, ok := lab.SplitNamed("v2-val")
+	require.False(t, ok)
 	// The regions in Space terms.
 	rich := sp.ComputeRich()
 	require.Equal(t, [2]float64{4e9, 16e9}, rich.Budget)
