@@ -8,8 +8,8 @@ import (
 	"gonum.org/v1/gonum/stat"
 )
 
-// design is the layout the bootstrap resamples: per seed (ascending), per
-// stratum (ascending), the indices of its cells.
+// design is the StateLevel layout: per seed (ascending), per stratum
+// (ascending), the indices of its cells.
 type design [][][]int
 
 func newDesign(cells []Cell) design {
@@ -97,7 +97,7 @@ func iqmOf(v []float64) statistic {
 
 // bootstrap returns, for each statistic, its value on all cells and its
 // percentile interval over cfg.Resamples replicates of d.
-func bootstrap(cfg Config, d design, rng *rand.Rand, stats []statistic) []Interval {
+func bootstrap(cfg Config, d resampler, rng *rand.Rand, stats []statistic) []Interval {
 	all := d.all()
 	reps := make([][]float64, len(stats))
 	for k := range stats {

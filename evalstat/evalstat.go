@@ -34,6 +34,9 @@ type Config struct {
 	// a clear improvement; default 2 (METHOD.md §1 Headline results: the
 	// share of proposals that beat 2σ_e).
 	Threshold float64
+	// Scheme is the bootstrap's resampling scheme; default StateLevel
+	// (this release's; report Hierarchical, which needs Cell.Task).
+	Scheme Scheme
 }
 
 // DefaultConfig returns 2000 replicates, 95% intervals and the 2σ_e
@@ -49,6 +52,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Level = %g, want in (0, 1)", ErrConfig, c.Level)
 	case math.IsNaN(c.Threshold) || math.IsInf(c.Threshold, 0):
 		return fmt.Errorf("%w: Threshold = %g, want finite", ErrConfig, c.Threshold)
+	case c.Scheme != StateLevel && c.Scheme != Hierarchical:
+		return fmt.Errorf("%w: %v, want StateLevel or Hierarchical", ErrConfig, c.Scheme)
 	}
 	return nil
 }
@@ -63,9 +68,15 @@ type Cell struct {
 	// State names the state within its seed. Compare pairs two methods'
 	// cells with equal (Seed, State).
 	State string
-	// Stratum groups states that are resampled together (e.g. the task
-	// ID), so every replicate keeps the mix of strata; "" is one stratum.
+	// Stratum groups states that are resampled together, so every
+	// replicate keeps the mix of strata; "" is one stratum. Under
+	// Hierarchical it is the task's region (e.g. lab.RegionOf of the task
+	// ID), within which tasks are resampled.
 	Stratum string
+	// Task names the task the state belongs to; Hierarchical resamples
+	// tasks and needs it, StateLevel ignores it. Every cell of a task must
+	// have the same Stratum.
+	Task string
 	// Gains holds one value per measured proposal; at least one.
 	Gains []float64
 }
@@ -86,6 +97,8 @@ func (i Interval) String() string {
 // Summary is one method's evaluation over all its seeds and states.
 type Summary struct {
 	Method string
+	// Region is the region summarised (SummarizeRegions); "" for all.
+	Region string `json:",omitempty"`
 	// Seeds, States and Proposals count the distinct seeds, the cells and
 	// the gains summarised.
 	Seeds, States, Proposals int
@@ -172,7 +185,11 @@ func Summarize(cfg Config, method string, cells []Cell, rng *rand.Rand) (Summary
 		seeds[c.Seed] = true
 	}
 	s.Seeds = len(seeds)
-	iv := bootstrap(cfg, newDesign(cells), rng, []statistic{
+	d, err := resamplerFor(cfg, method, cells)
+	if err != nil {
+		return Summary{}, err
+	}
+	iv := bootstrap(cfg, d, rng, []statistic{
 		meanOf(avg), meanOf(best), meanOf(neg), meanOf(above), iqmOf(avg),
 	})
 	s.AvgK, s.BestK, s.NegativeRate, s.Above, s.IQM = iv[0], iv[1], iv[2], iv[3], iv[4]
@@ -183,6 +200,8 @@ func Summarize(cfg Config, method string, cells []Cell, rng *rand.Rand) (Summary
 // states both were evaluated on (equal seed and state).
 type Paired struct {
 	Method, Against string
+	// Region is the region compared (CompareRegions); "" for all.
+	Region string `json:",omitempty"`
 	// Pairs counts the paired states; UnpairedMethod and UnpairedAgainst
 	// count each side's states without a partner (left out).
 	Pairs, UnpairedMethod, UnpairedAgainst int
@@ -197,7 +216,9 @@ type Paired struct {
 // Compare pairs the cells of method a and method b by (Seed, State) and
 // returns the paired difference of their Avg@K and the probability of
 // improvement, with bootstrap intervals over the pairs (resampled like
-// Summarize's cells, by a's seeds and strata).
+// Summarize's cells, by a's seeds, strata and, under Hierarchical, tasks;
+// a pair whose two cells name different tasks or strata is an error
+// wrapping ErrData).
 func Compare(cfg Config, method string, a []Cell, against string, b []Cell, rng *rand.Rand) (Paired, error) {
 	if err := cfg.Validate(); err != nil {
 		return Paired{}, err
@@ -221,6 +242,10 @@ func Compare(cfg Config, method string, a []Cell, against string, b []Cell, rng 
 			p.UnpairedMethod++
 			continue
 		}
+		if cfg.Scheme == Hierarchical && (o.Task != c.Task || o.Stratum != c.Stratum) {
+			return p, fmt.Errorf("%w: seed %d state %q is task %q (%q) for %q but task %q (%q) for %q",
+				ErrData, c.Seed, c.State, c.Task, c.Stratum, method, o.Task, o.Stratum, against)
+		}
 		x, y := statsOf(c.Gains, cfg.Threshold).avg, statsOf(o.Gains, cfg.Threshold).avg
 		pairs = append(pairs, c)
 		diff = append(diff, x-y)
@@ -231,7 +256,11 @@ func Compare(cfg Config, method string, a []Cell, against string, b []Cell, rng 
 	if p.Pairs == 0 {
 		return p, fmt.Errorf("%w: %q and %q share no (seed, state)", ErrEmpty, method, against)
 	}
-	iv := bootstrap(cfg, newDesign(pairs), rng, []statistic{meanOf(diff), meanOf(win)})
+	d, err := resamplerFor(cfg, method, pairs)
+	if err != nil {
+		return p, err
+	}
+	iv := bootstrap(cfg, d, rng, []statistic{meanOf(diff), meanOf(win)})
 	p.Diff, p.PImprove = iv[0], iv[1]
 	return p, nil
 }
@@ -275,7 +304,9 @@ func BestOf(sums []Summary, names ...string) (Summary, bool) {
 
 // Table renders summaries and paired comparisons as a Markdown table, one
 // row per summary, gains in σ_e units with their intervals; pairs are
-// matched to rows by Method and shown as extra columns per Against.
+// matched to rows by Method and Region and shown as extra columns per
+// Against. When a summary has a Region (SummarizeRegions) a region column
+// follows the method.
 func Table(sums []Summary, pairs []Paired) string {
 	var against []string
 	for _, p := range pairs {
@@ -288,20 +319,32 @@ func Table(sums []Summary, pairs []Paired) string {
 	if len(sums) > 0 {
 		threshold = sums[0].Threshold
 	}
-	fmt.Fprintf(&b, "| method | seeds | states | Avg@K | Best@K | neg. rate | > %gσ_e | IQM |", threshold)
+	regions := slices.ContainsFunc(sums, func(s Summary) bool { return s.Region != "" })
+	b.WriteString("| method |")
+	if regions {
+		b.WriteString(" region |")
+	}
+	fmt.Fprintf(&b, " seeds | states | Avg@K | Best@K | neg. rate | > %gσ_e | IQM |", threshold)
 	for _, a := range against {
 		fmt.Fprintf(&b, " Δ vs %s | P(better than %s) |", a, a)
 	}
 	b.WriteString("\n|---|---|---|---|---|---|---|---|")
+	if regions {
+		b.WriteString("---|")
+	}
 	b.WriteString(strings.Repeat("---|---|", len(against)))
 	b.WriteString("\n")
 	for _, s := range sums {
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %s | %s |", s.Method, s.Seeds, s.States, s.AvgK, s.BestK,
+		fmt.Fprintf(&b, "| %s |", s.Method)
+		if regions {
+			fmt.Fprintf(&b, " %s |", s.Region)
+		}
+		fmt.Fprintf(&b, " %d | %d | %s | %s | %s | %s | %s |", s.Seeds, s.States, s.AvgK, s.BestK,
 			percent(s.NegativeRate), percent(s.Above), s.IQM)
 		for _, a := range against {
 			cell := " – | – |"
 			for _, p := range pairs {
-				if p.Method == s.Method && p.Against == a {
+				if p.Method == s.Method && p.Against == a && p.Region == s.Region {
 					cell = fmt.Sprintf(" %s | %.2f [%.2f, %.2f] |", p.Diff, p.PImprove.Point, p.PImprove.Low, p.PImprove.High)
 				}
 			}

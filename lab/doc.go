@@ -15,7 +15,11 @@
 // corpora, three corpora (prose, code, markup) and budgets in FLOPs: a
 // proposal's run trains until the task's budget (model.StepFLOPs, forward
 // and backward matrix multiplies counted from the shapes) is spent, so the
-// best change depends on the research state. Each task carries named
+// best change depends on the research state. The V3 held-out splits
+// (V3Test, V3Val: 48 tasks each, half in distribution, half over three
+// out-of-distribution regions, SplitRegions and RegionOf) are evaluated
+// with policies trained on SuiteV2's training split; the new-corpora
+// region reads Debian files (corpus.DebianSources) no other split reads. Each task carries named
 // numeric descriptors (Desc*, records.Task.Descriptors). The reference loss
 // b_e and seed noise σ_e of a task come from five seeded reference runs,
 // trained once and cached in a records.Store. Proposals are instances of the mechanism cards of package

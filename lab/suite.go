@@ -2,7 +2,6 @@ package lab
 
 import (
 	"fmt"
-	"hash/fnv"
 	"math"
 	"math/rand/v2"
 
@@ -54,7 +53,10 @@ const DefaultSuiteSeed = 1
 //     model.BudgetSteps of its configuration, and architectures whose steps
 //     fall outside [MinSteps, MaxSteps] are redrawn;
 //   - data: the whole training split with probability FullData, otherwise
-//     a slice log-uniform in DataBytes (rounded to 1 KiB, corpus.Slice).
+//     a slice log-uniform in DataBytes (rounded to 1 KiB, corpus.Slice);
+//   - corpus: the family's, from Corpora (by default the built-in
+//     Opticks, Go source and Go documentation; the V3 splits' new-corpora
+//     region sets Debian corpora, SplitRegions).
 //
 // The size distributions are centred so that a reference is about as
 // often too large for its budget as too small: with FLOP budgets a smaller
@@ -80,6 +82,30 @@ type Space struct {
 	FullData  float64    // probability of the whole training split
 	MinSteps  int        // fewest reference steps accepted
 	MaxSteps  int        // most reference steps accepted
+	// Corpora are the corpora of the families; the zero value is the
+	// built-in ones (Opticks, GoSource, GoDoc).
+	Corpora Corpora
+}
+
+// Corpora name the corpus of each autoregressive family: FamilyARProse
+// trains on Prose, FamilyARCode on Code, FamilyARMarkup on Markup, and
+// masked diffusion draws one of the three uniformly. An empty field is the
+// built-in corpus of that kind (corpus.Opticks, corpus.GoSource,
+// corpus.GoDoc). Each must be of its kind (corpus.KindOf).
+type Corpora struct{ Prose, Code, Markup string }
+
+// resolve returns c with empty fields set to the built-in corpora.
+func (c Corpora) resolve() Corpora {
+	if c.Prose == "" {
+		c.Prose = corpus.Opticks
+	}
+	if c.Code == "" {
+		c.Code = corpus.GoSource
+	}
+	if c.Markup == "" {
+		c.Markup = corpus.GoDoc
+	}
+	return c
 }
 
 // DefaultSpace is the in-distribution space of the V2 suite: learning rates
@@ -171,9 +197,7 @@ func GenerateSuite(sp Space, sizes SuiteSizes, seed uint64) Suite {
 		for i := 0; i < p.n; i++ {
 			for _, fam := range V2Families {
 				id := fmt.Sprintf("%s/%s/%s/%02d", s.Name, p.name, fam, i)
-				h := fnv.New64a()
-				h.Write([]byte(id[len(s.Name):]))
-				rng := rand.New(rand.NewPCG(seed, h.Sum64()))
+				rng := rand.New(rand.NewPCG(suiteStream(seed, id[len(s.Name):])))
 				t := p.space.Sample(rng, fam)
 				t.ID, t.Split = id, p.split
 				*p.dst = append(*p.dst, t)
@@ -182,6 +206,10 @@ func GenerateSuite(sp Space, sizes SuiteSizes, seed uint64) Suite {
 	}
 	return s
 }
+
+// suiteStream is the PCG seed of a suite task's generator: the suite seed
+// and the FNV-1a hash of the ID without the suite's name.
+func suiteStream(seed uint64, rest string) (uint64, uint64) { return seed, fnv64a(rest) }
 
 // pick returns the index drawn from the weights (which sum to about 1).
 func pick(rng *rand.Rand, w ...float64) int {
@@ -201,20 +229,21 @@ func logUniform(rng *rand.Rand, lo, hi float64) float64 {
 
 // Sample draws one task of family from sp (see Space); ID and Split are
 // left to the caller, Ref is "generated". A family outside V2Families is
-// treated as autoregressive on the Opticks text.
+// treated as autoregressive on sp.Corpora's prose corpus.
 func (sp Space) Sample(rng *rand.Rand, family string) TaskSpec {
 	t := TaskSpec{Family: family, Ref: "generated"}
 	obj := model.Autoregressive
+	cor := sp.Corpora.resolve()
 	switch family {
 	case FamilyARCode:
-		t.Corpus = corpus.GoSource
+		t.Corpus = cor.Code
 	case FamilyARMarkup:
-		t.Corpus = corpus.GoDoc
+		t.Corpus = cor.Markup
 	case FamilyMDM:
 		obj = model.MaskedDiffusion
-		t.Corpus = []string{corpus.Opticks, corpus.GoSource, corpus.GoDoc}[rng.IntN(3)]
+		t.Corpus = []string{cor.Prose, cor.Code, cor.Markup}[rng.IntN(3)]
 	default:
-		t.Corpus = corpus.Opticks
+		t.Corpus = cor.Prose
 	}
 	c := model.DefaultConfig()
 	c.Objective = obj

@@ -43,7 +43,8 @@ const (
 )
 
 // KindOf returns the kind of a built-in corpus (Opticks: prose, GoSource:
-// code, GoDoc: markup) and "" for any other name (a caller's file, whose
+// code, GoDoc: markup; a Debian corpus: its DebianSource.Kind) and "" for
+// any other name (a caller's file, whose
 // kind the caller states).
 func KindOf(name string) string {
 	switch name {
@@ -53,6 +54,9 @@ func KindOf(name string) string {
 		return KindCode
 	case GoDoc:
 		return KindMarkup
+	}
+	if src, ok := debianSource(name); ok {
+		return src.Kind
 	}
 	return ""
 }
@@ -87,6 +91,9 @@ type Config struct {
 	// MaxFileBytes skips Go files larger than this; default 65536.
 	// Library choice: keeps generated tables out of the corpus.
 	MaxFileBytes int
+	// ShareDir is the directory the Debian corpora (DebianSources) are
+	// read from; default "" = /usr/share.
+	ShareDir string
 }
 
 // DefaultConfig returns the documented defaults.
@@ -113,7 +120,7 @@ func (c Config) Validate() error {
 
 // Corpus is a loaded, folded text. It is immutable after loading.
 type Corpus struct {
-	Name    string // "opticks", "go-source" or the file's path
+	Name    string // "opticks", "go-source", a Debian corpus's name or the file's path
 	Symbols []byte // folded text, every value < Symbols; one symbol per original byte
 	Digest  string // hex SHA-256 prefix of Symbols; changes when the text changes
 	Files   int    // number of files read
@@ -264,8 +271,8 @@ func LoadGoDoc(cfg Config) (*Corpus, error) {
 	return c, nil
 }
 
-// Load loads a corpus by name: Opticks, GoSource, GoDoc, or otherwise the
-// path of a text file.
+// Load loads a corpus by name: Opticks, GoSource, GoDoc, a Debian corpus
+// (DebianSources, LoadDebian), or otherwise the path of a text file.
 func Load(name string, cfg Config) (*Corpus, error) {
 	switch name {
 	case Opticks:
@@ -276,6 +283,9 @@ func Load(name string, cfg Config) (*Corpus, error) {
 		return LoadGoDoc(cfg)
 	case "":
 		return nil, fmt.Errorf("%w: empty corpus name", ErrCorpusMissing)
+	}
+	if _, ok := debianSource(name); ok {
+		return LoadDebian(name, cfg)
 	}
 	return File(name, cfg)
 }

@@ -2,11 +2,13 @@
 // each task's LM development environment trains on one corpus) and splits
 // them into training and validation symbols.
 //
-// Four sources are supported, three of which ship with every Go
+// Five sources are supported, three of which ship with every Go
 // installation: the Opticks text (GOROOT/src/testdata/Isaac.Newton-Opticks.txt,
 // prose), a Go-source corpus made of a deterministic selection of .go files
 // under GOROOT/src (code), the HTML documents under GOROOT/doc (GoDoc,
-// markup); and any text file the caller names. KindOf says what kind of
+// markup); the Debian corpora (DebianSources: licence texts, debconf's Perl
+// modules and manual pages under /usr/share, each in a validation and a
+// test half); and any text file the caller names. KindOf says what kind of
 // text a built-in corpus is; Slice cuts a small training slice (a data
 // regime) out of a training split. Bytes are folded to Symbols (96) symbols,
 // one symbol per byte, so a loss per symbol is a loss per byte of the
