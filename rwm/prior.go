@@ -342,15 +342,56 @@ func (p *Prior) mean(t records.Task, prop records.Proposal, fx *effect, c *Embed
 			delta = newEffect(t, prop, c.Effects, false).delta
 		}
 	}
-	row, known := p.features(desc, delta, prop, nil)
-	var s float64
-	for _, e := range row {
-		s += p.body.Coef[e.i] * e.v
-	}
+	s, known := p.dot(desc, delta, prop)
 	if !known {
 		s += fallback
 	}
 	return s
+}
+
+// dot is Σ coef·feature over features(desc, delta, prop) and its known,
+// without building the row (x stays on the stack for up to 64
+// descriptors).
+func (p *Prior) dot(desc, delta []named, prop records.Proposal) (float64, bool) {
+	var buf [64]float64
+	var x []float64
+	if d := len(p.body.Descriptors); d <= len(buf) {
+		x = buf[:d]
+	} else {
+		x = make([]float64, d)
+	}
+	for _, d := range desc {
+		if n, ok := p.desc[d.key]; ok {
+			x[n] = d.x
+		}
+	}
+	w := p.body.Coef
+	var s float64
+	known := false
+	block := func(at int) {
+		known = true
+		s += w[at]
+		for n, v := range x {
+			if v != 0 {
+				s += w[at+1+n] * v
+			}
+		}
+	}
+	if at, ok := p.props[prop.Key()]; ok {
+		block(at)
+	}
+	if at, ok := p.mechs[records.CanonicalName(prop.Mechanism)]; ok {
+		block(at)
+	}
+	if p.eff >= 0 {
+		for _, d := range delta {
+			if n, ok := p.desc[d.key]; ok {
+				at := p.eff + 3*n
+				s += w[at]*d.x + w[at+1]*(d.x*x[n]) + w[at+2]*(d.x*d.x)
+			}
+		}
+	}
+	return s, known
 }
 
 // sparse is one nonzero feature: its index and value.
@@ -423,8 +464,10 @@ func FitPriorStore(ctx context.Context, cfg PriorFitConfig, store records.Store)
 // features of cfg.Terms, then the kernel hyperparameters by the summed
 // log marginal likelihood of blocks of the corpus with that mean
 // (PriorFitConfig.Blocks). Records that are not Real are skipped; an
-// invalid record is an error. The result depends only on the corpus (in
-// any order) and cfg. It costs O(N·r² + P³) for the mean (N records, r
+// invalid or implausible real record is an error (records.NewEvidence).
+// The result depends only on the corpus (in any order) and cfg; the
+// corpus is absorbed into the prior, so a model that loads it predicts at
+// the cost of its context's records. It costs O(N·r² + P³) for the mean (N records, r
 // nonzero features per record, P features) and Blocks × len(Grid)
 // factorisations of BlockRecords records for the hyperparameters.
 func FitPrior(ctx context.Context, cfg PriorFitConfig, corpus []records.Record) (*Prior, error) {
@@ -433,17 +476,11 @@ func FitPrior(ctx context.Context, cfg PriorFitConfig, corpus []records.Record) 
 	}
 	base := cfg.Base
 	base.Prior = nil
-	var rs []records.Record
-	for i, r := range corpus {
-		if r.Source != records.Real {
-			continue
-		}
-		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: corpus record %d: %w", ErrPrior, i, err)
-		}
-		rs = append(rs, r)
+	ev, err := records.RealOnly(corpus)
+	if err != nil {
+		return nil, fmt.Errorf("%w: corpus: %w", ErrPrior, err)
 	}
-	if len(rs) == 0 {
+	if ev.Len() == 0 {
 		return nil, fmt.Errorf("%w: no real records in the corpus", ErrPrior)
 	}
 	if err := ctx.Err(); err != nil {
@@ -453,7 +490,7 @@ func FitPrior(ctx context.Context, cfg PriorFitConfig, corpus []records.Record) 
 	if cfg.Terms.Effects {
 		eff = base.Effects
 	}
-	p := prepare(mustRecords(rs), eff, true)
+	p := prepare(ev, eff, true)
 	body := layout(cfg, p)
 	mp, err := fitMean(ctx, cfg, body, p)
 	if err != nil {
@@ -469,7 +506,7 @@ func FitPrior(ctx context.Context, cfg PriorFitConfig, corpus []records.Record) 
 	return newPrior(body)
 }
 
-// mustRecords is an Evidence-free view of records for prepare.
+// mustRecords is the evidence of records already accepted as evidence.
 func mustRecords(rs []records.Record) records.Evidence {
 	ev, err := records.NewEvidence(rs...)
 	if err != nil {

@@ -2,21 +2,19 @@ package rwm_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/lm2lm/lm2lm/rwm"
 )
 
-// benchPrior fits the prior of BenchmarkFitPrior's corpus once.
-func benchPrior(b *testing.B, n int, cfg rwm.EmbeddedConfig) *rwm.Prior {
-	b.Helper()
-	p, err := rwm.FitPrior(context.Background(), rwm.DefaultPriorFitConfig(cfg), dialsEvidence(n, n/100, 21).Records())
-	if err != nil {
-		b.Fatal(err)
-	}
-	return p
-}
+// benchPrior returns the prior of BenchmarkFitPrior's corpus, fitted
+// once per test binary.
+var benchPrior = sync.OnceValues(func() (*rwm.Prior, error) {
+	var calls atomic.Int64
+	return rwm.FitPrior(context.Background(), rwm.DefaultPriorFitConfig(dialsConfig(dials{&calls})), dialsEvidence(30000, 300, 21).Records())
+})
 
 // BenchmarkFitPrior fits a prior with the documented defaults (proposal,
 // mechanism and effect terms; TuneGrid over 16 blocks of 200 records) on a
@@ -49,7 +47,10 @@ func BenchmarkFitPrior(b *testing.B) {
 func BenchmarkPredictPrior(b *testing.B) {
 	var calls atomic.Int64
 	cfg := dialsConfig(dials{&calls})
-	p := benchPrior(b, 30000, cfg)
+	p, err := benchPrior()
+	if err != nil {
+		b.Fatal(err)
+	}
 	with, err := p.Config(cfg)
 	if err != nil {
 		b.Fatal(err)

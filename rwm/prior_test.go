@@ -424,7 +424,7 @@ func TestPriorFileErrors(t *testing.T) {
 	// Valid checksums over inconsistent bodies.
 	for name, edit := range map[string]func(map[string]any){
 		"short coef":     func(m map[string]any) { m["coef"] = m["coef"].([]any)[1:] },
-		"nan hyper":      func(m map[string]any) { m["hyper"].(map[string]any)["noise_sigmas"] = -1 },
+		"negative noise": func(m map[string]any) { m["hyper"].(map[string]any)["noise_sigmas"] = -1 },
 		"unsorted":       func(m map[string]any) { m["descriptors"] = []any{"opt", "lr"} },
 		"bad descriptor": func(m map[string]any) { m["descriptors"] = []any{"LR", "opt"} },
 		"unknown field":  func(m map[string]any) { m["extra"] = 1 },
@@ -477,6 +477,10 @@ func TestPriorFitConfigErrors(t *testing.T) {
 	_, err = rwm.FitPrior(context.Background(), ok, bad)
 	require.ErrorIs(t, err, records.ErrInvalid)
 	require.ErrorIs(t, err, rwm.ErrPrior)
+	bad = slices.Clone(rs)
+	bad[2].Loss = 1e9
+	_, err = rwm.FitPrior(context.Background(), ok, bad)
+	require.ErrorIs(t, err, records.ErrImplausible)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err = rwm.FitPrior(ctx, ok, rs)
