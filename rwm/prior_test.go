@@ -534,3 +534,23 @@ func FuzzReadPrior(f *testing.F) {
 		require.False(t, math.IsNaN(m))
 	})
 }
+
+func TestPriorInTuned(t *testing.T) {
+	// A Tuned model whose base holds a prior keeps it in every grid
+	// configuration: with no records it predicts the prior mean, and its
+	// tuned configuration on records still carries the prior.
+	rs := leverCorpus(1000, 20, 1, 14, func(tk records.Task, p records.Proposal) float64 { return handMean(truth, tk, p) })
+	fit := leverFit()
+	pr := fitLever(t, fit, rs)
+	cfg, err := pr.Config(fit.Base)
+	require.NoError(t, err)
+	tu := rwm.NewTuned(cfg, nil)
+	rng := rand.New(rand.NewPCG(15, 15))
+	tk, p := leverTask(rng, 800), prop("opt", "by", "1")
+	got := predict(t, tu, rwm.Query{Task: tk, Proposal: p, Evidence: evidence(t)})
+	require.InDelta(t, pr.Mean(tk, p, lever{}, 0), got.Gain/tk.SeedNoise, 1e-9)
+	ev := evidence(t, leverCorpus(40, 4, 1, 16, func(records.Task, records.Proposal) float64 { return 0 })...)
+	tuned, _, err := tu.Config(context.Background(), ev)
+	require.NoError(t, err)
+	require.Same(t, pr, tuned.Prior)
+}
