@@ -147,6 +147,7 @@ type sharedFeats struct {
 type featsKey struct {
 	signal, mean, numeric, infeasible float64
 	readsDesc, std, loss, effects     bool
+	prior                             *Prior
 }
 
 // pairTerms holds, for each pair i ≥ j of a context's records (index

@@ -184,6 +184,13 @@ type EmbeddedConfig struct {
 	// opposite can lose near an optimum. Default 0 (off).
 	LossSigmas      float64
 	LossLengthscale float64
+	// Prior, when set, is a prior pretrained on a corpus of other tasks'
+	// records (FitPrior, ReadPrior): its mean function replaces MeanSigmas
+	// and the priors' means as every gain's prior mean, for records and
+	// queries alike, so the model conditions on its context's records
+	// exactly as without it. Prior.Config sets it with the kernel
+	// hyperparameters fitted beside it. It is read-only. Default nil.
+	Prior *Prior
 }
 
 // WithEffects returns base reading eff with the effect and loss terms on
@@ -281,7 +288,7 @@ func (c EmbeddedConfig) Validate() error {
 			return fmt.Errorf("rwm: embedded: prior of %q = %+v, want finite mean and std > 0", m, p)
 		}
 	}
-	return nil
+	return c.Prior.fits(c)
 }
 
 // PriorsFromCards collects the priors of a catalogue's cards by mechanism.
@@ -381,6 +388,9 @@ func configDigest(c EmbeddedConfig, priors map[string]records.Prior) string {
 	}
 	if c.loss() {
 		fmt.Fprintf(h, "loss %v %v %q\n", c.LossSigmas, c.LossLengthscale, c.Effects.ID())
+	}
+	if c.Prior != nil {
+		fmt.Fprintf(h, "pretrained %s\n", c.Prior.Digest())
 	}
 	names := make([]string, 0, len(priors))
 	for m := range priors {
@@ -672,7 +682,7 @@ func (e *Embedded) build(f *factor, ev records.Evidence) error {
 func (e *Embedded) featsKey() featsKey {
 	c := &e.cfg
 	return featsKey{signal: c.SignalSigmas, mean: c.MeanSigmas, numeric: c.NumericScale, infeasible: c.InfeasibleSigmas,
-		readsDesc: c.readsDesc(), std: c.DescriptorStandardise && c.DescriptorWeight > 0, loss: c.loss(), effects: c.effects()}
+		readsDesc: c.readsDesc(), std: c.DescriptorStandardise && c.DescriptorWeight > 0, loss: c.loss(), effects: c.effects(), prior: c.Prior}
 }
 
 // recordFeatures builds f's interned ids, standardised features, statistics and
@@ -821,6 +831,9 @@ func (e *Embedded) featuresOf(in interner, t records.Task, p records.Proposal, f
 	}
 	if pr, ok := e.priors[mech]; ok {
 		ft.amp, ft.mu = pr.Std, pr.Mean
+	}
+	if e.cfg.Prior != nil {
+		ft.mu = e.cfg.Prior.mean(t, p, fx, &e.cfg, ft.mu)
 	}
 	// Names are interned in sorted order, so that a context's ids, and the
 	// order of every sum and product over them, do not follow Go's map
