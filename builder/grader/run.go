@@ -356,6 +356,7 @@ func readStatus(path string) status {
 // (SIGTERM: it kills every process of the run) and, after KillGrace,
 // killed with its process group.
 func (g *Grader) start(ctx context.Context, sp sandboxSpec, ns bool, out io.Writer) (ending, error) {
+	sp.DropCaps = ns && os.Geteuid() != 0
 	spec, err := json.Marshal(sp)
 	if err != nil {
 		return ending{}, fmt.Errorf("%w: %w", errStart, err)
@@ -374,8 +375,10 @@ func (g *Grader) start(ctx context.Context, sp sandboxSpec, ns bool, out io.Writ
 		attr.Cloneflags = syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
 		if os.Geteuid() != 0 {
 			attr.Cloneflags |= syscall.CLONE_NEWUSER
-			attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Geteuid(), HostID: os.Geteuid(), Size: 1}}
-			attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getegid(), HostID: os.Getegid(), Size: 1}}
+			// The init is root in its namespace (it mounts after its
+			// execve); it starts the run with no capabilities (DropCaps).
+			attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+			attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
 		}
 	}
 	cmd.SysProcAttr = attr
