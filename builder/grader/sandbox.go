@@ -126,7 +126,12 @@ func runSandbox(specJSON string) int {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 	}
-	killDescendants()
+	if os.Getpid() != 1 {
+		// PID 1 of a namespace needs no scan: its exit kills every process
+		// left in the namespace, and the grader's wait for it returns once
+		// they are gone. (A scan could miss them where /proc is the host's.)
+		killDescendants()
+	}
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
 		return say("signal %d", int(ws.Signal()))
