@@ -166,3 +166,38 @@ func FuzzParseReport(f *testing.F) {
 		}
 	})
 }
+
+func TestIsolationRefused(t *testing.T) {
+	// A host whose mounts cannot be set up: the run directory lies below
+	// a masked path, so the init cannot bind it back (a read-only mask).
+	// The directory is made here, outside the private /tmp.
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	hidden, err := os.MkdirTemp(wd, "hidden-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(hidden) })
+	require.NoError(t, os.Chmod(hidden, 0o755))
+	edit := func(c *Config) { c.TempDir = hidden }
+
+	g, tk := newToyGrader(t, func(c *Config) { edit(c); c.RequireIsolation = true })
+	tk.Hide = []string{hidden}
+	g.tasks[tk.ID] = tk
+	_, err = g.Grade(context.Background(), tk, solExact)
+	if os.Geteuid() == 0 {
+		require.ErrorIs(t, err, ErrIsolation)
+		require.Contains(t, err.Error(), "run directory")
+	} else {
+		require.ErrorIs(t, err, ErrIsolation) // no own user, no cgroups, before any mount
+	}
+
+	// Not required: the run goes ahead without namespaces and says so.
+	g, tk = newToyGrader(t, edit)
+	tk.Hide = []string{hidden}
+	g.tasks[tk.ID] = tk
+	gr, err := g.Grade(context.Background(), tk, solExact)
+	require.NoError(t, err)
+	t.Logf("%s; sandbox %+v", gr.Summary(), gr.Sandbox)
+	require.Equal(t, reward.ValidSubmission, gr.Status)
+	require.False(t, gr.Sandbox.Mount || gr.Sandbox.PID || gr.Sandbox.Network || gr.Isolated)
+	require.Contains(t, gr.Sandbox.Missing, "namespaces")
+}
