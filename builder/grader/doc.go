@@ -21,8 +21,8 @@
 //
 // docs/sandbox.md is the whole statement. In short: each run gets a fresh
 // private directory with solution.py and copies of the inputs, whose row
-// ids are relabelled for that grade (rows shuffled, ids a fresh random
-// permutation), and runs Config.Python (default /usr/bin/python3) in
+// ids are relabelled for that grade (ids a fresh random permutation, test
+// rows shuffled), and runs Config.Python (default /usr/bin/python3) in
 // isolated mode (-I) through a small runner, under an init of its own (a
 // re-execution of this binary) that is a child subreaper. Enforced, where
 // the host allows (Grade.Sandbox says what a run had; Config.RequireIsolation

@@ -165,9 +165,10 @@ func TestRelabel(t *testing.T) {
 		"test.csv":  []byte("f0,id\n4,20\n5,21.0\n"),
 		"notes.txt": []byte("id is not a column here\n"),
 	}
+	hidden := map[string]string{"20": "x", "21": "y"} // the test rows
 	seen := map[string]bool{}
 	for seed := uint64(0); seed < 20; seed++ {
-		out, ids, err := relabel(newRand(seed), in)
+		out, ids, err := relabel(newRand(seed), in, hidden)
 		require.NoError(t, err)
 		require.Equal(t, in["notes.txt"], out["notes.txt"])
 		// Every row is kept with its features; the five ids are 0..4.
@@ -188,6 +189,9 @@ func TestRelabel(t *testing.T) {
 			require.Equal(t, want[ids.toTask[opaque]], rest, "row %s", opaque)
 		}
 		seen[string(out["test.csv"])] = true
+		// The training rows keep their order (features 1, 2, 3).
+		rows, _, _ := idTable(out["train.csv"])
+		require.Equal(t, []string{"1", "2", "3"}, []string{rows[1][1], rows[2][1], rows[3][1]})
 		// A submission maps back to the task's ids.
 		sub := map[string]string{}
 		for opaque, task := range ids.toTask {
@@ -209,7 +213,7 @@ func FuzzRelabel(f *testing.F) {
 		f.Add(s, uint64(1))
 	}
 	f.Fuzz(func(t *testing.T, s string, seed uint64) {
-		out, ids, err := relabel(newRand(seed), map[string][]byte{"t.csv": []byte(s)})
+		out, ids, err := relabel(newRand(seed), map[string][]byte{"t.csv": []byte(s)}, map[string]string{"1": "x"})
 		if err != nil {
 			return
 		}
@@ -488,4 +492,24 @@ func TestHostileInfiniteMetric(t *testing.T) {
 	gr := gradeWithin(t, g, tk, code)
 	require.Equal(t, reward.RanNoSubmission, gr.Status, gr.Summary())
 	require.Contains(t, gr.Detail, "rmse is +Inf")
+}
+
+func TestGradeKeepsTrainingOrder(t *testing.T) {
+	// Relabelling shuffles the test rows only: a learner that depends on
+	// the order of its training rows (here: the label of the training row
+	// at position f0) scores the same in every grade.
+	g, tk := newToyGrader(t, nil)
+	code := readTest + "train = list(csv.DictReader(open('train.csv')))\n" +
+		"with open('submission.csv', 'w') as f:\n    f.write('id,target\\n')\n" +
+		"    for r in rows:\n        f.write('%s,%s\\n' % (r['id'], train[int(r['f0'])]['target']))\n"
+	var metrics []float64
+	for range 3 {
+		gr := gradeWithin(t, g, tk, code)
+		require.Equal(t, reward.ValidSubmission, gr.Status, gr.Log)
+		metrics = append(metrics, gr.Metric)
+	}
+	// Training rows 0..9 are ids 1..4, 6..9, 11, 12 with targets 0,0,0,0,1,1,1,1,0,0;
+	// the test rows have f0 0 (target 0) or 5 (target 1): position 0 → 0
+	// (right), position 5 → 1 (right).
+	require.Equal(t, []float64{1, 1, 1}, metrics)
 }

@@ -16,12 +16,15 @@ import (
 // not its index in a public dataset, not its place in a fixed split.
 type rowIDs struct{ toTask map[string]string }
 
-// relabel rewrites the id column of every CSV input that has one: the data
-// rows of each file are shuffled and numbered with a random permutation of
-// 0..n−1 (n rows over all the files), so that neither a row's id nor its
-// position reveals which row of the task it is. Inputs without an id column
-// are returned unchanged. Ids are compared in canonical form (canonID).
-func relabel(rng *rand.Rand, inputs map[string][]byte) (map[string][]byte, rowIDs, error) {
+// relabel rewrites the id column of every CSV input that has one: its rows
+// are numbered with a random permutation of 0..n−1 (n rows over all the
+// files), and the rows of a file holding any of the hidden ids (the test
+// rows) are shuffled as well, so that neither a row's id nor its position
+// reveals which row of the task it is. Other files keep their row order,
+// so that a learner sensitive to the order of its training rows scores
+// the same in every grade. Inputs without an id column are returned
+// unchanged. Ids are compared in canonical form (canonID).
+func relabel(rng *rand.Rand, inputs map[string][]byte, hidden map[string]string) (map[string][]byte, rowIDs, error) {
 	type table struct {
 		name string
 		rows [][]string
@@ -51,7 +54,12 @@ func relabel(rng *rand.Rand, inputs map[string][]byte) (map[string][]byte, rowID
 	k := 0
 	for _, t := range tables {
 		body := t.rows[1:]
-		rng.Shuffle(len(body), func(i, j int) { body[i], body[j] = body[j], body[i] })
+		for _, r := range body {
+			if _, ok := hidden[canonID(r[t.id])]; ok {
+				rng.Shuffle(len(body), func(i, j int) { body[i], body[j] = body[j], body[i] })
+				break
+			}
+		}
 		for _, r := range body {
 			opaque := strconv.Itoa(perm[k])
 			k++

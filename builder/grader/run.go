@@ -50,8 +50,8 @@ type status struct {
 //   - otherwise reward.ValidSubmission with q = t.Percentile(metric).
 //
 // The run happens in a fresh private directory holding solution.py and
-// copies of t.Inputs whose id columns are relabelled for this grade (rows
-// shuffled, ids a fresh random permutation, so that an id says nothing
+// copies of t.Inputs whose id columns are relabelled for this grade (ids a
+// fresh random permutation, test rows shuffled, so that an id says nothing
 // about its row; the submission's ids are mapped back before scoring),
 // inside the sandbox of docs/sandbox.md: its own user when root, private
 // namespaces, cgroup limits for the whole run, RLIMIT_AS, RLIMIT_FSIZE and
@@ -85,7 +85,7 @@ func (g *Grader) Grade(ctx context.Context, t Task, code string) (Grade, error) 
 		return Grade{}, fmt.Errorf("%w: %w", errStart, err)
 	}
 	defer os.RemoveAll(dir)
-	ids, err := g.stage(t, dir, code, uid)
+	ids, err := g.stage(t, dir, code, uid, answers)
 	if err != nil {
 		return Grade{}, err
 	}
@@ -115,7 +115,7 @@ func finish(t Task, gr Grade) (Grade, error) {
 
 // stage writes the code and t's relabelled inputs into dir and, as root,
 // hands dir (mode 0700) to the run's user.
-func (g *Grader) stage(t Task, dir, code string, uid int) (rowIDs, error) {
+func (g *Grader) stage(t Task, dir, code string, uid int, answers map[string]string) (rowIDs, error) {
 	inputs := map[string][]byte{}
 	for _, in := range t.Inputs {
 		b, err := os.ReadFile(filepath.Join(t.Dir, in))
@@ -128,7 +128,7 @@ func (g *Grader) stage(t Task, dir, code string, uid int) (rowIDs, error) {
 	if _, err := crand.Read(seed[:]); err != nil {
 		return rowIDs{}, fmt.Errorf("%w: %w", errStart, err)
 	}
-	files, ids, err := relabel(rand.New(rand.NewChaCha8(seed)), inputs)
+	files, ids, err := relabel(rand.New(rand.NewChaCha8(seed)), inputs, answers)
 	if err != nil {
 		return rowIDs{}, err
 	}
