@@ -173,6 +173,9 @@ func traversable(dir string) error {
 
 func readSubmission(t Task, dir string, answers map[string]string, ids rowIDs) (float64, error) {
 	b, err := readRunFile(filepath.Join(dir, Submission), MaxSubmissionBytes)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("%w: no %s", ErrSubmission, Submission)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s: %w", ErrSubmission, Submission, err)
 	}
