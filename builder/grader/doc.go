@@ -19,24 +19,33 @@
 //
 // # What a run may do
 //
-// Each run gets a fresh private directory with copies of the inputs and
-// solution.py, and runs Config.Python (default /usr/bin/python3) in
-// isolated mode (-I) through a small runner. Enforced: a wall-clock limit
-// (Config.Timeout, then SIGTERM and SIGKILL to the process group), an
-// address-space limit (RLIMIT_AS, Config.Memory), a file-size limit
-// (RLIMIT_FSIZE), a CPU-time backstop (RLIMIT_CPU), no core dumps, a
+// docs/sandbox.md is the whole statement. In short: each run gets a fresh
+// private directory with solution.py and copies of the inputs, whose row
+// ids are relabelled for that grade (ids a fresh random permutation, test
+// rows shuffled), and runs Config.Python (default /usr/bin/python3) in
+// isolated mode (-I) through a small runner, under an init of its own (a
+// re-execution of this binary) that is a child subreaper. Enforced, where
+// the host allows (Grade.Sandbox says what a run had; Config.RequireIsolation
+// turns a shortfall into ErrIsolation): a user id of the run's own from
+// Config.UIDFirst..UIDCount (as root); private PID, network, mount and IPC
+// namespaces (no network, no host Unix socket, private /tmp, /var/tmp,
+// /dev/shm and /run, every task directory and Task.Hide masked, every
+// process of the run killed when it ends); cgroup v2 or v1 limits on the
+// memory and processes of the whole run (Config.Memory, Config.Processes;
+// as root); per process RLIMIT_AS, RLIMIT_FSIZE, a CPU-time backstop and
+// no core dumps; no_new_privs; a wall-clock limit (Config.Timeout); a
 // minimal environment (PATH, HOME, TMPDIR, LANG, PYTHONHASHSEED and one
-// BLAS thread; no proxies, no keys), a private network namespace with no
-// usable interface (Config.Isolate; as root directly, otherwise through a
-// user namespace; when the kernel refuses, the run goes ahead without it
-// and Grade.Isolated says so, unless Config.RequireIsolation), and, when
-// the grader runs as root, an unprivileged user (Config.DropTo, nobody).
-// Not enforced: a file-system sandbox (a run can read what its user can
-// read, but the hidden answers are never copied into its directory) and a
-// process-count limit.
+// BLAS thread; no proxies, no keys). Not enforced: a system-call filter,
+// CPU shares, disk use in the run directory beyond the file-size limit,
+// and a file-system view narrower than "what the run's user may read,
+// less the masked directories".
 //
 // # Concurrency and I/O
 //
 // Grader is safe for concurrent use and does process and file I/O; Score,
-// ReadTable and Task.Percentile are pure.
+// ReadTable and Task.Percentile are pure. A program that imports the
+// package re-executes its own binary (/proc/self/exe) as each run's init:
+// the package's init function recognises that process by the environment
+// variable LM2LM_GRADER_SANDBOX and never returns to main in it, as
+// builder.Subprocess's reaper does. The package is Linux-only.
 package grader

@@ -64,8 +64,12 @@ func description(name string) string {
 // solutions of increasing quality (a constant predictor, a depth-1 tree,
 // k-nearest neighbours, logistic or ridge regression, a random forest),
 // fitted by one run of Debian's scikit-learn and scored by Score exactly
-// as submissions are. A task whose directory already holds a valid
-// task.json is loaded, not rebuilt. It runs cfg.Python.
+// as submissions are. The answers and reference predictions are readable
+// by their owner only, and each task's Hide names the directory of
+// scikit-learn's bundled datasets, so that a run can neither read the
+// answers nor look its rows up in the public data (docs/sandbox.md). A
+// task whose directory already holds a valid task.json with a Hide is
+// loaded, not rebuilt. It runs cfg.Python.
 func Prepare(ctx context.Context, root string, cfg Config, names ...string) ([]Task, error) {
 	if len(names) == 0 {
 		names = EmbeddedNames()
@@ -75,7 +79,7 @@ func Prepare(ctx context.Context, root string, cfg Config, names ...string) ([]T
 		if _, ok := embedded[n]; !ok {
 			return nil, fmt.Errorf("%w: no embedded task %q", ErrTask, n)
 		}
-		if _, err := LoadTask(filepath.Join(root, n)); err != nil {
+		if t, err := LoadTask(filepath.Join(root, n)); err != nil || len(t.Hide) == 0 {
 			missing = append(missing, n)
 		}
 	}
@@ -130,6 +134,15 @@ func finishTask(root, name string) error {
 	e := embedded[name]
 	t := Task{ID: "sklearn/" + name, Description: description(name), Dir: filepath.Join(root, name),
 		Inputs: []string{"train.csv", "test.csv"}, Answers: "answers.csv", Metric: e.metric}
+	hide, err := os.ReadFile(filepath.Join(t.Dir, "hide.txt"))
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrTask, t.ID, err)
+	}
+	for _, l := range strings.Split(string(hide), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			t.Hide = append(t.Hide, l)
+		}
+	}
 	g := &Grader{answers: map[string]map[string]string{}}
 	answers, err := g.answersOf(t)
 	if err != nil {

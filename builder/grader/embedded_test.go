@@ -54,8 +54,11 @@ func TestEmbeddedTasks(t *testing.T) {
 		} else {
 			require.Less(t, best, 0.85*worst, tk.ID)
 		}
-		_, err := os.Stat(filepath.Join(tk.Dir, "answers.csv"))
+		fi, err := os.Stat(filepath.Join(tk.Dir, "answers.csv"))
 		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "answers readable by their owner only")
+		require.Len(t, tk.Hide, 1)
+		require.FileExists(t, filepath.Join(tk.Hide[0], "digits.csv.gz"))
 	}
 	again, err := Prepare(context.Background(), root, cfg, "iris")
 	require.NoError(t, err)
@@ -72,4 +75,41 @@ func TestEmbeddedTasks(t *testing.T) {
 	require.InDelta(t, iris.Leaderboard[3].Score, gr.Metric, 1e-12)
 	require.InDelta(t, iris.Percentile(gr.Metric), gr.Percentile, 0)
 	require.Greater(t, gr.Score, 0.75)
+
+	// Hostile: the digits' test ids were row indices of the dataset
+	// scikit-learn ships, so the labels could be looked up by id; with
+	// relabelled ids, by matching the features instead. The dataset is
+	// masked in the run's mount namespace.
+	digits, _ := g.Task("sklearn/digits")
+	lookups := map[string]string{
+		"by id": `import csv
+from sklearn import datasets
+y = datasets.load_digits().target
+rows = list(csv.DictReader(open('test.csv')))
+with open('submission.csv', 'w') as f:
+    f.write('id,target\n')
+    for r in rows:
+        f.write('%s,%d\n' % (r['id'], y[int(r['id'])]))
+`,
+		"by features": `import csv
+from sklearn import datasets
+X, y = datasets.load_digits(return_X_y=True)
+label = {tuple(float(v) for v in x): int(t) for x, t in zip(X, y)}
+rows = list(csv.DictReader(open('test.csv')))
+with open('submission.csv', 'w') as f:
+    f.write('id,target\n')
+    for r in rows:
+        f.write('%s,%d\n' % (r['id'], label.get(tuple(float(r['f%d' % i]) for i in range(64)), 0)))
+`,
+	}
+	for name, code := range lookups {
+		gr, err := g.Grade(context.Background(), digits, code)
+		require.NoError(t, err)
+		t.Logf("labels %s on digits: %s", name, gr.Summary())
+		if !gr.Sandbox.Mount {
+			t.Skip("no mount namespace: the public dataset is not masked")
+		}
+		require.Equal(t, reward.RuntimeError, gr.Status, "the labels were looked up %s: %s", name, gr.Summary())
+		require.Equal(t, "FileNotFoundError", gr.ErrorType)
+	}
 }

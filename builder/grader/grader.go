@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -27,23 +28,39 @@ type Config struct {
 	// runtime error (reward.RuntimeError, ErrorType "Timeout"): the limit is
 	// the task's compute budget.
 	Timeout time.Duration
-	// Memory is the address-space limit (RLIMIT_AS) in bytes; default
-	// 1 GiB (NumPy and scikit-learn with one BLAS thread peak near 200 MB).
-	// 0 = no limit. Exceeding it is a runtime error (MemoryError, or death
-	// by signal).
+	// Memory bounds a run's memory, in bytes; default 1 GiB (NumPy and
+	// scikit-learn with one BLAS thread peak near 200 MB). It is the
+	// address-space limit of each process (RLIMIT_AS) and, where the host
+	// has cgroups (Grade.Sandbox.Cgroup), the limit of the whole run: all
+	// its processes and what it writes to its private /tmp and /dev/shm.
+	// 0 = no limit. Exceeding it is a runtime error (ErrorType
+	// "MemoryError").
 	Memory int64
 	// FileSize is the largest file a run may write (RLIMIT_FSIZE); default
 	// 64 MiB. 0 = no limit.
 	FileSize int64
-	// Isolate asks for a private network namespace (Linux: no interface
-	// but a down loopback, so no network at all); default true. When the
-	// kernel refuses (no user namespaces), RequireIsolation decides:
-	// false (default) runs without it and reports Grade.Isolated = false;
-	// true makes the grade fail with ErrIsolation.
+	// Processes bounds the processes and threads of a whole run (the
+	// cgroup's pids.max, where the host has cgroups); default 256.
+	Processes int
+	// Isolate asks for the sandbox (docs/sandbox.md): private PID,
+	// network, mount and IPC namespaces (no network at all, a private /tmp,
+	// /dev/shm and /run, the task directories and Task.Hide masked, every
+	// process of the run killed when it ends); default true. As root the
+	// namespaces are made directly, otherwise through a user namespace.
+	// What the host cannot give, RequireIsolation decides: false (default)
+	// runs without it (Grade.Sandbox says what the run had; without
+	// namespaces a run gets a process group, a subreaper and its own
+	// user); true makes the grade fail with ErrIsolation, and then every
+	// part must be there: the namespaces, a user of the run's own (root
+	// only) and cgroup limits (root only).
 	Isolate, RequireIsolation bool
-	// DropTo is the user and group a run executes as when the grader runs
-	// as root; default 65534 (nobody). Ignored when not root.
-	DropTo int
+	// UIDFirst and UIDCount are the range of user ids (and equal group
+	// ids) runs execute as when the grader runs as root: each concurrent
+	// run of this process gets one no other run has, so runs cannot signal
+	// or read each other. Defaults: 2,000,000,000 and 1,000, a range no
+	// distribution assigns; give each grading process on a host its own
+	// range. Ignored when not root.
+	UIDFirst, UIDCount int
 	// TempDir is where private run directories are made; "" = os.TempDir().
 	TempDir string
 	// LogTail is how many bytes of the run's stdout and stderr are kept;
@@ -57,7 +74,7 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{Python: "/usr/bin/python3", Timeout: 120 * time.Second, Memory: 1 << 30, FileSize: 64 << 20,
-		Isolate: true, DropTo: 65534, LogTail: 4 << 10, KillGrace: time.Second}
+		Processes: 256, Isolate: true, UIDFirst: 2_000_000_000, UIDCount: 1000, LogTail: 4 << 10, KillGrace: time.Second}
 }
 
 // Validate reports the first problem with c.
@@ -69,17 +86,22 @@ func (c Config) Validate() error {
 		return fmt.Errorf("grader: Timeout = %v, want > 0", c.Timeout)
 	case c.Memory < 0 || c.FileSize < 0:
 		return fmt.Errorf("grader: Memory = %d, FileSize = %d, want ≥ 0", c.Memory, c.FileSize)
-	case c.DropTo < 0:
-		return fmt.Errorf("grader: DropTo = %d, want ≥ 0", c.DropTo)
+	case c.Processes < 1:
+		return fmt.Errorf("grader: Processes = %d, want > 0", c.Processes)
+	case c.UIDFirst < 1 || c.UIDCount < 1 || int64(c.UIDFirst)+int64(c.UIDCount) > 1<<31-1:
+		return fmt.Errorf("grader: UIDFirst = %d, UIDCount = %d, want a range of positive ids below 2^31", c.UIDFirst, c.UIDCount)
+	case c.RequireIsolation && !c.Isolate:
+		return errors.New("grader: RequireIsolation without Isolate")
 	case c.LogTail < 1 || c.KillGrace <= 0:
 		return fmt.Errorf("grader: LogTail = %d, KillGrace = %v, want > 0", c.LogTail, c.KillGrace)
 	}
 	return nil
 }
 
-// ErrIsolation: RequireIsolation is set and the kernel refused a private
-// network namespace.
-var ErrIsolation = errors.New("grader: network isolation unavailable")
+// ErrIsolation: RequireIsolation is set and the host cannot give a run
+// the whole sandbox (namespaces, a user of its own, cgroup limits); the
+// error names what is missing.
+var ErrIsolation = errors.New("grader: isolation unavailable")
 
 // Grade is what running one solution on one task gave.
 type Grade struct {
@@ -100,8 +122,25 @@ type Grade struct {
 	Log string
 	// Wall is the run's wall-clock time (zero when nothing ran).
 	Wall time.Duration
-	// Isolated reports that the run had no network.
+	// Isolated reports that the run had no network (Sandbox.Network).
 	Isolated bool
+	// Sandbox is what isolated the run.
+	Sandbox Isolation
+}
+
+// Isolation is what isolated one run (docs/sandbox.md).
+type Isolation struct {
+	// Network, PID and Mount: the run had private network, PID and mount
+	// (and IPC) namespaces: no network, its processes killed when it
+	// ended, private /tmp, /dev/shm and /run, task files masked.
+	Network, PID, Mount bool
+	// UID is the run's own user id (0 when it ran as the grader's user).
+	UID int
+	// Cgroup is "v2" or "v1" when Config.Memory and Config.Processes
+	// bounded the whole run, "" when they bounded each process only.
+	Cgroup string
+	// Missing says what the host could not give, "" when nothing.
+	Missing string
 }
 
 // Summary is a one-line description of g.
@@ -165,6 +204,16 @@ func New(cfg Config, tasks ...Task) (*Grader, error) {
 		g.tasks[t.ID] = t
 	}
 	return g, nil
+}
+
+// sortedTasks returns the grader's tasks in ID order.
+func (g *Grader) sortedTasks() []Task {
+	out := make([]Task, 0, len(g.tasks))
+	for _, t := range g.tasks {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }
 
 // Task returns the task with the given ID.

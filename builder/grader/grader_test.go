@@ -110,7 +110,7 @@ func TestGradeRungs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			gr, err := g.Grade(context.Background(), tk, tt.code)
 			require.NoError(t, err)
-			t.Logf("%-26s %v wall %v isolated %v", tt.name, gr.Summary(), gr.Wall.Round(time.Millisecond), gr.Isolated)
+			t.Logf("%-26s %v wall %v sandbox %+v", tt.name, gr.Summary(), gr.Wall.Round(time.Millisecond), gr.Sandbox)
 			require.Equal(t, tt.status, gr.Status, "log: %s", gr.Log)
 			require.InDelta(t, tt.score, gr.Score, 1e-12)
 			if tt.errorType != "" {
@@ -212,7 +212,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Timeout = 0 },
 		func(c *Config) { c.Memory = -1 },
 		func(c *Config) { c.LogTail = 0 },
-		func(c *Config) { c.DropTo = -1 },
+		func(c *Config) { c.Processes = 0 },
 	} {
 		c := DefaultConfig()
 		edit(&c)

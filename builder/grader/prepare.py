@@ -4,8 +4,10 @@
 # For each task it writes <out>/<name>/{train.csv,test.csv,answers.csv} and,
 # for each reference solution, <out>/<name>/ref-<solution>.csv: the
 # reference's predictions for the test rows, which the grader scores into
-# the leaderboard. The split is a fixed permutation (seed 0), a quarter of
-# the rows held out.
+# the leaderboard, and <out>/<name>/hide.txt: the directory of scikit-learn's
+# bundled datasets, which runs must not see. The split is a fixed
+# permutation (seed 0), a quarter of the rows held out. Answers and
+# reference predictions are readable by their owner only.
 import csv
 import os
 import sys
@@ -46,8 +48,10 @@ REFERENCES = {
 }
 
 
-def write(path, header, rows):
-    with open(path, "w", newline="") as f:
+def write(path, header, rows, mode=0o644):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    os.fchmod(fd, mode)
+    with open(fd, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
@@ -69,7 +73,9 @@ for name in names:
     write(os.path.join(d, "train.csv"), ["id"] + cols + ["target"],
           [[int(i)] + [num(v) for v in X[i]] + [num(y[i])] for i in train])
     write(os.path.join(d, "test.csv"), ["id"] + cols, [[int(i)] + [num(v) for v in X[i]] for i in test])
-    write(os.path.join(d, "answers.csv"), ["id", "target"], [[int(i), num(y[i])] for i in test])
+    write(os.path.join(d, "answers.csv"), ["id", "target"], [[int(i), num(y[i])] for i in test], 0o600)
+    with open(os.path.join(d, "hide.txt"), "w") as f:
+        f.write(os.path.join(os.path.dirname(os.path.abspath(datasets.__file__)), "data") + "\n")
     for ref, make in REFERENCES[kind]:
         pred = make().fit(X[train], y[train]).predict(X[test])
-        write(os.path.join(d, "ref-%s.csv" % ref), ["id", "target"], [[int(i), num(p)] for i, p in zip(test, pred)])
+        write(os.path.join(d, "ref-%s.csv" % ref), ["id", "target"], [[int(i), num(p)] for i, p in zip(test, pred)], 0o600)

@@ -3,11 +3,13 @@ package grader
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,18 +45,23 @@ type status struct {
 //   - code that does not compile: reward.SyntaxError;
 //   - an exception, a non-zero exit, death by a signal, exceeding the
 //     memory limit or Config.Timeout: reward.RuntimeError;
-//   - a clean exit without a scorable submission.csv: reward.RanNoSubmission;
+//   - a clean exit without a scorable submission.csv (a non-finite metric
+//     included): reward.RanNoSubmission;
 //   - otherwise reward.ValidSubmission with q = t.Percentile(metric).
 //
-// The run happens in a fresh private directory holding copies of t.Inputs
-// and solution.py, as Config's unprivileged user when root, in its own
-// process group and (when possible) network namespace, under RLIMIT_AS,
-// RLIMIT_FSIZE and RLIMIT_CPU, with the environment PATH=/usr/bin:/bin,
-// HOME and TMPDIR set to the directory, LANG=C.UTF-8, PYTHONHASHSEED=0 and
-// one BLAS/OpenMP thread; nothing else of this process's environment (no
-// proxies, no keys) reaches it. Errors are only for machinery: a done ctx
-// (wrapped ctx.Err()), unreadable task files (ErrTask), a missing
-// interpreter (errStart), a refused isolation (ErrIsolation).
+// The run happens in a fresh private directory holding solution.py and
+// copies of t.Inputs whose id columns are relabelled for this grade (ids a
+// fresh random permutation, test rows shuffled, so that an id says nothing
+// about its row; the submission's ids are mapped back before scoring),
+// inside the sandbox of docs/sandbox.md: its own user when root, private
+// namespaces, cgroup limits for the whole run, RLIMIT_AS, RLIMIT_FSIZE and
+// RLIMIT_CPU per process, and the environment PATH=/usr/bin:/bin, HOME and
+// TMPDIR set to the directory, LANG=C.UTF-8, PYTHONHASHSEED=0 and one
+// BLAS/OpenMP thread; nothing else of this process's environment (no
+// proxies, no keys) reaches it. Every process of the run is gone when Grade
+// returns. Errors are only for machinery: a done ctx (wrapped ctx.Err()),
+// unreadable task files (ErrTask), a missing interpreter (errStart), a
+// sandbox the host cannot give under RequireIsolation (ErrIsolation).
 func (g *Grader) Grade(ctx context.Context, t Task, code string) (Grade, error) {
 	if err := ctx.Err(); err != nil {
 		return Grade{}, fmt.Errorf("grader: %w", err)
@@ -66,21 +73,29 @@ func (g *Grader) Grade(ctx context.Context, t Task, code string) (Grade, error) 
 	if strings.TrimSpace(code) == "" {
 		return finish(t, Grade{Status: reward.Malformed, Detail: "empty solution"})
 	}
+	uid := -1
+	if os.Geteuid() == 0 {
+		if uid, err = acquireUID(ctx, g.cfg.UIDFirst, g.cfg.UIDCount); err != nil {
+			return Grade{}, err
+		}
+		defer releaseUID(uid)
+	}
 	dir, err := os.MkdirTemp(g.cfg.TempDir, "lm2lm-grade-")
 	if err != nil {
 		return Grade{}, fmt.Errorf("%w: %w", errStart, err)
 	}
 	defer os.RemoveAll(dir)
-	if err := g.stage(t, dir, code); err != nil {
+	ids, err := g.stage(t, dir, code, uid, answers)
+	if err != nil {
 		return Grade{}, err
 	}
-	gr, err := g.run(ctx, dir)
+	gr, err := g.run(ctx, t, dir, uid)
 	if err != nil {
 		return Grade{}, err
 	}
 	if gr.Status == "" { // exited 0: look at the submission
 		gr.Status = reward.RanNoSubmission
-		if m, err := readSubmission(t, dir, answers); err != nil {
+		if m, err := readSubmission(t, dir, answers, ids); err != nil {
 			gr.Detail = err.Error()
 		} else {
 			gr.Status, gr.Metric, gr.Percentile = reward.ValidSubmission, m, t.Percentile(m)
@@ -98,33 +113,42 @@ func finish(t Task, gr Grade) (Grade, error) {
 	return gr, nil
 }
 
-// stage copies t's inputs and the code into dir and hands dir to the
-// unprivileged user.
-func (g *Grader) stage(t Task, dir, code string) error {
-	files := map[string][]byte{"solution.py": []byte(code)}
+// stage writes the code and t's relabelled inputs into dir and, as root,
+// hands dir (mode 0700) to the run's user.
+func (g *Grader) stage(t Task, dir, code string, uid int, answers map[string]string) (rowIDs, error) {
+	inputs := map[string][]byte{}
 	for _, in := range t.Inputs {
 		b, err := os.ReadFile(filepath.Join(t.Dir, in))
 		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrTask, t.ID, err)
+			return rowIDs{}, fmt.Errorf("%w: %s: %w", ErrTask, t.ID, err)
 		}
-		files[in] = b
+		inputs[in] = b
 	}
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		return rowIDs{}, fmt.Errorf("%w: %w", errStart, err)
+	}
+	files, ids, err := relabel(rand.New(rand.NewChaCha8(seed)), inputs, answers)
+	if err != nil {
+		return rowIDs{}, err
+	}
+	files["solution.py"] = []byte(code)
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			return fmt.Errorf("%w: stage %s: %w", errStart, name, err)
+			return rowIDs{}, fmt.Errorf("%w: stage %s: %w", errStart, name, err)
 		}
 	}
-	if os.Geteuid() != 0 {
-		return nil
+	if uid < 0 {
+		return ids, nil
 	}
 	if err := traversable(filepath.Dir(dir)); err != nil {
-		return err
+		return rowIDs{}, err
 	}
-	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+	return ids, filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
 			return err
 		}
-		return os.Lchown(p, g.cfg.DropTo, g.cfg.DropTo)
+		return os.Lchown(p, uid, uid)
 	})
 }
 
@@ -147,32 +171,55 @@ func traversable(dir string) error {
 	}
 }
 
-func readSubmission(t Task, dir string, answers map[string]string) (float64, error) {
-	p := filepath.Join(dir, Submission)
-	fi, err := os.Lstat(p)
-	if err != nil {
+func readSubmission(t Task, dir string, answers map[string]string, ids rowIDs) (float64, error) {
+	b, err := readRunFile(filepath.Join(dir, Submission), MaxSubmissionBytes)
+	if errors.Is(err, os.ErrNotExist) {
 		return 0, fmt.Errorf("%w: no %s", ErrSubmission, Submission)
 	}
-	if !fi.Mode().IsRegular() {
-		return 0, fmt.Errorf("%w: %s is not a regular file", ErrSubmission, Submission)
-	}
-	f, err := os.Open(p)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrSubmission, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxSubmissionBytes+1))
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrSubmission, err)
-	}
-	if len(b) > MaxSubmissionBytes {
-		return 0, fmt.Errorf("%w: larger than %d bytes", ErrSubmission, MaxSubmissionBytes)
+		return 0, fmt.Errorf("%w: %s: %w", ErrSubmission, Submission, err)
 	}
 	sub, err := ReadTable(bytes.NewReader(b))
 	if err != nil {
 		return 0, err
 	}
+	if sub, err = ids.translate(sub); err != nil {
+		return 0, err
+	}
 	return Score(t.Metric, answers, sub)
+}
+
+// errNotRegular: a file a run left is not a regular file.
+var errNotRegular = errors.New("not a regular file")
+
+// readRunFile reads a file a run wrote, at most max bytes (more is an
+// error), as builder.ReadResultFile does: the open neither follows a
+// symbolic link (O_NOFOLLOW) nor blocks on a FIFO or device (O_NONBLOCK),
+// and what was opened must be a regular file (fstat).
+func readRunFile(path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, errNotRegular
+		}
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, errNotRegular
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("larger than %d bytes", max)
+	}
+	return b, nil
 }
 
 // env is a run's whole environment.
@@ -181,112 +228,205 @@ func env(dir string) []string {
 		"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "MPLBACKEND=Agg"}
 }
 
-// run starts the runner in dir and classifies how it ended. A Grade with
-// an empty Status means a clean exit.
-func (g *Grader) run(ctx context.Context, dir string) (Grade, error) {
+// privateDirs get a fresh tmpfs in a run's mount namespace.
+var privateDirs = []string{"/tmp", "/var/tmp", "/dev/shm", "/run", "/var/run"}
+
+// hidden lists what a run must not see: every task directory of the
+// grader and of t (their answers), and every task's Hide.
+func (g *Grader) hidden(t Task) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(p string) {
+		if p == "" {
+			return
+		}
+		if abs, err := filepath.Abs(p); err == nil && !seen[abs] {
+			seen[abs] = true
+			out = append(out, abs)
+		}
+	}
+	for _, tk := range append([]Task{t}, g.sortedTasks()...) {
+		add(tk.Dir)
+		for _, h := range tk.Hide {
+			add(h)
+		}
+	}
+	return out
+}
+
+// run starts the runner in dir inside the sandbox and classifies how it
+// ended. A Grade with an empty Status means a clean exit.
+func (g *Grader) run(ctx context.Context, t Task, dir string, uid int) (Grade, error) {
 	cpu := int64(g.cfg.Timeout/time.Second) + 2 // a backstop behind the wall-clock limit
-	args := []string{"-I", "-c", runnerSource, "solution.py", ".status.json",
-		strconv.FormatInt(g.cfg.Memory, 10), strconv.FormatInt(g.cfg.FileSize, 10), strconv.FormatInt(cpu, 10)}
+	sp := sandboxSpec{Python: g.cfg.Python, Env: env(dir), Dir: dir, UID: uid, GID: uid,
+		Args: []string{"-I", "-c", runnerSource, "solution.py", ".status.json",
+			strconv.FormatInt(g.cfg.Memory, 10), strconv.FormatInt(g.cfg.FileSize, 10), strconv.FormatInt(cpu, 10)},
+		Private: privateDirs, Hide: g.hidden(t), TmpSize: g.cfg.Memory}
+	var missing []string
+	if uid < 0 {
+		missing = append(missing, "a user of the run's own (not root)")
+	}
+	var cg *runCgroup
+	if h := detectCgroups(); h.version == "" {
+		missing = append(missing, "cgroup limits ("+h.why+")")
+	} else if c, err := newRunCgroup(h, g.cfg.Memory, g.cfg.Processes); err != nil {
+		missing = append(missing, "cgroup limits ("+err.Error()+")")
+	} else {
+		cg = c
+		defer cg.remove()
+		sp.Cgroups = cg.dirs
+	}
+	if g.cfg.RequireIsolation && len(missing) > 0 {
+		return Grade{}, fmt.Errorf("%w: no %s", ErrIsolation, strings.Join(missing, ", no "))
+	}
 	rctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 	tail := builder.NewTail(g.cfg.LogTail)
-	isolated := g.cfg.Isolate
+	ns := g.cfg.Isolate
 	start := time.Now()
-	werr, err := g.start(rctx, dir, args, tail, isolated)
-	if err != nil && isolated && !g.cfg.RequireIsolation && errors.Is(err, ErrIsolation) {
-		isolated = false
-		werr, err = g.start(rctx, dir, args, tail, false)
+	var e ending
+	for {
+		sp.Mount = ns
+		var err error
+		e, err = g.start(rctx, sp, ns, tail)
+		if err == nil && e.setup != "" {
+			err = fmt.Errorf("%w: %s", ErrIsolation, e.setup)
+		}
+		if err == nil || g.cfg.RequireIsolation || !errors.Is(err, ErrIsolation) {
+			if err != nil {
+				return Grade{}, err
+			}
+			break
+		}
+		// Degrade: drop what the host refused and try again.
+		switch {
+		case strings.HasPrefix(e.setup, "cgroup") && sp.Cgroups != nil:
+			missing, sp.Cgroups, cg = append(missing, "cgroup limits ("+e.setup+")"), nil, nil
+		case ns:
+			missing, ns = append(missing, "namespaces ("+oneLine(err.Error(), 200)+")"), false
+		default:
+			return Grade{}, err
+		}
 	}
-	if err != nil {
-		return Grade{}, err
+	gr := Grade{Wall: time.Since(start), Log: tail.String(), Isolated: ns,
+		Sandbox: Isolation{Network: ns, PID: ns, Mount: ns, UID: max(uid, 0), Missing: strings.Join(missing, "; ")}}
+	if cg != nil {
+		gr.Sandbox.Cgroup = cg.version
 	}
-	gr := Grade{Wall: time.Since(start), Log: tail.String(), Isolated: isolated}
 	if ctx.Err() != nil {
 		return Grade{}, fmt.Errorf("grader: %w", ctx.Err())
 	}
+	if e.start != "" {
+		return Grade{}, fmt.Errorf("%w: %s: %s", errStart, g.cfg.Python, e.start)
+	}
 	st := readStatus(filepath.Join(dir, ".status.json"))
+	failed, how := e.failed()
 	switch {
 	case rctx.Err() != nil:
 		gr.Status, gr.ErrorType, gr.Detail = reward.RuntimeError, "Timeout", fmt.Sprintf("no exit within %v", g.cfg.Timeout)
-	case werr == nil:
+	case !failed:
 		// clean exit
-	case exitCode(werr) == 10 && st.Status == string(reward.SyntaxError):
+	case e.code == 10 && st.Status == string(reward.SyntaxError):
 		gr.Status, gr.ErrorType, gr.ErrorLine, gr.Detail = reward.SyntaxError, st.ErrorType, st.ErrorLine, st.Message
 	default:
 		gr.Status, gr.ErrorType, gr.ErrorLine, gr.Detail = reward.RuntimeError, st.ErrorType, st.ErrorLine, st.Message
 		if st.Status != string(reward.RuntimeError) || gr.ErrorType == "" {
-			gr.ErrorType, gr.ErrorLine, gr.Detail = werr.Error(), 0, "" // a signal, or an exit the runner did not see
+			gr.ErrorType, gr.ErrorLine, gr.Detail = how, 0, "" // a signal, or an exit the runner did not see
+		}
+		if cg != nil && cg.ooms() > 0 {
+			gr.ErrorType = "MemoryError"
+			gr.Detail = fmt.Sprintf("the run exceeded its memory limit of %d bytes (%s); %s", g.cfg.Memory, how, gr.Detail)
 		}
 	}
 	return gr, nil
 }
 
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	return -1
-}
-
+// readStatus reads the runner's status file; anything unusable (missing,
+// not a regular file, too long, not JSON) reads as no status.
 func readStatus(path string) status {
 	var st status
-	f, err := os.Open(path)
-	if err != nil {
-		return st
-	}
-	defer f.Close()
-	b, _ := io.ReadAll(io.LimitReader(f, 1<<16))
-	if json.Unmarshal(b, &st) != nil {
+	b, err := readRunFile(path, 1<<16)
+	if err != nil || json.Unmarshal(b, &st) != nil {
 		return status{}
 	}
 	return st
 }
 
-// start runs the interpreter to completion and returns its wait error; err
-// is for a run that could not start.
-func (g *Grader) start(ctx context.Context, dir string, args []string, out io.Writer, isolate bool) (werr, err error) {
-	cmd := exec.Command(g.cfg.Python, args...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env(dir), out, out
-	attr := &syscall.SysProcAttr{Setpgid: true}
-	if os.Geteuid() == 0 {
-		attr.Credential = &syscall.Credential{Uid: uint32(g.cfg.DropTo), Gid: uint32(g.cfg.DropTo), NoSetGroups: true}
+// start runs the sandbox's init to completion and returns how the
+// interpreter ended; err is for a run that could not start. With ns the
+// init gets new PID, network, mount and IPC namespaces (through a user
+// namespace when not root). On a done ctx the init is told to end the run
+// (SIGTERM: it kills every process of the run) and, after KillGrace,
+// killed with its process group.
+func (g *Grader) start(ctx context.Context, sp sandboxSpec, ns bool, out io.Writer) (ending, error) {
+	sp.DropCaps = ns && os.Geteuid() != 0
+	spec, err := json.Marshal(sp)
+	if err != nil {
+		return ending{}, fmt.Errorf("%w: %w", errStart, err)
 	}
-	if isolate {
-		attr.Cloneflags = syscall.CLONE_NEWNET
+	rep, repW, err := os.Pipe()
+	if err != nil {
+		return ending{}, fmt.Errorf("%w: %w", errStart, err)
+	}
+	defer rep.Close()
+	cmd := exec.Command(sandboxExe)
+	cmd.Env = []string{sandboxEnv + "=" + string(spec)}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{repW} // fd 3 (reportFD)
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if ns {
+		attr.Cloneflags = syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
 		if os.Geteuid() != 0 {
 			attr.Cloneflags |= syscall.CLONE_NEWUSER
-			attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Geteuid(), HostID: os.Geteuid(), Size: 1}}
-			attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getegid(), HostID: os.Getegid(), Size: 1}}
+			// The init is root in its namespace (it mounts after its
+			// execve); it starts the run with no capabilities (DropCaps).
+			attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+			attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
 		}
 	}
 	cmd.SysProcAttr = attr
 	cmd.WaitDelay = g.cfg.KillGrace
-	if err := cmd.Start(); err != nil {
-		if isolate && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC)) {
-			return nil, fmt.Errorf("%w: %w", ErrIsolation, err)
+	err = cmd.Start()
+	repW.Close()
+	if err != nil {
+		if ns && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS)) {
+			return ending{}, fmt.Errorf("%w: %w", ErrIsolation, err)
 		}
-		return nil, fmt.Errorf("%w: %s: %w", errStart, g.cfg.Python, err)
+		return ending{}, fmt.Errorf("%w: %s: %w", errStart, sandboxExe, err)
 	}
 	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
+	var werr error
 	select {
 	case werr = <-waited:
 	case <-ctx.Done():
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		_ = syscall.Kill(pgid, syscall.SIGTERM)
 		t := time.NewTimer(g.cfg.KillGrace)
 		select {
 		case werr = <-waited:
 			t.Stop()
 		case <-t.C:
+			_ = syscall.Kill(pgid, syscall.SIGKILL)
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			werr = <-waited
 		}
 	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL) // whatever the run left in its group
-	if errors.Is(werr, exec.ErrWaitDelay) {
-		werr = nil
+	_ = syscall.Kill(-pgid, syscall.SIGKILL) // whatever the init left in its group
+	// The report was written before the init exited; a deadline keeps a
+	// descendant that holds the pipe open from stalling the read.
+	_ = rep.SetReadDeadline(time.Now().Add(g.cfg.KillGrace))
+	b, _ := io.ReadAll(io.LimitReader(rep, 4<<10))
+	e := parseReport(b)
+	if !e.ok { // the init was killed, or died, before it reported
+		var ee *exec.ExitError
+		if errors.As(werr, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				return ending{signal: ws.Signal(), ok: true}, nil
+			}
+			return ending{code: ee.ExitCode(), ok: true}, nil
+		}
+		return ending{code: 125, ok: true}, nil
 	}
-	return werr, nil
+	return e, nil
 }

@@ -61,6 +61,12 @@ type Task struct {
 	Answers     string   `json:"answers"` // file name in Dir with the columns id and target; never shown
 	Metric      Metric   `json:"metric"`
 	Leaderboard []Entry  `json:"leaderboard"` // reference solutions, any order
+	// Hide lists absolute paths a run must not see (masked in its mount
+	// namespace, docs/sandbox.md), such as the public source of the task's
+	// data: Prepare names the datasets scikit-learn ships, from which a
+	// solution could otherwise look its test rows' labels up. The task's
+	// own Dir is always masked.
+	Hide []string `json:"hide,omitempty"`
 }
 
 // TaskFile is the name of a task's JSON file in its directory.
@@ -82,6 +88,11 @@ func (t Task) Validate() error {
 	for _, in := range t.Inputs {
 		if !plainName(in) || in == t.Answers || in == Submission {
 			return fmt.Errorf("%w: %s: input %q is not a plain file name other than the answers and the submission", ErrTask, t.ID, in)
+		}
+	}
+	for _, h := range t.Hide {
+		if !filepath.IsAbs(h) || filepath.Clean(h) != h || h == "/" {
+			return fmt.Errorf("%w: %s: hidden path %q is not a clean absolute path below /", ErrTask, t.ID, h)
 		}
 	}
 	for _, e := range t.Leaderboard {
@@ -215,7 +226,8 @@ func canonID(s string) string {
 
 // Score scores a submission against the answers under m. Every answer id
 // must be predicted (extra ids are an error too); predictions for RMSE
-// must be finite numbers. Problems wrap ErrSubmission.
+// must be finite numbers, and so must the metric (finite predictions as
+// large as 1e308 overflow the squares). Problems wrap ErrSubmission.
 func Score(m Metric, answers, sub map[string]string) (float64, error) {
 	if len(answers) == 0 {
 		return 0, fmt.Errorf("%w: no answers", ErrTask)
@@ -252,7 +264,11 @@ func Score(m Metric, answers, sub map[string]string) (float64, error) {
 	if m == Accuracy {
 		return right / n, nil
 	}
-	return math.Sqrt(sq / n), nil
+	v := math.Sqrt(sq / n)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%w: %s is %g", ErrSubmission, m, v)
+	}
+	return v, nil
 }
 
 func sameLabel(a, b string) bool {

@@ -1,0 +1,270 @@
+package grader
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// cgroupHost is where this host lets the grader make a run's cgroups: a
+// cgroup v2 directory with the memory and pids controllers enabled for
+// its children, else the cgroup v1 memory and pids hierarchies, else none.
+type cgroupHost struct {
+	version string // "v2", "v1" or ""
+	v2      string // the parent of v2 run cgroups
+	memory  string // v1: the parents of run cgroups in the memory and pids hierarchies
+	pids    string
+	why     string // why there is none
+}
+
+var (
+	hostCgroupsOnce sync.Once
+	hostCgroups     cgroupHost
+	cgroupSeq       atomic.Uint64
+)
+
+// detectCgroups finds the cgroups of this process (/proc/self/cgroup) and
+// where their hierarchies are mounted (/proc/self/mountinfo). Run cgroups
+// are made beside this process's own cgroup in v2 (its parent already
+// delegates the controllers this cgroup has, and a cgroup with processes
+// cannot delegate them itself) and below it in v1.
+func detectCgroups() cgroupHost {
+	hostCgroupsOnce.Do(func() { hostCgroups = findCgroups() })
+	return hostCgroups
+}
+
+func findCgroups() cgroupHost {
+	if os.Geteuid() != 0 {
+		return cgroupHost{why: "not root"}
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return cgroupHost{why: err.Error()}
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return cgroupHost{why: err.Error()}
+	}
+	v2mount, v1mounts := cgroupMounts(mounts)
+	paths := map[string]string{} // controller ("" for v2) → path in its hierarchy
+	for _, line := range strings.Split(strings.TrimSpace(string(self)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if f[0] == "0" && f[1] == "" {
+			paths[""] = f[2]
+			continue
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			paths[c] = f[2]
+		}
+	}
+	if v2mount != nil && paths[""] != "" {
+		own := v2mount.join(paths[""])
+		ctl, _ := os.ReadFile(filepath.Join(own, "cgroup.controllers"))
+		if hasWords(string(ctl), "memory", "pids") && own != v2mount.point {
+			return cgroupHost{version: "v2", v2: filepath.Dir(own)}
+		}
+		if own == v2mount.point { // the root cgroup may delegate with processes in it
+			sub, _ := os.ReadFile(filepath.Join(own, "cgroup.subtree_control"))
+			if hasWords(string(sub), "memory", "pids") ||
+				os.WriteFile(filepath.Join(own, "cgroup.subtree_control"), []byte("+memory +pids"), 0) == nil {
+				return cgroupHost{version: "v2", v2: own}
+			}
+		}
+	}
+	mem, pids := v1mounts["memory"], v1mounts["pids"]
+	if mem != nil && pids != nil && paths["memory"] != "" && paths["pids"] != "" {
+		return cgroupHost{version: "v1", memory: mem.join(paths["memory"]), pids: pids.join(paths["pids"])}
+	}
+	return cgroupHost{why: "no cgroup v2 with the memory and pids controllers, and no cgroup v1 memory and pids hierarchies"}
+}
+
+// cgroupMount is a mounted cgroup hierarchy: root is the path inside the
+// hierarchy that is mounted at point.
+type cgroupMount struct{ root, point string }
+
+func (m *cgroupMount) join(p string) string {
+	rel, err := filepath.Rel(m.root, p)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		rel = "."
+	}
+	return filepath.Join(m.point, rel)
+}
+
+// cgroupMounts parses mountinfo(5): the first cgroup2 mount and the
+// cgroup v1 mount of each controller.
+func cgroupMounts(mountinfo []byte) (*cgroupMount, map[string]*cgroupMount) {
+	var v2 *cgroupMount
+	v1 := map[string]*cgroupMount{}
+	sc := bufio.NewScanner(bytes.NewReader(mountinfo))
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 {
+			continue
+		}
+		m := &cgroupMount{root: unescapeMount(f[3]), point: unescapeMount(f[4])}
+		switch g[0] {
+		case "cgroup2":
+			if v2 == nil {
+				v2 = m
+			}
+		case "cgroup":
+			for _, o := range strings.Split(g[2], ",") {
+				if o == "memory" || o == "pids" {
+					v1[o] = m
+				}
+			}
+		}
+	}
+	return v2, v1
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func hasWords(s string, words ...string) bool {
+	have := strings.Fields(s)
+	for _, w := range words {
+		found := false
+		for _, h := range have {
+			found = found || h == w
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// runCgroup is the cgroup (v2) or cgroups (v1: memory and pids) of one run.
+type runCgroup struct {
+	version string
+	dirs    []string // to join, and to remove afterwards
+	memDir  string
+}
+
+// newRunCgroup makes a run's cgroup with a memory limit of memory bytes
+// (0: none; swap included where the host accounts it) and a limit of
+// procs processes and threads.
+func newRunCgroup(h cgroupHost, memory int64, procs int) (*runCgroup, error) {
+	name := fmt.Sprintf("lm2lm-grade-%d-%d", os.Getpid(), cgroupSeq.Add(1))
+	rc := &runCgroup{version: h.version}
+	mk := func(parent string) (string, error) {
+		d := filepath.Join(parent, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return "", err
+		}
+		rc.dirs = append(rc.dirs, d)
+		return d, nil
+	}
+	set := func(dir, file string, v string) error {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0); err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		return nil
+	}
+	mem := "max"
+	if memory > 0 {
+		mem = strconv.FormatInt(memory, 10)
+	}
+	err := func() error {
+		switch h.version {
+		case "v2":
+			d, err := mk(h.v2)
+			if err != nil {
+				return err
+			}
+			rc.memDir = d
+			if err := set(d, "memory.max", mem); err != nil {
+				return err
+			}
+			if err := set(d, "memory.swap.max", "0"); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			return set(d, "pids.max", strconv.Itoa(procs))
+		case "v1":
+			d, err := mk(h.memory)
+			if err != nil {
+				return err
+			}
+			rc.memDir = d
+			if memory > 0 {
+				if err := set(d, "memory.limit_in_bytes", mem); err != nil {
+					return err
+				}
+				if err := set(d, "memory.memsw.limit_in_bytes", mem); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+			}
+			p, err := mk(h.pids)
+			if err != nil {
+				return err
+			}
+			return set(p, "pids.max", strconv.Itoa(procs))
+		}
+		return errors.New(h.why)
+	}()
+	if err != nil {
+		rc.remove()
+		return nil, fmt.Errorf("cgroup %s: %w", h.version, err)
+	}
+	return rc, nil
+}
+
+// ooms is how many processes of the run the kernel killed for memory.
+func (rc *runCgroup) ooms() int {
+	file, key := "memory.events", "oom_kill"
+	if rc.version == "v1" {
+		file = "memory.oom_control"
+	}
+	b, _ := os.ReadFile(filepath.Join(rc.memDir, file))
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == key {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return 0
+}
+
+// remove deletes the run's cgroups, waiting up to a second for their last
+// processes to be gone.
+func (rc *runCgroup) remove() {
+	for i := len(rc.dirs) - 1; i >= 0; i-- {
+		for try := 0; try < 100; try++ {
+			err := syscall.Rmdir(rc.dirs[i])
+			if err == nil || errors.Is(err, syscall.ENOENT) || !errors.Is(err, syscall.EBUSY) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
