@@ -16,7 +16,7 @@ import (
 
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/evalstat"
-		"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
