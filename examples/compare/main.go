@@ -7,10 +7,18 @@
 //	go run ./examples/compare                              # every method × 5 seeds, default profile
 //	go run ./examples/compare -profile short -seeds 3      # quicker
 //	go run ./examples/compare -methods base,lm2lm,static   # a subset
+//	go run ./examples/compare -setting library             # every library default
+//
+// Every method runs one named setting (lab/setting: -setting validated,
+// the main job's default, or library) at one profile of the drivers' one
+// table (setting.Profiles); the result files record both by name and
+// content and are read back only under the same ones. A setting other
+// than validated, -pessimism, -trigger, -eval-predict and -probe off its
+// default each name a run directory of their own.
 //
 // It writes into a run directory (-out, default out/compare, then
 // <suite>-<profile>): one result file per (method, seed) under runs/, named
-// by method and seed and never overwritten; the records of every real run
+// by method and seed, checksummed and never overwritten; the records of every real run
 // (records.jsonl, reused by every later invocation); and the comparison of
 // the chosen methods and seeds as a Markdown table, a JSON file and four PNG
 // charts. A finished (method, seed) is read back from its result file, so a
