@@ -198,3 +198,41 @@ func TestMethodsRunTheSetting(t *testing.T) {
 	require.Equal(t, 8, p.EvalStates)
 	require.Equal(t, 8, p.EvalHistory)
 }
+
+// FuzzDecodeResult: whatever the bytes, decodeResult never panics, and a
+// result it accepts holds only bounded numbers and round-trips through
+// encodeResult unchanged.
+func FuzzDecodeResult(f *testing.F) {
+	o := options{profile: "tiny", suite: "v2-val"}
+	good, err := encodeResult(testResult(o, "lm2lm", 1))
+	require.NoError(f, err)
+	f.Add(good)
+	f.Add(good[:len(good)/2])
+	f.Add([]byte(`{"version": 2, "method": "base", "seed": 1}`))
+	f.Add([]byte(`{"format":"lm2lm-compare-result/3","sha256":"","result":{"gains_sigma":[null]}}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := decodeResult(data)
+		if err != nil {
+			return
+		}
+		for _, s := range r.States {
+			for _, g := range s.Gains {
+				if !(g >= -maxMagnitude && g <= maxMagnitude) {
+					t.Fatalf("accepted gain %g", g)
+				}
+			}
+		}
+		again, err := encodeResult(r)
+		if err != nil {
+			t.Fatalf("re-encoding an accepted result: %v", err)
+		}
+		back, err := decodeResult(again)
+		if err != nil {
+			t.Fatalf("re-reading an accepted result: %v", err)
+		}
+		if jsonText(back) != jsonText(r) {
+			t.Fatalf("round trip changed the result")
+		}
+	})
+}
