@@ -292,7 +292,7 @@ func (c *core) calibrationPicks(ro *rolloutData, m records.Evidence, budget int,
 	}
 	var cands []ref
 	var scores []float64
-	var taskIDs, keys []string
+	var keys []string
 	for gi, g := range ro.groups {
 		for i, s := range g.samples {
 			key := records.TaskChange{Task: g.state.Task, Proposal: s.Proposal}.Key()
@@ -301,11 +301,10 @@ func (c *core) calibrationPicks(ro *rolloutData, m records.Evidence, budget int,
 			}
 			cands = append(cands, ref{gi, i})
 			scores = append(scores, s.scaled)
-			taskIDs = append(taskIDs, g.state.Task.ID)
 			keys = append(keys, key)
 		}
 	}
-	opt := calibrate.Options{Task: taskIDs, PerTask: c.cfg.PerTask}
+	var opt calibrate.Options
 	if !c.cfg.DuplicateRuns {
 		opt.Key, opt.UniqueKeys = keys, true
 	}

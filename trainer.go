@@ -78,32 +78,38 @@ type Config struct {
 	// policy's own (proposer.PolicyConfig.Loss for the embedded policy), and
 	// MaxDraws is unused (the rollout's States groups are drawn up front).
 	DAPO dapo.Config
-	// Reward parameterises reward shaping; default reward.DefaultConfig().
+	// Reward parameterises reward shaping; default reward.DefaultConfig()
+	// (METHOD.md §1 Reward: the clip c, the infeasible and no-change
+	// penalties; Reward.Pessimism is beyond it, METHOD.md §1 Known
+	// weaknesses).
 	Reward reward.Config
 	// Schedule is the calibration schedule; default steps 16, 40, 64 with
 	// budgets 31, 38, 31 (METHOD.md §1 On-policy calibration). It must fall
 	// on rollout boundaries (multiples of RolloutEvery).
 	Schedule calibrate.Schedule
-	// Calibration is TopRated (default), RandomCalibration or Static.
+	// Calibration is TopRated (default: LM2LM's greedy top-B, METHOD.md §1
+	// On-policy calibration), RandomCalibration or Static (its "random
+	// calibration" and "static RWM" ablations).
 	Calibration Calibration
-	// PerTask caps the calibration runs of one task per calibration point;
-	// 0 = no cap (default, as the paper).
-	PerTask int
 	// DuplicateRuns allows calibration to execute a change (task and
 	// canonical key) that is already in M, or twice in one calibration
-	// point. Default false (library choice: a second run of a known change
+	// point (METHOD.md §1 On-policy calibration: the top-B proposals of
+	// the current policy). Default false (library choice: a second run of a known change
 	// buys little and costs a run; with an idempotent executor such as a
 	// builder.Pool over a store and a builder with fixed seeds it returns
 	// the stored record, a duplicate in M).
 	DuplicateRuns bool
 	// MaxHistory is the longest history sampled for a state; default
-	// records.MaxHistory (8).
+	// records.MaxHistory (8; METHOD.md §1 Vocabulary: a state holds 0–8
+	// earlier outcomes of its task).
 	MaxHistory int
 	// Parallel bounds concurrent world-model calls and concurrent real runs;
-	// default 2 (library choice).
+	// default 2 (library choice: a laptop's cores; it changes the wall
+	// time, never the results).
 	Parallel int
 	// Seed seeds the trainer's random source (state sampling, proposals,
-	// random calibration). Default 1 (library choice).
+	// random calibration). Default 1 (library choice: any fixed seed makes
+	// a run reproducible).
 	Seed uint64
 	// Now stamps synthetic records; default a zero time (library choice:
 	// keeps runs reproducible byte for byte).
@@ -203,8 +209,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxHistory = %d, want 0..%d", ErrConfig, c.MaxHistory, records.MaxHistory)
 	case c.Parallel < 1:
 		return fmt.Errorf("%w: Parallel = %d, want ≥ 1", ErrConfig, c.Parallel)
-	case c.PerTask < 0:
-		return fmt.Errorf("%w: PerTask = %d, want ≥ 0", ErrConfig, c.PerTask)
 	case c.Calibration < TopRated || c.Calibration > Static:
 		return fmt.Errorf("%w: unknown calibration %d", ErrConfig, int(c.Calibration))
 	}

@@ -1,6 +1,7 @@
 package proposer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -48,13 +49,19 @@ func (p *Policy) MarshalBinary() ([]byte, error) {
 
 // UnmarshalBinary replaces the policy with the checkpoint in data (as
 // written by MarshalBinary). It works on a zero Policy. A checkpoint of
-// another format, with an invalid config or catalogue, with vectors that
+// another format, with a field it does not know or data after it, with
+// an invalid config or catalogue, with vectors that
 // do not fit the catalogue's layout, or with non-finite values fails with
 // an error wrapping ErrCheckpoint and leaves the policy unchanged.
 func (p *Policy) UnmarshalBinary(data []byte) error {
 	var c checkpoint
-	if err := json.Unmarshal(data, &c); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
 		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: data after the checkpoint", ErrCheckpoint)
 	}
 	if c.Format != checkpointFormat {
 		return fmt.Errorf("%w: format %q, want %q", ErrCheckpoint, c.Format, checkpointFormat)

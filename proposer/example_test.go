@@ -59,25 +59,6 @@ func ExamplePolicy() {
 	// P(card) after 10 updates: [0.02 0.01 0.97]
 }
 
-func ExampleStandardisedInputs() {
-	// The hidden layer reads the training tasks' varying descriptors as
-	// real values, standardised over those tasks; depth is the same on
-	// every task and gets no input.
-	train := []records.Task{
-		{Descriptors: map[string]float64{"log10_lr": -3, "depth": 2}},
-		{Descriptors: map[string]float64{"log10_lr": -2, "depth": 2}},
-	}
-	cfg := proposer.DefaultPolicyConfig()
-	cfg.Hidden, cfg.DescriptorInputs = 8, proposer.StandardisedInputs(train)
-	for _, d := range cfg.DescriptorInputs {
-		fmt.Printf("%s: centre %.3f, scale %.3f\n", d.Name, d.Center, d.Scale)
-	}
-	fmt.Println(cfg.Validate())
-	// Output:
-	// log10_lr: centre -1.631, scale 0.187
-	// <nil>
-}
-
 // Top decodes a policy's most probable distinct proposals instead of
 // sampling: after a few supervised steps towards warm-up 50, it comes
 // first, then the others by sequence log-prob (a card without parameters

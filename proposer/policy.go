@@ -38,14 +38,8 @@ import (
 //     positive gain, a non-positive gain or an infeasible run, and the same
 //     three indicators for the most recent history record alone, and the
 //     hashed words of the task's description (PolicyConfig.DescriptionBuckets),
-//     and its binned numeric descriptors (PolicyConfig.DescriptorBuckets),
-//     and the history's exact proposals with their outcomes
-//     (PolicyConfig.HistoryProposalBuckets)
+//     and its binned numeric descriptors (PolicyConfig.DescriptorBuckets)
 //     (METHOD.md §1 Vocabulary: research state s = (e, h));
-//   - the task's descriptors also as real-valued inputs, standardised and
-//     clamped (PolicyConfig.DescriptorInputs): of the hidden layer when
-//     there is one, and with PolicyConfig.DescriptorLinear of every
-//     head's logits as linear terms, z_k += Σ_d L[d, k]·x_d;
 //   - previous tokens: for a parameter token, the choices already made for
 //     the card's earlier parameters.
 //
@@ -97,9 +91,6 @@ const metricFeatures = 3
 type head struct {
 	off, dIn, nOut int
 	v              int
-	// lin: with PolicyConfig.DescriptorLinear, the head's linear weights
-	// of the descriptor inputs L[d, k] = theta[lin + d*nOut + k].
-	lin int
 }
 
 type paramLayout struct {
@@ -134,28 +125,25 @@ type layout struct {
 	descN     int // number of description buckets (0 = none)
 	dscOff    int // offset of the hashed descriptor bins
 	dscN      int // number of descriptor buckets (0 = none)
-	dscSpread int // bins either side a descriptor also turns on
-	hpOff     int // offset of the hashed (history proposal, outcome) features
-	hpN       int // number of history-proposal buckets (0 = none)
 	nSlots    int // catalogue cards + no-change + unknown
 	hidden    int // hidden units H (0 = none)
 	uOff      int // U[f, i] = theta[uOff + f*H + i], f < dState; len(theta) when H = 0
 	cOff      int // c_i = theta[cOff + i]
-	inputs    []DescriptorInput
-	udOff     int  // Ud[d, i] = theta[udOff + d*H + i], d < len(inputs): after every V
-	linear    bool // the inputs also enter every head linearly (head.lin, after Ud)
 }
 
-// defaultHiddenInitStd is the standard deviation of the initial hidden
-// weights U when PolicyConfig.HiddenInitStd is 0.
-const defaultHiddenInitStd = 0.1
+// hiddenInitStd is σ, the standard deviation of the initial hidden weights
+// U ~ N(0, σ²). Library choice: a state with n active features starts
+// with pre-activations of standard deviation σ·√n, and σ = 0.1 keeps them
+// in tanh's range (below 1) for the lab's states, which have tens of
+// features.
+const hiddenInitStd = 0.1
 
 // NewPolicy returns the policy for catalogue under cfg. With cfg.InitStd = 0
 // all weights start at zero (the uniform policy) and rng may be nil;
 // otherwise rng draws the initial weights of the log-linear heads, so
 // equal seeds give equal policies. With cfg.Hidden > 0, rng must not be
 // nil: after those draws it draws the hidden weights U ~ N(0, σ²) (σ =
-// cfg.HiddenInitStd, 0.1 when 0), while the hidden biases c and the
+// 0.1, hiddenInitStd), while the hidden biases c and the
 // output weights V start at zero, so the hidden layer adds nothing to the
 // initial logits (with InitStd = 0 the initial policy is still exactly
 // uniform). The catalogue is copied; it must be non-empty, with distinct,
@@ -190,15 +178,8 @@ func NewPolicy(catalogue []records.Card, cfg PolicyConfig, rng *rand.Rand) (*Pol
 		if rng == nil {
 			return nil, fmt.Errorf("%w: Hidden = %d needs an rng", ErrConfig, cfg.Hidden)
 		}
-		std := cfg.HiddenInitStd
-		if std == 0 {
-			std = defaultHiddenInitStd
-		}
 		for i := lay.uOff; i < lay.cOff; i++ {
-			p.theta[i] = std * rng.NormFloat64()
-		}
-		for i := lay.udOff; i < lay.udOff+len(lay.inputs)*lay.hidden; i++ {
-			p.theta[i] = std * rng.NormFloat64()
+			p.theta[i] = hiddenInitStd * rng.NormFloat64()
 		}
 	}
 	return p, nil
@@ -267,8 +248,6 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 	lay.histLast, off = off, off+lay.nSlots*numOutcomes
 	lay.descOff, lay.descN, off = off, cfg.DescriptionBuckets, off+cfg.DescriptionBuckets
 	lay.dscOff, lay.dscN, off = off, cfg.DescriptorBuckets, off+cfg.DescriptorBuckets
-	lay.dscSpread = cfg.DescriptorSpread
-	lay.hpOff, lay.hpN, off = off, cfg.HistoryProposalBuckets, off+cfg.HistoryProposalBuckets
 	lay.dState = off
 
 	// Heads: the card head, then one per (card, parameter).
@@ -301,17 +280,6 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 		}
 	} else {
 		lay.cOff = n
-	}
-	// The descriptor inputs' weights after every other parameter: Ud, then
-	// each head's linear weights L, so that a policy without them keeps
-	// its layout.
-	lay.inputs, lay.udOff = append([]DescriptorInput(nil), cfg.DescriptorInputs...), n
-	n += len(cfg.DescriptorInputs) * cfg.Hidden
-	if lay.linear = cfg.DescriptorLinear; lay.linear {
-		for i := range lay.heads {
-			lay.heads[i].lin = n
-			n += len(cfg.DescriptorInputs) * lay.heads[i].nOut
-		}
 	}
 	lay.nParams = n
 	return lay, nil
@@ -358,53 +326,24 @@ func (l *layout) stateFeatures(s records.State, buckets int) []int {
 		f = append(f, l.histLast+l.slot(r.Proposal)*numOutcomes+outcome(r))
 	}
 	f = append(f, l.descriptionFeatures(s.Task.Description)...)
-	f = append(f, l.descriptorFeatures(s.Task.Descriptors)...)
-	return append(f, l.historyProposalFeatures(hist)...)
-}
-
-// historyProposalFeatures returns the distinct hashed (proposal, outcome)
-// indices of the history's records in increasing order
-// (PolicyConfig.HistoryProposalBuckets).
-func (l *layout) historyProposalFeatures(hist []records.Record) []int {
-	if l.hpN == 0 || len(hist) == 0 {
-		return nil
-	}
-	out := make([]int, 0, len(hist))
-	for _, r := range hist {
-		h := fnv.New64a()
-		h.Write([]byte(r.Proposal.Key()))
-		h.Write([]byte{0, byte(outcome(r))})
-		out = append(out, l.hpOff+int(h.Sum64()%uint64(l.hpN)))
-	}
-	sort.Ints(out)
-	return slices.Compact(out)
+	return append(f, l.descriptorFeatures(s.Task.Descriptors)...)
 }
 
 // descriptorFeatures returns the distinct hashed (name, bin) indices of a
-// task's descriptors in increasing order (PolicyConfig.DescriptorBuckets),
-// each descriptor's bin and the DescriptorSpread bins either side.
+// task's descriptors in increasing order (PolicyConfig.DescriptorBuckets).
 func (l *layout) descriptorFeatures(d map[string]float64) []int {
 	if l.dscN == 0 || len(d) == 0 {
 		return nil
 	}
-	out := make([]int, 0, len(d)*(2*l.dscSpread+1))
+	out := make([]int, 0, len(d))
 	var buf [8]byte
 	for name, v := range d {
-		q := descriptorBin(v)
-		for off := -l.dscSpread; off <= l.dscSpread; off++ {
-			b := q
-			if q != math.MinInt64 { // a non-finite value has one bin
-				b += int64(off)
-			} else if off != 0 {
-				continue
-			}
-			h := fnv.New64a()
-			h.Write([]byte(name))
-			h.Write([]byte{0})
-			binary.LittleEndian.PutUint64(buf[:], uint64(b))
-			h.Write(buf[:])
-			out = append(out, l.dscOff+int(h.Sum64()%uint64(l.dscN)))
-		}
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		h.Write([]byte{0})
+		binary.LittleEndian.PutUint64(buf[:], uint64(descriptorBin(v)))
+		h.Write(buf[:])
+		out = append(out, l.dscOff+int(h.Sum64()%uint64(l.dscN)))
 	}
 	sort.Ints(out)
 	return slices.Compact(out)
@@ -499,27 +438,9 @@ func (l *layout) tokenFeatures(dst, state []int, card int, toks []int, t int) (h
 	return l.heads[ps[t-1].head], dst
 }
 
-// descriptorInputs returns the standardised descriptor inputs x_d of a
-// task (PolicyConfig.DescriptorInputs), nil when there are none.
-func (l *layout) descriptorInputs(t records.Task) []float64 {
-	if len(l.inputs) == 0 {
-		return nil
-	}
-	x := make([]float64, len(l.inputs))
-	for i, d := range l.inputs {
-		v, ok := t.Descriptors[d.Name]
-		if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
-			continue
-		}
-		x[i] = max(-descriptorInputClamp, min(descriptorInputClamp, (math.Asinh(v)-d.Center)/d.Scale))
-	}
-	return x
-}
-
-// hiddenAct returns the hidden activations h = tanh(U · x_state + Ud · xd
-// + c) of the active state features and the descriptor inputs xd, or nil
-// without a hidden layer.
-func (p *Policy) hiddenAct(state []int, xd []float64) []float64 {
+// hiddenAct returns the hidden activations h = tanh(U · x_state + c) of
+// the active state features, or nil without a hidden layer.
+func (p *Policy) hiddenAct(state []int) []float64 {
 	nh := p.lay.hidden
 	if nh == 0 {
 		return nil
@@ -531,25 +452,15 @@ func (p *Policy) hiddenAct(state []int, xd []float64) []float64 {
 			a[i] += u
 		}
 	}
-	for d, x := range xd {
-		if x == 0 {
-			continue
-		}
-		row := p.theta[p.lay.udOff+d*nh : p.lay.udOff+(d+1)*nh]
-		for i, u := range row {
-			a[i] += u * x
-		}
-	}
 	for i := range a {
 		a[i] = math.Tanh(a[i])
 	}
 	return a
 }
 
-// logits writes z_k / T for head h, active features x, hidden
-// activations hid (nil without a hidden layer) and descriptor inputs xd
-// (read only with PolicyConfig.DescriptorLinear) into out.
-func (p *Policy) logits(out []float64, h head, x []int, hid, xd []float64, temp float64) []float64 {
+// logits writes z_k / T for head h, active features x and hidden
+// activations hid (nil without a hidden layer) into out.
+func (p *Policy) logits(out []float64, h head, x []int, hid []float64, temp float64) []float64 {
 	out = out[:0]
 	bias := p.theta[h.off+h.dIn*h.nOut : h.off+(h.dIn+1)*h.nOut]
 	out = append(out, bias...)
@@ -566,16 +477,6 @@ func (p *Policy) logits(out []float64, h head, x []int, hid, xd []float64, temp 
 				s += w * hid[i]
 			}
 			out[k] += s
-		}
-	}
-	if p.lay.linear {
-		for d, v := range xd {
-			if v == 0 {
-				continue
-			}
-			for k, w := range p.theta[h.lin+d*h.nOut : h.lin+(d+1)*h.nOut] {
-				out[k] += w * v
-			}
 		}
 	}
 	for k := range out {
@@ -663,9 +564,8 @@ func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.
 	}
 	temp := p.cfg.Temperature
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	xd := p.lay.descriptorInputs(s.Task)
-	hid := p.hiddenAct(state, xd)
-	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, hid, xd, temp))
+	hid := p.hiddenAct(state)
+	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, hid, temp))
 	var buf []float64
 	var x []int
 	out := make([]Sample, n)
@@ -684,7 +584,7 @@ func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.
 		for t := 1; t < len(toks); t++ {
 			var h head
 			h, x = p.lay.tokenFeatures(x, state, c, toks, t)
-			buf = logSoftmax(p.logits(buf, h, x, hid, xd, temp))
+			buf = logSoftmax(p.logits(buf, h, x, hid, temp))
 			k := draw(buf, rng)
 			toks[t] = k
 			lp[t] = buf[k]
@@ -780,15 +680,14 @@ func (p *Policy) Score(ctx context.Context, s records.State, smp Sample) ([]floa
 		return nil, fmt.Errorf("proposer: score: %w", err)
 	}
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	xd := p.lay.descriptorInputs(s.Task)
-	hid := p.hiddenAct(state, xd)
+	hid := p.hiddenAct(state)
 	lp := make([]float64, len(toks))
 	var buf []float64
 	var x []int
 	for t := range toks {
 		var h head
 		h, x = p.lay.tokenFeatures(x, state, toks[0], toks, t)
-		buf = logSoftmax(p.logits(buf, h, x, hid, xd, p.sampleTemp(smp)))
+		buf = logSoftmax(p.logits(buf, h, x, hid, p.sampleTemp(smp)))
 		lp[t] = buf[toks[t]]
 	}
 	return lp, nil
@@ -806,8 +705,7 @@ func (p *Policy) CardProbs(s records.State) []float64 {
 		return nil
 	}
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	xd := p.lay.descriptorInputs(s.Task)
-	lp := logSoftmax(p.logits(nil, p.lay.heads[0], state, p.hiddenAct(state, xd), xd, p.cfg.Temperature))
+	lp := logSoftmax(p.logits(nil, p.lay.heads[0], state, p.hiddenAct(state), p.cfg.Temperature))
 	for k := range lp {
 		lp[k] = math.Exp(lp[k])
 	}

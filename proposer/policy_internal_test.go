@@ -8,7 +8,6 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"testing"
 
@@ -128,7 +127,7 @@ func TestLogProbGradientMatchesFiniteDifferences(t *testing.T) {
 		t.Run(fmt.Sprintf("T=%g", temp), func(t *testing.T) {
 			cfg := DefaultPolicyConfig()
 			cfg.InitStd, cfg.Temperature, cfg.NoChange = 0.5, temp, true
-			cfg.HistoryProposalBuckets = 32 // the history-proposal block's weights are checked too
+			cfg.DescriptorBuckets = 32 // the descriptor block's weights are checked too
 			p := newRandomPolicy(t, cfg, 11)
 			rng := rand.New(rand.NewPCG(12, 13))
 			for trial := range 8 {
@@ -138,7 +137,7 @@ func TestLogProbGradientMatchesFiniteDifferences(t *testing.T) {
 				toks, err := p.lay.encode(smp[0])
 				require.NoError(t, err)
 				state := p.lay.stateFeatures(s, cfg.FamilyBuckets)
-				f, grad, _ := weightedLogProb(p, state, nil, toks, temp, rng)
+				f, grad, _ := weightedLogProb(p, state, toks, temp, rng)
 				t.Logf("trial %d: %d tokens %v", trial, len(toks), smp[0].Tokens)
 				checkGradient(t, p, f, grad, rng)
 			}
@@ -343,9 +342,6 @@ func TestConfigValidate(t *testing.T) {
 		{"beta2 < 0", func(c *PolicyConfig) { c.Adam.Beta2 = -0.1 }},
 		{"zero eps", func(c *PolicyConfig) { c.Adam.Eps = 0 }},
 		{"bad loss", func(c *PolicyConfig) { c.Loss.EpsLow = -1 }},
-		{"spread without descriptor buckets", func(c *PolicyConfig) { c.DescriptorSpread = 2 }},
-		{"negative spread", func(c *PolicyConfig) { c.DescriptorBuckets, c.DescriptorSpread = 64, -1 }},
-		{"spread too wide", func(c *PolicyConfig) { c.DescriptorBuckets, c.DescriptorSpread = 64, 17 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -446,10 +442,10 @@ func TestDescriptorFeatures(t *testing.T) {
 	require.Empty(t, l.descriptorFeatures(nil))
 }
 
-func TestDescriptorSpread(t *testing.T) {
-	// With spread s, a value turns on its bin and the s bins either side:
-	// widths 64 (bin 24) and 90 (bin ⌊4·log₂91⌋ = 26) share bins 24..26 at
-	// s = 2 and nothing at s = 0.
+func TestDescriptorFeatureIsItsBinsBucket(t *testing.T) {
+	// A descriptor turns on exactly the bucket FNV-1a(name, 0, bin) of its
+	// quarter-octave bin: width 64 is bin ⌊4·log₂65⌋ = 24; a non-finite
+	// value has the one bin math.MinInt64.
 	bucket := func(l layout, name string, bin int64) int {
 		var buf [8]byte
 		h := fnv.New64a()
@@ -459,51 +455,35 @@ func TestDescriptorSpread(t *testing.T) {
 		h.Write(buf[:])
 		return l.dscOff + int(h.Sum64()%uint64(l.dscN))
 	}
-	l := layout{dscOff: 10, dscN: 1 << 14, dscSpread: 2}
-	require.Equal(t, int64(26), descriptorBin(90))
-	var want []int
-	for b := int64(22); b <= 26; b++ {
-		want = append(want, bucket(l, "width", b))
-	}
+	l := layout{dscOff: 10, dscN: 1 << 14}
+	require.Equal(t, int64(24), descriptorBin(64))
+	require.Equal(t, []int{bucket(l, "width", 24)}, l.descriptorFeatures(map[string]float64{"width": 64}))
+	require.Equal(t, []int{bucket(l, "x", math.MinInt64)}, l.descriptorFeatures(map[string]float64{"x": math.Inf(1)}))
+	two := l.descriptorFeatures(map[string]float64{"width": 64, "log10_lr": -2})
+	want := []int{bucket(l, "width", 24), bucket(l, "log10_lr", descriptorBin(-2))}
 	sort.Ints(want)
-	require.Equal(t, want, l.descriptorFeatures(map[string]float64{"width": 64}))
-	shared := func(l layout) int {
-		a, b := l.descriptorFeatures(map[string]float64{"width": 64}), l.descriptorFeatures(map[string]float64{"width": 90})
-		n := 0
-		for _, x := range a {
-			if slices.Contains(b, x) {
-				n++
-			}
-		}
-		return n
-	}
-	require.Equal(t, 3, shared(l))
-	l.dscSpread = 0
-	require.Equal(t, 0, shared(l))
-	// A non-finite value keeps its single bin.
-	l.dscSpread = 2
-	require.Len(t, l.descriptorFeatures(map[string]float64{"x": math.Inf(1)}), 1)
+	require.Equal(t, want, two)
 }
 
 // weightedLogProb returns f = Σ_t w_t·log π(tok_t) of one sequence with
 // random weights w drawn from rng, its analytic gradient from backward,
 // and the forward pass the gradient came from: what the finite-difference
 // gradient tests compare.
-func weightedLogProb(p *Policy, state []int, xd []float64, toks []int, temp float64, rng *rand.Rand) (f func() float64, grad []float64, ps pass) {
+func weightedLogProb(p *Policy, state []int, toks []int, temp float64, rng *rand.Rand) (f func() float64, grad []float64, ps pass) {
 	w := make([]float64, len(toks))
 	for i := range w {
 		w[i] = rng.NormFloat64()
 	}
 	f = func() float64 {
 		var v float64
-		ps := p.forward(state, xd, toks, temp)
+		ps := p.forward(state, toks, temp)
 		for i, lp := range ps.tokenLogProbs() {
 			v += w[i] * lp
 		}
 		return v
 	}
 	grad = make([]float64, p.lay.nParams)
-	ps = p.forward(state, xd, toks, temp)
+	ps = p.forward(state, toks, temp)
 	ps.backward(w, grad)
 	return f, grad, ps
 }

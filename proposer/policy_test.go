@@ -484,19 +484,13 @@ func FuzzUnmarshalBinary(f *testing.F) {
 	f.Add(good)
 	f.Add(good[:len(good)/2])
 	hcfg := proposer.DefaultPolicyConfig()
-	hcfg.Hidden, hcfg.DescriptorInputs = 2, []proposer.DescriptorInput{{Name: "log10_lr", Center: -2, Scale: 0.5}}
+	hcfg.Hidden, hcfg.DescriptorBuckets = 2, 16
 	h, err := proposer.NewPolicy(cat, hcfg, rand.New(rand.NewPCG(1, 2)))
 	require.NoError(f, err)
-	withInputs, err := h.MarshalBinary()
+	withHidden, err := h.MarshalBinary()
 	require.NoError(f, err)
-	f.Add(withInputs)
-	lcfg := proposer.DefaultPolicyConfig()
-	lcfg.DescriptorInputs, lcfg.DescriptorLinear = hcfg.DescriptorInputs, true
-	lin, err := proposer.NewPolicy(cat, lcfg, nil)
-	require.NoError(f, err)
-	withLinear, err := lin.MarshalBinary()
-	require.NoError(f, err)
-	f.Add(withLinear)
+	f.Add(withHidden)
+	f.Add(bytes.Replace(withHidden, []byte(`"hidden":2`), []byte(`"hidden":2,"hidden_init_std":1`), 1))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{"format":"lm2lm/proposer.Policy/v1","config":{"temperature":1,"family_buckets":1000000}}`))
@@ -525,6 +519,31 @@ func FuzzUnmarshalBinary(f *testing.F) {
 			t.Fatalf("re-reading a checkpoint: %v", err)
 		}
 	})
+}
+
+// A checkpoint is decoded strictly: one that names a field the policy
+// no longer has (a lever removed from PolicyConfig, such as
+// descriptor_spread or hidden_init_std, which would change the features
+// or the draws without changing the number of parameters) is refused,
+// never read as a different policy.
+func TestCheckpointWithUnknownFieldIsRefused(t *testing.T) {
+	cfg := proposer.DefaultPolicyConfig()
+	cfg.Hidden, cfg.DescriptorBuckets = 2, 16
+	p, err := proposer.NewPolicy(lab.Catalogue(), cfg, rand.New(rand.NewPCG(1, 2)))
+	require.NoError(t, err)
+	good, err := p.MarshalBinary()
+	require.NoError(t, err)
+	var q proposer.Policy
+	require.NoError(t, q.UnmarshalBinary(good))
+	for _, field := range []string{`"descriptor_spread":2`, `"hidden_init_std":1`, `"history_proposal_buckets":64`} {
+		bad := bytes.Replace(good, []byte(`"descriptor_buckets":16`), []byte(`"descriptor_buckets":16,`+field), 1)
+		require.NotEqual(t, good, bad)
+		err := q.UnmarshalBinary(bad)
+		require.ErrorIs(t, err, proposer.ErrCheckpoint, field)
+		require.ErrorContains(t, err, "unknown field", field)
+	}
+	bad := append(append([]byte(nil), good...), []byte(`{}`)...)
+	require.ErrorIs(t, q.UnmarshalBinary(bad), proposer.ErrCheckpoint, "data after the checkpoint")
 }
 
 func TestZeroPolicy(t *testing.T) {

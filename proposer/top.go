@@ -55,9 +55,8 @@ func (p *Policy) Top(ctx context.Context, s records.State, n int) ([]Sample, err
 	}
 	temp := p.cfg.Temperature
 	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	xd := p.lay.descriptorInputs(s.Task)
-	hid := p.hiddenAct(state, xd)
-	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, hid, xd, temp))
+	hid := p.hiddenAct(state)
+	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, hid, temp))
 	type cand struct {
 		toks []int
 		lp   []float64
@@ -75,7 +74,7 @@ func (p *Policy) Top(ctx context.Context, s records.State, n int) ([]Sample, err
 		}
 		var h head
 		h, x = p.lay.tokenFeatures(x, state, c, toks, t)
-		logp := logSoftmax(p.logits(nil, h, x, hid, xd, temp))
+		logp := logSoftmax(p.logits(nil, h, x, hid, temp))
 		for k, l := range logp {
 			walk(append(toks, k), append(lp, l), sum+l)
 		}

@@ -20,7 +20,6 @@ type pass struct {
 	logp  [][]float64
 	temp  float64
 	state []int
-	xd    []float64 // the state's descriptor inputs (PolicyConfig.DescriptorInputs)
 	hid   []float64
 	theta []float64
 	lay   *layout
@@ -36,14 +35,14 @@ func (ps *pass) tokenLogProbs() []float64 {
 }
 
 // forward runs the policy on one encoded sequence.
-func (p *Policy) forward(state []int, xd []float64, toks []int, temp float64) pass {
+func (p *Policy) forward(state []int, toks []int, temp float64) pass {
 	ps := pass{toks: toks, heads: make([]head, len(toks)), feats: make([][]int, len(toks)),
-		logp: make([][]float64, len(toks)), temp: temp, state: state, xd: xd, hid: p.hiddenAct(state, xd),
+		logp: make([][]float64, len(toks)), temp: temp, state: state, hid: p.hiddenAct(state),
 		theta: p.theta, lay: &p.lay}
 	for t := range toks {
 		h, x := p.lay.tokenFeatures(nil, state, toks[0], toks, t)
 		ps.heads[t], ps.feats[t] = h, x
-		ps.logp[t] = logSoftmax(p.logits(nil, h, x, ps.hid, xd, temp))
+		ps.logp[t] = logSoftmax(p.logits(nil, h, x, ps.hid, temp))
 	}
 	return ps
 }
@@ -52,9 +51,8 @@ func (p *Policy) forward(state []int, xd []float64, toks []int, temp float64) pa
 // logits and z = u / T, ∂ log π(k)/∂u_j = (1[j = k] − π_j) / T, and
 // ∂u_j/∂W[f, j] = x_f, ∂u_j/∂b_j = 1. With a hidden layer h = tanh(a),
 // a = U·x_state + c, also ∂u_j/∂V[j, i] = h_i and ∂u_j/∂h_i = V[j, i], and
-// the summed ∂/∂h_i of every token reaches c_i, U[f, i] (x_f = 1) and
-// Ud[d, i] (times xd_d) through ∂h_i/∂a_i = 1 − h_i². With linear
-// descriptor inputs, ∂u_j/∂L[d, j] = xd_d.
+// the summed ∂/∂h_i of every token reaches c_i and U[f, i] (x_f = 1)
+// through ∂h_i/∂a_i = 1 − h_i².
 func (ps *pass) backward(g []float64, grad []float64) {
 	var dh []float64
 	if len(ps.hid) > 0 {
@@ -79,11 +77,6 @@ func (ps *pass) backward(g []float64, grad []float64) {
 			grad[bias+j] += d
 			for _, f := range ps.feats[t] {
 				grad[h.off+f*h.nOut+j] += d
-			}
-			if ps.lay.linear {
-				for dd, v := range ps.xd {
-					grad[h.lin+dd*h.nOut+j] += d * v
-				}
 			}
 			if dh != nil {
 				ps.backHead(d, h.v+j*len(dh), dh, grad)
@@ -116,12 +109,6 @@ func (ps *pass) backHidden(dh, grad []float64) {
 		row := grad[l.uOff+f*nh : l.uOff+(f+1)*nh]
 		for i, da := range dh {
 			row[i] += da
-		}
-	}
-	for d, x := range ps.xd {
-		row := grad[l.udOff+d*nh : l.udOff+(d+1)*nh]
-		for i, da := range dh {
-			row[i] += da * x
 		}
 	}
 }
@@ -172,7 +159,7 @@ func (p *Policy) prepare(ctx context.Context, op string, items []Item, needOld b
 			}
 		}
 		state := p.lay.stateFeatures(it.State, p.cfg.FamilyBuckets)
-		passes[i] = p.forward(state, p.lay.descriptorInputs(it.State.Task), toks, p.sampleTemp(it.Sample))
+		passes[i] = p.forward(state, toks, p.sampleTemp(it.Sample))
 		for _, lp := range passes[i].logp {
 			ent += entropy(lp)
 		}
@@ -222,10 +209,10 @@ func (p *Policy) Update(ctx context.Context, batch []Item) (Stats, error) {
 	var kl float64
 	for i, it := range batch {
 		ps := &passes[i]
-		hid := p.hiddenAct(ps.state, ps.xd)
+		hid := p.hiddenAct(ps.state)
 		for t, k := range ps.toks {
 			h, x := ps.heads[t], ps.feats[t]
-			lp := logSoftmax(p.logits(ps.logp[t][:0], h, x, hid, ps.xd, ps.temp))[k]
+			lp := logSoftmax(p.logits(ps.logp[t][:0], h, x, hid, ps.temp))[k]
 			d := lp - it.Sample.LogProbs[t]
 			kl += math.Expm1(d) - d
 		}

@@ -12,8 +12,8 @@ import (
 	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
-	"github.com/lm2lm/lm2lm/internal/labsetup"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
@@ -39,55 +39,29 @@ func (j job) String() string { return fmt.Sprintf("%s seed %d", j.method, j.seed
 // progress bar's total; WMRL's anchor runs add to it as they come).
 func expectedRuns(o options, m method, tests int) int {
 	p, _ := o.prof() // validated
-	n := tests * p.evalStates * lm2lm.DefaultEvalConfig().K
+	n := tests * p.EvalStates * lm2lm.DefaultEvalConfig().K
 	if m.kind != "none" {
-		n += p.m0
+		n += p.M0
 	}
 	if m.extra {
-		for _, b := range p.schedule.Budgets {
-			n += b
-		}
+		n += p.CalibrationBudget()
 	}
 	if m.kind == "rl" && m.calibration != lm2lm.Static {
-		for _, b := range p.schedule.Budgets {
-			n += b
-		}
+		n += p.CalibrationBudget()
 	}
 	if m.kind == "rl" {
-		n += o.probe * probeGroup * (len(p.schedule.Steps) + 1)
+		n += o.probe * probeGroup * (len(p.Schedule.Steps) + 1)
 	}
 	return n
 }
 
-// newPolicy is the untrained policy of a job with the given seed. With
-// -policy-hidden the hidden layer's initial weights come from the seed
-// alone, so every method of a seed starts from the same policy. With
-// -policy-descriptor-inputs its hidden layer reads every descriptor that
-// varies over the training tasks train, standardised over them
-// (proposer.StandardisedInputs); with -policy-descriptor-linear every head
-// reads the same inputs linearly (proposer.PolicyConfig.DescriptorLinear).
-func newPolicy(o options, seed uint64, train []records.Task) (*proposer.Policy, error) {
-	pcfg := proposer.DefaultPolicyConfig()
-	if o.policyLR > 0 {
-		pcfg.Adam.LR = o.policyLR
-	}
-	if o.trainTemp > 0 {
-		pcfg.Temperature = o.trainTemp
-	}
-	pcfg.DescriptionBuckets = o.descBuckets
-	pcfg.DescriptorBuckets = o.descriptorBuckets
-	pcfg.DescriptorSpread = o.descriptorSpread
-	pcfg.HistoryProposalBuckets = o.histProposalBuckets
-	pcfg.Hidden, pcfg.HiddenInitStd = o.policyHidden, o.policyHiddenStd
-	if o.descriptorInputs || o.descriptorLinear {
-		pcfg.DescriptorInputs = proposer.StandardisedInputs(train)
-	}
-	pcfg.DescriptorLinear = o.descriptorLinear
-	var rng *rand.Rand
-	if o.policyHidden > 0 {
-		rng = labsetup.HiddenSource(seed)
-	}
-	pol, err := proposer.NewPolicy(lab.Catalogue(), pcfg, rng)
+// newPolicy is the untrained policy of a job with the given seed: the
+// setting's (setting.Setting.NewPolicy, as the main job's), its hidden
+// layer's initial weights drawn from the seed alone, so every method of a
+// seed starts from the same policy.
+func newPolicy(o options, seed uint64) (*proposer.Policy, error) {
+	set, _ := o.chosen() // validated
+	pol, err := set.NewPolicy(seed)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
@@ -103,21 +77,19 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Version: resultVersion, Method: j.method, Seed: j.seed, Profile: o.profile, Suite: o.suite,
+	set, _ := o.chosen() // validated
+	res := Result{Method: j.method, Seed: j.seed, Profile: o.profile, Suite: o.suite, Setting: set, ProfileConfig: prof,
 		Tasks: tasksDigest(o.suite), LeftOut: e.leftOut}
 	cnt := &counter{next: progress.Executor(e.pool, rep)}
 	var m0 records.Evidence
 	if m.kind != "none" { // the untrained policy needs no records
 		var err error
-		if m0, err = initialRecords(ctx, e.lab, cnt, e.train, prof.m0, j.seed, o.parallel); err != nil {
+		if m0, err = initialRecords(ctx, e.lab, cnt, e.train, prof.M0, j.seed, o.parallel); err != nil {
 			return res, fmt.Errorf("%s: M_0: %w", j, err)
 		}
 	}
 	if m.extra {
-		extra := 0
-		for _, b := range prof.schedule.Budgets {
-			extra += b
-		}
+		extra := prof.CalibrationBudget()
 		rng := rand.New(rand.NewPCG(j.seed, 0x6d3027))
 		var err error
 		if m0, _, err = baseline.StaticPlusRandom(ctx, rng, m0, e.train, lab.Catalogue(), extra, e.lab, cnt, o.parallel); err != nil {
@@ -126,55 +98,44 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	}
 	res.M0 = m0.Len()
 	res.Runs.M0 = cnt.take()
-	pol, err := newPolicy(o, j.seed, e.train)
+	pol, err := newPolicy(o, j.seed)
 	if err != nil {
 		return res, err
 	}
 	var prop proposer.Proposer = pol
-	if o.top() {
-		prop = proposer.Greedy{Policy: pol}
-	}
 	var world rwm.WorldModel
 	var final records.Evidence
 	switch m.kind {
 	case "sft", "rft":
-		err = supervise(ctx, m.kind, prof.steps, pol, m0, &res)
+		err = supervise(ctx, m.kind, prof.Steps, pol, m0, &res)
 	case "rl":
 		if world, final, err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res); err == nil && m.rerank {
-			prop, err = baseline.NewRerank(rerankConfig(o), pol, world, final)
+			prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, world, final)
 		}
 	case "bestknown":
 		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), m0)
 	case "rerank":
-		prop, err = baseline.NewRerank(rerankConfig(o), pol, newWorld(o, e.lab), m0)
+		prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, newWorld(o, e.lab), m0)
 	}
 	if err != nil {
 		return res, fmt.Errorf("%s: training: %w", j, err)
 	}
 	res.Runs.Training = cnt.take()
-	if err := pol.SetTemperature(o.temperature()); err != nil {
+	if err := pol.SetTemperature(set.Policy.EvalTemperature); err != nil {
 		return res, err
 	}
-	hist, err := histories(ctx, e, cnt, o.history, o.parallel)
+	hist, err := histories(ctx, e, cnt, prof.EvalHistory, o.parallel)
 	if err != nil {
 		return res, fmt.Errorf("%s: histories of the test states: %w", j, err)
 	}
 	res.Runs.History = cnt.take()
 	ecfg := lm2lm.DefaultEvalConfig()
-	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed, ecfg.Seeds = prof.evalStates, o.parallel, j.seed, e.refSeeds
+	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed, ecfg.Seeds = prof.EvalStates, o.parallel, j.seed, e.refSeeds
 	ecfg.Clip = -infeasibleGain
 	if predicts(o, m) && world != nil {
 		// The trained world model's judgement of the proposals it was
-		// trained for, on tasks it has not seen (predictions only); with
-		// -eval-predict-history it also reads each state's history, its
-		// hyperparameters pinned on the final evidence when it tunes them
-		// (rwm.Pinner), as the held-out-task rewards are.
-		ecfg.World, ecfg.Evidence, ecfg.WithHistory = world, final, o.predictHistory
-		if p, ok := world.(rwm.Pinner); ok && o.predictHistory {
-			if ecfg.World, err = p.Pin(ctx, final); err != nil {
-				return res, fmt.Errorf("%s: pin the world model for the evaluation: %w", j, err)
-			}
-		}
+		// trained for, on tasks it has not seen (predictions only).
+		ecfg.World, ecfg.Evidence = world, final
 	}
 	ev, err := lm2lm.Evaluate(ctx, ecfg, prop, e.lab, cnt, e.test, hist)
 	if err != nil {
@@ -187,19 +148,11 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 }
 
 // predicts reports whether method m's evaluation carries its world
-// model's predictions (-eval-predict, -eval-predict-history): every
+// model's predictions (-eval-predict): every
 // trained method but the real-gains diagnostic, whose "world model" is
 // the lab itself, so its predictions would be real runs.
 func predicts(o options, m method) bool {
-	return (o.predict || o.predictHistory) && m.kind == "rl" && !m.realGains
-}
-
-// rerankConfig is the rerank methods' configuration: the defaults, with
-// the test state's history as evidence under -rerank-history.
-func rerankConfig(o options) baseline.RerankConfig {
-	c := baseline.DefaultRerankConfig()
-	c.History = o.rerankHistory
-	return c
+	return o.predict && m.kind == "rl" && !m.realGains
 }
 
 // cells turns an evaluation into per-state gains in σ_e units, an
@@ -237,25 +190,12 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 	return out, unmeasured
 }
 
-// newWorld returns the embedded world model of -world-descriptors,
-// -world-effects and -world-tune (labsetup.NewWorld, as the main job's).
+// newWorld returns the setting's embedded world model over the lab
+// (setting.Setting.NewWorld, as the main job's).
 func newWorld(o options, l *lab.Lab) rwm.WorldModel {
-	return labsetup.NewWorld(l, o.world())
+	set, _ := o.chosen() // validated
+	return set.NewWorld(l)
 }
-
-// world is the world model's part of the setting.
-func (o options) world() labsetup.World {
-	return labsetup.World{Descriptors: o.worldDesc, Effects: o.worldEffects, Tune: o.worldTune}
-}
-
-// policy is the policy's part of the setting that the main job shares.
-func (o options) policy() labsetup.Policy {
-	return labsetup.Policy{LR: o.policyLR, DescriptionBuckets: o.descBuckets, DescriptorBuckets: o.descriptorBuckets,
-		Hidden: o.policyHidden, EvalTemperature: o.temperature(), TrainTemperature: o.trainTemp}
-}
-
-// trainer is the trainer's part of the setting that the main job shares.
-func (o options) trainer() labsetup.Trainer { return labsetup.Trainer{HeldOutTask: o.heldOutTask} }
 
 // train runs the trainer (LM2LM, its ablations, WMRL) and keeps its
 // per-step numbers and calibration monitors. It returns the trainer's world
@@ -283,7 +223,7 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 				probeErr = pr.add(c)
 			}
 		}
-		if o.probe > 0 && probeErr == nil && (slices.Contains(prof.schedule.Steps, s.Step) || s.Step == cfg.Steps) {
+		if o.probe > 0 && probeErr == nil && (slices.Contains(prof.Schedule.Steps, s.Step) || s.Step == cfg.Steps) {
 			var p CalibrationResult
 			p, probeErr = pr.measure(ctx, s.Step)
 			res.Probes = append(res.Probes, p)
@@ -296,23 +236,21 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 	return world, tr.Evidence(), probeErr
 }
 
-// trainerConfig returns the trainer's configuration of method m under o.
+// trainerConfig returns the trainer's configuration of method m under o:
+// the profile's sizes and the setting's trainer part, as the main job's,
+// the method's calibration mode and WMRL (setting.LabWMRL), -pessimism and
+// -trigger.
 func trainerConfig(o options, m method, seed uint64) lm2lm.Config {
-	prof, _ := o.prof() // validated
+	prof, _ := o.prof()  // validated
+	set, _ := o.chosen() // validated
 	cfg := lm2lm.DefaultConfig()
-	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
+	prof.ApplyTrainer(&cfg)
+	set.ApplyTrainer(&cfg)
 	cfg.Calibration, cfg.Parallel, cfg.Seed = m.calibration, o.parallel, seed
 	cfg.Reward.Pessimism = o.pessimism
-	cfg.PerTask, cfg.HeldOutTask = o.perTask, o.heldOutTask
-	if o.group > 0 {
-		cfg.DAPO.GroupSize = o.group
-	}
-	cfg.Trigger = trigger(o, m, prof.schedule)
+	cfg.Trigger = trigger(o, m, prof.Schedule)
 	if m.wmrl {
-		// As the main job: WMRL's defaults wait for 200 anchor pairs before
-		// the first fit; a laptop-sized run has fewer, so it fits sooner.
-		w := lm2lm.DefaultWMRLConfig()
-		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
+		w := setting.LabWMRL()
 		cfg.WMRL = &w
 	}
 	return cfg

@@ -9,19 +9,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm"
-	"github.com/lm2lm/lm2lm/baseline"
-	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/evalstat"
-	"github.com/lm2lm/lm2lm/internal/labsetup"
 	"github.com/lm2lm/lm2lm/lab"
-	"github.com/lm2lm/lm2lm/proposer"
+	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
 )
@@ -44,9 +40,9 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		{[]string{"-methods", ","}, []string{"-methods is empty"}},
 		{[]string{"-profile", "huge", "-suite", "v3"}, []string{"valid: tiny, short, default, paper", "valid: v1, v2"}},
 		{[]string{"-seeds", "0", "-parallel", "0", "-resamples", "10"}, []string{"-seeds 0", "-parallel 0", "-resamples 10"}},
-		{[]string{"-progress", "fancy", "-policy-lr", "-1", "-description-buckets", "-2"}, []string{"valid: auto, bar, lines", "-policy-lr -1", "-description-buckets -2"}},
+		{[]string{"-progress", "fancy", "-probe", "-1"}, []string{"valid: auto, bar, lines", "-probe -1"}},
 		{[]string{"extra"}, []string{"unexpected arguments"}},
-		{[]string{"-descriptor-buckets", "-1", "-world-descriptors", "1.5"}, []string{"-descriptor-buckets -1", "-world-descriptors 1.5"}},
+		{[]string{"-setting", "chosen"}, []string{`-setting: setting: unknown name: setting "chosen"; valid: validated, library`}},
 		{[]string{"-pessimism", "1.5"}, []string{"-pessimism 1.5; want in [0, 1]"}},
 		{[]string{"-pessimism", "NaN"}, []string{"-pessimism NaN"}},
 	}
@@ -61,6 +57,19 @@ func TestFlagsValidatedTogether(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, defaultMethods(), o.methods)
 	require.Equal(t, 5, o.seeds)
+	_, err = parseFlags([]string{"-setting", "nope"}, &bytes.Buffer{})
+	require.ErrorIs(t, err, setting.ErrUnknown)
+	// The levers of the setting are no flags: a setting is chosen whole.
+	for _, f := range []string{"-policy-lr", "-description-buckets", "-descriptor-buckets", "-descriptor-spread", "-history-proposal-buckets",
+		"-policy-hidden", "-policy-hidden-init-std", "-world-descriptors", "-eval-temperature", "-train-temperature", "-group", "-steps",
+		"-calibration-schedule", "-calibration-per-task", "-held-out-task", "-history"} {
+		_, err := parseFlags([]string{f, "1"}, &bytes.Buffer{})
+		require.ErrorContains(t, err, "flag provided but not defined", f)
+	}
+	for _, f := range []string{"-world-tune", "-world-effects", "-policy-descriptor-inputs", "-policy-descriptor-linear", "-rerank-history", "-eval-predict-history"} {
+		_, err := parseFlags([]string{f}, &bytes.Buffer{})
+		require.ErrorContains(t, err, "flag provided but not defined", f)
+	}
 }
 
 // tinyTasks is a few autoregressive tasks of suite v1: three for training,
@@ -88,7 +97,7 @@ func TestCompareEndToEnd(t *testing.T) {
 		t.Skip("trains about 150 tiny models; runs without -short")
 	}
 	o := options{methods: []string{"base", "sft", "bestknown", "static", "lm2lm"}, seeds: 2, firstSeed: 1, profile: "tiny", suite: "v1", probe: 2,
-		out: cmp.Or(os.Getenv("LM2LM_COMPARE_OUT"), t.TempDir()), progress: "lines", parallel: 2, resamples: 200, policyLR: 0.02, descBuckets: 64, specs: tinyTasks()}
+		out: cmp.Or(os.Getenv("LM2LM_COMPARE_OUT"), t.TempDir()), progress: "lines", parallel: 2, resamples: 200, specs: tinyTasks()}
 	var first bytes.Buffer
 	require.NoError(t, run(context.Background(), &first, o))
 	t.Log(first.String())
@@ -145,11 +154,9 @@ func TestCompareEndToEnd(t *testing.T) {
 	checkRobustRereport(t, o, files) // the same runs on the robust scale, beside the raw files
 
 	// Other results behind an existing table: refused, then replaced with -force.
-	path := resultPath(dir, job{"base", 1})
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.NoError(t, os.Remove(path))
-	require.NoError(t, os.WriteFile(path, bytes.Replace(b, []byte(`"gains_sigma": [`), []byte(`"gains_sigma": [40, `), 1), 0o644))
+	// (A changed result with its checksum recomputed: TestResultFilesAreCheckedOnRead
+	// shows that one without is refused.)
+	tamper(t, resultPath(dir, job{"base", 1}), `"gains_sigma":[`, `"gains_sigma":[4,`, true)
 	err = run(context.Background(), &bytes.Buffer{}, o)
 	require.ErrorContains(t, err, "would change")
 	require.ErrorContains(t, err, "-force")
@@ -170,11 +177,11 @@ func table(out string) string {
 func TestResultFilesAreNeverReplaced(t *testing.T) {
 	dir := t.TempDir()
 	j := job{"lm2lm", 3}
-	require.NoError(t, writeResult(dir, j, Result{Version: resultVersion, Method: "lm2lm", Seed: 3}))
+	require.NoError(t, writeResult(dir, j, Result{Method: "lm2lm", Seed: 3}))
 	fi, err := os.Stat(resultPath(dir, j))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o644), fi.Mode().Perm())
-	err = writeResult(dir, j, Result{Version: resultVersion, Method: "lm2lm", Seed: 3, M0: 7})
+	err = writeResult(dir, j, Result{Method: "lm2lm", Seed: 3, M0: 7})
 	require.True(t, errors.Is(err, os.ErrExist), err)
 	o := options{profile: "tiny", suite: "v1"}
 	_, _, err = readResult(dir, j, o)
@@ -189,7 +196,7 @@ func TestResultFilesAreNeverReplaced(t *testing.T) {
 func TestResultOfOtherTasksIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	o := options{profile: "short", suite: "v2-val"}
-	r := Result{Version: resultVersion, Method: "rft", Seed: 1, Profile: "short", Suite: "v2-val", Tasks: tasksDigest("v2-val")}
+	r := testResult(o, "rft", 1)
 	require.NoError(t, writeResult(dir, job{"rft", 1}, r))
 	got, ok, err := readResult(dir, job{"rft", 1}, o)
 	require.NoError(t, err)
@@ -220,192 +227,6 @@ func TestLabDigestCoversTheCatalogue(t *testing.T) {
 	require.NotEqual(t, labDigest(specs, cat), labDigest(specs, old))
 	require.NotEqual(t, labDigest(specs, cat), labDigest(specs[1:], cat))
 	require.Equal(t, labDigest(specs, cat), labDigest(specs, lab.Catalogue()), "deterministic")
-}
-
-func TestLeversHaveTheirOwnRunDirectory(t *testing.T) {
-	// Results of the research-state levers never mix with the defaults'.
-	o, err := parseFlags([]string{"-out", "out", "-suite", "v2-val", "-profile", "short"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.Equal(t, filepath.Join("out", "v2-val-short"), runDir(o))
-	o.descriptorBuckets, o.worldDesc = 256, 0.5
-	require.Equal(t, filepath.Join("out", "v2-val-short-d256-w0.5"), runDir(o))
-	require.Contains(t, command(o), "-descriptor-buckets 256 -world-descriptors 0.5")
-	o.pessimism, o.trigger = 0.25, true
-	require.Equal(t, filepath.Join("out", "v2-val-short-d256-w0.5-p0.25-trigger"), runDir(o))
-	require.Contains(t, command(o), "-world-descriptors 0.5 -pessimism 0.25 -trigger")
-	o.descriptorBuckets, o.worldDesc, o.trigger = 0, 0, false
-	require.Equal(t, filepath.Join("out", "v2-val-short-p0.25"), runDir(o))
-	o.pessimism, o.trigger = 0, true
-	require.Equal(t, filepath.Join("out", "v2-val-short-trigger"), runDir(o))
-	o.trigger, o.worldTune = false, true
-	require.Equal(t, filepath.Join("out", "v2-val-short-tune"), runDir(o))
-	require.Contains(t, command(o), " -world-tune")
-	o.worldDesc, o.pessimism = 0.5, 0.25
-	require.Equal(t, filepath.Join("out", "v2-val-short-d0-w0.5-tune-p0.25"), runDir(o))
-	require.Contains(t, command(o), "-world-descriptors 0.5 -world-tune -pessimism 0.25")
-	o.histProposalBuckets = 64
-	require.Equal(t, filepath.Join("out", "v2-val-short-d0-w0.5-h64-tune-p0.25"), runDir(o))
-	require.Contains(t, command(o), "-world-descriptors 0.5 -history-proposal-buckets 64 -world-tune")
-	_, err = parseFlags([]string{"-history-proposal-buckets", "-3"}, &bytes.Buffer{})
-	require.ErrorContains(t, err, "-history-proposal-buckets -3")
-}
-
-func TestWorldTuneLever(t *testing.T) {
-	// -world-tune wraps the same base config (catalogue priors and cards,
-	// descriptor weight) in rwm.Tuned over the documented grid; off by
-	// default, the plain embedded model.
-	o, err := parseFlags(nil, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.False(t, o.worldTune)
-	plain, ok := newWorld(o, nil).(*rwm.Embedded)
-	require.True(t, ok, "default world model %T", newWorld(o, nil))
-	o, err = parseFlags([]string{"-world-tune", "-world-descriptors", "0.25"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	tuned, ok := newWorld(o, nil).(*rwm.Tuned)
-	require.True(t, ok, "-world-tune world model %T", newWorld(o, nil))
-	base := plain.Config()
-	base.DescriptorWeight = 0.25
-	require.Equal(t, base, tuned.Base())
-	require.Equal(t, rwm.NewTuned(base, nil).ID(), tuned.ID())
-	require.NotEmpty(t, tuned.Base().Priors)
-	require.NotEmpty(t, tuned.Base().Cards)
-}
-
-func TestWorldEffectsLever(t *testing.T) {
-	// -world-effects gives the world model the lab's effects at
-	// rwm.WithEffects's settings, in its own run directory.
-	l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
-	require.NoError(t, err)
-	o, err := parseFlags([]string{"-world-effects", "-world-descriptors", "1"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	m, ok := newWorld(o, l).(*rwm.Embedded)
-	require.True(t, ok)
-	base := rwm.DefaultEmbeddedConfig()
-	base.DescriptorWeight = 1
-	want := rwm.WithEffects(base, l.Effects())
-	got := m.Config()
-	require.Equal(t, l.Effects().ID(), got.Effects.ID())
-	require.Equal(t, want.EffectSigmas, got.EffectSigmas)
-	require.Equal(t, want.LossSigmas, got.LossSigmas)
-	require.True(t, got.DescriptorStandardise)
-	o.out, o.suite, o.profile = "out", "v2-val", "default"
-	require.Equal(t, filepath.Join("out", "v2-val-default-d0-w1-fx"), runDir(o))
-	require.Contains(t, command(o), "-world-descriptors 1 -world-effects")
-	o.worldTune = true
-	require.Equal(t, filepath.Join("out", "v2-val-default-d0-w1-fx-tune"), runDir(o))
-	o.descriptorBuckets, o.descriptorSpread = 1024, 2
-	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune"), runDir(o))
-	require.Contains(t, command(o), "-descriptor-buckets 1024 -world-descriptors 1 -descriptor-spread 2 -world-effects -world-tune")
-	_, err = parseFlags([]string{"-descriptor-spread", "2"}, &bytes.Buffer{})
-	require.ErrorContains(t, err, "-descriptor-spread 2")
-	o.evalTemp = 0.5
-	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune-T0.5"), runDir(o))
-	require.Contains(t, command(o), "-world-tune -eval-temperature 0.5")
-	for _, bad := range []string{"0", "-1", "NaN", "101"} {
-		_, err = parseFlags([]string{"-eval-temperature", bad}, &bytes.Buffer{})
-		require.ErrorContains(t, err, "-eval-temperature", bad)
-	}
-	o2, err := parseFlags([]string{"-eval-temperature", "0.5"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.Equal(t, 0.5, o2.temperature())
-	// -eval-decode top: the policies' most probable distinct proposals,
-	// in a run directory of its own.
-	require.False(t, o2.top())
-	o.decode = "top"
-	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune-T0.5-top"), runDir(o))
-	require.Contains(t, command(o), "-eval-temperature 0.5 -eval-decode top")
-	o.predict = true
-	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune-T0.5-top-pred"), runDir(o))
-	require.Contains(t, command(o), "-eval-decode top -eval-predict")
-	o.predict, o.predictHistory = false, true
-	require.Equal(t, filepath.Join("out", "v2-val-default-d1024-w1-s2-fx-tune-T0.5-top-predh"), runDir(o))
-	require.Contains(t, command(o), "-eval-decode top -eval-predict-history")
-	o3, err := parseFlags([]string{"-eval-decode", "top"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.True(t, o3.top())
-	_, err = parseFlags([]string{"-eval-decode", "beam"}, &bytes.Buffer{})
-	require.ErrorContains(t, err, `-eval-decode "beam"`)
-}
-
-func TestPolicyHiddenLever(t *testing.T) {
-	// -policy-hidden gives the policy a hidden layer (proposer.PolicyConfig
-	// .Hidden) whose initial weights come from the job's seed alone, in its
-	// own run directory; off by default, where the policy needs no rng.
-	o, err := parseFlags(nil, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.Zero(t, o.policyHidden)
-	plain, err := newPolicy(o, 1, nil)
-	require.NoError(t, err)
-	require.Zero(t, plain.Config().Hidden)
-
-	o, err = parseFlags([]string{"-policy-hidden", "16", "-history-proposal-buckets", "64"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.Equal(t, 16, o.policyHidden)
-	o.out, o.suite, o.profile = "out", "v2-val", "default"
-	require.Equal(t, filepath.Join("out", "v2-val-default-h64-hid16"), runDir(o))
-	require.Contains(t, command(o), "-history-proposal-buckets 64 -policy-hidden 16")
-	a, err := newPolicy(o, 3, nil)
-	require.NoError(t, err)
-	require.Equal(t, 16, a.Config().Hidden)
-	require.Equal(t, o.policyLR, a.Config().Adam.LR)
-	require.Greater(t, a.NumParams(), plain.NumParams())
-	b, err := newPolicy(o, 3, nil)
-	require.NoError(t, err)
-	c, err := newPolicy(o, 4, nil)
-	require.NoError(t, err)
-	ca, err := a.MarshalBinary()
-	require.NoError(t, err)
-	cb, err := b.MarshalBinary()
-	require.NoError(t, err)
-	cc, err := c.MarshalBinary()
-	require.NoError(t, err)
-	require.Equal(t, ca, cb, "one seed, one initial policy")
-	require.NotEqual(t, ca, cc, "another seed draws other hidden weights")
-	for _, bad := range []string{"-1", "1025"} {
-		_, err = parseFlags([]string{"-policy-hidden", bad}, &bytes.Buffer{})
-		require.ErrorContains(t, err, "-policy-hidden "+bad)
-	}
-
-	// -policy-hidden-init-std scales the hidden layer's initial weights.
-	o.policyHiddenStd = 1
-	require.Equal(t, filepath.Join("out", "v2-val-default-h64-hid16u1"), runDir(o))
-	require.Contains(t, command(o), "-policy-hidden 16 -policy-hidden-init-std 1")
-	d, err := newPolicy(o, 3, nil)
-	require.NoError(t, err)
-	require.Equal(t, 1.0, d.Config().HiddenInitStd)
-	// -policy-descriptor-inputs standardises the training tasks' varying
-	// descriptors into the hidden layer's inputs.
-	o.descriptorInputs = true
-	require.Equal(t, filepath.Join("out", "v2-val-default-h64-hid16u1-di"), runDir(o))
-	require.Contains(t, command(o), " -policy-descriptor-inputs")
-	train := []records.Task{{Descriptors: map[string]float64{"width": 64, "depth": 1}}, {Descriptors: map[string]float64{"width": 256, "depth": 1}}}
-	di, err := newPolicy(o, 3, train)
-	require.NoError(t, err)
-	require.Equal(t, proposer.StandardisedInputs(train), di.Config().DescriptorInputs)
-	require.Len(t, di.Config().DescriptorInputs, 1, "depth is constant")
-	// -policy-descriptor-linear: the same inputs, linear in every head,
-	// with or without the hidden layer.
-	o.descriptorLinear = true
-	require.Equal(t, filepath.Join("out", "v2-val-default-h64-hid16u1-di-dl"), runDir(o))
-	require.Contains(t, command(o), " -policy-descriptor-inputs -policy-descriptor-linear")
-	dl, err := newPolicy(o, 3, train)
-	require.NoError(t, err)
-	require.True(t, dl.Config().DescriptorLinear)
-	require.Equal(t, di.Config().DescriptorInputs, dl.Config().DescriptorInputs)
-	require.Greater(t, dl.NumParams(), di.NumParams())
-	lin, err := parseFlags([]string{"-policy-descriptor-linear"}, &bytes.Buffer{})
-	require.NoError(t, err, "no hidden layer needed")
-	lo, err := newPolicy(lin, 3, train)
-	require.NoError(t, err)
-	require.Zero(t, lo.Config().Hidden)
-	require.Len(t, lo.Config().DescriptorInputs, 1)
-	_, err = parseFlags([]string{"-policy-descriptor-inputs"}, &bytes.Buffer{})
-	require.ErrorContains(t, err, "-policy-descriptor-inputs needs -policy-hidden")
-	for _, args := range [][]string{{"-policy-hidden-init-std", "1"}, {"-policy-hidden", "8", "-policy-hidden-init-std", "-1"},
-		{"-policy-hidden", "8", "-policy-hidden-init-std", "11"}} {
-		_, err = parseFlags(args, &bytes.Buffer{})
-		require.ErrorContains(t, err, "-policy-hidden-init-std", args)
-	}
 }
 
 func TestTrainerLevers(t *testing.T) {
@@ -442,9 +263,9 @@ func TestCommandReproducesTheFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "go run ./examples/compare -profile short -suite v2 -seeds 2 -methods base,lm2lm -probe 2", command(o))
 	require.Equal(t, "compare-seeds1-2-base+lm2lm", prefix(o))
-	o, err = parseFlags([]string{"-first-seed", "3", "-policy-lr", "0.05"}, &bytes.Buffer{})
+	o, err = parseFlags([]string{"-first-seed", "3", "-setting", "library"}, &bytes.Buffer{})
 	require.NoError(t, err)
-	require.Equal(t, "go run ./examples/compare -profile default -suite v2 -seeds 5 -first-seed 3 -policy-lr 0.05", command(o))
+	require.Equal(t, "go run ./examples/compare -profile default -suite v2 -seeds 5 -first-seed 3 -setting library", command(o))
 	require.Equal(t, "compare-seeds3-7", prefix(o))
 }
 
@@ -562,7 +383,7 @@ func TestLM2LMRerankTrainsAsLM2LM(t *testing.T) {
 		t.Skip("trains tiny models; runs without -short")
 	}
 	o := options{methods: []string{"lm2lm", "lm2lm-rerank"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v1",
-		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, policyLR: 0.02, descBuckets: 64, specs: tinyTasks()}
+		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, specs: tinyTasks()}
 	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
 	dir := runDir(o)
 	plain, ok, err := readResult(dir, job{"lm2lm", 1}, o)
@@ -577,101 +398,6 @@ func TestLM2LMRerankTrainsAsLM2LM(t *testing.T) {
 	require.Equal(t, 8+4, rr.Budget(), "M_0 + one calibration of 4: the rerank pays no real run")
 	require.Len(t, rr.States, len(plain.States))
 	require.NotEqual(t, plain.States, rr.States, "the rerank chose other proposals than the policy's own samples")
-}
-
-// -calibration-schedule replaces the profile's schedule for every method
-// (the trainer's points and budgets, the M'₀ baselines' extra records),
-// names its own run directory and is reproduced by the command line; bad
-// schedules are refused before any run.
-func TestCalibrationSchedule(t *testing.T) {
-	o, err := parseFlags([]string{"-suite", "v2-val", "-calibration-schedule", "8:13,16:12,24:13,32:12,40:13,48:12,56:13,64:12"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	p, err := o.prof()
-	require.NoError(t, err)
-	require.Equal(t, []int{8, 16, 24, 32, 40, 48, 56, 64}, p.schedule.Steps)
-	require.Equal(t, 100, p.schedule.Total())
-	cfg := trainerConfig(o, methods["lm2lm"], 1)
-	require.NoError(t, cfg.Validate())
-	require.Equal(t, p.schedule, cfg.Schedule)
-	require.Equal(t, filepath.Join("out/compare", "v2-val-default-cal8x13_16x12_24x13_32x12_40x13_48x12_56x13_64x12"), runDir(o))
-	require.Contains(t, command(o), " -calibration-schedule 8:13,16:12,24:13,32:12,40:13,48:12,56:13,64:12")
-	// M'₀'s extra records follow the schedule's total: 100 + 100 + evaluation.
-	require.Equal(t, expectedRuns(o, methods["rerank"], 1), expectedRuns(o, methods["lm2lm"], 1)-o.probe*probeGroup*9)
-	for _, bad := range []string{"16:31,40", "16:0", "40:10,16:10", "12:10", "96:10", "0:5", "a:b"} {
-		_, err := parseFlags([]string{"-calibration-schedule", bad}, &bytes.Buffer{})
-		require.ErrorIs(t, err, errUsage, bad)
-		require.ErrorContains(t, err, "-calibration-schedule", bad)
-	}
-	o, err = parseFlags(nil, &bytes.Buffer{})
-	require.NoError(t, err)
-	p, err = o.prof()
-	require.NoError(t, err)
-	require.Equal(t, calibrate.DefaultSchedule(), p.schedule)
-}
-
-// -rerank-history reaches the rerank methods' configuration, names its own
-// run directory and is reproduced by the command line.
-func TestRerankHistoryFlag(t *testing.T) {
-	o, err := parseFlags([]string{"-suite", "v2-val", "-eval-temperature", "0.5", "-rerank-history"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.True(t, rerankConfig(o).History)
-	require.Equal(t, filepath.Join("out/compare", "v2-val-default-T0.5-rh"), runDir(o))
-	require.Contains(t, command(o), " -rerank-history")
-	o, err = parseFlags(nil, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.Equal(t, baseline.DefaultRerankConfig(), rerankConfig(o))
-}
-
-// -calibration-per-task reaches the trainer of every method, names its own
-// run directory, is reproduced by the command line and refuses k < 0.
-func TestCalibrationPerTaskFlag(t *testing.T) {
-	o, err := parseFlags([]string{"-suite", "v2-val", "-calibration-per-task", "1"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	for _, name := range []string{"lm2lm", "random", "lm2lm-wmrl"} {
-		cfg := trainerConfig(o, methods[name], 1)
-		require.NoError(t, cfg.Validate())
-		require.Equal(t, 1, cfg.PerTask, name)
-	}
-	require.Equal(t, filepath.Join("out/compare", "v2-val-default-pt1"), runDir(o))
-	require.Contains(t, command(o), " -calibration-per-task 1")
-	require.False(t, trainerConfig(o, methods["lm2lm"], 1).HeldOutTask)
-	o, err = parseFlags([]string{"-suite", "v2-val", "-held-out-task"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.True(t, trainerConfig(o, methods["static"], 1).HeldOutTask)
-	require.Equal(t, filepath.Join("out/compare", "v2-val-default-hot"), runDir(o))
-	require.Contains(t, command(o), " -held-out-task")
-	_, err = parseFlags([]string{"-calibration-per-task", "-1"}, &bytes.Buffer{})
-	require.ErrorContains(t, err, "-calibration-per-task -1")
-	o, err = parseFlags(nil, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.Zero(t, trainerConfig(o, methods["lm2lm"], 1).PerTask)
-}
-
-// The policy's learning rate, its description features, the test
-// histories and the probe change what a result file holds: off their
-// defaults each names its own run directory (a run with -policy-lr 0.01
-// never reads back the results of 0.02) and is reproduced by the command
-// line; at their defaults the directory is unchanged.
-func TestTrainingAndEvaluationSettingsHaveTheirOwnRunDirectory(t *testing.T) {
-	o, err := parseFlags([]string{"-suite", "v2-val", "-policy-lr", "0.02", "-description-buckets", "64", "-history", "8", "-probe", "4"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.Equal(t, filepath.Join("out/compare", "v2-val-default"), runDir(o))
-	for _, c := range []struct {
-		args     []string
-		dir, arg string
-	}{
-		{[]string{"-policy-lr", "0.01"}, "v2-val-default-lr0.01", " -policy-lr 0.01"},
-		{[]string{"-policy-lr", "0"}, "v2-val-default-lr0", " -policy-lr 0"},
-		{[]string{"-description-buckets", "0"}, "v2-val-default-desc0", " -description-buckets 0"},
-		{[]string{"-history", "0"}, "v2-val-default-hist0", " -history 0"},
-		{[]string{"-probe", "0"}, "v2-val-default-probe0", " -probe 0"},
-	} {
-		o, err := parseFlags(append([]string{"-suite", "v2-val"}, c.args...), &bytes.Buffer{})
-		require.NoError(t, err)
-		require.Equal(t, filepath.Join("out/compare", c.dir), runDir(o), c.args)
-		require.Contains(t, command(o), c.arg, c.args)
-		require.Equal(t, 1, strings.Count(command(o), c.arg), c.args)
-	}
 }
 
 // The real-gains diagnostic's world model predicts a proposal's real gain
@@ -713,35 +439,18 @@ func TestRealGainsPredictsTheRealRun(t *testing.T) {
 	require.Contains(t, command(o), " -methods real-gains")
 }
 
-// The setting chosen on validation, as the README's commands give it, is
-// the one the main job runs by default (labsetup.ValidatedWorld,
-// ValidatedPolicy and ValidatedTrainer): the two drivers cannot drift
-// apart.
-func TestChosenFlagsAreTheMainJobsValidatedSetting(t *testing.T) {
-	o, err := parseFlags(strings.Fields("-descriptor-buckets 256 -world-descriptors 1 -policy-hidden 32 -world-effects -world-tune -eval-temperature 0.5 -train-temperature 2 -held-out-task -description-buckets 0"), &bytes.Buffer{})
-	require.NoError(t, err)
-	require.Equal(t, labsetup.ValidatedWorld, o.world())
-	require.Equal(t, labsetup.ValidatedPolicy, o.policy())
-	require.Equal(t, labsetup.ValidatedTrainer, o.trainer())
-	o, err = parseFlags(nil, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.NotEqual(t, labsetup.ValidatedWorld, o.world())
-}
-
 // -eval-predict keeps the trained world model's prediction of every
-// measured evaluation proposal of a trained method (none for the others),
-// and -eval-decode top changes the evaluation alone: the same training as
-// sampling, other proposals.
-func TestEvalPredictAndTopDecode(t *testing.T) {
+// measured evaluation proposal of a trained method (none for the others)
+// and changes nothing else: the same training and the same gains.
+func TestEvalPredict(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains tiny models; runs without -short")
 	}
 	o := options{methods: []string{"sft", "lm2lm"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v1",
-		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, policyLR: 0.02, descBuckets: 64, specs: tinyTasks(),
-		predict: true, decode: "top"}
+		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, specs: tinyTasks(), predict: true}
 	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
 	dir := runDir(o)
-	require.Contains(t, dir, "-top-pred", dir)
+	require.Contains(t, dir, "-pred", dir)
 	r, ok, err := readResult(dir, job{"lm2lm", 1}, o)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -759,47 +468,17 @@ func TestEvalPredictAndTopDecode(t *testing.T) {
 		require.Nil(t, st.Predicted, "SFT has no world model")
 	}
 	plain := o
-	plain.methods, plain.predict, plain.decode = []string{"lm2lm"}, false, ""
+	plain.methods, plain.predict = []string{"lm2lm"}, false
 	require.NoError(t, run(context.Background(), &bytes.Buffer{}, plain))
 	p, ok, err := readResult(runDir(plain), job{"lm2lm", 1}, plain)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, p.Steps, r.Steps, "the same training")
 	require.Equal(t, p.Budget(), r.Budget())
-	for _, st := range p.States {
+	for i, st := range p.States {
 		require.Nil(t, st.Predicted)
+		require.Equal(t, r.States[i].Gains, st.Gains, st.ID)
 	}
-	var pg, rg [][]float64
-	for i := range p.States {
-		pg, rg = append(pg, p.States[i].Gains), append(rg, r.States[i].Gains)
-	}
-	require.NotEqual(t, pg, rg, "the top proposals are not the samples")
-
-	// -eval-predict-history: the tuned world model, pinned on the final
-	// evidence, reads each state's history too. The same runs and gains as
-	// -eval-predict; other predictions where a state has a history (seed
-	// 2 draws the one test state a history of two records).
-	h := plain
-	h.predictHistory, h.history, h.worldTune, h.firstSeed = true, 4, true, 2
-	require.NoError(t, run(context.Background(), &bytes.Buffer{}, h))
-	f := h
-	f.predictHistory, f.predict = false, true
-	require.NoError(t, run(context.Background(), &bytes.Buffer{}, f))
-	hr, ok, err := readResult(runDir(h), job{"lm2lm", 2}, h)
-	require.NoError(t, err)
-	require.True(t, ok)
-	fr, ok, err := readResult(runDir(f), job{"lm2lm", 2}, f)
-	require.NoError(t, err)
-	require.True(t, ok)
-	differ := 0
-	for i, st := range hr.States {
-		require.Len(t, st.Predicted, len(st.Gains), st.ID)
-		require.Equal(t, fr.States[i].Gains, st.Gains, st.ID)
-		if !slices.Equal(fr.States[i].Predicted, st.Predicted) {
-			differ++
-		}
-	}
-	require.Positive(t, differ, "the history changes some predictions")
 }
 
 // Predictions come from the trained methods' world models only: not the
@@ -808,75 +487,10 @@ func TestEvalPredictAndTopDecode(t *testing.T) {
 func TestPredicts(t *testing.T) {
 	var o options
 	require.False(t, predicts(o, methods["lm2lm"]), "off by default")
-	for _, flags := range []options{{predict: true}, {predictHistory: true}} {
+	for _, flags := range []options{{predict: true}} {
 		for name, want := range map[string]bool{"lm2lm": true, "static": true, "random": true, "lm2lm-wmrl": true,
 			"lm2lm-rerank": true, "sft": false, "rerank": false, "base": false, "real-gains": false} {
 			require.Equal(t, want, predicts(flags, methods[name]), name)
 		}
-	}
-}
-
-// -steps sets every trained method's step count, in a run directory of
-// its own; it must be a multiple of 8 above the last calibration point.
-func TestStepsFlag(t *testing.T) {
-	o, err := parseFlags([]string{"-suite", "v2-val", "-steps", "288"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	p, err := o.prof()
-	require.NoError(t, err)
-	require.Equal(t, 288, p.steps)
-	require.Equal(t, profiles["default"].schedule, p.schedule)
-	require.Equal(t, filepath.Join("out", "compare", "v2-val-default-steps288"), runDir(o))
-	require.Contains(t, command(o), " -steps 288")
-	o, err = parseFlags([]string{"-profile", "short"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	p, err = o.prof()
-	require.NoError(t, err)
-	require.Equal(t, 24, p.steps, "0 = the profile's")
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"-steps", "100"}, "-steps 100: want a multiple of 8"},
-		{[]string{"-steps", "-8"}, "-steps -8: want a multiple of 8"},
-		{[]string{"-steps", "64"}, "-steps 64: the profile calibrates at steps [16 40 64]"},
-		{[]string{"-steps", "32", "-calibration-schedule", "16:31,40:38"}, "-calibration-schedule \"16:31,40:38\": step 40"},
-	} {
-		_, err := parseFlags(c.args, &bytes.Buffer{})
-		require.ErrorContains(t, err, c.want, c.args)
-	}
-	_, err = parseFlags([]string{"-steps", "32", "-calibration-schedule", "8:10,16:10"}, &bytes.Buffer{})
-	require.NoError(t, err)
-}
-
-// -group sets the trained methods' G, in a run directory of its own.
-func TestGroupFlag(t *testing.T) {
-	o, err := parseFlags([]string{"-suite", "v2-val", "-group", "32"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.Equal(t, filepath.Join("out", "compare", "v2-val-default-g32"), runDir(o))
-	require.Contains(t, command(o), " -group 32")
-	require.Equal(t, 32, trainerConfig(o, methods["lm2lm"], 1).DAPO.GroupSize)
-	o.group = 0
-	require.Equal(t, lm2lm.DefaultConfig().DAPO.GroupSize, trainerConfig(o, methods["lm2lm"], 1).DAPO.GroupSize)
-	for _, bad := range []string{"1", "257", "-3"} {
-		_, err := parseFlags([]string{"-group", bad}, &bytes.Buffer{})
-		require.ErrorContains(t, err, "-group "+bad, bad)
-	}
-}
-
-// -train-temperature sets the policy's temperature for training, in a run
-// directory of its own; evaluation still samples at -eval-temperature.
-func TestTrainTemperatureFlag(t *testing.T) {
-	o, err := parseFlags([]string{"-suite", "v2-val", "-train-temperature", "2", "-eval-temperature", "0.5"}, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.Equal(t, filepath.Join("out", "compare", "v2-val-default-T0.5-tt2"), runDir(o))
-	require.Contains(t, command(o), " -train-temperature 2")
-	p, err := newPolicy(o, 1, nil)
-	require.NoError(t, err)
-	require.Equal(t, 2.0, p.Config().Temperature)
-	o.trainTemp = 1
-	require.Equal(t, filepath.Join("out", "compare", "v2-val-default-T0.5"), runDir(o), "1 is the default")
-	for _, bad := range []string{"-1", "NaN", "101"} {
-		_, err := parseFlags([]string{"-train-temperature", bad}, &bytes.Buffer{})
-		require.ErrorContains(t, err, "-train-temperature", bad)
 	}
 }

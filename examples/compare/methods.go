@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	"github.com/lm2lm/lm2lm"
-	"github.com/lm2lm/lm2lm/calibrate"
 )
 
 // method is one way to obtain a policy (METHOD.md §1 Data and evaluation:
@@ -72,26 +71,3 @@ func methodNames() []string {
 	slices.SortFunc(out, func(a, b string) int { return methods[a].order - methods[b].order })
 	return out
 }
-
-// profile is a scaled-down version of the paper's schedule (METHOD.md §1:
-// 96 steps, 277 states of 8 proposals per rollout, calibration at 16, 40,
-// 64 with budgets 31, 38, 31, 100 initial records); the main job's
-// profiles (examples/lm2lm).
-type profile struct {
-	steps, states, quota, m0, evalStates int
-	schedule                             calibrate.Schedule
-}
-
-var profiles = map[string]profile{
-	// tiny: the end-to-end test's profile.
-	"tiny": {steps: 16, states: 12, quota: 8, m0: 8, evalStates: 1, schedule: calibrate.Schedule{Steps: []int{8}, Budgets: []int{4}}},
-	// short: a smoke test of the whole loop.
-	"short": {steps: 24, states: 48, quota: 32, m0: 24, evalStates: 2, schedule: calibrate.Schedule{Steps: []int{8, 16}, Budgets: []int{8, 8}}},
-	// default: the paper's step count, schedule and real-run budget (100
-	// initial + 100 calibration records), with 128 states per rollout.
-	"default": {steps: 96, states: 128, quota: 96, m0: 100, evalStates: 4, schedule: calibrate.DefaultSchedule()},
-	// paper: also the paper's 277 states → 256 kept groups per rollout.
-	"paper": {steps: 96, states: 277, quota: 256, m0: 100, evalStates: 4, schedule: calibrate.DefaultSchedule()},
-}
-
-func profileNames() []string { return []string{"tiny", "short", "default", "paper"} }

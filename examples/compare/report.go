@@ -18,16 +18,19 @@ import (
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/evalplot"
 	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/lab/setting"
 )
 
 // Comparison is the JSON file of a comparison.
 type Comparison struct {
-	Command        string   `json:"command"`
-	Profile        string   `json:"profile"`
-	Suite          string   `json:"suite"`
-	Seeds          []uint64 `json:"seeds"`
-	Resamples      int      `json:"resamples"`
-	InfeasibleGain float64  `json:"infeasible_gain_sigma"`
+	Command string `json:"command"`
+	Profile string `json:"profile"`
+	Suite   string `json:"suite"`
+	// Setting is the setting every method ran under, by name and content.
+	Setting        setting.Setting `json:"setting"`
+	Seeds          []uint64        `json:"seeds"`
+	Resamples      int             `json:"resamples"`
+	InfeasibleGain float64         `json:"infeasible_gain_sigma"`
 	// Scale states the robust scale under -scale robust (gains are then on
 	// it, not in σ_e units); absent for raw σ_e units.
 	Scale   *ScaleInfo          `json:"scale,omitempty"`
@@ -300,7 +303,7 @@ func report(w io.Writer, o options, dir string, results []Result, scale *ScaleIn
 	md := markdown(cmp)
 	js, err := json.MarshalIndent(cmp, "", "  ")
 	if err != nil {
-		return err
+		return fmt.Errorf("comparison JSON of %s: %w", dir, err)
 	}
 	outs := []output{{prefix(o) + ".md", []byte(md)}, {prefix(o) + ".json", append(js, '\n')}}
 	charts, err := drawCharts(o, names, byMethod, sums, pairs)
@@ -319,7 +322,8 @@ func report(w io.Writer, o options, dir string, results []Result, scale *ScaleIn
 }
 
 func comparison(o options, dir string, names []string, byMethod map[string][]Result, sums []evalstat.Summary, pairs []evalstat.Paired) Comparison {
-	c := Comparison{Command: command(o), Profile: o.profile, Suite: o.suite, Resamples: o.resamples,
+	set, _ := o.chosen() // validated
+	c := Comparison{Command: command(o), Profile: o.profile, Suite: o.suite, Setting: set, Resamples: o.resamples,
 		InfeasibleGain: infeasibleGain, Pairs: pairs, Runs: map[string][]string{}}
 	for s := range o.seeds {
 		c.Seeds = append(c.Seeds, o.firstSeed+uint64(s))

@@ -7,27 +7,53 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
 )
 
-// resultVersion is the format of result files; a file of another version
-// is an error, never silently re-run or overwritten.
-const resultVersion = 2
+// resultFormat names the layout of result files (resultFile); a file of
+// another format is an error, never silently re-run or overwritten.
+// Format 3 is checksummed and records the setting and the profile; the
+// files of format 2 (`"version": 2`, no checksum) were measured under
+// flags that no longer exist and are refused.
+const resultFormat = "lm2lm-compare-result/3"
+
+// maxMagnitude bounds every number of a result file: none measured comes
+// near it, and beyond it the statistics over thousands of cells could
+// overflow to ±Inf.
+const maxMagnitude = 1e9
+
+// resultFile is the envelope of a result file: its format, the hex
+// SHA-256 of the result's compact JSON, and the result (as the root
+// package's checkpoints are kept).
+type resultFile struct {
+	Format string          `json:"format"`
+	SHA256 string          `json:"sha256"`
+	Result json.RawMessage `json:"result"`
+}
 
 // Result is one (method, seed): what it cost, how it trained, and the real
 // gains of its proposals on every test state. Undefined numbers are null.
 type Result struct {
-	Version int    `json:"version"`
 	Method  string `json:"method"`
 	Seed    uint64 `json:"seed"`
 	Profile string `json:"profile"`
 	Suite   string `json:"suite"`
+	// Setting is the setting the method ran under, by name and content,
+	// and ProfileConfig the profile's content (lab/setting): a result is
+	// read back only under the same ones.
+	Setting       setting.Setting `json:"setting"`
+	ProfileConfig setting.Profile `json:"profile_config"`
 	// Tasks is the digest of the suite's task specs and of the lab's
 	// catalogue (tasksDigest): a result of another generator's tasks, or of
 	// another action space (e.g. the size cards before they became
@@ -132,6 +158,10 @@ func resultPath(dir string, j job) string {
 }
 
 // readResult reads a job's result file; ok is false when there is none.
+// The file is checked before it is believed: its format and checksum, no
+// field it does not know, no null where a number or a name belongs, every
+// number within ±maxMagnitude, and the method, seed, profile, suite,
+// setting and tasks the job asks for. Every error names the file.
 func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 	path := resultPath(dir, j)
 	b, err := os.ReadFile(path)
@@ -141,20 +171,132 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 	if err != nil {
 		return r, false, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
+	if r, err = decodeResult(b); err != nil {
 		return r, false, fmt.Errorf("%s: %w (move it away to run %s again)", path, err, j)
 	}
-	if r.Version != resultVersion || r.Method != j.method || r.Seed != j.seed || r.Profile != o.profile || r.Suite != o.suite {
-		return r, false, fmt.Errorf("%s holds version %d, %s seed %d, profile %s, suite %s; want version %d, %s (move it away to run %s again)",
-			path, r.Version, r.Method, r.Seed, r.Profile, r.Suite, resultVersion, j, j)
+	if r.Method != j.method || r.Seed != j.seed || r.Profile != o.profile || r.Suite != o.suite {
+		return r, false, fmt.Errorf("%s holds %s seed %d, profile %s, suite %s; want %s, profile %s, suite %s (move it away to run %s again)",
+			path, r.Method, r.Seed, r.Profile, r.Suite, j, o.profile, o.suite, j)
+	}
+	set, _ := o.chosen() // validated
+	prof, _ := o.prof()  // validated
+	if got, want := jsonText(r.Setting), jsonText(set); got != want {
+		return r, false, fmt.Errorf("%s was measured under the setting %s, want %s (move it away to run %s again)", path, got, want, j)
+	}
+	if got, want := jsonText(r.ProfileConfig), jsonText(prof); got != want {
+		return r, false, fmt.Errorf("%s was measured under the profile %s, want %s (move it away to run %s again)", path, got, want, j)
 	}
 	if want := tasksDigest(o.suite); r.Tasks != want {
 		return r, false, fmt.Errorf("%s was measured on other tasks of suite %s or another catalogue (digest %q, want %q: the task generator or the cards changed; move it away to run %s again)",
 			path, r.Suite, r.Tasks, want, j)
 	}
 	return r, true, nil
+}
+
+// jsonText is v's JSON, for comparing and quoting contents.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%v", v)
+	}
+	return string(b)
+}
+
+// errResult marks a result file that is not what writeResult wrote.
+var errResult = errors.New("bad result file")
+
+// decodeResult decodes a result file strictly: the envelope and the result
+// with no unknown field and nothing after them, the format, the checksum
+// of the result's compact JSON, and the result's values (checkValues).
+func decodeResult(b []byte) (Result, error) {
+	var f resultFile
+	if err := strictDecode(b, &f); err != nil {
+		var old struct {
+			Version *int `json:"version"`
+		}
+		if json.Unmarshal(b, &old) == nil && old.Version != nil {
+			return Result{}, fmt.Errorf("%w: a result of version %d, without checksum or setting; want format %s", errResult, *old.Version, resultFormat)
+		}
+		return Result{}, fmt.Errorf("%w: %w", errResult, err)
+	}
+	if f.Format != resultFormat {
+		return Result{}, fmt.Errorf("%w: format %q, want %q", errResult, records.Excerpt(f.Format), resultFormat)
+	}
+	var body bytes.Buffer
+	if err := json.Compact(&body, f.Result); err != nil {
+		return Result{}, fmt.Errorf("%w: result: %w", errResult, err)
+	}
+	if sum := sha256.Sum256(body.Bytes()); hex.EncodeToString(sum[:]) != f.SHA256 {
+		return Result{}, fmt.Errorf("%w: checksum mismatch: the result was changed after it was written", errResult)
+	}
+	var tree any
+	dec := json.NewDecoder(bytes.NewReader(body.Bytes()))
+	dec.UseNumber()
+	if err := dec.Decode(&tree); err != nil {
+		return Result{}, fmt.Errorf("%w: result: %w", errResult, err)
+	}
+	if err := checkValues("result", tree, false); err != nil {
+		return Result{}, fmt.Errorf("%w: %w", errResult, err)
+	}
+	var r Result
+	if err := strictDecode(body.Bytes(), &r); err != nil {
+		return Result{}, fmt.Errorf("%w: result: %w", errResult, err)
+	}
+	return r, nil
+}
+
+// strictDecode decodes exactly one JSON value from b into v, refusing
+// unknown fields and trailing data.
+func strictDecode(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
+
+// nullable are the result fields that may be null: the undefined
+// monitors (num) and lists that may be empty. A null anywhere else, an
+// array element above all, would decode silently as 0 or "".
+var nullable = map[string]bool{
+	"delta": true, "advantage_cosine": true, "pairwise_accuracy": true, "gap": true,
+	"mean_reward": true, "mean_predicted_gain_sigma": true, "top_share": true,
+	"predicted_reward": true, "real_reward": true, "states": true, "steps": true, "calibrations": true,
+	"probes": true, "tasks_left_out": true, "predicted_sigma": true,
+}
+
+// checkValues walks a decoded result (json.Number for numbers) and
+// reports, by its path, the first null where none may be and the first
+// number that is not finite within ±maxMagnitude.
+func checkValues(path string, v any, mayBeNull bool) error {
+	switch x := v.(type) {
+	case nil:
+		if !mayBeNull {
+			return fmt.Errorf("%s is null", path)
+		}
+	case json.Number:
+		f, err := strconv.ParseFloat(string(x), 64)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) || math.Abs(f) > maxMagnitude {
+			return fmt.Errorf("%s = %s: not a finite number within ±%g", path, records.Excerpt(string(x)), float64(maxMagnitude))
+		}
+	case []any:
+		for i, e := range x {
+			if err := checkValues(fmt.Sprintf("%s[%d]", path, i), e, false); err != nil {
+				return err
+			}
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			if err := checkValues(path+"."+k, x[k], nullable[k]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // tasksDigest is the digest of the suite's task specs and the lab's
@@ -178,14 +320,29 @@ func labDigest(specs []lab.TaskSpec, cat []records.Card) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// writeResult writes a job's result file; an existing file is never
-// replaced (the file appears whole or not at all).
+// writeResult writes a job's result file, checksummed (resultFile); an
+// existing file is never replaced (the file appears whole or not at all).
 func writeResult(dir string, j job, r Result) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+	b, err := encodeResult(r)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", resultPath(dir, j), err)
 	}
-	return createNew(resultPath(dir, j), append(b, '\n'))
+	return createNew(resultPath(dir, j), b)
+}
+
+// encodeResult returns the result file of r: the envelope, indented, with
+// the checksum of r's compact JSON.
+func encodeResult(r Result) ([]byte, error) {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(body)
+	b, err := json.MarshalIndent(resultFile{Format: resultFormat, SHA256: hex.EncodeToString(sum[:]), Result: body}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 // createNew writes b to path through a temporary file and a hard link, so

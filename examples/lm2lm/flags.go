@@ -5,13 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/setting"
 )
 
 const about = `lm2lm runs the full LM2LM method (METHOD.md §1) on the embedded lab: real
@@ -44,7 +44,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, about)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.profile, "profile", "default", "size of the job: "+strings.Join(profileNames(), " | "))
+	fs.StringVar(&o.profile, "profile", "default", "size of the job (setting.Profiles): "+strings.Join(setting.ProfileNames(), " | "))
 	fs.StringVar(&o.calibration, "calibration", "top-rated", "top-rated | random | static")
 	fs.StringVar(&o.store, "store", "out/lm2lm-records.jsonl", "durable records file for real runs (reused across invocations)")
 	fs.StringVar(&o.report, "report", "", "JSON report to write (default "+defaultOut+"/<suite>-<profile>-<method>-seed<N>.json); none = no report")
@@ -56,10 +56,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	// (examples/compare -suite v2-val, and again on v2-val2); see the
 	// README. "validated" is the one that did; "library" is every library
 	// default (the catalogue-only world model, the log-linear policy).
-	fs.StringVar(&o.setting, "setting", "validated", "validated (the setting chosen on lab v2's validation splits: world model over descriptors with effects, tuned; policy with descriptor features and a 32-unit hidden layer, Adam LR 0.02, no description features, rollouts at temperature 2 with rewards judged as for an unseen task; evaluation at temperature 0.5) | library (every library default)")
-	fs.Float64Var(&o.policyLR, "policy-lr", 0, "Adam learning rate of the policy (0 = the setting's: 0.02 validated, proposer.DefaultAdamConfig's for library)")
-	fs.IntVar(&o.descBuckets, "description-buckets", -1, "hashed task-description features of the policy (proposer.PolicyConfig.DescriptionBuckets; 0 = off; -1 = the setting's: 0 for both)")
-	fs.IntVar(&o.evalHistory, "eval-history", 8, "real records drawn per held-out task once, as the evaluation states' histories (paid as evaluation cost; 0 = empty histories)")
+	fs.StringVar(&o.setting, "setting", "validated", settingHelp)
+	fs.IntVar(&o.evalHistory, "eval-history", -1, "real records drawn per held-out task once, as the evaluation states' histories (paid as evaluation cost; 0 = empty histories; -1 = the profile's, 8)")
 	fs.StringVar(&o.baseline, "baseline", "", "train by maximum likelihood on M_0 instead of LM2LM: sft (all feasible records) or rft (positive gains only)")
 	fs.StringVar(&o.suite, "suite", "v2", "lab task suite: v2 (generated, lab.SuiteV2: train on its training part, test on its test part) or v1 (the first lab's 24 tasks)")
 	fs.StringVar(&o.holdOut, "hold-out-family", "", "hold out this whole family (training tasks, M_0 and the world model never see it): the generalisation experiment")
@@ -73,8 +71,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, o.validate()
 }
 
-// profileNames lists the profiles from the smallest.
-func profileNames() []string { return []string{"tiny", "short", "default", "paper"} }
+// settingHelp describes -setting (setting.Validated, setting.Library).
+const settingHelp = "validated (setting.Validated, chosen on lab v2's validation splits: world model over descriptors with effects, tuned; " +
+	"policy with descriptor features and a 32-unit hidden layer, Adam LR 0.02, no description features, rollouts at temperature 2 " +
+	"with rewards judged as for an unseen task; evaluation at temperature 0.5) | library (setting.Library: every library default)"
 
 var calibrations = []string{"top-rated", "random", "static"}
 
@@ -82,9 +82,10 @@ var calibrations = []string{"top-rated", "random", "static"}
 func (o options) validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("  "+format, a...)) }
-	prof, okProf := profiles[o.profile]
+	prof, perr := setting.LookupProfile(o.profile)
+	okProf := perr == nil
 	if !okProf {
-		bad("unknown -profile %q; valid: %s", o.profile, strings.Join(profileNames(), ", "))
+		bad("-profile: %w", perr)
 	}
 	if !slices.Contains(calibrations, o.calibration) {
 		bad("unknown -calibration %q; valid: %s", o.calibration, strings.Join(calibrations, ", "))
@@ -102,24 +103,20 @@ func (o options) validate() error {
 		bad("unknown -progress %q; valid: auto, bar, lines", o.progress)
 	}
 	if o.holdOut != "" && okProf {
-		if fams := suiteFamilies(o.suite, prof.sizes); !slices.Contains(fams, o.holdOut) {
+		if fams := suiteFamilies(o.suite, prof.Sizes); !slices.Contains(fams, o.holdOut) {
 			bad("unknown -hold-out-family %q; valid: %s", o.holdOut, strings.Join(fams, ", "))
 		}
 	}
 	if o.parallel < 1 {
 		bad("-parallel %d; want ≥ 1", o.parallel)
 	}
-	if !(o.policyLR >= 0) || math.IsInf(o.policyLR, 0) {
-		bad("-policy-lr %g; want a finite number ≥ 0", o.policyLR)
+	if o.setting != "" {
+		if _, err := setting.Lookup(o.setting); err != nil {
+			bad("-setting: %w", err)
+		}
 	}
-	if o.descBuckets < -1 || o.descBuckets > 1<<16 {
-		bad("-description-buckets %d; want in [0, 65536], or -1 for the setting's", o.descBuckets)
-	}
-	if !slices.Contains([]string{"", "validated", "library"}, o.setting) {
-		bad("unknown -setting %q; valid: validated, library", o.setting)
-	}
-	if o.evalHistory < 0 {
-		bad("-eval-history %d; want ≥ 0", o.evalHistory)
+	if o.evalHistory < -1 {
+		bad("-eval-history %d; want ≥ 0, or -1 for the profile's", o.evalHistory)
 	}
 	if o.store == "" {
 		bad("-store is empty")
@@ -187,13 +184,7 @@ func (o options) reportPath() string {
 	if o.holdOut != "" {
 		parts = append(parts, "holdout-"+o.holdOut)
 	}
-	if o.policyLR > 0 {
-		parts = append(parts, fmt.Sprintf("lr%g", o.policyLR))
-	}
-	if o.descBuckets >= 0 {
-		parts = append(parts, fmt.Sprintf("desc%d", o.descBuckets))
-	}
-	if o.evalHistory != 8 {
+	if p, err := setting.LookupProfile(o.profile); err == nil && o.historyRecords(p) != p.EvalHistory {
 		parts = append(parts, fmt.Sprintf("hist%d", o.evalHistory))
 	}
 	parts = append(parts, fmt.Sprintf("seed%d", o.seed))

@@ -38,41 +38,13 @@ import (
 	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
-	"github.com/lm2lm/lm2lm/internal/labsetup"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
 )
-
-// profile is a scaled-down version of the paper's schedule (METHOD.md §1:
-// 96 steps, 277 states of 8 proposals per rollout, calibration at 16, 40,
-// 64 with budgets 31, 38, 31, 100 initial records).
-type profile struct {
-	steps, states, quota, m0, evalStates int
-	schedule                             calibrate.Schedule
-	// sizes are the V2 suite's tasks per family (lab.GenerateSuite with
-	// lab.DefaultSpace and lab.DefaultSuiteSeed; stable task IDs, so a small
-	// profile's tasks are tasks of the full suite). The main job trains on
-	// the training part and evaluates J_test on the test part (in- and
-	// out-of-distribution); the validation part is left to selection tools.
-	sizes lab.SuiteSizes
-}
-
-var profiles = map[string]profile{
-	// tiny: the end-to-end test's profile (examples/lm2lm/main_test.go).
-	"tiny": {steps: 16, states: 12, quota: 8, m0: 8, evalStates: 1, schedule: calibrate.Schedule{Steps: []int{8}, Budgets: []int{4}},
-		sizes: lab.SuiteSizes{Train: 1, TestIn: 1}},
-	// short: about a minute; a smoke test of the whole loop.
-	"short": {steps: 24, states: 48, quota: 32, m0: 24, evalStates: 2, schedule: calibrate.Schedule{Steps: []int{8, 16}, Budgets: []int{8, 8}},
-		sizes: lab.SuiteSizes{Train: 4, TestIn: 1, TestOut: 1}},
-	// default: the paper's step count, schedule and real-run budget (100
-	// initial + 100 calibration records), with 128 states per rollout.
-	"default": {steps: 96, states: 128, quota: 96, m0: 100, evalStates: 8, schedule: calibrate.DefaultSchedule(), sizes: lab.DefaultSuiteSizes()},
-	// paper: also the paper's 277 states → 256 kept groups per rollout.
-	"paper": {steps: 96, states: 277, quota: 256, m0: 100, evalStates: 8, schedule: calibrate.DefaultSchedule(), sizes: lab.DefaultSuiteSizes()},
-}
 
 type options struct {
 	profile, calibration, store, report string
@@ -80,8 +52,7 @@ type options struct {
 	parallel                            int
 	wmrl                                bool
 	baseline, holdOut, suite            string
-	policyLR                            float64
-	descBuckets, evalHistory            int
+	evalHistory                         int    // -eval-history; < 0 = the profile's
 	setting                             string // validated (also "") | library
 	progress                            string // auto | bar | lines
 	force                               bool   // replace an existing report
@@ -107,27 +78,31 @@ func main() {
 // Report is what the program writes as JSON. Undefined numbers (a
 // monitor over too few pairs, an average over no feasible run) are null.
 type Report struct {
-	Profile      string             `json:"profile"`
-	Calibration  string             `json:"calibration"`
-	Baseline     string             `json:"baseline,omitempty"`
-	HoldOut      string             `json:"hold_out_family,omitempty"`
-	Suite        string             `json:"suite,omitempty"`
-	WMRL         bool               `json:"wmrl"`
-	Seed         uint64             `json:"seed"`
-	Setting      string             `json:"setting"`
-	M0           int                `json:"m0_records"`
-	Base         Summary            `json:"base"`          // held-out tasks
-	Trained      Summary            `json:"trained"`       // held-out tasks
-	BaseTrain    Summary            `json:"base_train"`    // training tasks, one state each
-	TrainedTrain Summary            `json:"trained_train"` // training tasks, one state each
-	WinRate      *float64           `json:"win_rate_vs_base"`
-	Steps        []Step             `json:"steps"`
-	Calibrations []Calibration      `json:"calibrations"`
-	RealRuns     map[string]int     `json:"real_runs"`   // runs paid by this invocation, by phase
-	Reused       map[string]int     `json:"reused_runs"` // measurements served from the store, by phase
-	CPUSeconds   map[string]float64 `json:"cpu_seconds"`
-	Predictions  int64              `json:"world_model_predictions"`
-	TasksLeftOut []string           `json:"tasks_left_out,omitempty"` // a reference run failed (lab.ErrReference)
+	Profile     string `json:"profile"`
+	Calibration string `json:"calibration"`
+	Baseline    string `json:"baseline,omitempty"`
+	HoldOut     string `json:"hold_out_family,omitempty"`
+	Suite       string `json:"suite,omitempty"`
+	WMRL        bool   `json:"wmrl"`
+	Seed        uint64 `json:"seed"`
+	Setting     string `json:"setting"`
+	// SettingConfig is the setting's content (setting.Setting), and
+	// ProfileConfig the profile's (setting.Profile).
+	SettingConfig setting.Setting    `json:"setting_config"`
+	ProfileConfig setting.Profile    `json:"profile_config"`
+	M0            int                `json:"m0_records"`
+	Base          Summary            `json:"base"`          // held-out tasks
+	Trained       Summary            `json:"trained"`       // held-out tasks
+	BaseTrain     Summary            `json:"base_train"`    // training tasks, one state each
+	TrainedTrain  Summary            `json:"trained_train"` // training tasks, one state each
+	WinRate       *float64           `json:"win_rate_vs_base"`
+	Steps         []Step             `json:"steps"`
+	Calibrations  []Calibration      `json:"calibrations"`
+	RealRuns      map[string]int     `json:"real_runs"`   // runs paid by this invocation, by phase
+	Reused        map[string]int     `json:"reused_runs"` // measurements served from the store, by phase
+	CPUSeconds    map[string]float64 `json:"cpu_seconds"`
+	Predictions   int64              `json:"world_model_predictions"`
+	TasksLeftOut  []string           `json:"tasks_left_out,omitempty"` // a reference run failed (lab.ErrReference)
 }
 
 // Summary is one evaluation: Avg@K and Best@K in σ_e units, rates, and the
@@ -201,7 +176,8 @@ func calibration(c *lm2lm.CalibrationReport) Calibration {
 // mainJob is one invocation's state, shared by the steps of run.
 type mainJob struct {
 	o     options
-	prof  profile
+	prof  setting.Profile
+	set   setting.Setting
 	mode  lm2lm.Calibration
 	w     io.Writer
 	start time.Time
@@ -263,7 +239,8 @@ func (j *mainJob) parseFlags() error {
 	if err := j.o.validate(); err != nil {
 		return err
 	}
-	j.prof = profiles[j.o.profile]
+	j.prof, _ = setting.LookupProfile(j.o.profile) // validated
+	j.set, _ = setting.Lookup(j.o.settingName())   // validated
 	j.mode = map[string]lm2lm.Calibration{"top-rated": lm2lm.TopRated, "random": lm2lm.RandomCalibration, "static": lm2lm.Static}[j.o.calibration]
 	return nil
 }
@@ -297,7 +274,7 @@ func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 	lcfg := lab.DefaultConfig()
 	lcfg.Parallel = j.o.parallel
 	var err error
-	if lcfg.Tasks, err = suiteTasks(j.o.suite, j.prof.sizes); err != nil {
+	if lcfg.Tasks, err = suiteTasks(j.o.suite, j.prof.Sizes); err != nil {
 		return err
 	}
 	if j.o.holdOut != "" {
@@ -314,7 +291,7 @@ func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 		return err
 	}
 	j.lab, j.pool, j.cat, j.seeds = l, pool, lab.Catalogue(), lcfg.RefSeeds
-	fmt.Fprintf(j.w, "LM2LM on the embedded lab: profile %s, calibration %s, WMRL %v, seed %d, %s setting\n", j.o.profile, j.mode, j.o.wmrl, j.o.seed, j.o.settingName())
+	fmt.Fprintf(j.w, "LM2LM on the embedded lab: profile %s, calibration %s, WMRL %v, seed %d, %s setting\n", j.o.profile, j.mode, j.o.wmrl, j.o.seed, j.set.Name)
 	fmt.Fprintf(j.w, "reference runs (b_e, σ_e from %d seeds per task; cached in %s) ...\n", len(lcfg.RefSeeds), j.o.store)
 	tasks, err := j.references(ctx)
 	if err != nil {
@@ -363,11 +340,11 @@ func (j *mainJob) progress(title string, total int) (*progress.Reporter, error) 
 // drawM0 executes the initial records: catalogue proposals drawn uniformly
 // (METHOD.md §1 Data and evaluation: mechanism-library sampling).
 func (j *mainJob) drawM0(ctx context.Context) error {
-	rep, err := j.progress("M_0: real runs", j.prof.m0)
+	rep, err := j.progress("M_0: real runs", j.prof.M0)
 	if err != nil {
 		return err
 	}
-	m0, spent, err := initialRecords(ctx, j.lab, progress.Executor(j.pool, rep), j.train, j.cat, j.prof.m0, j.o)
+	m0, spent, err := initialRecords(ctx, j.lab, progress.Executor(j.pool, rep), j.train, j.cat, j.prof.M0, j.o)
 	rep.Finish()
 	if err != nil {
 		return err
@@ -385,7 +362,7 @@ func (j *mainJob) drawHistories(ctx context.Context) error {
 	var draws []baseline.Draw
 	for i, t := range j.held {
 		rng := rand.New(rand.NewPCG(j.o.seed, 0x68697374+uint64(i)))
-		draws = append(draws, baseline.RandomDraws(rng, []records.Task{t}, j.cat, j.o.evalHistory, records.Evidence{})...)
+		draws = append(draws, baseline.RandomDraws(rng, []records.Task{t}, j.cat, j.o.historyRecords(j.prof), records.Evidence{})...)
 	}
 	rep, err := j.progress("evaluation histories: real runs", len(draws))
 	if err != nil {
@@ -407,60 +384,36 @@ func (j *mainJob) drawHistories(ctx context.Context) error {
 // validated reports whether the job runs the validated setting.
 func (o options) validated() bool { return o.setting != "library" }
 
-// newModels makes the embedded world model (counting its calls) and the
-// policy, and starts the report. Under the validated setting
-// (labsetup.ValidatedWorld and ValidatedPolicy, shared with
-// examples/compare) the world model follows the task descriptors fully,
-// reads what each proposal does to them from the lab (rwm.WithEffects) and
-// re-tunes on its records (rwm.Tuned); the policy has binned descriptor
-// features (no description words) and a hidden layer whose initial weights
-// come from the seed, and samples its rollouts at the setting's training
-// temperature (trainTemperature; the trainer's held-out-task rewards are
-// set in trainerConfig).
+// historyRecords is the number of real records per held-out task that the
+// evaluation states draw their histories from: -eval-history, or the
+// profile's.
+func (o options) historyRecords(p setting.Profile) int {
+	if o.evalHistory < 0 {
+		return p.EvalHistory
+	}
+	return o.evalHistory
+}
+
+// newModels makes the setting's world model (counting its calls) and
+// policy (setting.Setting.NewWorld and NewPolicy, as examples/compare
+// does), and starts the report. Under the validated setting the world
+// model follows the task descriptors fully, reads what each proposal does
+// to them from the lab (rwm.WithEffects) and re-tunes on its records
+// (rwm.Tuned); the policy has binned descriptor features (no description
+// words) and a hidden layer whose initial weights come from the seed, and
+// samples its rollouts at the setting's training temperature (the
+// trainer's held-out-task rewards are set in trainerConfig).
 func (j *mainJob) newModels(context.Context) error {
-	pcfg := proposer.DefaultPolicyConfig()
-	var rng *rand.Rand
-	if j.o.validated() {
-		j.world = rwm.NewLedger(labsetup.NewWorld(j.lab, labsetup.ValidatedWorld))
-		v := labsetup.ValidatedPolicy
-		pcfg.Adam.LR, pcfg.DescriptionBuckets, pcfg.DescriptorBuckets, pcfg.Hidden = v.LR, v.DescriptionBuckets, v.DescriptorBuckets, v.Hidden
-		pcfg.Temperature = j.o.trainTemperature()
-		rng = labsetup.HiddenSource(j.o.seed)
-	} else {
-		j.world = rwm.NewLedger(labsetup.NewWorld(j.lab, labsetup.World{}))
-	}
-	if j.o.policyLR > 0 {
-		pcfg.Adam.LR = j.o.policyLR
-	}
-	if j.o.descBuckets >= 0 {
-		pcfg.DescriptionBuckets = j.o.descBuckets
-	}
-	pol, err := proposer.NewPolicy(j.cat, pcfg, rng)
+	j.world = rwm.NewLedger(j.set.NewWorld(j.lab))
+	pol, err := j.set.NewPolicy(j.o.seed)
 	if err != nil {
 		return err
 	}
 	j.pol = pol
 	j.rep = Report{Profile: j.o.profile, Calibration: j.mode.String(), Baseline: j.o.baseline, HoldOut: j.o.holdOut, Suite: j.o.suite,
-		WMRL: j.o.wmrl, Seed: j.o.seed, Setting: j.o.settingName(), M0: j.m0.Len(), RealRuns: j.rep.RealRuns, CPUSeconds: j.rep.CPUSeconds, Reused: j.rep.Reused}
+		WMRL: j.o.wmrl, Seed: j.o.seed, Setting: j.set.Name, SettingConfig: j.set, ProfileConfig: j.prof, M0: j.m0.Len(),
+		RealRuns: j.rep.RealRuns, CPUSeconds: j.rep.CPUSeconds, Reused: j.rep.Reused}
 	return nil
-}
-
-// evalTemperature is the policy's sampling temperature at evaluation: the
-// validated setting's, or 1 (the rollouts' temperature).
-func (o options) evalTemperature() float64 {
-	if o.validated() {
-		return labsetup.ValidatedPolicy.EvalTemperature
-	}
-	return 1
-}
-
-// trainTemperature is the policy's sampling temperature while it trains
-// (its rollouts): the validated setting's, or 1.
-func (o options) trainTemperature() float64 {
-	if t := labsetup.ValidatedPolicy.TrainTemperature; o.validated() && t > 0 {
-		return t
-	}
-	return 1
 }
 
 // evaluate measures J_test on held-out tasks and J_train on one state of
@@ -469,7 +422,7 @@ func (o options) trainTemperature() float64 {
 // to results[at] and results[at+1].
 func (j *mainJob) evaluate(ctx context.Context, name string, at int) error {
 	ecfg := lm2lm.DefaultEvalConfig()
-	ecfg.StatesPerTask = j.prof.evalStates
+	ecfg.StatesPerTask = j.prof.EvalStates
 	ecfg.Parallel = j.o.parallel
 	ecfg.Seed = j.o.seed
 	ecfg.Seeds = j.seeds
@@ -489,10 +442,10 @@ func (j *mainJob) evaluate(ctx context.Context, name string, at int) error {
 	ex := progress.Executor(j.pool, rep)
 	// The policy samples at the evaluation temperature here and at its
 	// rollouts' everywhere else.
-	if err := j.pol.SetTemperature(j.o.evalTemperature()); err != nil {
+	if err := j.pol.SetTemperature(j.set.Policy.EvalTemperature); err != nil {
 		return err
 	}
-	defer j.pol.SetTemperature(j.o.trainTemperature())
+	defer j.pol.SetTemperature(j.set.Policy.TrainTemperature)
 	held, err := lm2lm.Evaluate(ctx, ecfg, j.pol, j.lab, ex, j.held, j.hist)
 	if err != nil {
 		return err
@@ -516,7 +469,7 @@ func (j *mainJob) evaluate(ctx context.Context, name string, at int) error {
 // trainPolicy trains by LM2LM (or a supervised baseline).
 func (j *mainJob) trainPolicy(ctx context.Context) error {
 	if j.o.baseline != "" {
-		err := supervise(ctx, j.w, j.o.baseline, j.prof.steps, j.pol, j.m0, &j.rep)
+		err := supervise(ctx, j.w, j.o.baseline, j.prof.Steps, j.pol, j.m0, &j.rep)
 		j.rep.RealRuns["training"], j.rep.CPUSeconds["training"] = 0, 0
 		return err
 	}
@@ -557,21 +510,19 @@ func (j *mainJob) newTrainer() (*lm2lm.Trainer, lm2lm.Config, error) {
 	return tr, cfg, err
 }
 
-// trainerConfig is the LM2LM trainer's configuration: the profile's, the
-// calibration mode, and the setting's (labsetup.ValidatedTrainer).
+// trainerConfig is the LM2LM trainer's configuration: the profile's
+// sizes (setting.Profile.ApplyTrainer), the calibration mode, the
+// setting's trainer part (setting.Setting.ApplyTrainer) and, with -wmrl,
+// the drivers' WMRL configuration (setting.LabWMRL).
 func (j *mainJob) trainerConfig() lm2lm.Config {
 	cfg := lm2lm.DefaultConfig()
-	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = j.prof.steps, j.prof.states, j.prof.quota, j.prof.schedule
+	j.prof.ApplyTrainer(&cfg)
 	cfg.Calibration = j.mode
 	cfg.Parallel = j.o.parallel
 	cfg.Seed = j.o.seed
-	cfg.HeldOutTask = j.o.validated() && labsetup.ValidatedTrainer.HeldOutTask
+	j.set.ApplyTrainer(&cfg)
 	if j.o.wmrl {
-		// The library's WMRL defaults wait for 200 anchor pairs before the
-		// first fit; a laptop-sized run has fewer, so the example fits
-		// sooner.
-		w := lm2lm.DefaultWMRLConfig()
-		w.MinPairs, w.RefitEvery, w.HalfLife, w.Warmup = 32, 16, 8, 4
+		w := setting.LabWMRL()
 		cfg.WMRL = &w
 	}
 	return cfg

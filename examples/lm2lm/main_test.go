@@ -15,6 +15,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/internal/labtest"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -91,17 +92,17 @@ func TestMainJobEndToEnd(t *testing.T) {
 func TestFlagsValidatedAllAtOnce(t *testing.T) {
 	var stderr bytes.Buffer
 	_, err := parseFlags([]string{"-profile", "huge", "-calibration", "best", "-baseline", "dpo", "-suite", "v3",
-		"-progress", "fancy", "-parallel", "0", "-policy-lr", "-1", "-description-buckets", "-2", "-eval-history", "-1",
+		"-progress", "fancy", "-parallel", "0", "-eval-history", "-2",
 		"-hold-out-family", "no-such-family", "-store", "", "-setting", "best"}, &stderr)
 	require.ErrorIs(t, err, errUsage)
 	for _, want := range []string{
-		`unknown -profile "huge"; valid: tiny, short, default, paper`,
+		`-profile: setting: unknown name: profile "huge"; valid: tiny, short, default, paper`,
 		`unknown -calibration "best"; valid: top-rated, random, static`,
 		`unknown -baseline "dpo"; valid: sft, rft`,
 		`unknown -suite "v3"; valid: v2, v1`,
 		`unknown -progress "fancy"; valid: auto, bar, lines`,
-		"-parallel 0; want ≥ 1", "-policy-lr -1", "-description-buckets -2", "-eval-history -1", "-store is empty",
-		`unknown -setting "best"; valid: validated, library`,
+		"-parallel 0; want ≥ 1", "-eval-history -2", "-store is empty",
+		`-setting: setting: unknown name: setting "best"; valid: validated, library`,
 	} {
 		require.ErrorContains(t, err, want)
 	}
@@ -116,7 +117,7 @@ func TestFlagsValidatedAllAtOnce(t *testing.T) {
 	// run validates too, before opening the store.
 	dir := t.TempDir()
 	o := options{profile: "huge", calibration: "top-rated", store: filepath.Join(dir, "r.jsonl"), parallel: 2}
-	require.ErrorContains(t, run(context.Background(), &bytes.Buffer{}, o), "unknown -profile")
+	require.ErrorContains(t, run(context.Background(), &bytes.Buffer{}, o), `profile "huge"; valid: tiny`)
 	require.NoFileExists(t, o.store)
 }
 
@@ -134,8 +135,10 @@ func TestReportNamedAndNeverOverwritten(t *testing.T) {
 	require.Equal(t, filepath.Join("out", "lm2lm", "v2-short-static+wmrl-seed7.json"), o.reportPath())
 	o.baseline, o.wmrl, o.holdOut, o.evalHistory = "rft", false, "arith", 4
 	require.Equal(t, filepath.Join("out", "lm2lm", "v2-short-rft-holdout-arith-hist4-seed7.json"), o.reportPath())
-	o.setting, o.descBuckets = "library", 0
-	require.Equal(t, filepath.Join("out", "lm2lm", "v2-short-rft-library-holdout-arith-desc0-hist4-seed7.json"), o.reportPath())
+	o.setting = "library"
+	require.Equal(t, filepath.Join("out", "lm2lm", "v2-short-rft-library-holdout-arith-hist4-seed7.json"), o.reportPath())
+	o.evalHistory = 8 // the profile's: no name part
+	require.Equal(t, filepath.Join("out", "lm2lm", "v2-short-rft-library-holdout-arith-seed7.json"), o.reportPath())
 	o.report = "none"
 	require.Empty(t, o.reportPath())
 
@@ -186,8 +189,8 @@ func TestReferencesLeaveOutDivergedTasks(t *testing.T) {
 // hidden layer drawn from the seed, LR 0.02 and no description features,
 // trained at temperature 2 on rewards judged as for an unseen task
 // (lm2lm.Config.HeldOutTask), evaluated at temperature 0.5. -setting
-// library is every library default; -policy-lr and -description-buckets
-// override either.
+// library is every library default. The report records the setting by
+// name and content.
 func TestSettings(t *testing.T) {
 	l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
 	require.NoError(t, err)
@@ -195,36 +198,40 @@ func TestSettings(t *testing.T) {
 		o, err := parseFlags(args, &bytes.Buffer{})
 		require.NoError(t, err)
 		j := &mainJob{o: o, lab: l, cat: lab.Catalogue(), rep: Report{}}
+		require.NoError(t, j.parseFlags())
 		require.NoError(t, j.newModels(context.Background()))
 		return j, o
 	}
-	j, o := models()
+	j, _ := models()
 	c := j.pol.Config()
 	require.Equal(t, []any{32, 256, 0, 0.02, 2.0}, []any{c.Hidden, c.DescriptorBuckets, c.DescriptionBuckets, c.Adam.LR, c.Temperature})
-	require.Equal(t, 0.5, o.evalTemperature())
-	require.Equal(t, 2.0, o.trainTemperature())
+	require.Equal(t, 0.5, j.set.Policy.EvalTemperature)
 	require.True(t, j.trainerConfig().HeldOutTask)
 	require.Contains(t, j.world.ID(), "rwm.Tuned/")
 	require.Equal(t, "validated", j.rep.Setting)
+	require.Equal(t, setting.Validated(), j.rep.SettingConfig)
+	b, err := json.Marshal(j.rep)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"setting":"validated","setting_config":{"name":"validated","world":{"descriptors":1,"effects":true,"tune":true},`)
 	again, _ := models()
 	a, err := j.pol.MarshalBinary()
 	require.NoError(t, err)
-	b, err := again.pol.MarshalBinary()
+	b, err = again.pol.MarshalBinary()
 	require.NoError(t, err)
 	require.Equal(t, a, b, "the hidden layer's draws come from the seed")
 
-	j, o = models("-setting", "library")
+	j, _ = models("-setting", "library")
 	c = j.pol.Config()
-	def := proposer.DefaultPolicyConfig()
-	require.Equal(t, []any{0, 0, 0, def.Adam.LR}, []any{c.Hidden, c.DescriptorBuckets, c.DescriptionBuckets, c.Adam.LR})
-	require.Equal(t, 1.0, o.evalTemperature())
-	require.Equal(t, 1.0, o.trainTemperature())
-	require.Equal(t, 1.0, c.Temperature)
+	require.Equal(t, proposer.DefaultPolicyConfig(), c)
+	require.Equal(t, 1.0, j.set.Policy.EvalTemperature)
 	require.False(t, j.trainerConfig().HeldOutTask)
 	require.NotContains(t, j.world.ID(), "rwm.Tuned/")
 	require.Equal(t, "library", j.rep.Setting)
+	require.Equal(t, setting.Library(), j.rep.SettingConfig)
 
-	j, _ = models("-policy-lr", "0.01", "-description-buckets", "16")
-	c = j.pol.Config()
-	require.Equal(t, []any{32, 16, 0.01}, []any{c.Hidden, c.DescriptionBuckets, c.Adam.LR})
+	_, err = parseFlags([]string{"-setting", "chosen"}, &bytes.Buffer{})
+	require.ErrorIs(t, err, setting.ErrUnknown)
+	require.ErrorContains(t, err, "valid: validated, library")
+	_, err = parseFlags([]string{"-policy-lr", "0.01"}, &bytes.Buffer{})
+	require.Error(t, err, "the setting's levers are no flags")
 }

@@ -27,23 +27,32 @@ import (
 
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/builder/slurm"
-	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/lab/setting"
 )
 
-// profile is a scaled-down version of the paper's schedule (METHOD.md §1).
+// profile is a job's size: the drivers' profile (lab/setting.Profiles:
+// steps, states, kept groups, M_0, calibration schedule, evaluation states
+// per held-out task) and the number of this example's own tasks
+// (tasks.go) it runs on.
 type profile struct {
-	tasks, steps, states, quota, m0, evalStates int
-	schedule                                    calibrate.Schedule
+	setting.Profile
+	tasks int
 }
 
-var profiles = map[string]profile{
-	// tiny: 3 tasks (9 reference runs), 8 M_0 runs, 4 calibration runs,
-	// 2 × 4 evaluation runs; the end-to-end test's profile.
-	"tiny": {tasks: 3, steps: 16, states: 12, quota: 8, m0: 8, evalStates: 1,
-		schedule: calibrate.Schedule{Steps: []int{8}, Budgets: []int{4}}},
-	// short: 4 tasks, 24 M_0 runs, two calibrations of 8.
-	"short": {tasks: 4, steps: 24, states: 48, quota: 32, m0: 24, evalStates: 2,
-		schedule: calibrate.Schedule{Steps: []int{8, 16}, Budgets: []int{8, 8}}},
+// exampleTasks is the number of the example's tasks per profile: tiny's 3
+// tasks cost 9 reference runs, short's 4 cost 12. Only these two profiles
+// fit the example's CPU-sized tasks.
+var exampleTasks = map[string]int{"tiny": 3, "short": 4}
+
+// lookupProfile returns the profile of name, or an error wrapping
+// errProfile that lists the valid names.
+func lookupProfile(name string) (profile, error) {
+	n, ok := exampleTasks[name]
+	p, err := setting.LookupProfile(name)
+	if !ok || err != nil {
+		return profile{}, fmt.Errorf("%w %q; valid: tiny, short", errProfile, name)
+	}
+	return profile{Profile: p, tasks: n}, nil
 }
 
 type options struct {
@@ -57,7 +66,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.executor, "executor", "subprocess", "subprocess (local processes) | slurm (sbatch on the cluster)")
-	flag.StringVar(&o.profile, "profile", "tiny", "tiny | short")
+	flag.StringVar(&o.profile, "profile", "tiny", "size of the job (lab/setting.Profiles, the lab drivers' table): tiny | short")
 	flag.StringVar(&o.python, "python", "/usr/bin/python3", "Python interpreter with torch")
 	flag.StringVar(&o.script, "script", "", "train.py (default: examples/pytorch/train.py under the working directory)")
 	flag.StringVar(&o.out, "out", "out/pytorch", "directory for corpora, records, Slurm job directories")
@@ -116,9 +125,9 @@ func executor(o options) (builder.Executor, error) {
 var errProfile = errors.New("unknown -profile")
 
 func run(ctx context.Context, w io.Writer, o options) error {
-	prof, ok := profiles[o.profile]
-	if !ok {
-		return fmt.Errorf("%w %q", errProfile, o.profile)
+	prof, err := lookupProfile(o.profile)
+	if err != nil {
+		return err
 	}
 	ex, err := executor(o)
 	if err != nil {

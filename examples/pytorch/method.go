@@ -61,7 +61,7 @@ func method(ctx context.Context, w io.Writer, o options, prof profile, ex builde
 		return err
 	}
 	cat := Catalogue()
-	m0, err := initial(ctx, b, pool, train, cat, prof.m0, o)
+	m0, err := initial(ctx, b, pool, train, cat, prof.M0, o)
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func method(ctx context.Context, w io.Writer, o options, prof profile, ex builde
 		return err
 	}
 	ecfg := lm2lm.DefaultEvalConfig()
-	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed = prof.evalStates, o.parallel, o.seed
+	ecfg.StatesPerTask, ecfg.Parallel, ecfg.Seed = prof.EvalStates, o.parallel, o.seed
 	base, err := lm2lm.Evaluate(ctx, ecfg, pol, b, pool, held, nil)
 	if err != nil {
 		return err
@@ -105,7 +105,7 @@ func trainPolicy(ctx context.Context, w io.Writer, o options, prof profile, pol 
 	wcfg := rwm.DefaultEmbeddedConfig()
 	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
 	cfg := lm2lm.DefaultConfig()
-	cfg.Steps, cfg.States, cfg.DAPO.Quota, cfg.Schedule = prof.steps, prof.states, prof.quota, prof.schedule
+	prof.ApplyTrainer(&cfg)
 	cfg.Parallel, cfg.Seed = o.parallel, o.seed
 	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: rwm.NewEmbedded(wcfg), Builder: b, Executor: ex,
 		Tasks: train, Evidence: m0})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
 )
@@ -142,15 +143,15 @@ func partFilter(part string) (func(string) bool, error) {
 // lab.Catalogue(); METHOD.md §1 Research World Model). With no keys, the
 // standard five:
 //
-//   - catalogue: rwm.DefaultEmbeddedConfig;
+//   - catalogue: the library setting's (setting.Library, rwm.DefaultEmbeddedConfig);
 //   - desc (descriptors): DescriptorWeight 0.5 (the tasks' descriptors in
 //     the kernel);
 //   - desc-tuned: rwm.NewTuned around it (hyperparameters by marginal
 //     likelihood on each context);
 //   - fx (effects): DescriptorWeight 1 and rwm.WithEffects with the lab's
 //     Effects (what a proposal does to the task's descriptors);
-//   - fx-tuned: rwm.NewTuned around it (examples/compare's -world-effects
-//     -world-tune -world-descriptors 1).
+//   - fx-tuned: rwm.NewTuned around it, the validated setting's
+//     (setting.Validated, the main job's and examples/compare's default).
 //
 // Other keys are fx-tuned with one fixed hyperparameter moved (TuneGrid
 // does not search these; see variants), fx-tuned ranked by a quantile
@@ -169,20 +170,25 @@ func landscapeModels(keys []string) ([]rankModel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lab for the effects: %w", err)
 	}
-	cat := lab.Catalogue()
-	base := rwm.DefaultEmbeddedConfig()
-	base.Priors, base.Cards = rwm.PriorsFromCards(cat), cat
+	// The library's and the validated setting's world models are the
+	// drivers' own (lab/setting); the others move one of their parts.
+	library, ok := setting.Library().NewWorld(lb).(*rwm.Embedded)
+	if !ok {
+		return nil, fmt.Errorf("the library setting's world model is %T, want *rwm.Embedded", setting.Library().NewWorld(lb))
+	}
+	validated, ok := setting.Validated().NewWorld(lb).(*rwm.Tuned)
+	if !ok {
+		return nil, fmt.Errorf("the validated setting's world model is %T, want *rwm.Tuned", setting.Validated().NewWorld(lb))
+	}
+	base, eff := library.Config(), validated.Base()
 	desc := base
 	desc.DescriptorWeight = 0.5
-	eff := base
-	eff.DescriptorWeight = 1
-	eff = rwm.WithEffects(eff, lb.Effects())
 	all := map[string]rankModel{
-		"catalogue":  {"catalogue", rwm.NewEmbedded(base)},
+		"catalogue":  {"catalogue", library},
 		"desc":       {"descriptors", rwm.NewEmbedded(desc)},
 		"desc-tuned": {"descriptors, tuned", rwm.NewTuned(desc, nil)},
 		"fx":         {"effects", rwm.NewEmbedded(eff)},
-		"fx-tuned":   {"effects, tuned", rwm.NewTuned(eff, nil)},
+		"fx-tuned":   {"effects, tuned", validated},
 	}
 	for _, v := range variants {
 		c := eff
