@@ -544,8 +544,9 @@ type Info struct {
 	Reused       int    `json:"reused_runs"`
 	EvalRuns     int    `json:"eval_runs"`
 	Calibrating  bool   `json:"calibrating"`
-	// Digest is the SHA-256 of the loop's checkpoint: equal digests mean
-	// equal state.
+	// Digest is the SHA-256 of the loop's checkpoint without what was
+	// paid (cost, runs, reused: a resumed calibration is served its
+	// finished runs from the store): equal digests mean equal state.
 	Digest string `json:"digest"`
 }
 
@@ -555,10 +556,7 @@ func (s *Service) info() Info {
 	in := Info{API: APIVersion, Step: s.loop.Step(), Scored: s.scored, Calibrations: s.loop.Calibrations(),
 		Evidence: s.loop.Evidence().Len(), Candidates: s.loop.Candidates(), RealRuns: runs, Reused: reused,
 		EvalRuns: s.evalRuns, Calibrating: s.calBusy}
-	if b, err := s.loop.MarshalBinary(); err == nil {
-		sum := sha256.Sum256(b)
-		in.Digest = hex.EncodeToString(sum[:])
-	}
+	in.Digest = s.digest()
 	return in
 }
 
@@ -711,9 +709,32 @@ func (s *Service) predict(ctx context.Context, jobs []lm2lm.PredictJob) ([]predJ
 
 // AdvanceResponse answers an advance request.
 type AdvanceResponse struct {
-	API          string                    `json:"api"`
-	Step         int                       `json:"step"`
-	Calibrations []lm2lm.CalibrationReport `json:"calibrations,omitempty"`
+	API          string              `json:"api"`
+	Step         int                 `json:"step"`
+	Calibrations []CalibrationResult `json:"calibrations,omitempty"`
+}
+
+// CalibrationResult is one calibration point as reported on the wire
+// (lm2lm.CalibrationReport; monitors that are undefined are absent).
+type CalibrationResult struct {
+	Step         int              `json:"step"`
+	Budget       int              `json:"budget"`
+	Executed     int              `json:"executed"`
+	Infeasible   int              `json:"infeasible"`
+	MeanRealGain float64          `json:"mean_real_gain_sigmas"`
+	Records      []records.Record `json:"records"`
+	Failures     []string         `json:"failures,omitempty"`
+	DeltaM       *float64         `json:"delta_m,omitempty"`
+	Gap          *float64         `json:"gap,omitempty"`
+	Cosine       *float64         `json:"advantage_cosine,omitempty"`
+	Accuracy     *float64         `json:"pairwise_accuracy,omitempty"`
+}
+
+func calibrationResult(r lm2lm.CalibrationReport) CalibrationResult {
+	m := r.Monitors
+	return CalibrationResult{Step: r.Step, Budget: r.Budget, Executed: r.Executed, Infeasible: r.Infeasible,
+		MeanRealGain: r.MeanRealGain, Records: r.Records, Failures: r.Failures,
+		DeltaM: finPtr(m.Bias.Delta), Gap: finPtr(m.Bias.Gap()), Cosine: finPtr(m.Cosine), Accuracy: finPtr(m.Accuracy)}
 }
 
 // Advance records the trainer's step and runs the calibration points due
@@ -729,7 +750,10 @@ func (s *Service) Advance(ctx context.Context, key string, step int) (json.RawMe
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		resp := AdvanceResponse{API: APIVersion, Step: s.loop.Step(), Calibrations: reps}
+		resp := AdvanceResponse{API: APIVersion, Step: s.loop.Step()}
+		for _, r := range reps {
+			resp.Calibrations = append(resp.Calibrations, calibrationResult(r))
+		}
 		b, err := json.Marshal(resp)
 		if err != nil {
 			return nil, err
@@ -1065,4 +1089,25 @@ func NewDatasetRow(st StateRow) DatasetRow {
 	return DatasetRow{Prompt: st.Prompt, StateID: st.StateID, Task: st.Task, Split: st.Split, DataSource: DataSource,
 		RewardModel: map[string]string{"style": "rule", "ground_truth": st.StateID},
 		ExtraInfo:   map[string]string{"state_id": st.StateID, "split": st.Split}, Label: st.StateID, Text: text}
+}
+
+// digest is Info.Digest. The caller holds mu.
+func (s *Service) digest() string {
+	b, err := s.loop.MarshalBinary()
+	if err != nil {
+		return ""
+	}
+	var env struct{ Body map[string]json.RawMessage }
+	if err := json.Unmarshal(b, &env); err != nil {
+		return ""
+	}
+	delete(env.Body, "cost")
+	delete(env.Body, "runs")
+	delete(env.Body, "reused")
+	nb, err := json.Marshal(env.Body) // map keys sorted
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(nb)
+	return hex.EncodeToString(sum[:])
 }
