@@ -157,7 +157,10 @@ func Components(opt Options) (serve.Components, *Executor, error) {
 		store = records.NewMemStore()
 	}
 	ex := &Executor{opt: opt}
-	pool, err := builder.NewPool(ex, builder.PoolConfig{Slots: 2, MaxAttempts: 1, Store: store})
+	// A fixed clock: record times and measured wall times are the same in
+	// every process, so that states compare bit for bit.
+	fixed := func() time.Time { return time.Unix(1_800_000_000, 0).UTC() }
+	pool, err := builder.NewPool(ex, builder.PoolConfig{Slots: 2, MaxAttempts: 1, Store: store, Now: fixed})
 	if err != nil {
 		return serve.Components{}, nil, err
 	}
