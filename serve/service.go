@@ -219,7 +219,10 @@ func (s *Service) replay() error {
 }
 
 // commit journals o durably, then applies it. The caller holds mu.
-func (s *Service) commit(o op) (json.RawMessage, error) {
+func (s *Service) commit(o op) (json.RawMessage, error) { return s.commitParsed(o, nil) }
+
+// commitParsed is commit with a score op's groups already parsed.
+func (s *Service) commitParsed(o op, parsed []lm2lm.Group) (json.RawMessage, error) {
 	b, err := json.Marshal(o)
 	if err != nil {
 		return nil, fmt.Errorf("%w: journal: %w", ErrState, err)
@@ -231,7 +234,7 @@ func (s *Service) commit(o op) (json.RawMessage, error) {
 		return nil, fmt.Errorf("%w: journal: %w", ErrState, err)
 	}
 	s.ops++
-	resp, err := s.apply(o)
+	resp, err := s.applyParsed(o, parsed)
 	if err != nil {
 		return nil, err
 	}
@@ -245,20 +248,26 @@ func (s *Service) commit(o op) (json.RawMessage, error) {
 
 // apply performs o on the state and caches its response under o.Key. It
 // is deterministic: the journal replays through it.
-func (s *Service) apply(o op) (json.RawMessage, error) {
+func (s *Service) apply(o op) (json.RawMessage, error) { return s.applyParsed(o, nil) }
+
+// applyParsed is apply with a score op's groups already resolved and
+// parsed (nil: resolve and parse them).
+func (s *Service) applyParsed(o op, parsed []lm2lm.Group) (json.RawMessage, error) {
 	var resp any
 	switch o.Kind {
 	case "states":
 		resp = s.applyStates(o)
 	case "score":
-		r, err := s.applyScore(o)
+		r, err := s.applyScore(o, parsed)
 		if err != nil {
 			return nil, err
 		}
 		resp = r
 	case "step":
-		s.loop.SetStep(o.Step)
-		resp = s.info()
+		resp = struct {
+			API  string `json:"api"`
+			Step int    `json:"step"`
+		}{APIVersion, s.loop.SetStep(o.Step)}
 	default:
 		return nil, fmt.Errorf("unknown op %q", records.Excerpt(o.Kind))
 	}
@@ -492,10 +501,12 @@ type ScoreResponse struct {
 	Invalid    int     `json:"invalid"`
 }
 
-func (s *Service) applyScore(o op) (ScoreResponse, error) {
-	gs, err := s.groups(o.Groups)
-	if err != nil {
-		return ScoreResponse{}, err
+func (s *Service) applyScore(o op, gs []lm2lm.Group) (ScoreResponse, error) {
+	if gs == nil {
+		var err error
+		if gs, err = s.groups(o.Groups); err != nil {
+			return ScoreResponse{}, err
+		}
 	}
 	preds := make([]lm2lm.Prediction, len(o.Preds))
 	for i, p := range o.Preds {
@@ -648,7 +659,7 @@ func (s *Service) Score(ctx context.Context, key string, step int, gs []ScoreGro
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.commit(op{Kind: "score", Key: key, Step: step, Groups: gs, Preds: preds})
+		return s.commitParsed(op{Kind: "score", Key: key, Step: step, Groups: gs, Preds: preds}, lg)
 	})
 }
 
