@@ -914,9 +914,9 @@ type EvalResponse struct {
 
 // Evaluate runs a policy's proposals for real, one run per distinct
 // (task, change) of the request, on held-out (or any issued) states, and
-// returns the real gains (METHOD.md §1 Data and evaluation: unparseable
-// and infeasible proposals score −c in σ units... here reported as data).
-// Runs are not added to M.
+// returns the real gains (METHOD.md §1 Data and evaluation); unparseable,
+// infeasible and unmeasured proposals are reported as such, and the mean
+// is over the feasible runs in σ_e units. Runs are not added to M.
 func (s *Service) Evaluate(ctx context.Context, key string, gs []ScoreGroup) (json.RawMessage, error) {
 	if err := s.checkGroups(gs); err != nil {
 		return nil, err
