@@ -276,6 +276,7 @@ func (s *Service) applyParsed(o op, parsed []lm2lm.Group) (json.RawMessage, erro
 		return nil, err
 	}
 	s.remember(o.Key, b)
+	s.met.update(s)
 	return b, nil
 }
 
@@ -847,6 +848,7 @@ func (s *Service) runCalibration(ctx context.Context, jobs []lm2lm.RunJob) (lm2l
 		return rep, err
 	}
 	s.met.calibrated(rep)
+	s.met.update(s)
 	return rep, s.checkpoint()
 }
 
