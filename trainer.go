@@ -414,6 +414,7 @@ func (t *Trainer) Run(ctx context.Context, onStep func(StepReport)) ([]StepRepor
 // (when the schedule says so) and a new rollout, then one policy update on
 // the next mini-batch. On error the step is not counted and may be retried;
 // a calibration whose records already joined M is not executed again.
+// After Config.Steps updates it returns an error wrapping ErrConfig.
 func (t *Trainer) StepOnce(ctx context.Context) (StepReport, error) {
 	for {
 		rd := t.loop.Ready()

@@ -63,7 +63,7 @@ type Config struct {
 	// concurrent real runs; default 2.
 	Parallel int
 	// Cache is how many responses are kept for repeated request ids;
-	// default 256.
+	// default 64 (a 256 × 8 answer is about 250 KB).
 	Cache int
 	// SnapshotEvery writes a checkpoint after that many journalled
 	// requests even without a step change; default 64.
@@ -89,7 +89,7 @@ func DefaultConfig() Config {
 	lc := lm2lm.DefaultConfig()
 	lc.RolloutEvery, lc.Steps, lc.States = 1, MaxSteps, lc.DAPO.Quota
 	return Config{Loop: lc, Addr: "127.0.0.1:8080", MaxBody: 16 << 20, MaxGroups: 1024, MaxCompletions: 64,
-		MaxCompletionBytes: 8192, MaxStates: 4096, MaxInFlight: 4, Parallel: 2, Cache: 256, SnapshotEvery: 64,
+		MaxCompletionBytes: 8192, MaxStates: 4096, MaxInFlight: 4, Parallel: 2, Cache: 64, SnapshotEvery: 64,
 		AllowNoChange: true, TextBytes: 512}
 }
 
