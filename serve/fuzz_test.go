@@ -1,10 +1,15 @@
 package serve_test
 
 import (
+	"encoding/json"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/lm2lm/lm2lm/serve"
+	"github.com/lm2lm/lm2lm/serve/servetest"
 )
 
 func FuzzParseScoreRequest(f *testing.F) {
@@ -47,6 +52,49 @@ func FuzzParseRewardRequest(f *testing.F) {
 		}
 		if q.Step != nil && (*q.Step < 0 || math.IsNaN(float64(*q.Step))) {
 			t.Fatalf("accepted step %d", *q.Step)
+		}
+	})
+}
+
+// FuzzHandler posts arbitrary bodies to every POST route of a live
+// service: the answer is JSON (or JSON Lines) with a 200 or a 4xx, never a
+// server error.
+func FuzzHandler(f *testing.F) {
+	dir := f.TempDir()
+	cfg := servetest.Config(dir)
+	c, _, err := servetest.Components(servetest.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	s, err := serve.New(cfg, c)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { s.Close() })
+	h := s.Handler()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/states", strings.NewReader(`{"request_id": "seed", "n": 2}`)))
+	var sr serve.StatesResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &sr); err != nil {
+		f.Fatal(err)
+	}
+	id := sr.States[0].StateID
+	routes := []string{"/v1/score", "/v1/states", "/v1/advance", "/v1/dataset", "/get_reward"}
+	f.Add(uint8(0), `{"groups": [{"state_id": "`+id+`", "completions": ["{\"mechanism\": \"lr-scale\", \"params\": {\"factor\": \"2\"}}", "x"]}]}`)
+	f.Add(uint8(1), `{"n": 1, "split": "test"}`)
+	f.Add(uint8(2), `{"step": 1}`)
+	f.Add(uint8(3), `{"n": 0}`)
+	f.Add(uint8(4), `{"query": ["a b"], "prompts": ["a"], "labels": ["`+id+`"]}`)
+	f.Add(uint8(0), `{"groups": [{"state_id": "`+id+`", "completions": ["\u0000\ud800"]}], "step": 99999999999}`)
+	f.Fuzz(func(t *testing.T, route uint8, body string) {
+		path := routes[int(route)%len(routes)]
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+		if rec.Code >= 500 {
+			t.Fatalf("%s %q: status %d: %s", path, body, rec.Code, rec.Body.String())
+		}
+		if rec.Code != http.StatusOK && !json.Valid(rec.Body.Bytes()) {
+			t.Fatalf("%s: error answer is not JSON: %s", path, rec.Body.String())
 		}
 	})
 }
