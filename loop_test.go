@@ -3,6 +3,7 @@ package lm2lm
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
@@ -332,4 +333,70 @@ func TestLoopCheckpointRefusesBadFlight(t *testing.T) {
 			require.False(t, r.InStep(), "the loop is unchanged")
 		})
 	}
+}
+
+func TestLoopScoresOutsideGroups(t *testing.T) {
+	// The service's side: an outside trainer's groups are scored as a
+	// rollout (METHOD.md §1 Reward: rewards [1, 2, −6, −3]; mean-centred
+	// advantages [2.5, 3.5, −4.5, −1.5]), a flat group is flagged and gets
+	// zero advantages, and the calibration at step 1 takes the top-rated
+	// candidate scored since (b, r = 2).
+	cfg := loopConfig()
+	cfg.Steps = 1 << 20
+	l := newTestLoop(t, cfg)
+	flat := []proposer.Sample{{Invalid: true}, {Invalid: true}}
+	gs := []Group{{State: records.State{Task: coreTask}, Samples: fourSamples()}, {State: records.State{Task: coreTask}, Samples: flat}}
+	jobs := l.ScoreJobs(gs)
+	require.Len(t, jobs, 2)
+	sc, err := l.ScoreGroups(gs, fixedGains(jobs), time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, []float64{1, 2, -6, -3}, sc.Groups[0].Rewards)
+	for i, want := range []float64{2.5, 3.5, -4.5, -1.5} {
+		require.InDelta(t, want, sc.Groups[0].Advantages[i], 1e-12)
+	}
+	require.True(t, sc.Groups[0].Kept)
+	require.False(t, sc.Groups[1].Kept)
+	require.Equal(t, []float64{0, 0}, sc.Groups[1].Advantages)
+	require.Equal(t, []bool{true, true, false, true}, sc.Groups[0].Valid)
+	require.Equal(t, 1, sc.Report.Flat)
+	require.Equal(t, 2, l.Candidates())
+	_, err = l.ScoreGroups(gs, nil, time.Time{})
+	require.ErrorContains(t, err, "0 predictions for 2 queries")
+
+	_, ok := l.Calibrate()
+	require.False(t, ok, "nothing due at step 0")
+	require.Equal(t, 1, l.SetStep(1))
+	require.Equal(t, 1, l.SetStep(0), "the step never goes back")
+	runs, ok := l.Calibrate()
+	require.True(t, ok)
+	require.Len(t, runs, 1)
+	require.Equal(t, "b", runs[0].Change.Proposal.Mechanism)
+	require.Zero(t, l.Candidates(), "the candidates went to the calibration")
+	_, again := l.Calibrate()
+	require.False(t, again, "one calibration at a time")
+
+	// A checkpoint in the middle of the calibration resumes it.
+	cp, err := l.MarshalBinary()
+	require.NoError(t, err)
+	r := newTestLoop(t, cfg)
+	require.NoError(t, r.UnmarshalBinary(cp))
+	require.Equal(t, runs, r.PendingRuns())
+
+	rec := records.Record{Task: coreTask, Proposal: prop("b"), Gain: 0.2, Loss: 2.8, Source: records.Real}
+	for _, x := range []*Loop{l, r} {
+		_, err = x.FinishCalibration(nil)
+		require.ErrorContains(t, err, "0 runs for 1 jobs")
+		rep, err := x.FinishCalibration([]RealRun{{Record: rec, Measured: true, Ran: true}})
+		require.NoError(t, err)
+		require.Equal(t, [][]float64{{2}}, rep.Predicted)
+		require.Equal(t, 2, x.Evidence().Len())
+		require.Equal(t, 1, x.Calibrations())
+		require.False(t, x.InStep())
+		m, ok := x.LastMonitors()
+		require.True(t, ok)
+		require.InDelta(t, 2-0.4, m.Bias.Gap(), 1e-12) // Ĵ_M − J̄ = 2 − clip(0.2/0.5)
+	}
+	a, _ := l.MarshalBinary()
+	b, _ := r.MarshalBinary()
+	require.Equal(t, string(a), string(b))
 }

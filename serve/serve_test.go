@@ -374,3 +374,22 @@ func TestServiceContext(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, before, s.Info())
 }
+
+func TestConcurrentRepeatsWaitForTheFirst(t *testing.T) {
+	// Two copies of one request in flight at once: the second waits for
+	// the first and gets its answer; the rollout is scored once.
+	s, srv, _ := newService(t, t.TempDir(), nil, servetest.Options{PredictDelay: 20 * time.Millisecond})
+	sr := states(t, srv.URL, 2, "")
+	q := serve.ScoreRequest{RequestID: "twin", Groups: []serve.ScoreGroup{{StateID: sr.States[0].StateID, Completions: servetest.Completions(0, 4)}}}
+	out := make(chan string, 2)
+	for range 2 {
+		go func() {
+			code, b := post(t, srv.URL+"/v1/score", "", q)
+			out <- fmt.Sprint(code, string(b))
+		}()
+	}
+	a, b := <-out, <-out
+	require.Equal(t, a, b)
+	require.True(t, strings.HasPrefix(a, "200"), a)
+	require.Equal(t, 1, s.Info().Scored)
+}
