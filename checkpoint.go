@@ -18,10 +18,15 @@ import (
 // ErrCheckpoint marks a checkpoint that cannot be written or restored.
 var ErrCheckpoint = errors.New("lm2lm: checkpoint")
 
-// checkpointFormat names the checkpoint layout (version 2: a checksummed
-// envelope, WMRL state). Version 1 checkpoints (a bare checkpoint with
+// checkpointFormat names the checkpoint layout (version 3: a Loop's step
+// in flight and scored groups; version 2: a checksummed envelope, WMRL
+// state). Version 2 and version 1 checkpoints (a bare checkpoint with
 // "version": 1, no checksum, no WMRL) are still read.
-const checkpointFormat = "lm2lm/Trainer/v2"
+const checkpointFormat = "lm2lm/Trainer/v3"
+
+// checkpointFormatV2 is the previous layout, read as it is: version 3 only
+// adds the step in flight and the scored groups of a Loop.
+const checkpointFormatV2 = "lm2lm/Trainer/v2"
 
 // envelope is the outer JSON of a checkpoint: the format, the SHA-256 of
 // the body's bytes (hex) and the body, a checkpoint.
@@ -53,12 +58,114 @@ type checkpoint struct {
 	// when Config.Trigger is set and a calibration has run; absent
 	// otherwise.
 	Trigger *lastCalibration `json:"trigger,omitempty"`
+	// InFlight is a Loop's step in flight (version 3); absent between
+	// steps, so always absent from a Trainer's checkpoint.
+	InFlight *inFlight `json:"in_flight,omitempty"`
+	// Since holds the groups a Loop scored since its last calibration
+	// (ScoreGroups, version 3); absent when none.
+	Since []groupJSON `json:"since,omitempty"`
+}
+
+// Loop.MarshalBinary writes the loop's part of a checkpoint (Policy
+// empty); Trainer.MarshalBinary adds the policy's.
+
+// MarshalBinary returns a checkpoint of the loop: the step, the random
+// source, the evidence M, the pool of the training tasks, the rest of the
+// current rollout, the cost so far, WMRL's debiaser and weighter when WMRL
+// is on, the step in flight when there is one (InStep) and the groups
+// scored since the last calibration (ScoreGroups). It is the trainer's
+// checkpoint format with no policy. Restore it into a loop built with the
+// same Config and tasks by UnmarshalBinary; the loop then continues
+// exactly as if it had not stopped, bit for bit.
+func (l *Loop) MarshalBinary() ([]byte, error) {
+	cp, err := l.checkpoint()
+	if err != nil {
+		return nil, err
+	}
+	return seal(cp)
+}
+
+// UnmarshalBinary restores a checkpoint written by Loop.MarshalBinary or
+// Trainer.MarshalBinary (its policy is ignored), validated as
+// Trainer.UnmarshalBinary validates it (tokens unchecked: the loop knows
+// no policy). On error, which wraps ErrCheckpoint, the loop is unchanged.
+func (l *Loop) UnmarshalBinary(data []byte) error {
+	cp, err := openCheckpoint(data)
+	if err != nil {
+		return err
+	}
+	st, err := l.restoreState(cp, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	l.restore(cp, st)
+	return nil
+}
+
+// checkpoint returns the loop's state as a checkpoint body.
+func (l *Loop) checkpoint() (checkpoint, error) {
+	rng, err := l.src.MarshalBinary()
+	if err != nil {
+		return checkpoint{}, fmt.Errorf("%w: rng: %w", ErrCheckpoint, err)
+	}
+	corr, err := l.core.corr.state()
+	if err != nil {
+		return checkpoint{}, fmt.Errorf("%w: WMRL: %w", ErrCheckpoint, err)
+	}
+	cp := checkpoint{Seed: l.cfg.Seed, Step: l.step, RNG: rng,
+		Evidence: l.m.Records(), Pool: map[string][]records.Record{}, Batches: l.batches,
+		Calibrations: l.calDone, WMRL: corr, Cost: l.cost, Runs: l.runs, Reused: l.reused}
+	if l.cfg.Trigger != nil && l.last.Step >= 0 {
+		last := l.last
+		cp.Trigger = &last
+	}
+	for _, task := range l.tasks {
+		cp.Pool[task.ID] = l.pool.Records(task.ID)
+	}
+	cp.InFlight = l.inFlight()
+	if len(l.since.groups) > 0 {
+		cp.Since = groupsJSON(&l.since)
+	}
+	return cp, nil
+}
+
+// seal encodes cp in the checksummed envelope.
+func seal(cp checkpoint) ([]byte, error) {
+	body, err := json.Marshal(cp)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	sum := sha256.Sum256(body)
+	b, err := json.Marshal(envelope{Format: checkpointFormat, SHA256: hex.EncodeToString(sum[:]), Body: body})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	return b, nil
+}
+
+// restore replaces the loop's state by a validated checkpoint's.
+func (l *Loop) restore(cp checkpoint, st restored) {
+	l.abandon()
+	l.step, l.m, l.pool, l.batches, l.calDone = cp.Step, st.m, st.pool, cp.Batches, cp.Calibrations
+	l.src, l.rng, l.core.corr = st.src, rand.New(st.src), st.corr
+	l.pendingCal = nil
+	l.held = heldOut{}
+	l.last = lastCalibration{Step: -1}
+	if cp.Trigger != nil {
+		l.last = *cp.Trigger
+	}
+	l.cost, l.runs, l.reused = cp.Cost, cp.Runs, cp.Reused
+	l.since = rolloutData{}
+	if st.since != nil {
+		l.since = *st.since
+	}
+	if st.fl != nil {
+		st.fl.apply(l)
+	}
 }
 
 // MarshalBinary returns a checkpoint of the trainer between steps: the
-// step, the random source, the evidence M, the pool of the training tasks,
-// the rest of the current rollout, the cost so far, WMRL's debiaser and
-// weighter when WMRL is on, and the policy. The policy must implement
+// loop's (Loop.MarshalBinary) and the policy's. The policy must implement
 // encoding.BinaryMarshaler (the embedded policy does). The checkpoint is a
 // JSON envelope holding a format name and the SHA-256 of its body. Restore
 // it into a trainer built with the same Config and Components by
@@ -73,36 +180,12 @@ func (t *Trainer) MarshalBinary() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: policy: %w", ErrCheckpoint, err)
 	}
-	rng, err := t.src.MarshalBinary()
+	cp, err := t.loop.checkpoint()
 	if err != nil {
-		return nil, fmt.Errorf("%w: rng: %w", ErrCheckpoint, err)
+		return nil, err
 	}
-	corr, err := t.core.corr.state()
-	if err != nil {
-		return nil, fmt.Errorf("%w: WMRL: %w", ErrCheckpoint, err)
-	}
-	cp := checkpoint{Seed: t.cfg.Seed, Step: t.step, RNG: rng,
-		Evidence: t.m.Records(), Pool: map[string][]records.Record{}, Batches: t.batches, Policy: pol,
-		Calibrations: t.calDone, WMRL: corr}
-	if t.cfg.Trigger != nil && t.last.Step >= 0 {
-		last := t.last
-		cp.Trigger = &last
-	}
-	cp.Cost, cp.Runs = t.Cost()
-	cp.Reused = t.Reused()
-	for _, task := range t.c.Tasks {
-		cp.Pool[task.ID] = t.pool.Records(task.ID)
-	}
-	body, err := json.Marshal(cp)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
-	sum := sha256.Sum256(body)
-	b, err := json.Marshal(envelope{Format: checkpointFormat, SHA256: hex.EncodeToString(sum[:]), Body: body})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
-	return b, nil
+	cp.Policy = pol
+	return seal(cp)
 }
 
 // UnmarshalBinary restores a checkpoint written by MarshalBinary. The
@@ -125,9 +208,13 @@ func (t *Trainer) UnmarshalBinary(data []byte) error {
 	if err != nil {
 		return err
 	}
-	st, err := t.restoreState(cp)
+	sc, _ := t.c.Policy.(proposer.Scorer)
+	st, err := t.loop.restoreState(cp, sc)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	if cp.InFlight != nil || cp.Since != nil {
+		return fmt.Errorf("%w: a trainer resumes between steps; the checkpoint holds a step in flight or scored groups", ErrCheckpoint)
 	}
 	pu, ok := t.c.Policy.(encoding.BinaryUnmarshaler)
 	if !ok {
@@ -137,16 +224,8 @@ func (t *Trainer) UnmarshalBinary(data []byte) error {
 	if err := pu.UnmarshalBinary(cp.Policy); err != nil {
 		return fmt.Errorf("%w: policy: %w", ErrCheckpoint, err)
 	}
-	t.step, t.m, t.pool, t.batches, t.calDone = cp.Step, st.m, st.pool, cp.Batches, cp.Calibrations
-	t.src, t.rng, t.core.corr = st.src, rand.New(st.src), st.corr
-	t.pendingCal = nil
-	t.last = lastCalibration{Step: -1}
-	if cp.Trigger != nil {
-		t.last = *cp.Trigger
-	}
-	t.mu.Lock()
-	t.cost, t.runs, t.reused = cp.Cost, cp.Runs, cp.Reused
-	t.mu.Unlock()
+	t.loop.restore(cp, st)
+	t.pinned = nil
 	return nil
 }
 
@@ -167,7 +246,7 @@ func openCheckpoint(data []byte) (checkpoint, error) {
 		}
 		return cp, nil
 	}
-	if env.Format != checkpointFormat {
+	if env.Format != checkpointFormat && env.Format != checkpointFormatV2 {
 		return cp, fmt.Errorf("%w: format %q, want %q", ErrCheckpoint, env.Format, checkpointFormat)
 	}
 	sum := sha256.Sum256(env.Body)
@@ -186,67 +265,80 @@ func openCheckpoint(data []byte) (checkpoint, error) {
 // restored is the state a checkpoint restores, built and validated before
 // the trainer is touched.
 type restored struct {
-	m    records.Evidence
-	pool *records.Pool
-	src  *rand.PCG
-	corr correction
+	m     records.Evidence
+	pool  *records.Pool
+	src   *rand.PCG
+	corr  correction
+	since *rolloutData
+	fl    *restoredFlight
 }
 
-// restoreState validates cp against the trainer and builds its state.
-func (t *Trainer) restoreState(cp checkpoint) (restored, error) {
+// restoreState validates cp against the loop and builds its state; sc,
+// when not nil, checks the mini-batches' tokens.
+func (l *Loop) restoreState(cp checkpoint, sc proposer.Scorer) (restored, error) {
 	var st restored
-	if err := t.checkProgress(cp); err != nil {
+	if err := l.checkProgress(cp); err != nil {
 		return st, err
 	}
 	var err error
 	if st.m, err = records.NewEvidence(cp.Evidence...); err != nil {
 		return st, fmt.Errorf("evidence: %w", err)
 	}
-	if st.pool, err = t.restorePool(cp.Pool); err != nil {
+	if st.pool, err = l.restorePool(cp.Pool); err != nil {
 		return st, err
 	}
 	st.src = &rand.PCG{}
 	if err := st.src.UnmarshalBinary(cp.RNG); err != nil {
 		return st, fmt.Errorf("rng: %w", err)
 	}
-	if err := t.checkBatches(cp); err != nil {
+	if err := l.checkBatches(cp, sc); err != nil {
 		return st, err
 	}
 	if !finiteCost(cp.Cost) || cp.Runs < 0 {
 		return st, fmt.Errorf("cost %+v of %d runs is not finite and non-negative", cp.Cost, cp.Runs)
 	}
-	if st.corr, err = t.core.corr.restored(cp.WMRL); err != nil {
+	if st.corr, err = l.core.corr.restored(cp.WMRL); err != nil {
 		return st, fmt.Errorf("WMRL: %w", err)
+	}
+	if cp.Since != nil {
+		if st.since, err = l.groupsFromJSON(cp.Since); err != nil {
+			return st, fmt.Errorf("scored groups: %w", err)
+		}
+	}
+	if cp.InFlight != nil {
+		if st.fl, err = l.checkInFlight(cp); err != nil {
+			return st, fmt.Errorf("step in flight: %w", err)
+		}
 	}
 	return st, nil
 }
 
 // checkProgress checks the seed, the step and the calibrations done.
-func (t *Trainer) checkProgress(cp checkpoint) error {
+func (l *Loop) checkProgress(cp checkpoint) error {
 	switch {
-	case cp.Seed != t.cfg.Seed:
-		return fmt.Errorf("written with seed %d, trainer has seed %d", cp.Seed, t.cfg.Seed)
-	case cp.Step < 0 || cp.Step > t.cfg.Steps:
-		return fmt.Errorf("step %d outside 0..%d", cp.Step, t.cfg.Steps)
-	case t.cfg.Calibration == Static && cp.Calibrations != 0:
+	case cp.Seed != l.cfg.Seed:
+		return fmt.Errorf("written with seed %d, trainer has seed %d", cp.Seed, l.cfg.Seed)
+	case cp.Step < 0 || cp.Step > l.cfg.Steps:
+		return fmt.Errorf("step %d outside 0..%d", cp.Step, l.cfg.Steps)
+	case l.cfg.Calibration == Static && cp.Calibrations != 0:
 		return fmt.Errorf("%d calibrations done, calibration is static", cp.Calibrations)
-	case cp.Calibrations < 0 || cp.Calibrations > len(t.cfg.Schedule.Steps):
-		return fmt.Errorf("%d calibrations done, schedule has %d", cp.Calibrations, len(t.cfg.Schedule.Steps))
+	case cp.Calibrations < 0 || cp.Calibrations > len(l.cfg.Schedule.Steps):
+		return fmt.Errorf("%d calibrations done, schedule has %d", cp.Calibrations, len(l.cfg.Schedule.Steps))
 	}
-	if t.cfg.Calibration == Static {
+	if l.cfg.Calibration == Static {
 		return nil
 	}
-	if t.cfg.Trigger != nil {
-		return t.checkTrigger(cp)
+	if l.cfg.Trigger != nil {
+		return l.checkTrigger(cp)
 	}
 	if cp.Trigger != nil {
 		return fmt.Errorf("trigger state, the trainer has no calibration trigger")
 	}
-	for u, s := range t.cfg.Schedule.Steps {
+	for u, s := range l.cfg.Schedule.Steps {
 		// A calibration runs at the start of step s+1: done before any later
 		// step, not done before its own.
 		if (s < cp.Step && u >= cp.Calibrations) || (s > cp.Step && u < cp.Calibrations) {
-			return fmt.Errorf("%d calibrations done at step %d, schedule %v", cp.Calibrations, cp.Step, t.cfg.Schedule.Steps)
+			return fmt.Errorf("%d calibrations done at step %d, schedule %v", cp.Calibrations, cp.Step, l.cfg.Schedule.Steps)
 		}
 	}
 	return nil
@@ -256,9 +348,9 @@ func (t *Trainer) checkProgress(cp checkpoint) error {
 // a calibration trigger: no point past its deadline is left undone, and
 // the last calibration ran at a rollout boundary no later than the step
 // and its point's deadline, with finite rewards in matching groups.
-func (t *Trainer) checkTrigger(cp checkpoint) error {
-	h := t.cfg.Trigger.Horizon
-	for u, s := range t.cfg.Schedule.Steps {
+func (l *Loop) checkTrigger(cp checkpoint) error {
+	h := l.cfg.Trigger.Horizon
+	for u, s := range l.cfg.Schedule.Steps {
 		if s+h < cp.Step && u >= cp.Calibrations {
 			return fmt.Errorf("calibration %d not done at step %d, its deadline is step %d", u, cp.Step, s+h)
 		}
@@ -269,8 +361,8 @@ func (t *Trainer) checkTrigger(cp checkpoint) error {
 		return nil
 	case cp.Calibrations == 0 || last == nil:
 		return fmt.Errorf("%d calibrations done, trigger state present: %v", cp.Calibrations, last != nil)
-	case last.Step < 0 || last.Step > cp.Step || last.Step%t.cfg.RolloutEvery != 0 ||
-		last.Step > t.cfg.Schedule.Steps[cp.Calibrations-1]+h:
+	case last.Step < 0 || last.Step > cp.Step || last.Step%l.cfg.RolloutEvery != 0 ||
+		last.Step > l.cfg.Schedule.Steps[cp.Calibrations-1]+h:
 		return fmt.Errorf("last calibration at step %d, at step %d after %d calibrations", last.Step, cp.Step, cp.Calibrations)
 	case len(last.Predicted) != len(last.Real):
 		return fmt.Errorf("trigger state: %d predicted and %d real groups", len(last.Predicted), len(last.Real))
@@ -290,13 +382,13 @@ func (t *Trainer) checkTrigger(cp checkpoint) error {
 
 // restorePool rebuilds the state pool from the checkpoint's records, which
 // must belong to the training tasks they are filed under.
-func (t *Trainer) restorePool(recs map[string][]records.Record) (*records.Pool, error) {
+func (l *Loop) restorePool(recs map[string][]records.Record) (*records.Pool, error) {
 	known := map[string]bool{}
-	for _, task := range t.c.Tasks {
+	for _, task := range l.tasks {
 		known[task.ID] = true
 	}
 	pool := &records.Pool{}
-	for _, task := range t.c.Tasks {
+	for _, task := range l.tasks {
 		for _, r := range recs[task.ID] {
 			if r.Task.ID != task.ID {
 				return nil, fmt.Errorf("pool: a record of task %q filed under %q", r.Task.ID, task.ID)
@@ -317,16 +409,19 @@ func (t *Trainer) restorePool(recs map[string][]records.Record) (*records.Pool, 
 // checkBatches checks the rest of the rollout: as many mini-batches as
 // steps are left before the next rollout, items of training tasks with
 // finite numbers, and samples the policy can score.
-func (t *Trainer) checkBatches(cp checkpoint) error {
-	re := t.cfg.RolloutEvery
-	if want := (re - cp.Step%re) % re; len(cp.Batches) != want {
+func (l *Loop) checkBatches(cp checkpoint, sc proposer.Scorer) error {
+	re := l.cfg.RolloutEvery
+	want := (re - cp.Step%re) % re
+	if cp.InFlight != nil && phase(cp.InFlight.Phase) == phaseUpdate {
+		want = re - cp.Step%re
+	}
+	if len(cp.Batches) != want {
 		return fmt.Errorf("%d mini-batches left at step %d, want %d", len(cp.Batches), cp.Step, want)
 	}
 	tasks := map[string]records.Task{}
-	for _, task := range t.c.Tasks {
+	for _, task := range l.tasks {
 		tasks[task.ID] = task
 	}
-	sc, _ := t.c.Policy.(proposer.Scorer)
 	for b, batch := range cp.Batches {
 		if len(batch) == 0 {
 			return fmt.Errorf("mini-batch %d is empty", b)

@@ -44,15 +44,21 @@
 // which combines separately computed gradient estimates and is offered for
 // hosts that compute them (packages calibrate and dapo).
 //
-// Inside the Trainer, a pure planning core computes τ_e, shaped rewards,
-// dynamic sampling, advantages, mini-batches, calibration picks and the
-// monitors from the predictions and real outcomes it is given; the Trainer
-// performs the world-model calls and real runs the core names. WMRL plugs
-// into the core as a correction.
+// The loop itself is Loop, a pure state machine in the shape of etcd
+// raft's RawNode: it owns M, the state pool, the step, the random source,
+// the calibration and WMRL state, and its Ready says what it needs next
+// (states to sample, predictions to make, real runs to execute, a DAPO
+// mini-batch to apply); Advance takes the answers back. It computes τ_e,
+// shaped rewards, dynamic sampling, advantages, mini-batches, calibration
+// picks and the monitors; it does no I/O and checkpoints at any point
+// (MarshalBinary). The Trainer is one driver over it; the environment
+// service (package serve), which lets an outside RL trainer such as TRL,
+// verl or OpenRLHF train an LLM proposer, is another. WMRL plugs into the
+// loop as a correction.
 //
 // # Package map
 //
-//   - lm2lm (this package): Trainer runs the loop above with the
+//   - lm2lm (this package): Loop is the loop above; Trainer runs it with the
 //     interfaces below (Config.Calibration selects top-rated, random or no
 //     calibration; Config.WMRL adds WMRL's corrections; Config.Trigger
 //     times calibrations adaptively at the schedule's budgets) and checkpoints

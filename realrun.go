@@ -148,3 +148,10 @@ func runAllSeeded(ctx context.Context, b builder.Builder, e builder.Executor, pa
 	}
 	return runs, eg.Wait()
 }
+
+// RunRealJob builds and executes j for real, as RunReal does, and returns
+// the RealRun a Loop takes back (Answer.Runs, FinishCalibration).
+func RunRealJob(ctx context.Context, b builder.Builder, e builder.Executor, j RunJob) (RealRun, error) {
+	r, err := runSeeded(ctx, b, e, seededChange{TaskChange: j.Change, seed: j.Seed, setSeed: j.SetSeed})
+	return r.exported(), err
+}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -281,37 +279,19 @@ type Components struct {
 }
 
 // Trainer runs LM2LM (METHOD.md §1): DAPO on world-model rewards with
-// on-policy calibration. A Trainer is not safe for concurrent use; its
-// goroutines (world-model calls and real runs, bounded by Config.Parallel)
-// all finish before the method that started them returns.
+// on-policy calibration. It is a driver over a Loop: it samples from the
+// policy, asks the world model and runs the executor for what the loop
+// names, and feeds the answers back. A Trainer is not safe for concurrent
+// use; its goroutines (world-model calls and real runs, bounded by
+// Config.Parallel) all finish before the method that started them returns.
 type Trainer struct {
 	cfg  Config
 	c    Components
-	src  *rand.PCG
-	rng  *rand.Rand
-	m    records.Evidence
-	pool *records.Pool
-	step int
-
-	batches [][]proposer.Item // the current rollout's mini-batches
-	core    core              // the pure planning core (core.go)
-	// calDone is the number of schedule points already executed, so that a
-	// step retried after a failure that followed its calibration does not
-	// execute (and pay for) the calibration again.
-	calDone int
-	// pendingCal is the report of a calibration whose step has not
-	// completed yet; it is attached to the step that completes.
-	pendingCal *CalibrationReport
-	// last is the last calibration's step and predicted and real rewards,
-	// what the trigger reads (Config.Trigger); step −1 before any.
-	last lastCalibration
-	// held is what HeldOutTask derives from the current M.
-	held heldOut
-
-	mu     sync.Mutex // guards cost and runs, summed by concurrent real runs
-	cost   records.Cost
-	runs   int
-	reused int
+	loop *Loop
+	// pinned caches, under HeldOutTask, the world model pinned on M
+	// without each task (rwm.Pinner), for the M of fingerprint pinnedM.
+	pinned  map[string]rwm.WorldModel
+	pinnedM string
 }
 
 // New returns a trainer, or an error wrapping ErrConfig.
@@ -325,65 +305,35 @@ func New(cfg Config, c Components) (*Trainer, error) {
 	if (cfg.Calibration != Static || cfg.WMRL != nil) && (c.Builder == nil || c.Executor == nil) {
 		return nil, fmt.Errorf("%w: Builder and Executor are required unless Calibration is Static and WMRL is off", ErrConfig)
 	}
-	if len(c.Tasks) == 0 {
-		return nil, fmt.Errorf("%w: no training tasks", ErrConfig)
+	loop, err := NewLoop(cfg, c.Tasks, c.Evidence, c.Pool)
+	if err != nil {
+		return nil, err
 	}
-	for _, t := range c.Tasks {
-		if err := t.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-	}
-	pool := c.Pool
-	if pool == nil {
-		var err error
-		if pool, err = records.NewPool(c.Evidence.Records()...); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-	}
-	src := rand.NewPCG(cfg.Seed, 0x6c6d326c6d)
-	t := &Trainer{
-		cfg:  cfg,
-		c:    c,
-		src:  src,
-		rng:  rand.New(src),
-		m:    c.Evidence,
-		pool: pool,
-		last: lastCalibration{Step: -1},
-	}
-	t.core = core{cfg: cfg, corr: noCorrection{}}
-	if cfg.WMRL != nil {
-		t.core.corr = newWMRL(*cfg.WMRL, cfg.Reward)
-	}
-	return t, nil
+	return &Trainer{cfg: cfg, c: c, loop: loop}, nil
 }
 
+// Loop returns the loop the trainer drives.
+func (t *Trainer) Loop() *Loop { return t.loop }
+
 // Evidence returns the current M (M_0 plus every calibration record).
-func (t *Trainer) Evidence() records.Evidence { return t.m }
+func (t *Trainer) Evidence() records.Evidence { return t.loop.m }
 
 // Pool returns the state pool.
-func (t *Trainer) Pool() *records.Pool { return t.pool }
+func (t *Trainer) Pool() *records.Pool { return t.loop.pool }
 
 // Step returns the number of updates done.
-func (t *Trainer) Step() int { return t.step }
+func (t *Trainer) Step() int { return t.loop.step }
 
 // Cost returns the summed cost and number of the real runs the trainer
 // paid for: fresh executions only. A measurement the executor served from
 // its records store or from a coalesced twin (builder.Outcome.Reused) is
 // counted by Reused instead, so a second invocation over the same store
 // reports what it really spent.
-func (t *Trainer) Cost() (records.Cost, int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cost, t.runs
-}
+func (t *Trainer) Cost() (records.Cost, int) { return t.loop.cost, t.loop.runs }
 
 // Reused returns the number of measurements the executor served without a
 // run (builder.Outcome.Reused).
-func (t *Trainer) Reused() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.reused
-}
+func (t *Trainer) Reused() int { return t.loop.reused }
 
 // StepReport describes one training step.
 type StepReport struct {
@@ -451,7 +401,7 @@ type CalibrationReport struct {
 // nil) after each step. It returns the reports of every step.
 func (t *Trainer) Run(ctx context.Context, onStep func(StepReport)) ([]StepReport, error) {
 	var out []StepReport
-	for t.step < t.cfg.Steps {
+	for t.loop.step < t.cfg.Steps {
 		r, err := t.StepOnce(ctx)
 		if err != nil {
 			return out, err
@@ -468,68 +418,112 @@ func (t *Trainer) Run(ctx context.Context, onStep func(StepReport)) ([]StepRepor
 // (when the schedule says so) and a new rollout, then one policy update on
 // the next mini-batch. On error the step is not counted and may be retried;
 // a calibration whose records already joined M is not executed again.
+// After Config.Steps updates it returns an error wrapping ErrConfig.
 func (t *Trainer) StepOnce(ctx context.Context) (StepReport, error) {
-	rep := StepReport{Step: t.step + 1}
-	if t.step%t.cfg.RolloutEvery == 0 || len(t.batches) == 0 {
-		rr, err := t.newRollout(ctx)
-		if err != nil {
+	for {
+		rd := t.loop.Ready()
+		if rd.Need == NeedNothing {
+			return StepReport{Step: rd.Step}, fmt.Errorf("%w: all %d steps are done", ErrConfig, t.cfg.Steps)
+		}
+		a := t.answer(ctx, rd)
+		rep, done, err := t.loop.Advance(a)
+		if err != nil || done {
 			return rep, err
 		}
-		rep.Rollout = &rr
 	}
-	st, err := t.c.Policy.Update(ctx, t.batches[0])
-	if err != nil {
-		// The mini-batch stays, so a retry updates on it.
-		return rep, fmt.Errorf("lm2lm: step %d: update: %w", t.step+1, err)
-	}
-	t.batches = t.batches[1:]
-	rep.Update = st
-	rep.Calibration, t.pendingCal = t.pendingCal, nil
-	t.step++
-	return rep, nil
 }
 
-// newRollout draws and scores a rollout, runs the calibration due at this
-// step on it (then rescoring it under the new M), and prepares its
-// mini-batches.
-func (t *Trainer) newRollout(ctx context.Context) (RolloutReport, error) {
-	ro, err := t.rollout(ctx)
-	if err != nil {
-		return RolloutReport{}, err
-	}
-	if u, b, why, ok := t.due(); ok {
-		cr, err := t.calibrate(ctx, ro, u, b)
-		cr.Trigger = why
-		if t.calDone > u {
-			// Its records are in M: report it with the step that
-			// completes, even if this attempt fails below.
-			t.pendingCal = &cr
+// answer does the I/O that rd asks for.
+func (t *Trainer) answer(ctx context.Context, rd Ready) Answer {
+	var a Answer
+	switch rd.Need {
+	case NeedSamples:
+		a.Samples = make([][]proposer.Sample, len(rd.Propose))
+		for i, j := range rd.Propose {
+			smp, err := t.c.Policy.Propose(ctx, j.State, j.N, j.Rand())
+			if err != nil {
+				a.Err = fmt.Errorf("lm2lm: step %d: propose: %w", rd.Step, err)
+				return a
+			}
+			a.Samples[i] = smp
 		}
+	case NeedPredictions:
+		a.Predictions, a.Err = t.predict(ctx, rd)
+	case NeedRuns:
+		a.Runs, a.Err = t.execute(ctx, rd.Execute)
+	case NeedUpdate:
+		if rd.Stamp && t.cfg.Now != nil {
+			a.Now = t.cfg.Now()
+		}
+		a.Stats, a.Err = t.c.Policy.Update(ctx, rd.Batch)
+	}
+	return a
+}
+
+// predict asks the world model every query of rd, at most Parallel at
+// once. An error that is not about one proposal stops the others.
+func (t *Trainer) predict(ctx context.Context, rd Ready) ([]Prediction, error) {
+	out := make([]Prediction, len(rd.Predict))
+	worlds := make([]rwm.WorldModel, len(rd.Predict))
+	for k, j := range rd.Predict {
+		w, err := t.judge(ctx, j)
 		if err != nil {
-			return RolloutReport{}, err
+			return nil, fmt.Errorf("lm2lm: step %d: evidence of a state of %q: %w", rd.Step, records.Excerpt(j.PinTask), err)
 		}
-		// The segment after a calibration uses the new reward function
-		// r(·; M_{u+1}) (METHOD.md §1 On-policy calibration).
-		if err := t.score(ctx, ro); err != nil {
-			return RolloutReport{}, err
-		}
+		worlds[k] = w
 	}
-	return t.prepare(ctx, ro)
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(t.cfg.Parallel)
+	for k, j := range rd.Predict {
+		eg.Go(func() error {
+			p, err := worlds[k].Predict(ectx, j.Query)
+			out[k] = Prediction{Prediction: p, Err: err}
+			if err != nil && !errors.Is(err, rwm.ErrBadPrediction) && !errors.Is(err, records.ErrInvalid) {
+				return fmt.Errorf("lm2lm: step %d: predict %s: %w", rd.Step, onTask(j.Query.Proposal, j.Query.Task), err)
+			}
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
-// due returns the schedule point u, budget B_u and reason of a calibration
-// due at the current step and not yet executed (never under Static), as
-// the core decides it (calibrationDue).
-func (t *Trainer) due() (u, budget int, reason string, ok bool) {
-	if t.cfg.Calibration == Static {
-		return 0, 0, "", false
+// judge returns the world model that answers j: the trainer's, or under
+// HeldOutTask for an rwm.Pinner, the model pinned on M without the task
+// (one tuning per task and M).
+func (t *Trainer) judge(ctx context.Context, j PredictJob) (rwm.WorldModel, error) {
+	p, ok := t.c.World.(rwm.Pinner)
+	if j.PinTask == "" || !ok {
+		return t.c.World, nil
 	}
-	var m *calibrate.Monitors
-	if t.last.Step >= 0 {
-		mon := calibrate.Monitor(t.last.Predicted, t.last.Real)
-		m = &mon
+	if fp := t.loop.m.Fingerprint(); t.pinnedM != fp || t.pinned == nil {
+		t.pinned, t.pinnedM = map[string]rwm.WorldModel{}, fp
 	}
-	return calibrationDue(t.cfg.Schedule, t.cfg.Trigger, t.step, t.calDone, t.last.Step, m)
+	if w, ok := t.pinned[j.PinTask]; ok {
+		return w, nil
+	}
+	w, err := p.Pin(ctx, j.Pin)
+	if err != nil {
+		return nil, fmt.Errorf("pin the world model on M without the task: %w", err)
+	}
+	t.pinned[j.PinTask] = w
+	return w, nil
+}
+
+// execute runs jobs for real (at most Parallel at once), in job order.
+func (t *Trainer) execute(ctx context.Context, jobs []RunJob) ([]RealRun, error) {
+	sc := make([]seededChange, len(jobs))
+	for i, j := range jobs {
+		sc[i] = seededChange{TaskChange: j.Change, seed: j.Seed, setSeed: j.SetSeed}
+	}
+	runs, err := runAllSeeded(ctx, t.c.Builder, t.c.Executor, t.cfg.Parallel, sc)
+	out := make([]RealRun, len(runs))
+	for i, r := range runs {
+		out[i] = r.exported()
+	}
+	return out, err
 }
 
 // lastCalibration is the last calibration's step and the predicted and
@@ -540,206 +534,10 @@ type lastCalibration struct {
 	Real      [][]float64 `json:"real,omitempty"`
 }
 
-// rollout draws States states, samples G proposals each from the current
-// policy and scores them under the current M.
-func (t *Trainer) rollout(ctx context.Context) (*rolloutData, error) {
-	states := t.pool.States(t.rng, t.c.Tasks, t.cfg.States, t.cfg.MaxHistory)
-	ro := &rolloutData{groups: make([]*group, len(states))}
-	for i, s := range states {
-		// One derived source per state keeps the samples independent of
-		// how many states came before.
-		rng := rand.New(rand.NewPCG(t.rng.Uint64(), t.rng.Uint64()))
-		smp, err := t.c.Policy.Propose(ctx, s, t.cfg.DAPO.GroupSize, rng)
-		if err != nil {
-			return nil, fmt.Errorf("lm2lm: step %d: propose: %w", t.step+1, err)
-		}
-		ro.groups[i] = newGroup(s, smp)
-	}
-	if err := t.score(ctx, ro); err != nil {
-		return nil, err
-	}
-	return ro, nil
-}
-
-// score asks the world model about every sample the core names, under the
-// current M, and lets the core shape the rewards (METHOD.md §1 Reward).
-func (t *Trainer) score(ctx context.Context, ro *rolloutData) error {
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(t.cfg.Parallel)
-	judge, err := t.stateJudges(ctx, ro)
-	if err != nil {
-		return err
-	}
-	for _, j := range ro.predictionJobs() {
-		g := ro.groups[j.g]
-		s := &g.samples[j.i]
-		world, m := judge(j.g)
-		eg.Go(func() error {
-			q := rwm.Query{Task: g.state.Task, Proposal: s.Proposal, Evidence: m}
-			p, err := world.Predict(ectx, q)
-			if err := acceptPrediction(s, p, err); err != nil {
-				return fmt.Errorf("lm2lm: step %d: predict %s: %w", t.step+1, onTask(q.Proposal, q.Task), err)
-			}
-			return nil
-		})
-	}
-	if err := eg.Wait(); err != nil {
-		return err
-	}
-	t.core.shape(ro)
-	return nil
-}
-
 // heldOut is what HeldOutTask derives from one M: M without each task's
-// records and, for a world model that is an rwm.Pinner, the model pinned
-// on it, by task ID. It is rebuilt when M changes (at calibration points).
+// records, by task ID. It is rebuilt when M changes (at calibration
+// points).
 type heldOut struct {
-	m     string // M's fingerprint
-	rest  map[string]records.Evidence
-	world map[string]rwm.WorldModel
-}
-
-// stateJudges returns the world model and the evidence of each group's
-// predictions: the trainer's world model and M, or under HeldOutTask, M
-// without the records of the group's task plus the real records of its
-// state's history, judged by the world model pinned on M without the task
-// when the world model is an rwm.Pinner (one tuning per task and M, not one
-// per state).
-func (t *Trainer) stateJudges(ctx context.Context, ro *rolloutData) (func(g int) (rwm.WorldModel, records.Evidence), error) {
-	if !t.cfg.HeldOutTask {
-		return func(int) (rwm.WorldModel, records.Evidence) { return t.c.World, t.m }, nil
-	}
-	if fp := t.m.Fingerprint(); t.held.m != fp {
-		t.held = heldOut{m: fp, rest: map[string]records.Evidence{}, world: map[string]rwm.WorldModel{}}
-	}
-	byGroup := make([]records.Evidence, len(ro.groups))
-	worlds := make([]rwm.WorldModel, len(ro.groups))
-	for gi, g := range ro.groups {
-		id := g.state.Task.ID
-		rest, world, err := t.withoutTask(ctx, id)
-		if err == nil {
-			byGroup[gi], err = rest.AddReal(g.state.History...)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("lm2lm: step %d: evidence of a state of %q: %w", t.step+1, records.Excerpt(id), err)
-		}
-		worlds[gi] = world
-	}
-	return func(g int) (rwm.WorldModel, records.Evidence) { return worlds[g], byGroup[g] }, nil
-}
-
-// withoutTask returns M without the records of task id, and the world
-// model that judges that task's states under HeldOutTask (pinned on it for
-// an rwm.Pinner), building both once per M.
-func (t *Trainer) withoutTask(ctx context.Context, id string) (records.Evidence, rwm.WorldModel, error) {
-	if rest, ok := t.held.rest[id]; ok {
-		return rest, t.held.world[id], nil
-	}
-	var rs []records.Record
-	for i := 0; i < t.m.Len(); i++ {
-		if r := t.m.At(i); r.Task.ID != id {
-			rs = append(rs, r)
-		}
-	}
-	rest, err := records.NewEvidence(rs...)
-	if err != nil {
-		return rest, nil, err
-	}
-	world := t.c.World
-	if p, ok := world.(rwm.Pinner); ok {
-		if world, err = p.Pin(ctx, rest); err != nil {
-			return rest, nil, fmt.Errorf("pin the world model on M without the task: %w", err)
-		}
-	}
-	t.held.rest[id], t.held.world[id] = rest, world
-	return rest, world, nil
-}
-
-// prepare keeps the informative groups, lets the correction run its anchor
-// groups, computes the mini-batches and adds the rollout to the pool as
-// synthetic records (METHOD.md §1 Policy optimisation and Synthetic state
-// expansion).
-func (t *Trainer) prepare(ctx context.Context, ro *rolloutData) (RolloutReport, error) {
-	rep := ro.report()
-	kept, err := t.core.keep(ro, t.step+1, &rep)
-	if err != nil {
-		return rep, err
-	}
-	var anchor map[int]bool
-	weight := 1.0
-	if plan := t.core.corr.anchors(ro, kept, t.rng); plan != nil {
-		ar, err := t.anchors(ctx, ro, plan)
-		if err != nil {
-			return rep, err
-		}
-		rep.Anchors, anchor, weight = &ar, plan.set, ar.Weight
-	}
-	t.batches = t.core.batches(ro, kept, anchor, weight)
-	now := time.Time{}
-	if t.cfg.Now != nil {
-		now = t.cfg.Now()
-	}
-	if err := t.pool.Add(ro.synthetic(now)...); err != nil {
-		return rep, fmt.Errorf("lm2lm: step %d: synthetic expansion: %w", t.step+1, err)
-	}
-	return rep, nil
-}
-
-// anchors executes the anchor plan's runs, lets the correction absorb them
-// and adds the real records to the state pool (never to M: WMRL's anchors
-// do not enter the world model's context).
-func (t *Trainer) anchors(ctx context.Context, ro *rolloutData, plan *anchorPlan) (AnchorReport, error) {
-	runs, err := t.execute(ctx, plan.jobs)
-	if err != nil {
-		return AnchorReport{Groups: len(plan.groups)}, fmt.Errorf("lm2lm: step %d: anchor groups: %w", t.step+1, err)
-	}
-	rep, real := t.core.corr.absorb(ro, plan, runs)
-	if err := t.pool.Add(real...); err != nil {
-		return rep, fmt.Errorf("lm2lm: step %d: anchor records: %w", t.step+1, err)
-	}
-	return rep, nil
-}
-
-// calibrate executes the core's B_u picks of the rollout for real, adds
-// their records to M and the pool, and reports the reliability monitors on
-// them (METHOD.md §1 On-policy calibration). u is the schedule point; once
-// its records are in M it counts as done.
-func (t *Trainer) calibrate(ctx context.Context, ro *rolloutData, u, budget int) (CalibrationReport, error) {
-	picks := t.core.calibrationPicks(ro, t.m, budget, t.rng)
-	runs, err := t.execute(ctx, ro.changes(picks))
-	if err != nil {
-		return CalibrationReport{Step: t.step, Budget: budget}, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
-	}
-	rep := t.core.calibrationReport(ro, t.step, budget, picks, runs)
-	m, err := t.m.Add(rep.Records...)
-	if err != nil {
-		return rep, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
-	}
-	t.m = m
-	t.calDone = u + 1
-	t.last = lastCalibration{Step: t.step, Predicted: rep.Predicted, Real: rep.Real}
-	if err := t.pool.Add(rep.Records...); err != nil {
-		return rep, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
-	}
-	return rep, nil
-}
-
-// execute runs jobs for real (at most Parallel at once) and adds the cost of
-// those that reached the executor to the trainer's, in job order (not
-// completion order), so that the sums are the same bit for bit whichever
-// run finished first.
-func (t *Trainer) execute(ctx context.Context, jobs []records.TaskChange) ([]realRun, error) {
-	runs, err := runAll(ctx, t.c.Builder, t.c.Executor, t.cfg.Parallel, jobs)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, r := range runs {
-		switch {
-		case r.fresh():
-			t.cost = t.cost.Add(r.cost)
-			t.runs++
-		case r.ran:
-			t.reused++
-		}
-	}
-	return runs, err
+	m    string // M's fingerprint
+	rest map[string]records.Evidence
 }

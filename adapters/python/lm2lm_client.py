@@ -1,0 +1,65 @@
+"""Minimal client of the lm2lm environment service (standard library only).
+
+Environment: LM2LM_URL (default http://127.0.0.1:8080) and LM2LM_TOKEN
+(the bearer token, when the service has one).
+"""
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+URL = os.environ.get("LM2LM_URL", "http://127.0.0.1:8080")
+TOKEN = os.environ.get("LM2LM_TOKEN", "")
+
+
+def post(path, body, retries=5):
+    """POST a JSON body and return the decoded answer.
+
+    A 503 (busy) or a connection error is retried with the same body, which
+    the service answers from its first result (nothing is scored twice).
+    """
+    data = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if TOKEN:
+        headers["Authorization"] = "Bearer " + TOKEN
+    for attempt in range(retries):
+        req = urllib.request.Request(URL + path, data=data, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=600) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or attempt == retries - 1:
+                raise RuntimeError("lm2lm %s: %d %s" % (path, e.code, e.read()[:500])) from None
+        except urllib.error.URLError:
+            if attempt == retries - 1:
+                raise
+        time.sleep(2 ** attempt)
+
+
+def text(completion):
+    """A completion as text: a string, or a chat completion's last message."""
+    if isinstance(completion, str):
+        return completion
+    return completion[-1]["content"]
+
+
+def score(state_ids, completions, step=None):
+    """Score completions[i] of state state_ids[i]; return one reward each.
+
+    A group is the completions of one state id, in order.
+    """
+    groups, where = [], []
+    index = {}
+    for sid, c in zip(state_ids, completions):
+        if sid not in index:
+            index[sid] = len(groups)
+            groups.append({"state_id": sid, "completions": []})
+        g = groups[index[sid]]
+        where.append((index[sid], len(g["completions"])))
+        g["completions"].append(text(c))
+    body = {"groups": groups}
+    if step is not None:
+        body["step"] = int(step)
+    out = post("/v1/score", body)
+    return [out["groups"][g]["samples"][i]["reward"] for g, i in where]

@@ -1,0 +1,246 @@
+package serve_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/serve"
+	"github.com/lm2lm/lm2lm/serve/servetest"
+)
+
+// The kill-and-resume tests run the service in a child process (this test
+// binary, in TestServeChild), SIGKILL it in the middle of a score request
+// or of a calibration, restart it on the same state directory and records
+// store, replay the client's requests with the same ids, and compare with
+// an uninterrupted run: the same answers, the same state, the same runs
+// paid.
+
+const childEnv = "LM2LM_SERVE_CHILD"
+
+// TestServeChild is the child process; it runs only when childEnv names
+// its directory.
+func TestServeChild(t *testing.T) {
+	dir := os.Getenv(childEnv)
+	if dir == "" {
+		t.Skip("the kill-and-resume tests' child process")
+	}
+	env := func(k string) time.Duration {
+		ms, _ := strconv.Atoi(os.Getenv(k))
+		return time.Duration(ms) * time.Millisecond
+	}
+	after, _ := strconv.Atoi(os.Getenv("LM2LM_DELAY_AFTER"))
+	store, err := records.OpenFile(filepath.Join(dir, "records.jsonl"), records.DefaultFileConfig())
+	require.NoError(t, err)
+	c, _, err := servetest.Components(servetest.Options{Store: store, RunLog: filepath.Join(dir, "runs.log"),
+		RunDelay: env("LM2LM_RUN_DELAY_MS"), DelayAfter: int64(after), ArmFile: filepath.Join(dir, "run-armed"),
+		PredictDelay: env("LM2LM_PREDICT_DELAY_MS"), PredictArm: filepath.Join(dir, "predict-armed")})
+	require.NoError(t, err)
+	s, err := serve.New(servetest.Config(servetest.StateDir(dir)), c)
+	require.NoError(t, err)
+	_, err = s.Resume(context.Background())
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "addr.tmp"), []byte(ln.Addr().String()), 0o600))
+	require.NoError(t, os.Rename(filepath.Join(dir, "addr.tmp"), filepath.Join(dir, "addr")))
+	_ = http.Serve(ln, s.Handler())
+}
+
+// child starts the service in a child process on dir.
+func child(t *testing.T, dir string, env ...string) (*exec.Cmd, string) {
+	t.Helper()
+	_ = os.Remove(filepath.Join(dir, "addr"))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServeChild$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), childEnv+"="+dir), env...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(filepath.Join(dir, "addr")); err == nil {
+			return cmd, "http://" + string(b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the child service did not start")
+	return nil, ""
+}
+
+func kill(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+}
+
+// clientOps are the client's requests: states, then six score requests
+// (steps counted: calibrations before the third and the fifth).
+func clientOps(t *testing.T, url string, from, to int) map[int]string {
+	out := map[int]string{}
+	code, b := post(t, url+"/v1/states", "", serve.StatesRequest{RequestID: "st", N: 4})
+	require.Equal(t, http.StatusOK, code, string(b))
+	if from == 0 {
+		out[0] = string(b)
+	}
+	var sr serve.StatesResponse
+	require.NoError(t, json.Unmarshal(b, &sr))
+	for k := max(from, 1); k < to; k++ {
+		q := scoreOp(sr, k)
+		code, b := post(t, url+"/v1/score", "", q)
+		require.Equal(t, http.StatusOK, code, string(b))
+		out[k] = string(b)
+	}
+	return out
+}
+
+func scoreOp(sr serve.StatesResponse, k int) serve.ScoreRequest {
+	q := serve.ScoreRequest{RequestID: fmt.Sprintf("sc-%d", k)}
+	for i, st := range sr.States {
+		q.Groups = append(q.Groups, serve.ScoreGroup{StateID: st.StateID, Completions: servetest.Completions(i+k, 8)})
+	}
+	return q
+}
+
+const nOps = 7
+
+func info(t *testing.T, url string) serve.Info {
+	resp, err := http.Get(url + "/v1/info")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var in serve.Info
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&in))
+	in.RealRuns, in.Reused = 0, 0 // what this process paid; runs.log counts across processes
+	return in
+}
+
+func paidRuns(t *testing.T, dir string) []string {
+	b, err := os.ReadFile(filepath.Join(dir, "runs.log"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(t, err)
+	return strings.Fields(strings.ReplaceAll(string(b), " ", "|"))
+}
+
+func waitFor(t *testing.T, ok func() bool) {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if ok() {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("the condition never held")
+}
+
+func waitFile(t *testing.T, path string) {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("%s never appeared", path)
+}
+
+// uninterrupted runs the client's requests on a fresh child.
+func uninterrupted(t *testing.T) (map[int]string, serve.Info, []string) {
+	dir := t.TempDir()
+	cmd, url := child(t, dir)
+	ops := clientOps(t, url, 0, nOps)
+	in := info(t, url)
+	kill(t, cmd)
+	return ops, in, paidRuns(t, dir)
+}
+
+func TestKillDuringScoring(t *testing.T) {
+	wantOps, wantInfo, wantRuns := uninterrupted(t)
+	require.Equal(t, 2, wantInfo.Calibrations)
+	require.Len(t, wantRuns, 6)
+
+	dir := t.TempDir()
+	cmd, url := child(t, dir, "LM2LM_PREDICT_DELAY_MS=20")
+	got := clientOps(t, url, 0, 4)
+	// Request 4 is in its world-model calls when the service is killed.
+	arm := filepath.Join(dir, "predict-armed")
+	require.NoError(t, os.Remove(arm))
+	sr := serve.StatesResponse{}
+	require.NoError(t, json.Unmarshal([]byte(got[0]), &sr))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		js, _ := json.Marshal(scoreOp(sr, 4))
+		resp, err := http.Post(url+"/v1/score", "application/json", strings.NewReader(string(js)))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitFile(t, arm)
+	kill(t, cmd)
+	<-done
+
+	_, url = child(t, dir)
+	for k, v := range clientOps(t, url, 0, nOps) {
+		got[k] = v
+	}
+	require.Equal(t, wantOps, got, "the answers")
+	require.Equal(t, wantInfo, info(t, url), "the state")
+	require.ElementsMatch(t, wantRuns, paidRuns(t, dir), "the runs paid")
+}
+
+func TestKillDuringCalibration(t *testing.T) {
+	wantOps, wantInfo, wantRuns := uninterrupted(t)
+
+	dir := t.TempDir()
+	cmd, url := child(t, dir, "LM2LM_RUN_DELAY_MS=60000", "LM2LM_DELAY_AFTER=1")
+	got := clientOps(t, url, 0, 3)
+	sr := serve.StatesResponse{}
+	require.NoError(t, json.Unmarshal([]byte(got[0]), &sr))
+	// Request 3 is at step 2: calibration point 0 runs first; the first
+	// run finishes, the others hang until the kill.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		js, _ := json.Marshal(scoreOp(sr, 3))
+		resp, err := http.Post(url+"/v1/score", "application/json", strings.NewReader(string(js)))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitFile(t, filepath.Join(dir, "run-armed"))
+	// The first run's record is in the store (a run killed between its
+	// end and its record's append would run again: its outcome was only
+	// in memory).
+	waitFor(t, func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "records.jsonl"))
+		return strings.Count(string(b), "\n") >= 1
+	})
+	kill(t, cmd)
+	<-done
+	require.Len(t, paidRuns(t, dir), 1, "one run was paid before the kill")
+
+	// The restarted service resumes the calibration: the finished run is
+	// served from the store, the two others run.
+	_, url = child(t, dir)
+	require.Equal(t, 1, info(t, url).Calibrations)
+	for k, v := range clientOps(t, url, 0, nOps) {
+		got[k] = v
+	}
+	require.Equal(t, wantOps, got, "the answers")
+	require.Equal(t, wantInfo, info(t, url), "the state")
+	require.ElementsMatch(t, wantRuns, paidRuns(t, dir), "the runs paid, none twice")
+}
