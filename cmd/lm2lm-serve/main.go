@@ -22,7 +22,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/builder"
-	"github.com/lm2lm/lm2lm/internal/labsetup"
+	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
@@ -192,6 +192,6 @@ func labComponents(ctx context.Context, o options, store *records.FileStore, w i
 		return serve.Components{}, err
 	}
 	fmt.Fprintf(w, "%d training and %d held-out tasks; M_0 %d records (%d runs paid now)\n", len(train), len(held), m0.Len(), spent.Runs)
-	return serve.Components{World: labsetup.NewWorld(l, labsetup.ValidatedWorld), Builder: l, Executor: pool,
+	return serve.Components{World: setting.Validated().NewWorld(l), Builder: l, Executor: pool,
 		Tasks: train, HeldOut: held, Evidence: m0, Catalogue: lab.Catalogue()}, nil
 }
