@@ -198,10 +198,13 @@ type EmbeddedConfig struct {
 // DefaultMaxRecords is EmbeddedConfig.MaxRecords's default, 4,000 records.
 // Library choice: a factorisation holds one n×n float64 matrix (8n² bytes,
 // 128 MB at 4,000; the loss and descriptor terms of WithEffects add as
-// much again while tuning) and costs n³/3 flops, a few seconds at 4,000 on
-// one core, and Tune does it once per grid configuration (81 for
-// TuneGrid); at 10,000 records a factorisation needs 800 MB and tuning
-// takes hours.
+// much again while tuning) and costs n³/3 flops. BenchmarkEmbeddedRecords
+// measures a first prediction at 3,000 records in about 3 s and 79 MB
+// allocated on two cores, so 4,000 takes seconds; Tune factorises once per
+// grid configuration (81 for TuneGrid), minutes at 3,000
+// (BenchmarkTunedRecords), so a host tuning large contexts gives Predict a
+// ctx with a deadline. At 10,000 records one factorisation needs 800 MB
+// and tuning would take hours.
 const DefaultMaxRecords = 4000
 
 // ErrTooManyRecords marks a context with more records than
@@ -485,14 +488,15 @@ func (e *Embedded) Predict(ctx context.Context, q Query) (Prediction, error) {
 	return p, nil
 }
 
-// structural returns why p does not fit the catalogue, or "".
+// structural returns why p does not fit the catalogue, or "", quoting
+// p's values through records.Excerpt.
 func (e *Embedded) structural(p records.Proposal) string {
 	if e.cards == nil {
 		return ""
 	}
 	card, ok := e.cards[records.CanonicalName(p.Mechanism)]
 	if !ok {
-		return fmt.Sprintf("mechanism %q is not in the catalogue", records.CanonicalName(p.Mechanism))
+		return fmt.Sprintf("mechanism %q is not in the catalogue", records.Excerpt(records.CanonicalName(p.Mechanism)))
 	}
 	specs := map[string]records.ParamSpec{}
 	for _, s := range card.Params {
@@ -507,23 +511,23 @@ func (e *Embedded) structural(p records.Proposal) string {
 		v := p.Params[k]
 		s, ok := specs[records.CanonicalName(k)]
 		if !ok {
-			return fmt.Sprintf("mechanism %s has no parameter %q", card.Mechanism, records.CanonicalName(k))
+			return fmt.Sprintf("mechanism %s has no parameter %q", card.Mechanism, records.Excerpt(records.CanonicalName(k)))
 		}
 		switch s.Kind {
 		case "float", "int":
 			x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
-				return fmt.Sprintf("%s.%s = %q is not a number", card.Mechanism, s.Name, v)
+				return fmt.Sprintf("%s.%s = %q is not a number", card.Mechanism, s.Name, records.Excerpt(v))
 			}
 			if s.Kind == "int" && x != math.Trunc(x) {
-				return fmt.Sprintf("%s.%s = %q is not an integer", card.Mechanism, s.Name, v)
+				return fmt.Sprintf("%s.%s = %q is not an integer", card.Mechanism, s.Name, records.Excerpt(v))
 			}
 			if s.Min < s.Max && (x < s.Min || x > s.Max) {
 				return fmt.Sprintf("%s.%s = %g is outside [%g, %g]", card.Mechanism, s.Name, x, s.Min, s.Max)
 			}
 		default:
 			if !slices.ContainsFunc(s.Choices, func(c string) bool { return records.CanonicalValue(c) == records.CanonicalValue(v) }) {
-				return fmt.Sprintf("%s.%s = %q is not one of %q", card.Mechanism, s.Name, v, s.Choices)
+				return fmt.Sprintf("%s.%s = %q is not one of %q", card.Mechanism, s.Name, records.Excerpt(v), s.Choices)
 			}
 		}
 	}

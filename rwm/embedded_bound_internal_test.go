@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -252,4 +253,29 @@ func TestMaxRecordsDefault(t *testing.T) {
 	d.MaxRecords = -1
 	require.EqualError(t, d.Validate(), "rwm: embedded: MaxRecords -1, want ≥ 0 (0: DefaultMaxRecords)")
 	require.False(t, errors.Is(d.Validate(), ErrTooManyRecords))
+}
+
+func TestStructuralReasonQuotesExcerpts(t *testing.T) {
+	// A megabyte mechanism, parameter name or value outside the catalogue
+	// makes a reason of a few hundred bytes, naming its length.
+	cfg := DefaultEmbeddedConfig()
+	cfg.Cards = []records.Card{{Mechanism: "lr-scale", Params: []records.ParamSpec{
+		{Name: "factor", Kind: "float", Min: 0.01, Max: 100},
+		{Name: "mode", Kind: "enum", Choices: []string{"a", "b"}},
+	}}}
+	e := NewEmbedded(cfg)
+	ev := boundEvidence(t, 3)
+	mb := strings.Repeat("7", 1<<20)
+	for _, p := range []records.Proposal{
+		{Mechanism: "m" + mb},
+		{Mechanism: "lr-scale", Params: map[string]string{"p" + mb: "1"}},
+		{Mechanism: "lr-scale", Params: map[string]string{"factor": "x" + mb}},
+		{Mechanism: "lr-scale", Params: map[string]string{"factor": "2", "mode": "c" + mb}},
+	} {
+		got, err := e.Predict(context.Background(), Query{Task: ev.At(0).Task, Proposal: p, Evidence: ev})
+		require.NoError(t, err)
+		require.False(t, got.Valid)
+		require.Contains(t, got.Reason, "bytes)")
+		require.Less(t, len(got.Reason), 512, got.Reason[:min(len(got.Reason), 200)])
+	}
 }
