@@ -83,6 +83,18 @@ func TestSubprocessImplausibleResult(t *testing.T) {
 	}
 }
 
+// olderStore is a store written by an older version, which let old's
+// records in unchecked: Scan returns them before the store's own.
+type olderStore struct {
+	*records.MemStore
+	old []records.Record
+}
+
+func (s olderStore) Scan(ctx context.Context, f records.Filter) ([]records.Record, error) {
+	rs, err := s.MemStore.Scan(ctx, f)
+	return append(append([]records.Record(nil), s.old...), rs...), err
+}
+
 // TestPoolRefusesImplausibleOutcome: whatever the executor, the pool turns
 // an implausible outcome into ErrFailed and does not store it; a stored
 // implausible record is not reused.
@@ -102,12 +114,13 @@ func TestPoolRefusesImplausibleOutcome(t *testing.T) {
 	require.Empty(t, rs)
 
 	bad := builder.Outcome{Loss: 1, Gain: 1000, Seeds: []uint64{j.Seed}}.Record(j)
-	require.NoError(t, store.Append(context.Background(), bad)) // a store from an older version
+	require.ErrorIs(t, store.Append(context.Background(), bad), records.ErrImplausible)
 	good := buildertest.Func(func(ctx context.Context, j builder.Job) (builder.Outcome, error) {
 		runs++
 		return builder.Outcome{Loss: 1, Gain: 0.5, Seeds: []uint64{j.Seed}}, nil
 	})
-	p = newPool(t, good, func(c *builder.PoolConfig) { c.Store = store })
+	older := olderStore{MemStore: store, old: []records.Record{bad}} // a store from an older version
+	p = newPool(t, good, func(c *builder.PoolConfig) { c.Store = older })
 	out, err := p.Execute(context.Background(), j)
 	require.NoError(t, err)
 	require.Equal(t, 0.5, out.Gain)

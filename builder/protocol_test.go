@@ -1,10 +1,12 @@
 package builder_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,11 +42,20 @@ func TestParseResult(t *testing.T) {
 		{"negative cost", `{"loss": 1, "cost": {"wall_seconds": -1}}`, builder.Result{}, true},
 		{"negative seed", `{"loss": 1, "seeds": [-1]}`, builder.Result{}, true},
 		{"array", `[1]`, builder.Result{}, true},
+		{"repeated loss", `{"loss": 1.9, "loss": 1.2}`, builder.Result{}, true},
+		{"repeated loss, other case", `{"loss": 1.9, "LOSS": 1.2}`, builder.Result{}, true},
+		{"repeated seeds, folded s", "{\"loss\": 1, \"seeds\": [1], \"\u017feeds\": [2]}", builder.Result{}, true},
+		{"repeated infeasible", `{"infeasible": "x", "infeasible": ""}`, builder.Result{}, true},
+		{"repeated cost key", `{"loss": 1, "cost": {"money": 5, "money": 0}}`, builder.Result{}, true},
+		{"repeated cost", `{"loss": 1, "cost": {"money": 5}, "cost": {}}`, builder.Result{}, true},
+		{"keys after a nested object", `{"loss": 1, "cost": {"money": 1, "flops": 2}, "gain": 0.5, "seeds": []}`,
+			builder.Result{Loss: f(1), Gain: f(0.5), Seeds: []uint64{}, Cost: records.Cost{Money: 1, FLOPs: 2}}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := builder.ParseResult([]byte(c.in))
 			if c.bad {
 				require.ErrorIs(t, err, builder.ErrBadResult)
+				require.Equal(t, builder.Result{}, got)
 				return
 			}
 			require.NoError(t, err)
@@ -55,7 +66,8 @@ func TestParseResult(t *testing.T) {
 
 func FuzzParseResult(f *testing.F) {
 	for _, s := range []string{`{"loss": 1.25}`, `{"infeasible": "x"}`, `{"loss": NaN}`, `{"loss": 1e308, "gain": -1e308}`, `{"loss": -1e300}`, `{"loss": 1, "gain": 1000}`, `{"loss": 1.4, "gain": 0.1}`,
-		`{"loss": 1, "seeds": [18446744073709551615], "cost": {"flops": 1e20}}`, `{"loss": 1}garbage`, `{"loss": 1}}`, `{}`, ``} {
+		`{"loss": 1, "seeds": [18446744073709551615], "cost": {"flops": 1e20}}`, `{"loss": 1}garbage`, `{"loss": 1}}`, `{}`, ``,
+		`{"loss": 1.9, "loss": 1.2}`, `{"loss": 1, "Loss": 2}`, `{"loss": 1, "cost": {"flops": 1, "FLOPS": 2}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -68,6 +80,9 @@ func FuzzParseResult(f *testing.F) {
 		}
 		if !json.Valid(b) {
 			t.Fatalf("accepted %q, which is not one JSON value", b)
+		}
+		if k, ok := repeatedKey(b); ok {
+			t.Fatalf("accepted %q, which repeats key %q", b, k)
 		}
 		if r.Infeasible == "" && r.Loss == nil {
 			t.Fatal("accepted a feasible result without a loss")
@@ -141,4 +156,56 @@ func TestClassAndDoneError(t *testing.T) {
 	require.ErrorIs(t, err, builder.ErrTimedOut)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Equal(t, builder.ErrInfeasible, builder.Class(err))
+}
+
+// repeatedKey returns a key that an object of the valid JSON text b gives
+// twice, compared case-insensitively (strings.EqualFold, as encoding/json
+// matches keys to fields), decoding each object into its raw key-value
+// pairs: an independent reference for the fuzz target.
+func repeatedKey(b []byte) (string, bool) {
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return "", false
+	}
+	var walk func(raw json.RawMessage) (string, bool)
+	walk = func(raw json.RawMessage) (string, bool) {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		switch tok {
+		case json.Delim('{'):
+			var keys []string
+			for dec.More() {
+				kt, _ := dec.Token()
+				k := kt.(string)
+				for _, o := range keys {
+					if strings.EqualFold(o, k) {
+						return k, true
+					}
+				}
+				keys = append(keys, k)
+				var sub json.RawMessage
+				if dec.Decode(&sub) != nil {
+					return "", false
+				}
+				if r, ok := walk(sub); ok {
+					return r, true
+				}
+			}
+		case json.Delim('['):
+			for dec.More() {
+				var sub json.RawMessage
+				if dec.Decode(&sub) != nil {
+					return "", false
+				}
+				if r, ok := walk(sub); ok {
+					return r, true
+				}
+			}
+		}
+		return "", false
+	}
+	return walk(b)
 }

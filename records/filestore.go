@@ -363,7 +363,8 @@ func (s *FileStore) Len() int {
 
 // Append validates every record of rs, writes all of them as one batch,
 // fsyncs the file and only then returns nil; when any record is invalid it
-// writes none (an error wrapping ErrInvalid). If a write or fsync fails the
+// writes none (an error wrapping ErrInvalid, or ErrImplausible for a
+// feasible real record that fails Plausible, as Evidence would). If a write or fsync fails the
 // records are not in the store; if the file cannot be restored after such a
 // failure, every later Append fails and the store must be reopened.
 // Concurrent Appends are serialised.

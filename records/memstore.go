@@ -80,6 +80,11 @@ func validateBatch(rs []Record) error {
 		if err := checkStorable(r); err != nil {
 			return fmt.Errorf("records: append record %d of %d: %w", i, len(rs), err)
 		}
+		// What Evidence would refuse never enters a store: a feasible
+		// real record whose loss or gain no run could measure.
+		if err := Plausible(r); err != nil {
+			return fmt.Errorf("records: append record %d of %d: %w", i, len(rs), err)
+		}
 	}
 	return nil
 }
@@ -103,7 +108,8 @@ var (
 func NewMemStore() *MemStore { return &MemStore{idx: newIndex()} }
 
 // Append validates every record of rs and stores copies of all of them, or
-// of none when any is invalid (an error wrapping ErrInvalid). The copies
+// of none when any is invalid (an error wrapping ErrInvalid) or
+// implausible (Plausible; ErrImplausible). The copies
 // lose any monotonic clock reading, and empty Params and Seeds become nil,
 // exactly as in a FileStore.
 func (m *MemStore) Append(ctx context.Context, rs ...Record) error {

@@ -153,7 +153,8 @@ func (f Filter) Match(r Record) bool {
 // holds, so a Store never loses one whose Append returned nil.
 //
 // Implementations are safe for concurrent use. Append validates every record
-// and stores all or none of them; it returns only once they are durable (for
+// (Validate, an error wrapping ErrInvalid, and Plausible, ErrImplausible:
+// what Evidence refuses never enters a store) and stores all or none of them; it returns only once they are durable (for
 // a durable store). Scan returns the matching records in append order; the
 // caller owns the returned slice. Both return a wrapped ctx.Err() when ctx is
 // done before they start. A store that also implements io.Closer must be

@@ -2,6 +2,8 @@ package rwm
 
 import (
 	"cmp"
+	"context"
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -171,7 +173,7 @@ type termsKey struct {
 // pairTerms returns the pair terms of feats (built by e on p's records),
 // computing them unless the last configuration's agree; nil without
 // share, or when neither term is on.
-func (p *prepared) pairTerms(e *Embedded, feats []feat) *pairTerms {
+func (p *prepared) pairTerms(ctx context.Context, e *Embedded, feats []feat) (*pairTerms, error) {
 	c := &e.cfg
 	key := termsKey{desc: c.DescriptorWeight > 0, std: c.DescriptorStandardise && c.DescriptorWeight > 0,
 		effects: c.effects(), loss: c.loss()}
@@ -182,10 +184,10 @@ func (p *prepared) pairTerms(e *Embedded, feats []feat) *pairTerms {
 		key.lossScale = c.LossLengthscale
 	}
 	if !p.share || (!key.desc && !key.loss) {
-		return nil
+		return nil, nil
 	}
 	if p.terms != nil && p.terms.key == key {
-		return p.terms
+		return p.terms, nil
 	}
 	n := len(feats)
 	t := &pairTerms{key: key}
@@ -196,6 +198,11 @@ func (p *prepared) pairTerms(e *Embedded, feats []feat) *pairTerms {
 		t.loss = make([]float64, n*(n+1)/2)
 	}
 	for i := range n {
+		if i%ctxRows == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("rwm: embedded: kernel terms of %d records: %w", n, err)
+			}
+		}
 		for j := 0; j <= i; j++ {
 			if t.desc != nil {
 				t.desc[i*(i+1)/2+j] = e.descTerm(&feats[i], &feats[j])
@@ -206,7 +213,7 @@ func (p *prepared) pairTerms(e *Embedded, feats []feat) *pairTerms {
 		}
 	}
 	p.terms = t
-	return t
+	return t, nil
 }
 
 // kernel is e.kernel of records i ≥ j (a, b) with the pair's terms at
@@ -230,18 +237,24 @@ func (t *pairTerms) kernel(e *Embedded, a, b *feat, idx int) float64 {
 }
 
 // prepare computes ev's records' effects with eff (nil: none); desc asks
-// for the descriptors before even without an Effector.
-func prepare(ev records.Evidence, eff Effector, desc bool) *prepared {
+// for the descriptors before even without an Effector. It checks ctx
+// every ctxRows records.
+func prepare(ctx context.Context, ev records.Evidence, eff Effector, desc bool) (*prepared, error) {
 	rs, keys := sortRecords(ev.Records())
 	p := &prepared{rs: rs, keys: keys, fx: make([]*effect, len(rs)), eff: eff, desc: desc}
 	for i, r := range rs {
+		if i%ctxRows == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("rwm: embedded: effects of %d records: %w", len(rs), err)
+			}
+		}
 		if i > 0 && sameInput(rs[i-1], r) {
 			p.fx[i] = p.fx[i-1]
 			continue
 		}
 		p.fx[i] = newEffect(r.Task, r.Proposal, eff, desc)
 	}
-	return p
+	return p, nil
 }
 
 // fits reports whether p's effects are those that c's features read: the

@@ -222,7 +222,7 @@ func TestFeaturesMatchReference(t *testing.T) {
 					c.DescriptorWeight, c.Effects, c.EffectSigmas, c.LossSigmas, c.LossLengthscale = w, eff, es, ls, 4
 					name := fmt.Sprintf("w=%g effector=%v effect=%g loss=%g", w, eff != nil, es, ls)
 					e := NewEmbedded(c)
-					p := prepare(ev, c.effector(), c.readsDesc())
+					p := mustPrepare(t, ev, c.effector(), c.readsDesc())
 					got, want := map[string]int32{}, map[string]int32{}
 					for i, r := range p.rs {
 						require.Equal(t, referenceFeatures(e, want, true, r.Task, r.Proposal),
@@ -263,7 +263,7 @@ func TestPrepareOneEffectPerTaskAndProposal(t *testing.T) {
 	distinct := distinctPairs(ev)
 	require.Less(t, distinct, ev.Len(), "some pairs repeat")
 	var calls atomic.Int64
-	p := prepare(ev, shift{&calls}, false)
+	p := mustPrepare(t, ev, shift{&calls}, false)
 	require.Equal(t, int64(distinct), calls.Load())
 	for i := 1; i < len(p.rs); i++ {
 		require.Equal(t, p.keys[i] == p.keys[i-1], p.fx[i] == p.fx[i-1], "record %d", i)
@@ -271,8 +271,8 @@ func TestPrepareOneEffectPerTaskAndProposal(t *testing.T) {
 	// Without an Effector nothing is called, and descriptors are read
 	// only when asked for.
 	calls.Store(0)
-	require.Nil(t, prepare(ev, nil, false).fx[0].desc)
-	require.NotNil(t, prepare(ev, nil, true).fx[0].desc)
+	require.Nil(t, mustPrepare(t, ev, nil, false).fx[0].desc)
+	require.NotNil(t, mustPrepare(t, ev, nil, true).fx[0].desc)
 	require.Zero(t, calls.Load())
 }
 
@@ -366,7 +366,7 @@ func TestTuneSharesKernelTermsAndRecordFeatures(t *testing.T) {
 		return w
 	}
 	grid := TuneGrid(c)
-	p := prepare(ev, shift{&calls}, true)
+	p := mustPrepare(t, ev, shift{&calls}, true)
 	p.share = true
 	for _, tc := range []shareCase{
 		{"grid 0", grid[0], false, false},
@@ -390,7 +390,7 @@ func TestTuneSharesKernelTermsAndRecordFeatures(t *testing.T) {
 	} {
 		require.True(t, p.fits(tc.cfg), tc.name)
 		terms, feats := p.terms, p.feats
-		got, err := logMarginal(tc.cfg, p)
+		got, err := logMarginal(context.Background(), tc.cfg, p)
 		require.NoError(t, err)
 		require.NotNil(t, p.terms, tc.name)
 		require.NotNil(t, p.feats, tc.name)
@@ -400,8 +400,8 @@ func TestTuneSharesKernelTermsAndRecordFeatures(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got, tc.name)
 	}
-	alone := prepare(ev, shift{&calls}, true)
-	_, err := logMarginal(c, alone)
+	alone := mustPrepare(t, ev, shift{&calls}, true)
+	_, err := logMarginal(context.Background(), c, alone)
 	require.NoError(t, err)
 	require.Nil(t, alone.terms)
 	require.Nil(t, alone.feats)

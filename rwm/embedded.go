@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -14,7 +15,6 @@ import (
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
-	"gonum.org/v1/gonum/mat"
 
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -191,6 +191,47 @@ type EmbeddedConfig struct {
 	// exactly as without it. Prior.Config sets it with the kernel
 	// hyperparameters fitted beside it. It is read-only. Default nil.
 	Prior *Prior
+	// MaxRecords bounds the real records of a context that the model
+	// factorises: a query, LogMarginal or Tune on more fails at once with
+	// an error wrapping ErrTooManyRecords that names the count and the
+	// bound; 0 means DefaultMaxRecords. The bound is an error rather than
+	// an approximation (such as keeping the most similar records) because
+	// a prediction must be a function of the whole context (METHOD.md §1
+	// Research World Model) and a factorisation is shared by every query
+	// on it; a host with more records chooses the context it passes.
+	MaxRecords int
+}
+
+// DefaultMaxRecords is EmbeddedConfig.MaxRecords's default, 4,000 records.
+// Library choice: a factorisation holds one n×n float64 matrix (8n² bytes,
+// 128 MB at 4,000; the loss and descriptor terms of WithEffects add as
+// much again while tuning) and costs n³/3 flops. BenchmarkEmbeddedRecords
+// measures a first prediction at 3,000 records in about 3 s and 79 MB
+// allocated on two cores, so 4,000 takes seconds; Tune factorises once per
+// grid configuration (81 for TuneGrid), minutes at 3,000
+// (BenchmarkTunedRecords), so a host tuning large contexts gives Predict a
+// ctx with a deadline. At 10,000 records one factorisation needs 800 MB
+// and tuning would take hours.
+const DefaultMaxRecords = 4000
+
+// ErrTooManyRecords marks a context with more records than
+// EmbeddedConfig.MaxRecords.
+var ErrTooManyRecords = errors.New("rwm: too many records")
+
+// maxRecords is c.MaxRecords with 0 read as DefaultMaxRecords.
+func (c EmbeddedConfig) maxRecords() int {
+	if c.MaxRecords == 0 {
+		return DefaultMaxRecords
+	}
+	return c.MaxRecords
+}
+
+// checkRecords reports a context of n records beyond c's bound.
+func (c EmbeddedConfig) checkRecords(n int) error {
+	if m := c.maxRecords(); n > m {
+		return fmt.Errorf("rwm: embedded: %d records in context, more than MaxRecords %d: %w", n, m, ErrTooManyRecords)
+	}
+	return nil
 }
 
 // WithEffects returns base reading eff with the effect and loss terms on
@@ -230,7 +271,7 @@ func DefaultEmbeddedConfig() EmbeddedConfig {
 		CorrMech: 0.6, CorrOtherMech: 0.1,
 		Lengthscale: math.Log(4), NumericScale: 1e-6, Mismatch: 0.3,
 		DescriptorWeight: 0, DescriptorLengthscale: 1,
-		InfeasibleSigmas: -6, CacheSize: 4, Jitter: 1e-9,
+		InfeasibleSigmas: -6, CacheSize: 4, Jitter: 1e-9, MaxRecords: DefaultMaxRecords,
 	}
 }
 
@@ -274,6 +315,8 @@ func (c EmbeddedConfig) Validate() error {
 		return fmt.Errorf("rwm: embedded: Mismatch %g, want in [0, 1]", c.Mismatch)
 	case !fin(c.InfeasibleSigmas):
 		return fmt.Errorf("rwm: embedded: InfeasibleSigmas %g, want finite", c.InfeasibleSigmas)
+	case c.MaxRecords < 0:
+		return fmt.Errorf("rwm: embedded: MaxRecords %d, want ≥ 0 (0: DefaultMaxRecords)", c.MaxRecords)
 	case c.CacheSize < 1:
 		return fmt.Errorf("rwm: embedded: CacheSize %d, want ≥ 1", c.CacheSize)
 	case !fin(c.Jitter) || c.Jitter < 0:
@@ -319,9 +362,12 @@ func PriorsFromCards(cards []records.Card) map[string]records.Prior {
 // Factorisations of the Gram matrix are cached by Evidence.Fingerprint, so
 // repeated predictions against one context cost O(n²) each instead of
 // O(n³). The fingerprint identifies tasks by ID: a context must not hold two
-// different tasks with one ID. A factorisation in progress is not
-// interrupted by ctx (callers waiting for it are); for 3,000 records it takes
-// seconds. An *Embedded is safe for concurrent use.
+// different tasks with one ID. A context of more than MaxRecords records is
+// an error wrapping ErrTooManyRecords (see EmbeddedConfig.MaxRecords). A
+// factorisation reads the ctx of the query that started it between blocks
+// of rows, so it ends with that query's ctx; queries waiting for it stop
+// when theirs ends and, while it is live, factorise again themselves. An
+// *Embedded is safe for concurrent use.
 type Embedded struct {
 	cfg    EmbeddedConfig
 	priors map[string]records.Prior
@@ -330,7 +376,7 @@ type Embedded struct {
 
 	// factorise is build; tests replace it to hold or fail a
 	// factorisation.
-	factorise func(*factor, records.Evidence) error
+	factorise func(context.Context, *factor, records.Evidence) error
 
 	factors *memo[string, *factor] // by Evidence.Fingerprint
 }
@@ -363,9 +409,8 @@ func NewEmbedded(cfg EmbeddedConfig) *Embedded {
 
 // embeddedPolicy is how an Embedded holding size factorisations memoises:
 // as Tuned does (tunedPolicy), a factorisation in flight is held and
-// bounded from its start. Its counters are not exported, and a
-// factorisation does not read its owner's ctx, so it never ends cancelled
-// and its waiters never retry.
+// bounded from its start, and when its owner's ctx ends the waiters whose
+// ctx is live factorise again. Its counters are not exported.
 func embeddedPolicy(size int) memoPolicy {
 	return memoPolicy{name: "rwm: embedded", size: size, boundFlights: true, coalesceOnJoin: true}
 }
@@ -425,6 +470,9 @@ func (e *Embedded) Predict(ctx context.Context, q Query) (Prediction, error) {
 	if err := q.Validate(); err != nil {
 		return Prediction{}, err
 	}
+	if err := e.cfg.checkRecords(q.Evidence.Len()); err != nil {
+		return Prediction{}, err
+	}
 	if q.Proposal.IsNoChange() {
 		return Prediction{Valid: false, Reason: "no change: the proposal changes nothing"}, nil
 	}
@@ -450,14 +498,15 @@ func (e *Embedded) Predict(ctx context.Context, q Query) (Prediction, error) {
 	return p, nil
 }
 
-// structural returns why p does not fit the catalogue, or "".
+// structural returns why p does not fit the catalogue, or "", quoting
+// p's values through records.Excerpt.
 func (e *Embedded) structural(p records.Proposal) string {
 	if e.cards == nil {
 		return ""
 	}
 	card, ok := e.cards[records.CanonicalName(p.Mechanism)]
 	if !ok {
-		return fmt.Sprintf("mechanism %q is not in the catalogue", records.CanonicalName(p.Mechanism))
+		return fmt.Sprintf("mechanism %q is not in the catalogue", records.Excerpt(records.CanonicalName(p.Mechanism)))
 	}
 	specs := map[string]records.ParamSpec{}
 	for _, s := range card.Params {
@@ -472,23 +521,23 @@ func (e *Embedded) structural(p records.Proposal) string {
 		v := p.Params[k]
 		s, ok := specs[records.CanonicalName(k)]
 		if !ok {
-			return fmt.Sprintf("mechanism %s has no parameter %q", card.Mechanism, records.CanonicalName(k))
+			return fmt.Sprintf("mechanism %s has no parameter %q", card.Mechanism, records.Excerpt(records.CanonicalName(k)))
 		}
 		switch s.Kind {
 		case "float", "int":
 			x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
-				return fmt.Sprintf("%s.%s = %q is not a number", card.Mechanism, s.Name, v)
+				return fmt.Sprintf("%s.%s = %q is not a number", card.Mechanism, s.Name, records.Excerpt(v))
 			}
 			if s.Kind == "int" && x != math.Trunc(x) {
-				return fmt.Sprintf("%s.%s = %q is not an integer", card.Mechanism, s.Name, v)
+				return fmt.Sprintf("%s.%s = %q is not an integer", card.Mechanism, s.Name, records.Excerpt(v))
 			}
 			if s.Min < s.Max && (x < s.Min || x > s.Max) {
 				return fmt.Sprintf("%s.%s = %g is outside [%g, %g]", card.Mechanism, s.Name, x, s.Min, s.Max)
 			}
 		default:
 			if !slices.ContainsFunc(s.Choices, func(c string) bool { return records.CanonicalValue(c) == records.CanonicalValue(v) }) {
-				return fmt.Sprintf("%s.%s = %q is not one of %q", card.Mechanism, s.Name, v, s.Choices)
+				return fmt.Sprintf("%s.%s = %q is not one of %q", card.Mechanism, s.Name, records.Excerpt(v), s.Choices)
 			}
 		}
 	}
@@ -524,7 +573,6 @@ type factor struct {
 	intern map[string]int32 // shared string table for ids
 	feats  []feat
 	keys   []string             // "taskID\x00proposal key" per record
-	chol   mat.Cholesky         // used while building only
 	l      blas64.Triangular    // lower Cholesky factor: K = LLᵀ
 	alpha  []float64            // K₁⁻¹(y − μ)
 	scale  float64              // c
@@ -626,9 +674,9 @@ func (f *factor) applyStats(ds []dval) {
 // factor returns ev's factorisation, building it or waiting for the one in
 // flight.
 func (e *Embedded) factor(ctx context.Context, ev records.Evidence) (*factor, error) {
-	f, _, err := e.factors.do(ctx, ev.Fingerprint(), func(context.Context) (*factor, error) {
+	f, _, err := e.factors.do(ctx, ev.Fingerprint(), func(ctx context.Context) (*factor, error) {
 		f := &factor{}
-		if err := e.factorise(f, ev); err != nil {
+		if err := e.factorise(ctx, f, ev); err != nil {
 			return nil, err
 		}
 		return f, nil
@@ -672,9 +720,17 @@ func sortRecords(rs []records.Record) ([]records.Record, []string) {
 	return out, keys
 }
 
-// build factorises the Gram matrix of ev's records.
-func (e *Embedded) build(f *factor, ev records.Evidence) error {
-	return e.buildPrepared(f, prepare(ev, e.cfg.effector(), e.cfg.readsDesc()))
+// build factorises the Gram matrix of ev's records, honouring ctx
+// (buildPrepared).
+func (e *Embedded) build(ctx context.Context, f *factor, ev records.Evidence) error {
+	if err := e.cfg.checkRecords(ev.Len()); err != nil {
+		return err
+	}
+	p, err := prepare(ctx, ev, e.cfg.effector(), e.cfg.readsDesc())
+	if err != nil {
+		return err
+	}
+	return e.buildPrepared(ctx, f, p)
 }
 
 // featsKey returns the configuration fields the records' features,
@@ -726,9 +782,14 @@ func (e *Embedded) recordFeatures(f *factor, p *prepared) []float64 {
 }
 
 // buildPrepared factorises the Gram matrix of p's records; p must fit
-// e's configuration (prepared.fits).
-func (e *Embedded) buildPrepared(f *factor, p *prepared) error {
+// e's configuration (prepared.fits). It checks ctx every ctxRows rows of
+// the Gram matrix and every block of the factorisation, returning a
+// wrapped ctx.Err() once it ends.
+func (e *Embedded) buildPrepared(ctx context.Context, f *factor, p *prepared) error {
 	n := len(p.rs)
+	if err := e.cfg.checkRecords(n); err != nil {
+		return err
+	}
 	f.keys = p.keys
 	y := e.recordFeatures(f, p)
 	f.scale = 1
@@ -736,41 +797,46 @@ func (e *Embedded) buildPrepared(f *factor, p *prepared) error {
 		return nil
 	}
 	noise := e.cfg.NoiseSigmas*e.cfg.NoiseSigmas + e.cfg.Jitter
-	data := make([]float64, n*n)
-	terms := p.pairTerms(e, f.feats)
-	for i := range n {
-		for j := 0; j <= i; j++ {
-			k := terms.kernel(e, &f.feats[i], &f.feats[j], i*(i+1)/2+j)
-			data[i*n+j] = k
-			data[j*n+i] = k
-		}
-		data[i*n+i] += noise
+	terms, err := p.pairTerms(ctx, e, f.feats)
+	if err != nil {
+		return err
 	}
-	if ok := f.chol.Factorize(mat.NewSymDense(n, data)); !ok {
-		return fmt.Errorf("rwm: embedded: Gram matrix of %d records is not positive definite", n)
-	}
-	a := mat.NewVecDense(n, nil)
-	if err := f.chol.SolveVecTo(a, mat.NewVecDense(n, y)); err != nil {
-		return fmt.Errorf("rwm: embedded: solve: %w", err)
-	}
-	f.alpha = a.RawVector().Data
-	if e.cfg.FitScale {
-		nu := e.cfg.ScalePseudoRecords
-		f.scale = (nu + blas64.Dot(blas64.Vector{N: n, Inc: 1, Data: y}, blas64.Vector{N: n, Inc: 1, Data: f.alpha})) / (nu + float64(n))
-	}
-	// Keep L = Uᵀ row-major: the forward solve L·v = k then reads rows,
-	// several times faster than a transposed solve with U.
-	u := f.chol.RawU().(*mat.TriDense).RawTriangular()
+	// The lower triangle of K₁ + noise, factorised in place into L, K =
+	// LLᵀ, kept row-major: the forward solve L·v = k then reads rows.
 	l := make([]float64, n*n)
 	for i := range n {
-		for j := i; j < n; j++ {
-			l[j*n+i] = u.Data[i*u.Stride+j]
+		if i%ctxRows == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("rwm: embedded: Gram matrix of %d records: %w", n, err)
+			}
 		}
+		row := l[i*n : i*n+i+1]
+		for j := range row {
+			row[j] = terms.kernel(e, &f.feats[i], &f.feats[j], i*(i+1)/2+j)
+		}
+		row[i] += noise
+	}
+	ok, err := choleskyCtx(ctx, l, n)
+	if err != nil {
+		return fmt.Errorf("rwm: embedded: factorising %d records: %w", n, err)
+	}
+	if !ok {
+		return fmt.Errorf("rwm: embedded: Gram matrix of %d records is not positive definite", n)
 	}
 	f.l = blas64.Triangular{Uplo: blas.Lower, Diag: blas.NonUnit, N: n, Stride: n, Data: l}
-	f.logDet = f.chol.LogDet()
+	// α = K⁻¹y = L⁻ᵀL⁻¹y.
+	a := slices.Clone(y)
+	blas64.Trsv(blas.NoTrans, f.l, blas64.Vector{N: n, Inc: 1, Data: a})
+	blas64.Trsv(blas.Trans, f.l, blas64.Vector{N: n, Inc: 1, Data: a})
+	f.alpha = a
 	f.quad = blas64.Dot(blas64.Vector{N: n, Inc: 1, Data: y}, blas64.Vector{N: n, Inc: 1, Data: f.alpha})
-	f.chol = mat.Cholesky{} // release U
+	if e.cfg.FitScale {
+		nu := e.cfg.ScalePseudoRecords
+		f.scale = (nu + f.quad) / (nu + float64(n))
+	}
+	for i := range n {
+		f.logDet += 2 * math.Log(l[i*n+i])
+	}
 	return nil
 }
 

@@ -16,14 +16,22 @@ import (
 // signals its start on started and then waits for release: nil builds the
 // factorisation, an error fails it.
 func heldFactorise(e *Embedded, calls *atomic.Int64, started chan<- struct{}, release <-chan error) {
-	e.factorise = func(f *factor, ev records.Evidence) error {
+	e.factorise = func(ctx context.Context, f *factor, ev records.Evidence) error {
 		calls.Add(1)
 		started <- struct{}{}
 		if err := <-release; err != nil {
 			return err
 		}
-		return e.build(f, ev)
+		return e.build(ctx, f, ev)
 	}
+}
+
+// mustPrepare is prepare with a live ctx, which cannot fail.
+func mustPrepare(t *testing.T, ev records.Evidence, eff Effector, desc bool) *prepared {
+	t.Helper()
+	p, err := prepare(context.Background(), ev, eff, desc)
+	require.NoError(t, err)
+	return p
 }
 
 // crowdPredict runs n concurrent Predicts of q on e, whose factorisation is

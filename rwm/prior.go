@@ -490,7 +490,10 @@ func FitPrior(ctx context.Context, cfg PriorFitConfig, corpus []records.Record) 
 	if cfg.Terms.Effects {
 		eff = base.Effects
 	}
-	p := prepare(ev, eff, true)
+	p, err := prepare(ctx, ev, eff, true)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPrior, err)
+	}
 	body := layout(cfg, p)
 	mp, err := fitMean(ctx, cfg, body, p)
 	if err != nil {
@@ -663,10 +666,16 @@ func fitHyper(ctx context.Context, cfg PriorFitConfig, mp *Prior, rs []records.R
 	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 	var blocks []*prepared
 	var cur []records.Record
+	var flushErr error
 	flush := func() {
-		if len(cur) > 0 && len(blocks) < cfg.Blocks {
-			blocks = append(blocks, prepare(mustRecords(cur), base.effector(), base.readsDesc()))
-			blocks[len(blocks)-1].share = true
+		if len(cur) > 0 && len(blocks) < cfg.Blocks && flushErr == nil {
+			b, err := prepare(ctx, mustRecords(cur), base.effector(), base.readsDesc())
+			if err != nil {
+				flushErr = err
+			} else {
+				b.share = true
+				blocks = append(blocks, b)
+			}
 		}
 		cur = nil
 	}
@@ -684,6 +693,9 @@ func fitHyper(ctx context.Context, cfg PriorFitConfig, mp *Prior, rs []records.R
 		cur = append(cur, tr...)
 	}
 	flush()
+	if flushErr != nil {
+		return base, 0, 0, fmt.Errorf("%w: %w", ErrPrior, flushErr)
+	}
 	grid := cfg.Grid
 	if grid == nil {
 		grid = TuneGrid(base)
@@ -697,11 +709,15 @@ func fitHyper(ctx context.Context, cfg PriorFitConfig, mp *Prior, rs []records.R
 		var sum float64
 		for bi, b := range blocks {
 			if !b.fits(c) {
-				b = prepare(mustRecords(b.rs), c.effector(), c.readsDesc())
+				nb, err := prepare(ctx, mustRecords(b.rs), c.effector(), c.readsDesc())
+				if err != nil {
+					return base, 0, 0, fmt.Errorf("%w: grid configuration %d, block %d: %w", ErrPrior, gi, bi, err)
+				}
+				b = nb
 				b.share = true
 				blocks[bi] = b
 			}
-			lm, err := logMarginal(c, b)
+			lm, err := logMarginal(ctx, c, b)
 			if err != nil {
 				return base, 0, 0, fmt.Errorf("%w: grid configuration %d, block %d: %w", ErrPrior, gi, bi, err)
 			}

@@ -12,12 +12,21 @@ import (
 // gains in σ_e units, infeasible ones at InfeasibleSigmas) under the
 // embedded model with cfg: log N(y; μ, c·K₁), with the scale c as the model
 // uses it (fitted or 1). Higher is a better explanation of the records. It
-// factorises the Gram matrix: O(n³).
+// factorises the Gram matrix: O(n³), checking ctx between blocks of rows
+// (a wrapped ctx.Err() once it ends). More than cfg.MaxRecords records is
+// an error wrapping ErrTooManyRecords.
 func LogMarginal(ctx context.Context, cfg EmbeddedConfig, ev records.Evidence) (float64, error) {
 	if err := checkLogMarginal(ctx, cfg); err != nil {
 		return 0, err
 	}
-	return logMarginal(cfg, prepare(ev, cfg.effector(), cfg.readsDesc()))
+	if err := cfg.checkRecords(ev.Len()); err != nil {
+		return 0, err
+	}
+	p, err := prepare(ctx, ev, cfg.effector(), cfg.readsDesc())
+	if err != nil {
+		return 0, err
+	}
+	return logMarginal(ctx, cfg, p)
 }
 
 // checkLogMarginal reports why LogMarginal cannot start: an invalid cfg or
@@ -34,10 +43,10 @@ func checkLogMarginal(ctx context.Context, cfg EmbeddedConfig) error {
 
 // logMarginal is LogMarginal of a valid cfg on records prepared for it
 // (prepared.fits).
-func logMarginal(cfg EmbeddedConfig, p *prepared) (float64, error) {
+func logMarginal(ctx context.Context, cfg EmbeddedConfig, p *prepared) (float64, error) {
 	e := NewEmbedded(cfg)
 	f := &factor{}
-	if err := e.buildPrepared(f, p); err != nil {
+	if err := e.buildPrepared(ctx, f, p); err != nil {
 		return 0, err
 	}
 	n := float64(len(f.feats))
@@ -82,9 +91,16 @@ func TuneGrid(base EmbeddedConfig) []EmbeddedConfig {
 // The configurations share the records' effects (EmbeddedConfig.Effects):
 // the Effector runs once per distinct task and proposal, not once per
 // configuration; and those that agree on them share the kernel's
-// descriptor and loss terms (TuneGrid's do).
+// descriptor and loss terms (TuneGrid's do). Tune checks ctx before each
+// configuration and inside each factorisation (LogMarginal), returning a
+// wrapped ctx.Err() once it ends; more than base.MaxRecords records (or
+// a configuration's MaxRecords) is an error wrapping ErrTooManyRecords,
+// before any factorisation.
 func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []EmbeddedConfig) (EmbeddedConfig, float64, error) {
 	if err := base.Validate(); err != nil {
+		return base, 0, err
+	}
+	if err := base.checkRecords(ev.Len()); err != nil {
 		return base, 0, err
 	}
 	if ev.Len() < 10 {
@@ -100,11 +116,17 @@ func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []
 		if err := checkLogMarginal(ctx, c); err != nil {
 			return base, 0, err
 		}
+		if err := c.checkRecords(ev.Len()); err != nil {
+			return base, 0, err
+		}
 		if p == nil || !p.fits(c) {
-			p = prepare(ev, c.effector(), c.readsDesc())
+			var err error
+			if p, err = prepare(ctx, ev, c.effector(), c.readsDesc()); err != nil {
+				return base, 0, err
+			}
 			p.share = true
 		}
-		lm, err := logMarginal(c, p)
+		lm, err := logMarginal(ctx, c, p)
 		if err != nil {
 			return base, 0, err
 		}

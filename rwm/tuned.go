@@ -36,7 +36,10 @@ type TunedStats struct {
 // segment is tuned once, on the records it is calibrated with. Concurrent
 // first queries on one evidence wait for a single tuning; a waiter whose
 // ctx ends stops waiting, and if the tuning's owner is cancelled the
-// waiters tune themselves. Errors are never cached. A Tuned is safe for
+// waiters tune themselves. A tuning reads its owner's ctx inside every
+// factorisation (Tune), so it ends with that ctx; a context of more than
+// base.MaxRecords records is an error wrapping ErrTooManyRecords, before
+// any factorisation. Errors are never cached. A Tuned is safe for
 // concurrent use.
 type Tuned struct {
 	base EmbeddedConfig

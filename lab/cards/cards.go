@@ -44,11 +44,14 @@ type ProposalError struct {
 	Err       error
 }
 
-// Error returns "cards: <card> [<param>]: <reason>".
+// Error returns "cards: <card> [<param>]: <reason>", quoting the card and
+// the parameter, as written, through records.Excerpt (the reason quotes
+// outside values the same way), so that a megabyte of proposal text makes
+// an error of at most a few hundred bytes.
 func (e *ProposalError) Error() string {
-	s := "cards: " + e.Mechanism
+	s := "cards: " + records.Excerpt(e.Mechanism)
 	if e.Param != "" {
-		s += " " + e.Param
+		s += " " + records.Excerpt(e.Param)
 	}
 	return s + ": " + e.Reason
 }
@@ -224,17 +227,17 @@ func checkValue(mech string, ps records.ParamSpec, raw string, v values) (string
 				return e, nil
 			}
 		}
-		return "", perr(ErrOutOfRange, mech, ps.Name, "%q is not one of %s", t, strings.Join(ps.Choices, ", "))
+		return "", perr(ErrOutOfRange, mech, ps.Name, "%q is not one of %s", records.Excerpt(t), strings.Join(ps.Choices, ", "))
 	case Int, Float:
 		x, err := strconv.ParseFloat(t, 64)
 		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
-			return "", perr(ErrBadValue, mech, ps.Name, "%q is not a finite number", t)
+			return "", perr(ErrBadValue, mech, ps.Name, "%q is not a finite number", records.Excerpt(t))
 		}
 		if ps.Kind == Int && x != math.Trunc(x) {
-			return "", perr(ErrBadValue, mech, ps.Name, "%q is not an integer", t)
+			return "", perr(ErrBadValue, mech, ps.Name, "%q is not an integer", records.Excerpt(t))
 		}
 		if x < ps.Min || x > ps.Max {
-			return "", perr(ErrOutOfRange, mech, ps.Name, "%s outside %s", t, describeRange(ps))
+			return "", perr(ErrOutOfRange, mech, ps.Name, "%s outside %s", records.Excerpt(t), describeRange(ps))
 		}
 		if x == 0 {
 			x = 0 // fold −0

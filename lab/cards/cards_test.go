@@ -263,7 +263,49 @@ func TestParseInfeasible(t *testing.T) {
 	require.ErrorIs(t, err, cards.ErrSyntax)
 }
 
+// maxErrorLen bounds the error text of any proposal: the card, the
+// parameter and a quoted value through records.Excerpt (each at most
+// 4·MaxExcerpt bytes once quoted, plus its length) and the catalogue's own
+// words.
+const maxErrorLen = 1024
+
+func TestParseErrorsQuoteExcerpts(t *testing.T) {
+	// A megabyte of hostile text in any part of a proposal gives an
+	// error of at most maxErrorLen bytes that still names what it
+	// quotes by its first bytes and its length.
+	mb, zeros := strings.Repeat("9", 1<<20), strings.Repeat("0", 1<<20)
+	tests := []struct {
+		text     string
+		sentinel error
+		want     string
+	}{
+		{"lr-scale factor=" + mb, cards.ErrBadValue, "cards: lr-scale factor: \"" + mb[:records.MaxExcerpt] + "…(1048576 bytes)\" is not a finite number"},
+		{"lr-scale factor=1000." + zeros, cards.ErrOutOfRange, "cards: lr-scale factor: 1000." + zeros[:records.MaxExcerpt-5] + "…(1048581 bytes) outside float in [0.01, 100]"},
+		{"lr-scale factor=x" + mb, cards.ErrBadValue, "not a finite number"},
+		{"depth add=0.5" + mb, cards.ErrBadValue, "not an integer"},
+		{"activation name=g" + mb, cards.ErrOutOfRange, "not one of gelu"},
+		{"lr-scale factor=2 f@" + mb + "=1", cards.ErrSyntax, "bad parameter name"},
+		{"lr-scale factor=2 " + mb, cards.ErrSyntax, "expected name=value"},
+		{"lr-scale factor=2 p" + mb + "=1", cards.ErrUnknownParam, "card has no such parameter"},
+		{"m" + mb + " factor=2", cards.ErrUnknownCard, "(1048577 bytes)"},
+		{"=" + mb, cards.ErrSyntax, "a proposal starts with a card name"},
+		{"lr-scale(" + mb, cards.ErrSyntax, "unbalanced"},
+	}
+	for _, tt := range tests {
+		_, err := cards.Parse(tt.text)
+		require.ErrorIs(t, err, tt.sentinel, tt.want)
+		require.ErrorContains(t, err, tt.want)
+		require.LessOrEqual(t, len(err.Error()), maxErrorLen, tt.want)
+	}
+	// Check quotes struct fields the same way.
+	_, err := cards.Check(records.Proposal{Mechanism: "lr-scale", Params: map[string]string{"factor": "\x00" + mb}})
+	require.ErrorIs(t, err, cards.ErrBadValue)
+	require.LessOrEqual(t, len(err.Error()), maxErrorLen)
+}
+
 func FuzzParse(f *testing.F) {
+	f.Add("lr-scale factor=" + strings.Repeat("9", 5000))
+	f.Add("activation name=" + strings.Repeat("\xff", 300))
 	f.Add("lr-scale factor=2")
 	f.Add("lr-warmup-boost(factor=4, warmup_frac=0.1)\nrationale")
 	f.Add("none")
@@ -278,6 +320,9 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			if !errors.Is(err, builder.ErrInfeasible) {
 				t.Fatalf("Parse(%q) error %v does not wrap ErrInfeasible", s, err)
+			}
+			if n := len(err.Error()); n > maxErrorLen {
+				t.Fatalf("Parse of %d bytes: error of %d bytes, want ≤ %d", len(s), n, maxErrorLen)
 			}
 			return
 		}

@@ -85,10 +85,10 @@ func Parse(text string) (records.Proposal, error) {
 		name, val, ok := strings.Cut(f, "=")
 		name, val = strings.TrimSpace(name), strings.TrimSpace(val)
 		if !ok || name == "" || val == "" {
-			return records.Proposal{}, perr(ErrSyntax, mech, "", "expected name=value, got %q", f)
+			return records.Proposal{}, perr(ErrSyntax, mech, "", "expected name=value, got %q", records.Excerpt(f))
 		}
 		if strings.IndexFunc(name, func(r rune) bool { return !isNameRune(r) }) >= 0 {
-			return records.Proposal{}, perr(ErrSyntax, mech, "", "bad parameter name %q", name)
+			return records.Proposal{}, perr(ErrSyntax, mech, "", "bad parameter name %q", records.Excerpt(name))
 		}
 		name = strings.ToLower(name)
 		if p.Params == nil {

@@ -83,6 +83,7 @@ func Run(t *testing.T, open func(t *testing.T) records.Store) {
 		{"Copies", testCopies},
 		{"AllOrNone", testAllOrNone},
 		{"Validation", testValidation},
+		{"Plausibility", testPlausibility},
 		{"EmptyAppend", testEmptyAppend},
 		{"Cancelled", testCancelled},
 		{"Concurrent", testConcurrent},
@@ -163,6 +164,9 @@ func edgeRecords() []records.Record {
 	})
 	add(func(r *records.Record) {
 		r.Seeds = []uint64{0, math.MaxUint64, 1 << 63}
+		// Extreme numbers round-trip; as a prediction, since no real run
+		// measures them (a store refuses an implausible real record).
+		r.Source = records.Predicted
 		r.Gain, r.Loss = math.MaxFloat64, -math.MaxFloat64
 		r.Cost = records.Cost{DeviceSeconds: math.SmallestNonzeroFloat64, WallSeconds: 1e300, FLOPs: 6.02e23, Money: 0.1}
 	})
@@ -317,6 +321,59 @@ func testValidation(t *testing.T, s records.Store) {
 	if got := scanAll(t, s, records.Filter{}); len(got) != 0 {
 		t.Errorf("store holds %d records after invalid appends, want 0", len(got))
 	}
+}
+
+// implausibleRecords are valid real records that records.Plausible (and
+// so records.NewEvidence) refuses: a Store must refuse them at Append.
+func implausibleRecords() []struct {
+	name string
+	r    records.Record
+} {
+	mod := func(f func(r *records.Record)) records.Record {
+		r := Record(4)
+		r.Source = records.Real
+		f(&r)
+		return r
+	}
+	return []struct {
+		name string
+		r    records.Record
+	}{
+		{"negative loss", mod(func(r *records.Record) { r.Loss, r.Gain = -0.5, r.Task.RefLoss+0.5 })},
+		{"loss beyond MaxPlausibleLoss", mod(func(r *records.Record) {
+			r.Loss, r.Gain = records.MaxPlausibleLoss+1, r.Task.RefLoss-records.MaxPlausibleLoss-1
+		})},
+		{"gain far from b_e - loss", mod(func(r *records.Record) { r.Gain = r.Task.RefLoss - r.Loss + 1 })},
+	}
+}
+
+func testPlausibility(t *testing.T, s records.Store) {
+	first := Record(0)
+	mustAppend(t, s, first)
+	for _, c := range implausibleRecords() {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.r.Validate(); err != nil {
+				t.Fatalf("fixture: Validate() = %v, want nil", err)
+			}
+			if _, err := records.NewEvidence(c.r); !errors.Is(err, records.ErrImplausible) {
+				t.Fatalf("fixture: NewEvidence = %v, want ErrImplausible", err)
+			}
+			if err := s.Append(context.Background(), c.r); !errors.Is(err, records.ErrImplausible) {
+				t.Errorf("Append(%s) = %v, want an error wrapping records.ErrImplausible", c.name, err)
+			}
+			if err := s.Append(context.Background(), Record(1), c.r); !errors.Is(err, records.ErrImplausible) {
+				t.Errorf("Append(valid, %s) = %v, want an error wrapping records.ErrImplausible", c.name, err)
+			}
+		})
+	}
+	// The same records, infeasible or synthetic, carry no measurement and
+	// are stored.
+	inf := implausibleRecords()[0].r
+	inf.Infeasible = "diverged"
+	syn := implausibleRecords()[0].r
+	syn.Source = records.Synthetic
+	mustAppend(t, s, inf, syn)
+	wantRecords(t, "Scan after refused implausible records", []records.Record{first, inf, syn}, scanAll(t, s, records.Filter{}))
 }
 
 func testEmptyAppend(t *testing.T, s records.Store) {

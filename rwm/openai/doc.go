@@ -7,7 +7,9 @@
 // the model its role, the task and metric with the reference loss b_e, the
 // seed noise σ_e and the budget, the most relevant real records of M first
 // (same task, then same family, then same mechanism) within a record and
-// character budget, and the proposal. Everything taken from outside the
+// character budget, and the proposal as parsed (mechanism and parameters;
+// its free text, which the policy being trained writes, only with
+// Config.ShowProposalText). Everything taken from outside the
 // library (records, task description, proposal) sits in one fenced data
 // block: each item is JSON-encoded with HTML escaping, so it holds no '<' or
 // '>' and no raw line break, and the fence token is derived from a hash of

@@ -65,11 +65,20 @@ type Config struct {
 	// relevant records come first and the list stops at the first record
 	// that does not fit.
 	MaxRecords, ContextChars int
-	// RecordTextChars truncates each record's proposal text; default 240.
-	// ProposalTextChars truncates the proposal's own text; default 2000; 0
-	// omits it, so that the prediction depends on the proposal key only (as
-	// rwm.Cache assumes when it keys by records.Proposal.Key) and a trained
-	// proposer cannot sway the world model with its wording.
+	// ShowProposalText puts the proposals' free text (records.Proposal
+	// Text: the query's, and each shown record's) in the prompt; default
+	// false, so that the model reads the parsed proposal only (mechanism
+	// and parameters) and its prediction depends on the proposal key (as
+	// rwm.Cache assumes when it keys by records.Proposal.Key). The risk of
+	// true: the text is written by the policy being trained, and a
+	// proposer trained by RL against an LLM judge learns to write text
+	// that persuades the judge (claims of success, appeals, instructions
+	// dressed as data) instead of changes that work; the fence keeps the
+	// text from escaping the data block, not from swaying the reader.
+	ShowProposalText bool
+	// RecordTextChars truncates each record's proposal text and
+	// ProposalTextChars the query proposal's, when ShowProposalText is
+	// set; defaults 240 and 2000; 0 omits that text.
 	RecordTextChars, ProposalTextChars int
 	// Transport: retries of one call, their waits and the response body
 	// limit, shared with proposer/openai; defaults in DefaultTransport
@@ -154,9 +163,13 @@ func New(cfg Config) (*Model, error) {
 	}
 	cfg.BaseURL, cfg.APIKey, cfg.Model = s.BaseURL, s.APIKey, s.Model
 	m := &Model{cfg: cfg, client: oaichat.New(s)}
-	m.id = fmt.Sprintf("rwm/openai %s@%s temperature=%g seed=%d format=%s records=%d/%d text=%d/%d prompt=%s",
+	text := "off"
+	if cfg.ShowProposalText {
+		text = fmt.Sprintf("%d/%d", cfg.RecordTextChars, cfg.ProposalTextChars)
+	}
+	m.id = fmt.Sprintf("rwm/openai %s@%s temperature=%g seed=%d format=%s records=%d/%d text=%s prompt=%s",
 		cfg.Model, oaichat.RedactURL(cfg.BaseURL), cfg.Temperature, cfg.Seed, cfg.Format, cfg.MaxRecords, cfg.ContextChars,
-		cfg.RecordTextChars, cfg.ProposalTextChars, PromptVersion)
+		text, PromptVersion)
 	return m, nil
 }
 

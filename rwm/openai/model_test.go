@@ -88,7 +88,7 @@ func TestPredictAnswers(t *testing.T) {
 			rwm.Prediction{Valid: false, Reason: "cannot run"}, nil},
 		{"refusal", oaitest.Refusal("I can't help with that."), rwm.Prediction{}, ErrRefused},
 		{"content filter", oaitest.Reply{Choices: []oaitest.Choice{{Content: "", FinishReason: "content_filter"}}}, rwm.Prediction{}, ErrRefused},
-		{"NaN", oaitest.Text(`{"gain": "NaN", "q10": 0, "q90": 1, "valid": true, "reason": "r"}`), rwm.Prediction{}, ErrNotFinite},
+		{"NaN", oaitest.Text(`{"gain": "NaN", "q10": 0, "q90": 1, "valid": true, "reason": "r"}`), rwm.Prediction{}, ErrFieldType},
 		{"absurd", oaitest.Text(`{"gain": 7.5, "q10": 7, "q90": 8, "valid": true, "reason": "in 1e-3 BPB"}`), rwm.Prediction{}, ErrAbsurd},
 		{"cut at token limit", oaitest.Reply{Choices: []oaitest.Choice{{Content: `{"gain": 0.01, "q1`, FinishReason: "length"}}}, rwm.Prediction{}, ErrNoJSON},
 		{"missing field", oaitest.Text(`{"q10": 0, "q90": 1, "valid": true}`), rwm.Prediction{}, ErrMissingField},

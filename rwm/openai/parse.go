@@ -84,10 +84,10 @@ func clip(s string) string { return oaichat.Truncate(s, 200) }
 //
 //   - "valid": required, a boolean (the strings "true" and "false" are
 //     accepted);
-//   - "gain": required when valid; a JSON number (a numeric string is
-//     accepted);
+//   - "gain": required when valid; a JSON number (a number written as a
+//     string, such as "0.01" or "0x1p-3", is ErrFieldType);
 //   - "q10" and "q90": both or neither (then HasInterval is false); when
-//     present, q10 ≤ gain ≤ q90;
+//     present, JSON numbers with q10 ≤ gain ≤ q90;
 //   - "reason": optional string, clipped to 500 bytes.
 //
 // Every number must be finite, within MaxAbsGainSigmas·σ_e of zero, and no
@@ -165,15 +165,14 @@ func parseObject(obj string, task records.Task) (rwm.Prediction, error) {
 		if !ok {
 			return 0, false, nil
 		}
-		text := string(raw)
-		if strings.HasPrefix(text, `"`) {
-			if err := json.Unmarshal(raw, &text); err != nil {
-				return 0, false, &PredictionError{Field: name, Detail: err.Error(), Content: clip(obj), Err: ErrFieldType}
-			}
-		} else if text == "true" || text == "false" || strings.HasPrefix(text, "{") || strings.HasPrefix(text, "[") {
-			return 0, false, &PredictionError{Field: name, Detail: "want a number, got " + clip(text), Content: clip(obj), Err: ErrFieldType}
+		// raw is one valid JSON value; it is a number exactly when it
+		// starts with a minus sign or a digit (JSON has no hex, NaN or
+		// infinity, and a number in a string is a string).
+		text := string(bytes.TrimSpace(raw))
+		if text == "" || (text[0] != '-' && (text[0] < '0' || text[0] > '9')) {
+			return 0, false, &PredictionError{Field: name, Detail: "want a JSON number, got " + clip(text), Content: clip(obj), Err: ErrFieldType}
 		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(text), 64)
+		v, err := strconv.ParseFloat(text, 64)
 		if err != nil && !errors.Is(err, strconv.ErrRange) {
 			return 0, false, &PredictionError{Field: name, Detail: "want a number, got " + clip(text), Content: clip(obj), Err: ErrFieldType}
 		}

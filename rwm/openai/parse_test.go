@@ -1,13 +1,16 @@
 package openai
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm/internal/oaichat"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
 )
@@ -27,8 +30,13 @@ func TestParsePrediction(t *testing.T) {
 			rwm.Prediction{Gain: 0.012, Low: -0.002, High: 0.02, HasInterval: true, Valid: true, Reason: "warmup helps"}, nil},
 		{"prose and code fence", "I think so.\n```json\n{\"gain\": -0.01, \"q10\": -0.02, \"q90\": 0, \"valid\": true, \"reason\": \"{braces} in text\"}\n```",
 			rwm.Prediction{Gain: -0.01, Low: -0.02, High: 0, HasInterval: true, Valid: true, Reason: "{braces} in text"}, nil},
-		{"numeric strings", `{"gain": "0.004", "q10": "0", "q90": "1e-2", "valid": "true"}`,
+		{"valid as string", `{"gain": 0.004, "q10": 0, "q90": 1e-2, "valid": "true"}`,
 			rwm.Prediction{Gain: 0.004, Low: 0, High: 0.01, HasInterval: true, Valid: true}, nil},
+		{"gain as numeric string", `{"gain": "0.004", "valid": true}`, rwm.Prediction{}, ErrFieldType},
+		{"q10 as numeric string", `{"gain": 0.004, "q10": "0", "q90": 0.01, "valid": true}`, rwm.Prediction{}, ErrFieldType},
+		{"q90 as numeric string", `{"gain": 0.004, "q10": 0, "q90": "1e-2", "valid": true}`, rwm.Prediction{}, ErrFieldType},
+		{"hex float string", `{"gain": "0x1p-8", "valid": true}`, rwm.Prediction{}, ErrFieldType},
+		{"padded numeric string", `{"gain": " 0.004 ", "valid": true}`, rwm.Prediction{}, ErrFieldType},
 		{"no interval", `{"gain": 0.001, "valid": true, "reason": "r"}`,
 			rwm.Prediction{Gain: 0.001, Valid: true, Reason: "r"}, nil},
 		{"invalid needs no numbers", `{"valid": false, "reason": "cannot build"}`,
@@ -44,8 +52,8 @@ func TestParsePrediction(t *testing.T) {
 		{"null gain", `{"gain": null, "valid": true}`, rwm.Prediction{}, ErrMissingField},
 		{"missing valid", `{"gain": 0.01}`, rwm.Prediction{}, ErrMissingField},
 		{"lone q10", `{"gain": 0.01, "q10": 0, "valid": true}`, rwm.Prediction{}, ErrMissingField},
-		{"NaN string", `{"gain": "NaN", "valid": true}`, rwm.Prediction{}, ErrNotFinite},
-		{"infinity string", `{"gain": "-Inf", "valid": true}`, rwm.Prediction{}, ErrNotFinite},
+		{"NaN string", `{"gain": "NaN", "valid": true}`, rwm.Prediction{}, ErrFieldType},
+		{"infinity string", `{"gain": "-Inf", "valid": true}`, rwm.Prediction{}, ErrFieldType},
 		{"overflow", `{"gain": 1e999, "valid": true}`, rwm.Prediction{}, ErrNotFinite},
 		// 0.25 > 50·0.004 = 0.2
 		{"beyond 50 sigma", `{"gain": 0.25, "valid": true}`, rwm.Prediction{}, ErrAbsurd},
@@ -88,6 +96,11 @@ func TestParsePredictionGainAboveRefLoss(t *testing.T) {
 	require.Equal(t, -0.3, p.Gain)
 }
 
+// maxErrorLen bounds an answer's error text: the answer clipped to 200
+// bytes and a detail clipped as much, each at most 4 bytes a byte once
+// quoted, and the package's own words.
+const maxErrorLen = 2048
+
 func FuzzParsePrediction(f *testing.F) {
 	for _, s := range []string{
 		`{"gain": 0.012, "q10": -0.002, "q90": 0.02, "valid": true, "reason": "ok"}`,
@@ -99,6 +112,8 @@ func FuzzParsePrediction(f *testing.F) {
 		`{"gain": 0.01, "q10": 0.02, "q90": 0.0, "valid": true}`,
 		`{{{"gain":`,
 		`{"gain": -0, "q10": -0, "q90": 0, "valid": true}`,
+		`{"gain": "0x1p-8", "valid": true}`,
+		`{"gain": 0.01, "q10": "-0x1.8p-7", "q90": 0.02, "valid": true}`,
 	} {
 		f.Add(s)
 	}
@@ -108,7 +123,30 @@ func FuzzParsePrediction(f *testing.F) {
 			if !errors.Is(err, rwm.ErrBadPrediction) {
 				t.Fatalf("ParsePrediction(%q) error %v does not wrap rwm.ErrBadPrediction", s, err)
 			}
+			if n := len(err.Error()); n > maxErrorLen {
+				t.Fatalf("ParsePrediction of %d bytes: error of %d bytes, want ≤ %d", len(s), n, maxErrorLen)
+			}
 			return
+		}
+		if p.Valid {
+			// Every number read was written as a JSON number.
+			obj, err := oaichat.OneJSONObject(s)
+			if err != nil {
+				t.Fatalf("ParsePrediction(%q) accepted an answer without one object: %v", s, err)
+			}
+			var fields map[string]any
+			dec := json.NewDecoder(strings.NewReader(obj))
+			dec.UseNumber()
+			if err := dec.Decode(&fields); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"gain", "q10", "q90"} {
+				if v, ok := fields[name]; ok && v != nil {
+					if _, num := v.(json.Number); !num {
+						t.Fatalf("ParsePrediction(%q) read %s = %#v, not a JSON number", s, name, v)
+					}
+				}
+			}
 		}
 		if verr := p.Validate(); verr != nil {
 			t.Fatalf("ParsePrediction(%q) = %+v fails Validate: %v", s, p, verr)

@@ -118,7 +118,9 @@ func Relevance(ev records.Evidence, t records.Task, p records.Proposal) []int {
 
 // Prompt returns the system and user messages for q under cfg (the
 // records shown depend on cfg's budgets). The user message is UserTemplate
-// filled in; see the package documentation for the fence.
+// filled in; see the package documentation for the fence. Proposals appear
+// as their mechanism and parameters; their free text only with
+// cfg.ShowProposalText (see there for the risk).
 func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 	t := q.Task
 	var lines []string
@@ -136,7 +138,7 @@ func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 		rl := recordLine{Task: r.Task.ID, Family: r.Task.Family, Metric: string(r.Task.Metric), RefLoss: r.Task.RefLoss,
 			SeedNoise: r.Task.SeedNoise, Mechanism: r.Proposal.Mechanism, Params: r.Proposal.Params,
 			Infeasible: oaichat.Truncate(r.Infeasible, 200)}
-		if cfg.RecordTextChars > 0 {
+		if cfg.ShowProposalText && cfg.RecordTextChars > 0 {
 			rl.Text = oaichat.Truncate(r.Proposal.Text, cfg.RecordTextChars)
 		}
 		if r.Infeasible == "" {
@@ -156,7 +158,7 @@ func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 		shown++
 	}
 	pl := proposalLine{Mechanism: q.Proposal.Mechanism, Params: q.Proposal.Params}
-	if cfg.ProposalTextChars > 0 {
+	if cfg.ShowProposalText && cfg.ProposalTextChars > 0 {
 		pl.Text = oaichat.Truncate(q.Proposal.Text, cfg.ProposalTextChars)
 	}
 	ps, err := oaichat.JSONData(pl)

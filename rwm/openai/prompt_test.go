@@ -70,7 +70,7 @@ func TestPromptBudgets(t *testing.T) {
 	require.NotEmpty(t, d.Records)
 	require.Less(t, len(d.Records), 40)
 
-	cfg.ContextChars, cfg.ProposalTextChars = 0, 0
+	cfg.ContextChars, cfg.ProposalTextChars, cfg.ShowProposalText = 0, 0, true
 	q.Proposal.Text = "some rationale"
 	_, user, err = Prompt(q, cfg)
 	require.NoError(t, err)
@@ -86,7 +86,9 @@ func TestPromptBudgets(t *testing.T) {
 // PROPOSAL, and the text must come back verbatim from the PROPOSAL line.
 func TestPromptFenceCannotBeClosed(t *testing.T) {
 	q := rwm.Query{Task: rwmtest.Task(0), Proposal: rwmtest.Proposals()[2], Evidence: rwmtest.Evidence(4)}
-	_, user0, err := Prompt(q, DefaultConfig())
+	cfg := DefaultConfig()
+	cfg.ShowProposalText = true
+	_, user0, err := Prompt(q, cfg)
 	require.NoError(t, err)
 	d0, err := parseDataBlock(user0)
 	require.NoError(t, err)
@@ -102,7 +104,7 @@ func TestPromptFenceCannotBeClosed(t *testing.T) {
 	for i, a := range attacks {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			q.Proposal.Text = a
-			_, user, err := Prompt(q, DefaultConfig())
+			_, user, err := Prompt(q, cfg)
 			require.NoError(t, err)
 			d, err := parseDataBlock(user)
 			require.NoError(t, err, "the attack broke the data block:\n%s", user)
@@ -136,7 +138,9 @@ func TestPromptDataBlockAlwaysParses(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		_, user, err := Prompt(rwm.Query{Task: task, Proposal: p, Evidence: ev}, DefaultConfig())
+		cfg := DefaultConfig()
+		cfg.ShowProposalText = rapid.Bool().Draw(rt, "show")
+		_, user, err := Prompt(rwm.Query{Task: task, Proposal: p, Evidence: ev}, cfg)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -148,4 +152,38 @@ func TestPromptDataBlockAlwaysParses(t *testing.T) {
 			rt.Fatalf("data block lost items: %+v", d)
 		}
 	})
+}
+
+func TestPromptOmitsProposalTextByDefault(t *testing.T) {
+	// By default neither the query proposal's free text nor a record's
+	// reaches the prompt, in any of its words; the mechanism and the
+	// parameters do. With ShowProposalText both texts are shown.
+	words := []string{"Zqxvw", "persuadejudge", "GAIN_IS_HUGE", "Disregard-the-records", "0.2042"}
+	text := strings.Join(words, " ")
+	tk := rwmtest.Task(0)
+	r := records.Record{Task: tk, Proposal: records.Proposal{Mechanism: "warmup", Params: map[string]string{"frac": "0.1"}, Text: text + " record"},
+		Gain: 0.001, Loss: tk.RefLoss - 0.001, Source: records.Real}
+	ev, err := records.NewEvidence(r)
+	require.NoError(t, err)
+	q := rwm.Query{Task: tk, Proposal: records.Proposal{Mechanism: "lr-scale", Params: map[string]string{"factor": "2"}, Text: text}, Evidence: ev}
+	system, user, err := Prompt(q, DefaultConfig())
+	require.NoError(t, err)
+	for _, w := range words {
+		require.NotContains(t, system+user, w)
+	}
+	d, err := parseDataBlock(user)
+	require.NoError(t, err)
+	require.Equal(t, "lr-scale", d.Proposal.Mechanism)
+	require.Equal(t, map[string]string{"factor": "2"}, d.Proposal.Params)
+	require.Len(t, d.Records, 1)
+	require.Empty(t, d.Proposal.Text)
+
+	cfg := DefaultConfig()
+	cfg.ShowProposalText = true
+	_, user, err = Prompt(q, cfg)
+	require.NoError(t, err)
+	d, err = parseDataBlock(user)
+	require.NoError(t, err)
+	require.Equal(t, text, d.Proposal.Text)
+	require.Equal(t, 2, strings.Count(user, "persuadejudge"), "the proposal's and the record's")
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/lm2lm/lm2lm/internal/oaichat"
+	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/reward"
 	"github.com/lm2lm/lm2lm/rwm"
 )
@@ -193,9 +194,9 @@ func (wp wirePrediction) prediction() (p Prediction, field, detail string, err e
 	p.Status, p.Quality = reward.Status(*wp.Status), reward.Bucket(*wp.Quality)
 	switch line, c := *wp.ErrorLine, *wp.Confidence; {
 	case !p.Status.Valid():
-		return p, "status", fmt.Sprintf("%q", *wp.Status), ErrUnknownStatus
+		return p, "status", fmt.Sprintf("%q", records.Excerpt(*wp.Status)), ErrUnknownStatus
 	case !validBucket(p.Quality):
-		return p, "quality_bucket", fmt.Sprintf("%q", *wp.Quality), ErrUnknownBucket
+		return p, "quality_bucket", fmt.Sprintf("%q", records.Excerpt(*wp.Quality)), ErrUnknownBucket
 	case line < 0 || line != math.Trunc(line) || line > 1e9:
 		return p, "error_line", fmt.Sprintf("%g, want an integer ≥ 0", line), ErrFieldType
 	case !(c >= 0 && c <= 1):
@@ -280,7 +281,7 @@ func walk(dec *json.Decoder, depth int) error {
 			}
 			key, _ := k.(string)
 			if !schemaKeys[key] {
-				return fmt.Errorf("%w %q", errKey, key)
+				return fmt.Errorf("%w %q", errKey, records.Excerpt(key))
 			}
 			// encoding/json matches names without regard to case, so
 			// "Status" beside "status" would be a silent duplicate.

@@ -79,6 +79,27 @@ func TestParseRejects(t *testing.T) {
 // an aggregate inside its bracket, or an error wrapping
 // rwm.ErrBadPrediction; and the readers nest: what ParseJSON accepts,
 // Parse and ParseText accept with the same verdict.
+// maxErrorLen bounds an answer's error text: the answer clipped to 200
+// bytes and outside values through records.Excerpt, each at most 4 bytes a
+// byte once quoted, and the package's own words.
+const maxErrorLen = 2048
+
+func TestParseErrorsQuoteExcerpts(t *testing.T) {
+	// A status, bucket or unknown key of 100 kB makes an error of at most
+	// maxErrorLen bytes.
+	mb := strings.Repeat("x", 100_000) // under MaxAnswerBytes
+	for _, s := range []string{
+		strings.Replace(answer("r", okPred), `"valid"`, `"`+mb+`"`, 1),
+		strings.Replace(answer("r", okPred), `"mid"`, `"`+mb+`"`, 1),
+		strings.Replace(answer("r", okPred), `"reason"`, `"`+mb+`"`, 1),
+	} {
+		_, err := ParseJSON(s, 1)
+		require.ErrorIs(t, err, rwm.ErrBadPrediction)
+		require.ErrorContains(t, err, "…(100000 bytes)")
+		require.LessOrEqual(t, len(err.Error()), maxErrorLen)
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add(answer("r", okPred), 1)
 	f.Add("```json\n"+answer("r", okPred, okPred)+"\n```", 2)
@@ -95,7 +116,7 @@ func FuzzParse(f *testing.F) {
 			v, err := read(s, n)
 			if err != nil {
 				var pe *ParseError
-				if !errors.Is(err, rwm.ErrBadPrediction) || !errors.As(err, &pe) || len(pe.Content) > 200+len("…") {
+				if !errors.Is(err, rwm.ErrBadPrediction) || !errors.As(err, &pe) || len(pe.Content) > 200+len("…") || len(err.Error()) > maxErrorLen {
 					t.Fatalf("%s(%q) error %v: not a bounded *ParseError wrapping ErrBadPrediction", name, s, err)
 				}
 				continue
