@@ -146,7 +146,10 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	case "bestknown":
 		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), m0)
 	case "rerank":
-		prop, err = baseline.NewRerank(rerankConfig(o), pol, newWorld(o, e.lab), m0)
+		var w rwm.WorldModel
+		if w, err = newWorld(o, e.lab); err == nil {
+			prop, err = baseline.NewRerank(rerankConfig(o), pol, w, m0)
+		}
 	}
 	if err != nil {
 		return res, fmt.Errorf("%s: training: %w", j, err)
@@ -239,7 +242,7 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 
 // newWorld returns the embedded world model of -world-descriptors,
 // -world-effects and -world-tune (labsetup.NewWorld, as the main job's).
-func newWorld(o options, l *lab.Lab) rwm.WorldModel {
+func newWorld(o options, l *lab.Lab) (rwm.WorldModel, error) {
 	return labsetup.NewWorld(l, o.world())
 }
 
@@ -262,7 +265,10 @@ func (o options) trainer() labsetup.Trainer { return labsetup.Trainer{HeldOutTas
 // model and its final evidence (M_0 plus every calibration record).
 func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) (rwm.WorldModel, records.Evidence, error) {
 	prof, _ := o.prof() // validated
-	world := newWorld(o, e.lab)
+	world, err := newWorld(o, e.lab)
+	if err != nil {
+		return nil, records.Evidence{}, err
+	}
 	if m.realGains {
 		world = realGains{b: e.lab, ex: cnt}
 	}

@@ -421,13 +421,21 @@ func (j *mainJob) newModels(context.Context) error {
 	pcfg := proposer.DefaultPolicyConfig()
 	var rng *rand.Rand
 	if j.o.validated() {
-		j.world = rwm.NewLedger(labsetup.NewWorld(j.lab, labsetup.ValidatedWorld))
+		w, err := labsetup.NewWorld(j.lab, labsetup.ValidatedWorld)
+		if err != nil {
+			return err
+		}
+		j.world = rwm.NewLedger(w)
 		v := labsetup.ValidatedPolicy
 		pcfg.Adam.LR, pcfg.DescriptionBuckets, pcfg.DescriptorBuckets, pcfg.Hidden = v.LR, v.DescriptionBuckets, v.DescriptorBuckets, v.Hidden
 		pcfg.Temperature = j.o.trainTemperature()
 		rng = labsetup.HiddenSource(j.o.seed)
 	} else {
-		j.world = rwm.NewLedger(labsetup.NewWorld(j.lab, labsetup.World{}))
+		w, err := labsetup.NewWorld(j.lab, labsetup.World{})
+		if err != nil {
+			return err
+		}
+		j.world = rwm.NewLedger(w)
 	}
 	if j.o.policyLR > 0 {
 		pcfg.Adam.LR = j.o.policyLR

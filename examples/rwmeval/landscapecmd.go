@@ -177,20 +177,32 @@ func landscapeModels(keys []string) ([]rankModel, error) {
 	eff := base
 	eff.DescriptorWeight = 1
 	eff = rwm.WithEffects(eff, lb.Effects())
-	all := map[string]rankModel{
-		"catalogue":  {"catalogue", rwm.NewEmbedded(base)},
-		"desc":       {"descriptors", rwm.NewEmbedded(desc)},
-		"desc-tuned": {"descriptors, tuned", rwm.NewTuned(desc, nil)},
-		"fx":         {"effects", rwm.NewEmbedded(eff)},
-		"fx-tuned":   {"effects, tuned", rwm.NewTuned(eff, nil)},
+	all := map[string]rankModel{}
+	for _, m := range []struct {
+		key, name string
+		cfg       rwm.EmbeddedConfig
+		tune      bool
+	}{
+		{"catalogue", "catalogue", base, false},
+		{"desc", "descriptors", desc, false},
+		{"desc-tuned", "descriptors, tuned", desc, true},
+		{"fx", "effects", eff, false},
+		{"fx-tuned", "effects, tuned", eff, true},
+	} {
+		wm, err := newRankWorld(m.cfg, m.tune)
+		if err != nil {
+			return nil, fmt.Errorf("world model %s: %w", m.key, err)
+		}
+		all[m.key] = rankModel{m.name, wm}
 	}
 	for _, v := range variants {
 		c := eff
 		v.set(&c)
-		if err := c.Validate(); err != nil {
+		wm, err := newRankWorld(c, true)
+		if err != nil {
 			return nil, fmt.Errorf("world model %s: %w", v.key, err)
 		}
-		all[v.key] = rankModel{"effects, tuned, " + v.name, rwm.NewTuned(c, nil)}
+		all[v.key] = rankModel{"effects, tuned, " + v.name, wm}
 	}
 	all["proposal-mean"] = rankModel{"each proposal's mean gain in the context", proposalMean{}}
 	all["fx-tuned-q90"] = rankModel{"effects, tuned, ranked by q90", quantileRank{all["fx-tuned"].model, Z90}}
@@ -298,4 +310,21 @@ func (q quantileRank) Predict(ctx context.Context, query rwm.Query) (rwm.Predict
 	}
 	p.Low, p.High = min(p.Low, p.Gain), max(p.High, p.Gain)
 	return p, nil
+}
+
+// newRankWorld returns the embedded model of cfg, tuned (rwm.Tuned over
+// the documented grid) if tune.
+func newRankWorld(cfg rwm.EmbeddedConfig, tune bool) (rwm.WorldModel, error) {
+	if tune {
+		m, err := rwm.NewTuned(cfg, nil)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+	m, err := rwm.NewEmbedded(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }

@@ -308,7 +308,11 @@ func (e *evaluation) accuracyAt(ctx context.Context, n int, priors, tune bool) e
 		tuned = fmt.Sprintf("   noise %.2g, task corr %.2g/%.2g/%.2g, mech corr %.2g, lengthscale %.2g",
 			cfg.NoiseSigmas, cfg.CorrFamily, cfg.CorrMetric, cfg.CorrAny, cfg.CorrMech, cfg.Lengthscale)
 	}
-	s, err := score(ctx, rwm.NewEmbedded(cfg), ev, e.test)
+	m, err := rwm.NewEmbedded(cfg)
+	if err != nil {
+		return err
+	}
+	s, err := score(ctx, m, ev, e.test)
 	if err != nil {
 		return err
 	}
@@ -403,7 +407,9 @@ func (e *evaluation) round(ctx context.Context, x *exploit, round int) error {
 	if err != nil {
 		return err
 	}
-	x.m = rwm.NewEmbedded(cfg)
+	if x.m, err = rwm.NewEmbedded(cfg); err != nil {
+		return err
+	}
 	scores, preds, err := x.scores(ctx)
 	if err != nil {
 		return err

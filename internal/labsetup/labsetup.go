@@ -56,8 +56,9 @@ var (
 )
 
 // NewWorld returns the embedded world model with the lab catalogue's
-// priors and cards, configured by w.
-func NewWorld(l *lab.Lab, w World) rwm.WorldModel {
+// priors and cards, configured by w; a w out of range (a Descriptors weight
+// outside [0, 1]) is an error wrapping rwm.ErrConfig.
+func NewWorld(l *lab.Lab, w World) (rwm.WorldModel, error) {
 	cat := lab.Catalogue()
 	cfg := rwm.DefaultEmbeddedConfig()
 	cfg.DescriptorWeight = w.Descriptors
@@ -66,9 +67,17 @@ func NewWorld(l *lab.Lab, w World) rwm.WorldModel {
 		cfg = rwm.WithEffects(cfg, l.Effects())
 	}
 	if w.Tune {
-		return rwm.NewTuned(cfg, nil)
+		m, err := rwm.NewTuned(cfg, nil)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
 	}
-	return rwm.NewEmbedded(cfg)
+	m, err := rwm.NewEmbedded(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // HiddenSource is the source of a policy's hidden-layer draws for a seed:

@@ -15,7 +15,9 @@ import (
 func TestNewWorld(t *testing.T) {
 	l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
 	require.NoError(t, err)
-	plain, ok := labsetup.NewWorld(l, labsetup.World{}).(*rwm.Embedded)
+	w, err := labsetup.NewWorld(l, labsetup.World{})
+	require.NoError(t, err)
+	plain, ok := w.(*rwm.Embedded)
 	require.True(t, ok, "untuned: the embedded model itself")
 	c := plain.Config()
 	require.Zero(t, c.DescriptorWeight)
@@ -23,7 +25,9 @@ func TestNewWorld(t *testing.T) {
 	require.Equal(t, lab.Catalogue(), c.Cards)
 	require.Len(t, c.Priors, len(rwm.PriorsFromCards(lab.Catalogue())))
 
-	tuned, ok := labsetup.NewWorld(l, labsetup.ValidatedWorld).(*rwm.Tuned)
+	w, err = labsetup.NewWorld(l, labsetup.ValidatedWorld)
+	require.NoError(t, err)
+	tuned, ok := w.(*rwm.Tuned)
 	require.True(t, ok, "Tune: rwm.Tuned")
 	b := tuned.Base()
 	require.Equal(t, 1.0, b.DescriptorWeight)
