@@ -1,5 +1,7 @@
 package calibrate
 
+import "github.com/lm2lm/lm2lm/internal/stat"
+
 // OnlineDebiaser keeps a FIFO buffer of anchor pairs (world-model score x,
 // real score y) and refits a binned isotonic map from x to y as pairs
 // arrive (METHOD.md §2 Online Debiasing), as WMRL does:
@@ -47,7 +49,7 @@ func NewOnlineDebiaser(minPairs, refitEvery, bins, capacity int) *OnlineDebiaser
 // Push records one anchor pair and refits when due (see OnlineDebiaser);
 // Fits tells whether a refit happened.
 func (d *OnlineDebiaser) Push(x, y float64) {
-	if !finite(x) || !finite(y) {
+	if !stat.Finite(x) || !stat.Finite(y) {
 		d.rejected++
 		return
 	}

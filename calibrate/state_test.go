@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // feed pushes n noisy monotone pairs (and one NaN pair) into d and folds
@@ -111,7 +113,7 @@ func FuzzStateUnmarshal(f *testing.F) {
 		} else {
 			x, y := d2.Pairs()
 			for i := range x {
-				require.True(t, finite(x[i]) && finite(y[i]))
+				require.True(t, stat.Finite(x[i]) && stat.Finite(y[i]))
 			}
 			require.LessOrEqual(t, d2.Len(), cfg.Capacity)
 			require.NoError(t, d2.Map().validate())
