@@ -2,13 +2,11 @@ package lm2lm
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"math"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/internal/realrun"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -23,23 +21,17 @@ import (
 // simply not measured (the trainer's and Evaluate's reports list such
 // failures). Cancellation returns an error wrapping the cause.
 func RunReal(ctx context.Context, b builder.Builder, e builder.Executor, task records.Task, p records.Proposal) (rec records.Record, ran bool, err error) {
-	r, err := runReal(ctx, b, e, task, p)
-	return r.rec, r.fresh(), err
+	return realrun.RunReal(ctx, b, e, task, p)
 }
 
-// onTask names p on task in an error: the proposal's key and the task's ID
-// are outside input, so each is quoted as records.Excerpt bounds it (one
-// line, no control bytes, at most records.MaxExcerpt bytes of it).
-func onTask(p records.Proposal, task records.Task) string {
-	return keyOnTask(p.Key(), task.ID)
-}
+// onTask names p on task in an error (realrun.OnTask).
+func onTask(p records.Proposal, task records.Task) string { return realrun.OnTask(p, task) }
 
 // keyOnTask is onTask for a proposal key and a task ID.
-func keyOnTask(key, taskID string) string {
-	return fmt.Sprintf("%q on %q", records.Excerpt(key), records.Excerpt(taskID))
-}
+func keyOnTask(key, taskID string) string { return realrun.KeyOnTask(key, taskID) }
 
-// realRun is the result of one attempt to measure a proposal for real.
+// realRun is the result of one attempt to measure a proposal for real
+// (realrun.Result).
 type realRun struct {
 	rec      records.Record // the real record when measured, else zero
 	measured bool           // rec holds a record (feasible or infeasible)
@@ -62,65 +54,11 @@ type seededChange struct {
 	setSeed bool
 }
 
-func runReal(ctx context.Context, b builder.Builder, e builder.Executor, task records.Task, p records.Proposal) (realRun, error) {
-	return runSeeded(ctx, b, e, seededChange{TaskChange: records.TaskChange{Task: task, Proposal: p}})
-}
-
-// runSeeded is runReal with the job's seed replaced by c.seed when
-// c.setSeed is set.
+// runSeeded measures c (realrun.Measure), with the job's seed replaced by
+// c.seed when c.setSeed is set.
 func runSeeded(ctx context.Context, b builder.Builder, e builder.Executor, c seededChange) (realRun, error) {
-	task, p := c.Task, c.Proposal
-	job, err := b.Build(ctx, task, p)
-	if err != nil {
-		switch {
-		case errors.Is(err, builder.ErrInfeasible):
-			rec := records.Record{Task: task, Proposal: p, Source: records.Real, Infeasible: err.Error()}
-			return realRun{rec: rec, measured: true}, nil
-		case ctx.Err() != nil || errors.Is(err, builder.ErrCancelled):
-			return realRun{}, fmt.Errorf("lm2lm: build %s: %w", onTask(p, task), err)
-		}
-		return realRun{failure: "build: " + err.Error()}, nil
-	}
-	if c.setSeed {
-		job.Seed = c.seed
-	}
-	out, err := e.Execute(ctx, job)
-	r := realRun{ran: true, reused: out.Reused, seed: job.Seed, cost: out.Cost}
-	switch {
-	case err == nil:
-		r.rec = out.Record(job)
-	case errors.Is(err, builder.ErrInfeasible) && ctx.Err() == nil:
-		r.rec = out.Record(job)
-		if r.rec.Infeasible == "" {
-			r.rec.Infeasible = err.Error()
-		}
-		r.rec.Gain, r.rec.Loss = 0, 0
-	case ctx.Err() != nil || errors.Is(err, builder.ErrCancelled):
-		return r, fmt.Errorf("lm2lm: run %s: %w", onTask(p, task), err)
-	default:
-		r.failure = "run: " + err.Error()
-		return r, nil
-	}
-	if verr := r.rec.Validate(); verr != nil {
-		r.rec = records.Record{}
-		r.failure = "run: outcome is not a valid record: " + verr.Error()
-		if !finiteCost(r.cost) {
-			r.cost = records.Cost{}
-		}
-		return r, nil
-	}
-	r.measured = true
-	return r, nil
-}
-
-// finiteCost reports whether every field of c is finite and non-negative.
-func finiteCost(c records.Cost) bool {
-	for _, x := range []float64{c.DeviceSeconds, c.WallSeconds, c.FLOPs, c.Money} {
-		if !(x >= 0 && !math.IsInf(x, 1)) {
-			return false
-		}
-	}
-	return true
+	r, err := realrun.Measure(ctx, b, e, realrun.Change{TaskChange: c.TaskChange, Seed: c.seed, SetSeed: c.setSeed})
+	return realRun{rec: r.Rec, measured: r.Measured, ran: r.Ran, reused: r.Reused, seed: r.Seed, cost: r.Cost, failure: r.Failure}, err
 }
 
 // runAll runs every job with runReal, at most parallel at once, and
