@@ -362,33 +362,17 @@ func calibrationResult(c *lm2lm.CalibrationReport) CalibrationResult {
 }
 
 // supervise trains the policy by maximum likelihood on the real records of
-// M_0 instead of RL (METHOD.md §1 Data and evaluation, baselines): "sft"
-// imitates every feasible record, "rft" (RFT-Real) only those with a
+// M_0 instead of RL (baseline.SupervisedItems and baseline.Supervise):
+// "sft" imitates every feasible record, "rft" (RFT-Real) only those with a
 // positive gain; one Supervise step per training step, on the whole set.
 func supervise(ctx context.Context, kind string, steps int, pol *proposer.Policy, m0 records.Evidence, res *Result) error {
-	var items []proposer.Item
-	for _, r := range m0.Records() {
-		if r.Infeasible != "" || (kind == "rft" && r.Gain <= 0) {
-			continue
-		}
-		toks, err := pol.Encode(r.Proposal)
-		if err != nil {
-			continue // a record outside the catalogue cannot be imitated
-		}
-		items = append(items, proposer.Item{State: records.State{Task: r.Task},
-			Sample: proposer.Sample{Proposal: r.Proposal, Tokens: toks}})
+	items, err := baseline.SupervisedItems(baseline.Supervision(kind), pol, m0)
+	if err != nil {
+		return err
 	}
-	if len(items) == 0 {
-		return fmt.Errorf("%s: no records of M_0 to imitate", kind)
-	}
-	for i := 0; i < steps; i++ {
-		st, err := pol.Supervise(ctx, items)
-		if err != nil {
-			return err
-		}
-		res.Steps = append(res.Steps, StepResult{Step: i + 1, Loss: st.Loss, Entropy: st.Entropy})
-	}
-	return nil
+	return baseline.Supervise(ctx, pol, items, steps, func(i int, st proposer.Stats) {
+		res.Steps = append(res.Steps, StepResult{Step: i, Loss: st.Loss, Entropy: st.Entropy})
+	})
 }
 
 // realGains is the real-gains diagnostic's world model: each prediction is
