@@ -101,19 +101,47 @@ func (t Transport) Validate() error {
 	return nil
 }
 
-// Settings configure a Client. The owning packages expose them as fields of
-// their Config with defaults and sources.
+// Settings are the endpoint, transport and hooks of an OpenAI-format
+// client: the one settings type of rwm/openai, rwm/verdict and
+// proposer/openai, each of which embeds it in its Config and re-exports it
+// as the alias Settings (with DefaultSettings), so that its fields are
+// promoted (cfg.BaseURL, cfg.MaxRetries) and written once, here. Endpoint
+// fields left empty are read from the environment when a client is built
+// (Resolve; an explicit field always wins).
 type Settings struct {
-	BaseURL, APIKey, Model string
+	// BaseURL of the OpenAI-compatible API, e.g. "http://localhost:8000/v1".
+	// Default "": $OPENAI_BASE_URL, else https://api.openai.com/v1 when an
+	// API key is known (library choice: the SDK's own convention).
+	BaseURL string
+	// APIKey sent as a bearer token. Default "": $OPENAI_API_KEY; empty
+	// sends none (local servers).
+	APIKey string
+	// Model name sent with every request. Default "": $LM2LM_MODEL;
+	// required.
+	Model string
+	// Transport: retries of one call, their waits and the response body
+	// limit; defaults in DefaultTransport (3 retries, 2 min per attempt,
+	// backoff 500 ms doubling to 30 s, a Retry-After beyond MaxDelay fails
+	// the call at once with the transient error carrying it, bodies up to
+	// 4 MiB).
 	Transport
-	HTTPClient *http.Client // nil = the SDK's default client
-	// Sleep waits d or until ctx is done (nil = a timer). Tests inject a
-	// recorder.
+	// HTTPClient carries the requests; nil = the SDK's default client.
+	HTTPClient *http.Client
+	// Sleep waits d between retries or until ctx is done, returning ctx's
+	// error then; nil = a timer honouring ctx. Tests inject a recorder so
+	// that Retry-After is checked without waiting.
 	Sleep func(ctx context.Context, d time.Duration) error
-	// Now is the clock used to read an HTTP-date Retry-After (nil =
-	// time.Now).
+	// Now is the clock used to read an HTTP-date Retry-After; nil =
+	// time.Now.
 	Now func() time.Time
+	// Getenv reads the environment for the empty endpoint fields; nil =
+	// os.Getenv.
+	Getenv func(string) string
 }
+
+// DefaultSettings returns the defaults documented on Settings: no endpoint
+// (the environment's), DefaultTransport, no hooks.
+func DefaultSettings() Settings { return Settings{Transport: DefaultTransport()} }
 
 // Resolve fills empty BaseURL, APIKey and Model from getenv (nil =
 // os.Getenv): an explicit setting wins over OPENAI_BASE_URL, OPENAI_API_KEY

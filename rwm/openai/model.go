@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"sync/atomic"
-	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
@@ -32,16 +31,12 @@ const (
 // Config parameterises a Model. Endpoint fields left empty are read from
 // the environment when the model is built (an explicit field always wins).
 type Config struct {
-	// BaseURL of the OpenAI-compatible API, e.g. "http://localhost:8000/v1".
-	// Default "": $OPENAI_BASE_URL, else https://api.openai.com/v1 when an
-	// API key is known (library choice: the SDK's own convention).
-	BaseURL string
-	// APIKey sent as a bearer token. Default "": $OPENAI_API_KEY; empty
-	// sends none (local servers).
-	APIKey string
-	// Model name sent with every request. Default "": $LM2LM_MODEL;
-	// required.
-	Model string
+	// Settings: the endpoint (BaseURL, APIKey and Model, each read from
+	// the environment when empty), the Transport (retries, timeouts, the
+	// response body limit) and the hooks (HTTPClient, Sleep, Now, Getenv)
+	// that rwm/openai, rwm/verdict and proposer/openai share; its fields are
+	// promoted. Defaults in DefaultSettings.
+	Settings
 	// Temperature of the world model's sampling; default 0. Library choice:
 	// the paper's W is frozen (METHOD.md §1 Research World Model), so the
 	// same query should get the same answer.
@@ -71,27 +66,19 @@ type Config struct {
 	// rwm.Cache assumes when it keys by records.Proposal.Key) and a trained
 	// proposer cannot sway the world model with its wording.
 	RecordTextChars, ProposalTextChars int
-	// Transport: retries of one call, their waits and the response body
-	// limit, shared with proposer/openai; defaults in DefaultTransport
-	// (3 retries, 2m per attempt, backoff 500ms doubling to 30s, a
-	// Retry-After beyond MaxDelay fails the call at once with an
-	// *rwm.TransientError carrying it, bodies up to 4 MiB).
-	Transport
-	// HTTPClient carries the requests; nil = the SDK's default client.
-	HTTPClient *http.Client
-	// Sleep waits between retries; nil = a timer honouring ctx. Tests inject
-	// a recorder so that Retry-After is checked without waiting.
-	Sleep func(ctx context.Context, d time.Duration) error
-	// Getenv reads the environment; nil = os.Getenv.
-	Getenv func(string) string
 }
 
-// Transport is the transport settings shared by both OpenAI backends
-// (retries, timeouts, response limit); see its fields.
+// Settings are the endpoint, transport and hooks that rwm/openai,
+// rwm/verdict and proposer/openai share: one type for the three clients,
+// embedded in each Config; see its fields.
+type Settings = oaichat.Settings
+
+// Transport is the transport part of Settings (retries, timeouts, the
+// response body limit); see its fields.
 type Transport = oaichat.Transport
 
-// DefaultTransport returns the transport defaults.
-func DefaultTransport() Transport { return oaichat.DefaultTransport() }
+// DefaultSettings returns the defaults documented on Settings.
+func DefaultSettings() Settings { return oaichat.DefaultSettings() }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
@@ -101,7 +88,7 @@ func DefaultConfig() Config {
 		ContextChars:      24000,
 		RecordTextChars:   240,
 		ProposalTextChars: 2000,
-		Transport:         DefaultTransport(),
+		Settings:          DefaultSettings(),
 	}
 }
 
@@ -145,10 +132,7 @@ func New(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s, err := oaichat.Resolve(oaichat.Settings{
-		BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
-		Transport: cfg.Transport, HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
-	}, cfg.Getenv)
+	s, err := oaichat.Resolve(cfg.Settings, cfg.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("rwm/openai: %w", err)
 	}
