@@ -30,36 +30,12 @@ func onTask(p records.Proposal, task records.Task) string { return realrun.OnTas
 // keyOnTask is onTask for a proposal key and a task ID.
 func keyOnTask(key, taskID string) string { return realrun.KeyOnTask(key, taskID) }
 
-// realRun is the result of one attempt to measure a proposal for real
-// (realrun.Result).
-type realRun struct {
-	rec      records.Record // the real record when measured, else zero
-	measured bool           // rec holds a record (feasible or infeasible)
-	ran      bool           // the executor was called
-	reused   bool           // the executor served a stored or coalesced outcome (builder.Outcome.Reused): nothing was paid
-	seed     uint64         // the job's seed (0 when nothing was built)
-	cost     records.Cost   // what the run cost as reported (its record's cost when measured)
-	failure  string         // why it was not measured
-}
-
-// fresh reports whether r was a run paid for here: the executor was called
-// and did not serve a reused outcome.
-func (r realRun) fresh() bool { return r.ran && !r.reused }
+// realRun is the result of one attempt to measure a proposal for real.
+type realRun = realrun.Result
 
 // seededChange is a change to measure, with the seed to run it with when
-// setSeed is set (else the builder's seed).
-type seededChange struct {
-	records.TaskChange
-	seed    uint64
-	setSeed bool
-}
-
-// runSeeded measures c (realrun.Measure), with the job's seed replaced by
-// c.seed when c.setSeed is set.
-func runSeeded(ctx context.Context, b builder.Builder, e builder.Executor, c seededChange) (realRun, error) {
-	r, err := realrun.Measure(ctx, b, e, realrun.Change{TaskChange: c.TaskChange, Seed: c.seed, SetSeed: c.setSeed})
-	return realRun{rec: r.Rec, measured: r.Measured, ran: r.Ran, reused: r.Reused, seed: r.Seed, cost: r.Cost, failure: r.Failure}, err
-}
+// SetSeed is set (else the builder's seed).
+type seededChange = realrun.Change
 
 // runAll runs every job with runReal, at most parallel at once, and
 // returns the results in job order. On the first error (cancellation) it
@@ -79,7 +55,7 @@ func runAllSeeded(ctx context.Context, b builder.Builder, e builder.Executor, pa
 	eg.SetLimit(parallel)
 	for j, jb := range jobs {
 		eg.Go(func() error {
-			r, err := runSeeded(ectx, b, e, jb)
+			r, err := realrun.Measure(ectx, b, e, jb)
 			runs[j] = r
 			return err
 		})

@@ -730,10 +730,10 @@ func (t *Trainer) execute(ctx context.Context, jobs []records.TaskChange) ([]rea
 	defer t.mu.Unlock()
 	for _, r := range runs {
 		switch {
-		case r.fresh():
-			t.cost = t.cost.Add(r.cost)
+		case r.Fresh():
+			t.cost = t.cost.Add(r.Cost)
 			t.runs++
-		case r.ran:
+		case r.Ran:
 			t.reused++
 		}
 	}

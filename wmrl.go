@@ -165,11 +165,11 @@ func (w *wmrl) absorb(ro *rolloutData, plan *anchorPlan, runs []realRun) (Anchor
 	rep := AnchorReport{Groups: len(plan.groups)}
 	var real []records.Record
 	for j, r := range runs {
-		if r.measured {
-			real = append(real, r.rec)
+		if r.Measured {
+			real = append(real, r.Rec)
 			rep.Runs++
 		} else {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", onTask(plan.jobs[j].Proposal, plan.jobs[j].Task), r.failure))
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", onTask(plan.jobs[j].Proposal, plan.jobs[j].Task), r.Failure))
 		}
 	}
 	pushed := make([]bool, len(plan.jobs))
@@ -197,19 +197,19 @@ func (w *wmrl) absorbGroup(g *group, jobOf []int, runs []realRun, pushed []bool)
 		if j >= 0 {
 			r = runs[j]
 		}
-		feasible := r.measured && r.rec.Infeasible == ""
+		feasible := r.Measured && r.Rec.Infeasible == ""
 		// A sample that was not measured (unparseable, no change, or a run
 		// that failed for infrastructure reasons) keeps the world model's
 		// verdict and its debiased gain.
 		gain, valid := s.gain, s.valid()
-		if r.measured {
+		if r.Measured {
 			gain, valid = 0, feasible
 			if feasible {
-				gain = r.rec.Gain
+				gain = r.Rec.Gain
 			}
 		}
 		cands[i] = reward.NewCandidate(g.state, s.Proposal, gain, valid)
-		if !r.measured || seen[j] {
+		if !r.Measured || seen[j] {
 			continue
 		}
 		seen[j] = true
