@@ -76,7 +76,7 @@ func AdvantageCosine(pred, real [][]float64) float64 {
 		if len(p) < 2 {
 			continue
 		}
-		mp, mr := mean(p), mean(r)
+		mp, mr := stat.Mean(p), stat.Mean(r)
 		for i := range p {
 			a, b := p[i]-mp, r[i]-mr
 			dot += a * b
@@ -210,12 +210,4 @@ func checkShape(name string, pred, real [][]float64) {
 			panic("calibrate: " + name + ": a group of pred and real differ in length")
 		}
 	}
-}
-
-func mean(xs []float64) float64 {
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 func TestOnlineDebiaserLifecycle(t *testing.T) {
@@ -118,7 +120,7 @@ func centredSq(x, y []float64, f Isotonic) float64 {
 	for i := range x {
 		yh[i] = f.Apply(x[i])
 	}
-	my, mh := mean(y), mean(yh)
+	my, mh := stat.Mean(y), stat.Mean(yh)
 	var s float64
 	for i := range x {
 		r := (yh[i] - mh) - (y[i] - my)

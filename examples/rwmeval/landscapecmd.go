@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lm2lm/lm2lm/internal/labsetup"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
@@ -189,7 +190,7 @@ func landscapeModels(keys []string) ([]rankModel, error) {
 		{"fx", "effects", eff, false},
 		{"fx-tuned", "effects, tuned", eff, true},
 	} {
-		wm, err := newRankWorld(m.cfg, m.tune)
+		wm, err := labsetup.NewModel(m.cfg, m.tune)
 		if err != nil {
 			return nil, fmt.Errorf("world model %s: %w", m.key, err)
 		}
@@ -198,7 +199,7 @@ func landscapeModels(keys []string) ([]rankModel, error) {
 	for _, v := range variants {
 		c := eff
 		v.set(&c)
-		wm, err := newRankWorld(c, true)
+		wm, err := labsetup.NewModel(c, true)
 		if err != nil {
 			return nil, fmt.Errorf("world model %s: %w", v.key, err)
 		}
@@ -310,21 +311,4 @@ func (q quantileRank) Predict(ctx context.Context, query rwm.Query) (rwm.Predict
 	}
 	p.Low, p.High = min(p.Low, p.Gain), max(p.High, p.Gain)
 	return p, nil
-}
-
-// newRankWorld returns the embedded model of cfg, tuned (rwm.Tuned over
-// the documented grid) if tune.
-func newRankWorld(cfg rwm.EmbeddedConfig, tune bool) (rwm.WorldModel, error) {
-	if tune {
-		m, err := rwm.NewTuned(cfg, nil)
-		if err != nil {
-			return nil, err
-		}
-		return m, nil
-	}
-	m, err := rwm.NewEmbedded(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
 }

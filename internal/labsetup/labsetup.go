@@ -66,7 +66,14 @@ func NewWorld(l *lab.Lab, w World) (rwm.WorldModel, error) {
 	if w.Effects {
 		cfg = rwm.WithEffects(cfg, l.Effects())
 	}
-	if w.Tune {
+	return NewModel(cfg, w.Tune)
+}
+
+// NewModel returns the embedded model of cfg (rwm.NewEmbedded), or with
+// tune the self-tuning one over the documented grid (rwm.NewTuned); an
+// invalid cfg is an error wrapping rwm.ErrConfig.
+func NewModel(cfg rwm.EmbeddedConfig, tune bool) (rwm.WorldModel, error) {
+	if tune {
 		m, err := rwm.NewTuned(cfg, nil)
 		if err != nil {
 			return nil, err

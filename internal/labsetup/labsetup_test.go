@@ -46,3 +46,19 @@ func TestHiddenSourceFollowsTheSeed(t *testing.T) {
 	require.Equal(t, x, y)
 	require.NotEqual(t, x, z)
 }
+
+// A world whose descriptor weight is out of range, and a bad config given
+// to NewModel, are errors wrapping rwm.ErrConfig, tuned or not.
+func TestNewWorldRejectsBadConfig(t *testing.T) {
+	l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
+	require.NoError(t, err)
+	for _, tune := range []bool{false, true} {
+		_, err := labsetup.NewWorld(l, labsetup.World{Descriptors: 1.5, Tune: tune})
+		require.ErrorIs(t, err, rwm.ErrConfig)
+		bad := rwm.DefaultEmbeddedConfig()
+		bad.NoiseSigmas = 0
+		m, err := labsetup.NewModel(bad, tune)
+		require.ErrorIs(t, err, rwm.ErrConfig)
+		require.Nil(t, m, "no typed nil inside the interface")
+	}
+}
