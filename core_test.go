@@ -156,7 +156,9 @@ func TestWMRLAbsorb(t *testing.T) {
 	// weighter observes the group.
 	w := DefaultWMRLConfig()
 	w.MinPairs, w.Warmup = 2, 1
-	c := core{cfg: coreConfig(), corr: newWMRL(w, coreConfig().Reward)}
+	corr, err := newWMRL(w, coreConfig().Reward)
+	require.NoError(t, err)
+	c := core{cfg: coreConfig(), corr: corr}
 	ro := &rolloutData{groups: []*group{coreGroup(0.5, 1.0)}}
 	c.shape(ro)
 	plan := c.corr.anchors(ro, []int{0}, rand.New(rand.NewPCG(1, 2)))

@@ -348,7 +348,11 @@ func New(cfg Config, c Components) (*Trainer, error) {
 	}
 	t.core = core{cfg: cfg, corr: noCorrection{}}
 	if cfg.WMRL != nil {
-		t.core.corr = newWMRL(*cfg.WMRL, cfg.Reward)
+		w, err := newWMRL(*cfg.WMRL, cfg.Reward)
+		if err != nil {
+			return nil, err
+		}
+		t.core.corr = w
 	}
 	return t, nil
 }

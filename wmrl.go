@@ -97,14 +97,18 @@ type wmrl struct {
 	weighter *calibrate.Weighter
 }
 
-func newWMRL(cfg WMRLConfig, rc reward.Config) *wmrl {
+func newWMRL(cfg WMRLConfig, rc reward.Config) (*wmrl, error) {
 	w := &wmrl{cfg: cfg, rc: rc, weighter: cfg.NewWeighter()}
-	// The debiaser's parameters are validated only when Debias is on (a
-	// negative Bins would panic), so it is made only then.
+	// The debiaser's parameters are validated only when Debias is on, so
+	// it is made only then.
 	if cfg.Debias {
-		w.debiaser = cfg.NewOnlineDebiaser()
+		d, err := cfg.NewOnlineDebiaser()
+		if err != nil {
+			return nil, err
+		}
+		w.debiaser = d
 	}
-	return w
+	return w, nil
 }
 
 // toUnit and fromUnit map a normalised reward in [−c, c] onto [0, 1] and back.
@@ -267,7 +271,10 @@ func (w *wmrl) restored(state json.RawMessage) (correction, error) {
 	if err := json.Unmarshal(state, &st); err != nil {
 		return nil, err
 	}
-	out := newWMRL(w.cfg, w.rc)
+	out, err := newWMRL(w.cfg, w.rc)
+	if err != nil {
+		return nil, err
+	}
 	if (out.debiaser != nil) != (len(st.Debiaser) > 0) {
 		return nil, fmt.Errorf("debiaser state present %v, debiasing on %v", len(st.Debiaser) > 0, out.debiaser != nil)
 	}

@@ -121,8 +121,9 @@ func (c WMRLConfig) Validate() error {
 	return nil
 }
 
-// NewOnlineDebiaser returns a debiaser with c's parameters.
-func (c WMRLConfig) NewOnlineDebiaser() *OnlineDebiaser {
+// NewOnlineDebiaser returns a debiaser with c's parameters, or an error
+// wrapping ErrConfig for a negative Bins.
+func (c WMRLConfig) NewOnlineDebiaser() (*OnlineDebiaser, error) {
 	return NewOnlineDebiaser(c.MinPairs, c.RefitEvery, c.Bins, c.Capacity)
 }
 
