@@ -34,6 +34,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/internal/wait"
 	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
 )
 
 // Environment variables read when a setting is empty (explicit settings
@@ -602,4 +603,30 @@ const MaxDescription = 2000
 func NewTaskLine(t records.Task) TaskLine {
 	return TaskLine{ID: t.ID, Family: t.Family, Metric: string(t.Metric), RefLoss: t.RefLoss,
 		SeedNoise: t.SeedNoise, Budget: t.Budget, Description: Truncate(t.Description, MaxDescription)}
+}
+
+// WorldModelError is the error a world model over a Client returns for a
+// failed call err (prefix names the package, model the model): ctx's end
+// wrapped as it is, a transient failure as an *rwm.TransientError carrying
+// the server's Retry-After, anything else wrapped with the model's name.
+func WorldModelError(ctx context.Context, prefix, model string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", prefix, err)
+	}
+	if errors.Is(err, ErrTransient) {
+		te := &rwm.TransientError{Err: fmt.Errorf("%s: %s: %w", prefix, model, err)}
+		var ae *AttemptError
+		if errors.As(err, &ae) {
+			te.After = ae.RetryAfter
+		}
+		return te
+	}
+	return fmt.Errorf("%s: %s: %w", prefix, model, err)
+}
+
+// IsStatus reports whether err holds an attempt that failed with the HTTP
+// status.
+func IsStatus(err error, status int) bool {
+	var ae *AttemptError
+	return errors.As(err, &ae) && ae.Status == status
 }

@@ -152,19 +152,13 @@ func New(cfg Config) (*Proposer, error) {
 // Config returns the proposer's configuration with the endpoint resolved.
 func (p *Proposer) Config() Config { return p.cfg }
 
-// Usage is the running total of a proposer's calls.
-type Usage struct {
-	Calls            int64 // completions received
-	Attempts         int64 // HTTP attempts, failed ones and retries included
-	PromptTokens     int64
-	CompletionTokens int64
-}
+// Usage is the running total of a proposer's calls (one type with the other
+// OpenAI-format clients'): completions received, HTTP attempts (failed
+// ones and retries included) and tokens.
+type Usage = oaichat.Usage
 
 // Usage returns the totals since the proposer was built.
-func (p *Proposer) Usage() Usage {
-	u := p.client.Total()
-	return Usage{Calls: u.Calls, Attempts: u.Attempts, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
-}
+func (p *Proposer) Usage() Usage { return p.client.Total() }
 
 // Propose samples n proposals for s. Each request carries a seed drawn
 // from rng (rng.Int64()), so a server that honours seeds reproduces a

@@ -2,7 +2,6 @@ package openai
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -151,19 +150,13 @@ func (m *Model) ID() string { return m.id }
 // Config returns the model's configuration with the endpoint resolved.
 func (m *Model) Config() Config { return m.cfg }
 
-// Usage is the running total of a model's calls.
-type Usage struct {
-	Calls            int64 // completions received
-	Attempts         int64 // HTTP attempts, failed ones and retries included
-	PromptTokens     int64
-	CompletionTokens int64
-}
+// Usage is the running total of a model's calls (one type with the other
+// OpenAI-format clients'): completions received, HTTP attempts (failed
+// ones and retries included) and tokens.
+type Usage = oaichat.Usage
 
 // Usage returns the totals since the model was built.
-func (m *Model) Usage() Usage {
-	u := m.client.Total()
-	return Usage{Calls: u.Calls, Attempts: u.Attempts, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
-}
+func (m *Model) Usage() Usage { return m.client.Total() }
 
 // ResponseSchema is the JSON schema of the answer sent with FormatJSONSchema.
 var ResponseSchema = map[string]any{
@@ -232,7 +225,7 @@ func (m *Model) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error
 	}
 	format := m.format()
 	comp, u, err := m.client.Complete(ctx, m.params(system, user, format))
-	if err != nil && format != FormatText && isStatus(err, http.StatusBadRequest) {
+	if err != nil && format != FormatText && oaichat.IsStatus(err, http.StatusBadRequest) {
 		// The server may not support the response format: ask for JSON in
 		// text, which ParsePrediction reads anyway, and keep doing so if
 		// that works.
@@ -245,7 +238,7 @@ func (m *Model) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error
 		}
 	}
 	if err != nil {
-		return rwm.Prediction{}, m.callError(ctx, err)
+		return rwm.Prediction{}, oaichat.WorldModelError(ctx, "rwm/openai", m.cfg.Model, err)
 	}
 	usage := rwm.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 	ch := comp.Choices[0]
@@ -269,24 +262,4 @@ func (m *Model) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error
 		return p, err
 	}
 	return p, nil
-}
-
-func (m *Model) callError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("rwm/openai: predict: %w", err)
-	}
-	if errors.Is(err, oaichat.ErrTransient) {
-		te := &rwm.TransientError{Err: fmt.Errorf("rwm/openai: %s: %w", m.cfg.Model, err)}
-		var ae *oaichat.AttemptError
-		if errors.As(err, &ae) {
-			te.After = ae.RetryAfter
-		}
-		return te
-	}
-	return fmt.Errorf("rwm/openai: %s: %w", m.cfg.Model, err)
-}
-
-func isStatus(err error, status int) bool {
-	var ae *oaichat.AttemptError
-	return errors.As(err, &ae) && ae.Status == status
 }

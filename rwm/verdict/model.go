@@ -317,7 +317,7 @@ func (m *Model) params(system, user string, schema bool) sdk.ChatCompletionNewPa
 func (m *Model) complete(ctx context.Context, system, user string) (string, bool, rwm.Usage, error) {
 	schema := m.cfg.JSONSchema && !m.textOnly.Load()
 	comp, u, err := m.client.Complete(ctx, m.params(system, user, schema))
-	if err != nil && schema && isStatus(err, http.StatusBadRequest) {
+	if err != nil && schema && oaichat.IsStatus(err, http.StatusBadRequest) {
 		var u2 oaichat.Usage
 		comp, u2, err = m.client.Complete(ctx, m.params(system, user, false))
 		u = u.Add(u2)
@@ -328,7 +328,7 @@ func (m *Model) complete(ctx context.Context, system, user string) (string, bool
 	}
 	usage := rwm.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 	if err != nil {
-		return "", schema, usage, m.callError(ctx, err)
+		return "", schema, usage, oaichat.WorldModelError(ctx, "rwm/verdict", m.cfg.Model, err)
 	}
 	ch := comp.Choices[0]
 	if ch.Message.Refusal != "" || ch.FinishReason == "content_filter" {
@@ -342,24 +342,4 @@ func (m *Model) complete(ctx context.Context, system, user string) (string, bool
 		return "", schema, usage, &ParseError{Detail: "the answer was cut at the token limit", Content: oaichat.Truncate(ch.Message.Content, 200), Err: ErrNoJSON}
 	}
 	return ch.Message.Content, schema, usage, nil
-}
-
-func (m *Model) callError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("rwm/verdict: %w", err)
-	}
-	if errors.Is(err, oaichat.ErrTransient) {
-		te := &rwm.TransientError{Err: fmt.Errorf("rwm/verdict: %s: %w", m.cfg.Model, err)}
-		var ae *oaichat.AttemptError
-		if errors.As(err, &ae) {
-			te.After = ae.RetryAfter
-		}
-		return te
-	}
-	return fmt.Errorf("rwm/verdict: %s: %w", m.cfg.Model, err)
-}
-
-func isStatus(err error, status int) bool {
-	var ae *oaichat.AttemptError
-	return errors.As(err, &ae) && ae.Status == status
 }
