@@ -59,9 +59,9 @@ var (
 	ErrBodyTooLarge = errors.New("response body too large")
 )
 
-// Transport holds the transport settings that both OpenAI backends
-// (rwm/openai and proposer/openai) share, each exposing it as the embedded
-// Transport of its Config: retries of one call, their waits, and limits.
+// Transport holds the transport part of Settings, which rwm/openai,
+// rwm/verdict and proposer/openai share: retries of one call, their waits,
+// and limits.
 type Transport struct {
 	// MaxRetries after the first attempt of a call; default 3 (library
 	// choice: rides out a short outage; rwm.Retry can add more).
