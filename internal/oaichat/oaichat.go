@@ -630,3 +630,20 @@ func IsStatus(err error, status int) bool {
 	var ae *AttemptError
 	return errors.As(err, &ae) && ae.Status == status
 }
+
+// Params returns the request of one system and one user message to model
+// at temperature with seed, capped at maxTokens completion tokens when
+// maxTokens > 0 (else the server's limit); the caller adds any
+// response_format.
+func Params(model, system, user string, temperature float64, seed int64, maxTokens int) openai.ChatCompletionNewParams {
+	p := openai.ChatCompletionNewParams{
+		Model:       model,
+		Messages:    []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(system), openai.UserMessage(user)},
+		Temperature: openai.Float(temperature),
+		Seed:        openai.Int(seed),
+	}
+	if maxTokens > 0 {
+		p.MaxCompletionTokens = openai.Int(int64(maxTokens))
+	}
+	return p
+}

@@ -182,15 +182,7 @@ func (m *Model) format() Format {
 }
 
 func (m *Model) params(system, user string, format Format) sdk.ChatCompletionNewParams {
-	p := sdk.ChatCompletionNewParams{
-		Model:       m.cfg.Model,
-		Messages:    []sdk.ChatCompletionMessageParamUnion{sdk.SystemMessage(system), sdk.UserMessage(user)},
-		Temperature: sdk.Float(m.cfg.Temperature),
-		Seed:        sdk.Int(m.cfg.Seed),
-	}
-	if m.cfg.MaxTokens > 0 {
-		p.MaxCompletionTokens = sdk.Int(int64(m.cfg.MaxTokens))
-	}
+	p := oaichat.Params(m.cfg.Model, system, user, m.cfg.Temperature, m.cfg.Seed, m.cfg.MaxTokens)
 	switch format {
 	case FormatJSONSchema:
 		p.ResponseFormat = sdk.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{

@@ -294,15 +294,7 @@ func (j Judgement) Prediction() rwm.Prediction {
 }
 
 func (m *Model) params(system, user string, schema bool) sdk.ChatCompletionNewParams {
-	p := sdk.ChatCompletionNewParams{
-		Model:       m.cfg.Model,
-		Messages:    []sdk.ChatCompletionMessageParamUnion{sdk.SystemMessage(system), sdk.UserMessage(user)},
-		Temperature: sdk.Float(m.cfg.Temperature),
-		Seed:        sdk.Int(m.cfg.Seed),
-	}
-	if m.cfg.MaxTokens > 0 {
-		p.MaxCompletionTokens = sdk.Int(int64(m.cfg.MaxTokens))
-	}
+	p := oaichat.Params(m.cfg.Model, system, user, m.cfg.Temperature, m.cfg.Seed, m.cfg.MaxTokens)
 	if schema {
 		p.ResponseFormat = sdk.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
 			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "verdict", Strict: sdk.Bool(true), Schema: ResponseSchema},
