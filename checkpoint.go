@@ -11,6 +11,8 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/lm2lm/lm2lm/internal/realrun"
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -294,7 +296,7 @@ func (l *Loop) restoreState(cp checkpoint, sc proposer.Scorer) (restored, error)
 	if err := l.checkBatches(cp, sc); err != nil {
 		return st, err
 	}
-	if !finiteCost(cp.Cost) || cp.Runs < 0 {
+	if !realrun.FiniteCost(cp.Cost) || cp.Runs < 0 {
 		return st, fmt.Errorf("cost %+v of %d runs is not finite and non-negative", cp.Cost, cp.Runs)
 	}
 	if st.corr, err = l.core.corr.restored(cp.WMRL); err != nil {
@@ -372,7 +374,7 @@ func (l *Loop) checkTrigger(cp checkpoint) error {
 			return fmt.Errorf("trigger state: group %d has %d predicted and %d real rewards", g, len(last.Predicted[g]), len(last.Real[g]))
 		}
 		for i := range last.Predicted[g] {
-			if !finite(last.Predicted[g][i]) || !finite(last.Real[g][i]) {
+			if !stat.Finite(last.Predicted[g][i]) || !stat.Finite(last.Real[g][i]) {
 				return fmt.Errorf("trigger state: group %d reward %d is not finite", g, i)
 			}
 		}
@@ -470,5 +472,3 @@ func checkItem(it proposer.Item, tasks map[string]records.Task, sc proposer.Scor
 	}
 	return nil
 }
-
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm"
-	"github.com/lm2lm/lm2lm/rwm"
 )
 
 // seal wraps a checkpoint body in the version 2 envelope with its checksum.
@@ -26,7 +25,7 @@ func midRun(t testing.TB) ([]byte, map[string]any) {
 	cfg := smallConfig()
 	cfg.Steps = 20
 	cfg.WMRL = wmrlConfig()
-	tr, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	tr, _ := newTrainer(t, cfg, trapWorld(t))
 	for tr.Step() < 11 {
 		_, err := tr.StepOnce(context.Background())
 		require.NoError(t, err)
@@ -48,7 +47,7 @@ func TestCheckpointValidation(t *testing.T) {
 	cfg := smallConfig()
 	cfg.Steps = 20
 	cfg.WMRL = wmrlConfig()
-	fresh, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	fresh, _ := newTrainer(t, cfg, trapWorld(t))
 	before, err := fresh.MarshalBinary()
 	require.NoError(t, err)
 	item := func(b map[string]any) map[string]any {
@@ -137,7 +136,7 @@ func FuzzTrainerUnmarshal(f *testing.F) {
 	cfg.Steps = 20
 	cfg.WMRL = wmrlConfig()
 	f.Fuzz(func(t *testing.T, data []byte, sealed bool) {
-		tr, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		tr, _ := newTrainer(t, cfg, trapWorld(t))
 		before, err := tr.MarshalBinary()
 		require.NoError(t, err)
 		in := data
@@ -153,7 +152,7 @@ func FuzzTrainerUnmarshal(f *testing.F) {
 		}
 		again, err := tr.MarshalBinary()
 		require.NoError(t, err)
-		tr2, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		tr2, _ := newTrainer(t, cfg, trapWorld(t))
 		require.NoError(t, tr2.UnmarshalBinary(again))
 		require.Equal(t, tr.Step(), tr2.Step())
 	})

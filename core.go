@@ -357,11 +357,11 @@ func (c *core) calibrationReport(ro *rolloutData, step, budget int, picks []ref,
 	for k, p := range picks {
 		g := ro.groups[p.g]
 		s := g.samples[p.i]
-		if !runs[k].measured {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", onTask(s.Proposal, g.state.Task), runs[k].failure))
+		if !runs[k].Measured {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", onTask(s.Proposal, g.state.Task), runs[k].Failure))
 			continue
 		}
-		rec := runs[k].rec
+		rec := runs[k].Rec
 		rep.Records = append(rep.Records, rec)
 		if rec.Infeasible != "" {
 			rep.Infeasible++

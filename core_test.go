@@ -124,7 +124,7 @@ func TestCoreCalibration(t *testing.T) {
 	// reasons: one record, one failure, monitors on one pair.
 	picks := []ref{{0, 1}, {0, 0}}
 	rec := records.Record{Task: coreTask, Proposal: prop("b"), Gain: 0.25, Loss: 2.75, Source: records.Real}
-	rep := c.calibrationReport(ro, 8, 2, picks, []realRun{{rec: rec, measured: true, ran: true}, {failure: "run: lost node"}})
+	rep := c.calibrationReport(ro, 8, 2, picks, []realRun{{Rec: rec, Measured: true, Ran: true}, {Failure: "run: lost node"}})
 	require.Equal(t, 8, rep.Step)
 	require.Equal(t, 1, rep.Executed)
 	require.Equal(t, []records.Record{rec}, rep.Records)
@@ -156,7 +156,9 @@ func TestWMRLAbsorb(t *testing.T) {
 	// weighter observes the group.
 	w := DefaultWMRLConfig()
 	w.MinPairs, w.Warmup = 2, 1
-	c := core{cfg: coreConfig(), corr: newWMRL(w, coreConfig().Reward)}
+	corr, err := newWMRL(w, coreConfig().Reward)
+	require.NoError(t, err)
+	c := core{cfg: coreConfig(), corr: corr}
 	ro := &rolloutData{groups: []*group{coreGroup(0.5, 1.0)}}
 	c.shape(ro)
 	plan := c.corr.anchors(ro, []int{0}, rand.New(rand.NewPCG(1, 2)))
@@ -164,8 +166,8 @@ func TestWMRLAbsorb(t *testing.T) {
 	require.Equal(t, []int{0, 1, -1, -1}, plan.jobOf[0])
 	require.Len(t, plan.jobs, 2)
 	runs := []realRun{
-		{measured: true, rec: records.Record{Task: coreTask, Proposal: prop("a"), Gain: -0.5, Loss: 3.5, Source: records.Real}},
-		{measured: true, rec: records.Record{Task: coreTask, Proposal: prop("b"), Source: records.Real, Infeasible: "diverged"}},
+		{Measured: true, Rec: records.Record{Task: coreTask, Proposal: prop("a"), Gain: -0.5, Loss: 3.5, Source: records.Real}},
+		{Measured: true, Rec: records.Record{Task: coreTask, Proposal: prop("b"), Source: records.Real, Infeasible: "diverged"}},
 	}
 	rep, real := c.corr.absorb(ro, plan, runs)
 	require.Len(t, real, 2)

@@ -215,7 +215,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 			if !x.Invalid {
 				c := seededChange{TaskChange: records.TaskChange{Task: states[si].State.Task, Proposal: x.Proposal}}
 				if len(cfg.Seeds) > 0 {
-					c.seed, c.setSeed = cfg.Seeds[(si%cfg.StatesPerTask+k)%len(cfg.Seeds)], true
+					c.Seed, c.SetSeed = cfg.Seeds[(si%cfg.StatesPerTask+k)%len(cfg.Seeds)], true
 				}
 				jobs = append(jobs, c)
 				at = append(at, ref{si, k})

@@ -78,25 +78,25 @@ func (tl *evalTally) families() []FamilyEval {
 // run in rep's runs, cost and reuse.
 func (tl *evalTally) sample(rep *EvalReport, si, k int, st *StateEval, smp proposer.Sample, run realRun, pred float64) SampleEval {
 	t := st.State.Task
-	x := SampleEval{Task: t.ID, Family: t.Family, State: si, Index: k, Seed: run.seed, Invalid: smp.Invalid,
-		Gain: math.NaN(), Predicted: pred, Reused: run.ran && run.reused}
+	x := SampleEval{Task: t.ID, Family: t.Family, State: si, Index: k, Seed: run.Seed, Invalid: smp.Invalid,
+		Gain: math.NaN(), Predicted: pred, Reused: run.Ran && run.Reused}
 	if !smp.Invalid {
 		x.Key = smp.Proposal.Key()
 	}
 	switch {
-	case run.fresh():
+	case run.Fresh():
 		rep.Runs++
-		rep.Cost = rep.Cost.Add(run.cost)
-	case run.ran:
+		rep.Cost = rep.Cost.Add(run.Cost)
+	case run.Ran:
 		rep.Reused++
 	}
-	if !run.measured {
+	if !run.Measured {
 		return x
 	}
-	x.Measured, x.Feasible = true, run.rec.Infeasible == ""
+	x.Measured, x.Feasible = true, run.Rec.Infeasible == ""
 	x.Gain = -tl.clip
 	if x.Feasible {
-		x.Gain = run.rec.Gain / t.SeedNoise
+		x.Gain = run.Rec.Gain / t.SeedNoise
 	}
 	return x
 }
@@ -119,17 +119,17 @@ func (tl *evalTally) state(rep *EvalReport, si int, st *StateEval, samples []pro
 			if x.Invalid {
 				rep.Invalid++
 			} else {
-				rep.Failures = append(rep.Failures, keyOnTask(x.Key, x.Task)+": "+run.failure)
+				rep.Failures = append(rep.Failures, keyOnTask(x.Key, x.Task)+": "+run.Failure)
 			}
 			continue
 		}
-		st.Records = append(st.Records, run.rec)
+		st.Records = append(st.Records, run.Rec)
 		tl.measured++
 		switch {
 		case !x.Feasible:
 			tl.infeasible++
 			tl.neg++
-		case run.rec.Gain <= 0:
+		case run.Rec.Gain <= 0:
 			tl.neg++
 		case x.Gain > 2:
 			tl.above++

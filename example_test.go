@@ -25,11 +25,16 @@ func Example() {
 	evidence, _ := records.NewEvidence(m0...)
 	policy, _ := proposer.NewPolicy(catalogue(), proposer.DefaultPolicyConfig(), nil)
 
+	world, err := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	cfg := lm2lm.DefaultConfig()
 	cfg.Steps, cfg.States, cfg.DAPO.Quota = 16, 24, 16
 	cfg.Schedule = calibrate.Schedule{Steps: []int{0, 8}, Budgets: []int{4, 4}}
 	tr, err := lm2lm.New(cfg, lm2lm.Components{
-		Policy: policy, World: rwm.NewEmbedded(rwm.DefaultEmbeddedConfig()),
+		Policy: policy, World: world,
 		Builder: oracle{}, Executor: oracle{}, Tasks: tasks(), Evidence: evidence,
 	})
 	if err != nil {

@@ -53,7 +53,8 @@ func Example_tour() {
 
 	wcfg := rwm.DefaultEmbeddedConfig()
 	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
-	world := rwm.NewEmbedded(wcfg)                                              // or rwm/openai over your LLM server
+	world, err := rwm.NewEmbedded(wcfg) // or rwm/openai over your LLM server
+	tourCheck(err)
 	policy, err := proposer.NewPolicy(cat, proposer.DefaultPolicyConfig(), nil) // or proposer/openai
 	tourCheck(err)
 	tr, err := lm2lm.New(lm2lm.DefaultConfig(), lm2lm.Components{

@@ -100,12 +100,14 @@ type RealRun struct {
 	Failure  string
 }
 
-func (r RealRun) internal() realRun {
-	return realRun{rec: r.Record, measured: r.Measured, ran: r.Ran, reused: r.Reused, seed: r.Seed, cost: r.Cost, failure: r.Failure}
+// internalRun is r as the core's realRun.
+func internalRun(r RealRun) realRun {
+	return realRun{Rec: r.Record, Measured: r.Measured, Ran: r.Ran, Reused: r.Reused, Seed: r.Seed, Cost: r.Cost, Failure: r.Failure}
 }
 
-func (r realRun) exported() RealRun {
-	return RealRun{Record: r.rec, Measured: r.measured, Ran: r.ran, Reused: r.reused, Seed: r.seed, Cost: r.cost, Failure: r.failure}
+// exportedRun is the core's r as a RealRun.
+func exportedRun(r realRun) RealRun {
+	return RealRun{Record: r.Rec, Measured: r.Measured, Ran: r.Ran, Reused: r.Reused, Seed: r.Seed, Cost: r.Cost, Failure: r.Failure}
 }
 
 // Ready is what the loop needs next. Exactly the slice that Need names is
@@ -248,7 +250,11 @@ func NewLoop(cfg Config, tasks []records.Task, evidence records.Evidence, pool *
 	}
 	l.core = core{cfg: cfg, corr: noCorrection{}}
 	if cfg.WMRL != nil {
-		l.core.corr = newWMRL(*cfg.WMRL, cfg.Reward)
+		w, err := newWMRL(*cfg.WMRL, cfg.Reward)
+		if err != nil {
+			return nil, err
+		}
+		l.core.corr = w
 	}
 	return l, nil
 }
@@ -489,7 +495,7 @@ func (l *Loop) account(runs []RealRun) {
 func internalRuns(rs []RealRun) []realRun {
 	out := make([]realRun, len(rs))
 	for i, r := range rs {
-		out[i] = r.internal()
+		out[i] = internalRun(r)
 	}
 	return out
 }

@@ -516,12 +516,12 @@ func (t *Trainer) judge(ctx context.Context, j PredictJob) (rwm.WorldModel, erro
 func (t *Trainer) execute(ctx context.Context, jobs []RunJob) ([]RealRun, error) {
 	sc := make([]seededChange, len(jobs))
 	for i, j := range jobs {
-		sc[i] = seededChange{TaskChange: j.Change, seed: j.Seed, setSeed: j.SetSeed}
+		sc[i] = seededChange{TaskChange: j.Change, Seed: j.Seed, SetSeed: j.SetSeed}
 	}
 	runs, err := runAllSeeded(ctx, t.c.Builder, t.c.Executor, t.cfg.Parallel, sc)
 	out := make([]RealRun, len(runs))
 	for i, r := range runs {
-		out[i] = r.exported()
+		out[i] = exportedRun(r)
 	}
 	return out, err
 }

@@ -131,7 +131,7 @@ func TestTrainerCalibratesAndImproves(t *testing.T) {
 	cfg := smallConfig()
 	// A world model with a wrong belief: "trap" predicted at +5σ (the
 	// paper's over-predicted optimiser change), "wider" at +1σ.
-	tr, pol := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	tr, pol := newTrainer(t, cfg, trapWorld(t))
 	before := expectedTruth(pol)
 	var cals []*lm2lm.CalibrationReport
 	reps, err := tr.Run(context.Background(), func(r lm2lm.StepReport) {
@@ -171,11 +171,19 @@ func embeddedWithTrap() rwm.EmbeddedConfig {
 	return cfg
 }
 
+// trapWorld is the embedded model of embeddedWithTrap.
+func trapWorld(t testing.TB) *rwm.Embedded {
+	t.Helper()
+	m, err := rwm.NewEmbedded(embeddedWithTrap())
+	require.NoError(t, err)
+	return m
+}
+
 func TestTrainerStaticNeverExecutes(t *testing.T) {
 	cfg := smallConfig()
 	cfg.Steps = 16
 	cfg.Calibration = lm2lm.Static
-	tr, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	tr, _ := newTrainer(t, cfg, trapWorld(t))
 	_, err := tr.Run(context.Background(), nil)
 	require.NoError(t, err)
 	_, runs := tr.Cost()
@@ -192,7 +200,7 @@ func TestTrainerDeterministic(t *testing.T) {
 	run := func() ([]float64, []string) {
 		cfg := smallConfig()
 		cfg.Steps = 16
-		tr, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		tr, _ := newTrainer(t, cfg, trapWorld(t))
 		reps, err := tr.Run(context.Background(), nil)
 		require.NoError(t, err)
 		var loss []float64
@@ -345,12 +353,12 @@ func TestCheckpointResume(t *testing.T) {
 	// exactly as an uninterrupted run.
 	cfg := smallConfig()
 	cfg.Steps = 20
-	straight, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	straight, _ := newTrainer(t, cfg, trapWorld(t))
 	want, err := straight.Run(context.Background(), nil)
 	require.NoError(t, err)
 
 	for _, stopAt := range []int{5, 8, 13} {
-		first, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		first, _ := newTrainer(t, cfg, trapWorld(t))
 		var got []lm2lm.StepReport
 		for first.Step() < stopAt {
 			r, err := first.StepOnce(context.Background())
@@ -360,7 +368,7 @@ func TestCheckpointResume(t *testing.T) {
 		cp, err := first.MarshalBinary()
 		require.NoError(t, err)
 
-		resumed, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		resumed, _ := newTrainer(t, cfg, trapWorld(t))
 		require.NoError(t, resumed.UnmarshalBinary(cp))
 		require.Equal(t, stopAt, resumed.Step())
 		rest, err := resumed.Run(context.Background(), nil)
@@ -379,7 +387,7 @@ func TestCheckpointResume(t *testing.T) {
 
 	other := cfg
 	other.Seed = 99
-	tr, _ := newTrainer(t, other, rwm.NewEmbedded(embeddedWithTrap()))
+	tr, _ := newTrainer(t, other, trapWorld(t))
 	cp, err := straight.MarshalBinary()
 	require.NoError(t, err)
 	require.ErrorIs(t, tr.UnmarshalBinary(cp), lm2lm.ErrCheckpoint)
@@ -404,7 +412,7 @@ func TestTrainerWMRL(t *testing.T) {
 		cfg := smallConfig()
 		cfg.Calibration = lm2lm.Static
 		cfg.WMRL = w
-		tr, pol := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		tr, pol := newTrainer(t, cfg, trapWorld(t))
 		reps, err := tr.Run(context.Background(), nil)
 		require.NoError(t, err)
 		_, runs := tr.Cost()
@@ -596,13 +604,13 @@ func TestCalibrationRunsOncePerPoint(t *testing.T) {
 	cfg.Steps = 8
 	cfg.Schedule = calibrate.Schedule{Steps: []int{0}, Budgets: []int{2}}
 	for _, resume := range []bool{false, true} {
-		tr, _ := newTrainer(t, cfg, &failAfter{WorldModel: rwm.NewEmbedded(embeddedWithTrap()), n: 3})
+		tr, _ := newTrainer(t, cfg, &failAfter{WorldModel: trapWorld(t), n: 3})
 		_, err := tr.StepOnce(context.Background())
 		require.ErrorContains(t, err, "outage")
 		if resume {
 			cp, err := tr.MarshalBinary()
 			require.NoError(t, err)
-			tr, _ = newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+			tr, _ = newTrainer(t, cfg, trapWorld(t))
 			require.NoError(t, tr.UnmarshalBinary(cp))
 		}
 		rep, err := tr.StepOnce(context.Background())
@@ -768,7 +776,7 @@ func TestFailedUpdateKeepsItsBatch(t *testing.T) {
 		cfg.Steps = 12
 		cfg.Calibration = lm2lm.Static
 		pol := proposertest.FromProposals(props...)
-		tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: rwm.NewEmbedded(embeddedWithTrap()), Tasks: tasks()})
+		tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: trapWorld(t), Tasks: tasks()})
 		require.NoError(t, err)
 		for tr.Step() < cfg.Steps {
 			if tr.Step() == failAt {
@@ -802,7 +810,7 @@ func TestShareCountsUnparseableSamples(t *testing.T) {
 		proposer.Sample{Proposal: records.Proposal{Mechanism: "wider", Params: map[string]string{"level": "2"}}},
 		proposer.Sample{Invalid: true, Reason: "no JSON object"},
 	)
-	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: rwm.NewEmbedded(embeddedWithTrap()), Tasks: tasks()})
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: trapWorld(t), Tasks: tasks()})
 	require.NoError(t, err)
 	rep, err := tr.StepOnce(context.Background())
 	require.NoError(t, err)
@@ -832,7 +840,7 @@ func TestCheckpointResumeBitIdentical(t *testing.T) {
 		if withWMRL {
 			cfg.WMRL = wmrlConfig()
 		}
-		straight, pol := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+		straight, pol := newTrainer(t, cfg, trapWorld(t))
 		want, err := straight.Run(ctx, nil)
 		require.NoError(t, err)
 		wantPol, err := pol.MarshalBinary()
@@ -840,7 +848,7 @@ func TestCheckpointResumeBitIdentical(t *testing.T) {
 		wantState, err := straight.MarshalBinary()
 		require.NoError(t, err)
 		for _, stopAt := range []int{3, 8, 13} {
-			first, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+			first, _ := newTrainer(t, cfg, trapWorld(t))
 			var got []lm2lm.StepReport
 			for first.Step() < stopAt {
 				r, err := first.StepOnce(ctx)
@@ -849,7 +857,7 @@ func TestCheckpointResumeBitIdentical(t *testing.T) {
 			}
 			cp, err := first.MarshalBinary()
 			require.NoError(t, err)
-			resumed, rpol := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+			resumed, rpol := newTrainer(t, cfg, trapWorld(t))
 			require.NoError(t, resumed.UnmarshalBinary(cp))
 			rest, err := resumed.Run(ctx, nil)
 			require.NoError(t, err)
@@ -882,21 +890,21 @@ func TestCheckpointWMRLMismatch(t *testing.T) {
 	ctx := context.Background()
 	cfg := smallConfig()
 	cfg.Steps = 4
-	off, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	off, _ := newTrainer(t, cfg, trapWorld(t))
 	_, err := off.Run(ctx, nil)
 	require.NoError(t, err)
 	cfg.WMRL = wmrlConfig()
-	on, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	on, _ := newTrainer(t, cfg, trapWorld(t))
 	_, err = on.Run(ctx, nil)
 	require.NoError(t, err)
 	cpOff, err := off.MarshalBinary()
 	require.NoError(t, err)
 	cpOn, err := on.MarshalBinary()
 	require.NoError(t, err)
-	fresh, _ := newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	fresh, _ := newTrainer(t, cfg, trapWorld(t))
 	require.ErrorIs(t, fresh.UnmarshalBinary(cpOff), lm2lm.ErrCheckpoint)
 	require.Zero(t, fresh.Step(), "a refused checkpoint leaves the trainer unchanged")
 	cfg.WMRL = nil
-	fresh, _ = newTrainer(t, cfg, rwm.NewEmbedded(embeddedWithTrap()))
+	fresh, _ = newTrainer(t, cfg, trapWorld(t))
 	require.ErrorIs(t, fresh.UnmarshalBinary(cpOn), lm2lm.ErrCheckpoint)
 }

@@ -97,14 +97,18 @@ type wmrl struct {
 	weighter *calibrate.Weighter
 }
 
-func newWMRL(cfg WMRLConfig, rc reward.Config) *wmrl {
+func newWMRL(cfg WMRLConfig, rc reward.Config) (*wmrl, error) {
 	w := &wmrl{cfg: cfg, rc: rc, weighter: cfg.NewWeighter()}
-	// The debiaser's parameters are validated only when Debias is on (a
-	// negative Bins would panic), so it is made only then.
+	// The debiaser's parameters are validated only when Debias is on, so
+	// it is made only then.
 	if cfg.Debias {
-		w.debiaser = cfg.NewOnlineDebiaser()
+		d, err := cfg.NewOnlineDebiaser()
+		if err != nil {
+			return nil, err
+		}
+		w.debiaser = d
 	}
-	return w
+	return w, nil
 }
 
 // toUnit and fromUnit map a normalised reward in [−c, c] onto [0, 1] and back.
@@ -165,11 +169,11 @@ func (w *wmrl) absorb(ro *rolloutData, plan *anchorPlan, runs []realRun) (Anchor
 	rep := AnchorReport{Groups: len(plan.groups)}
 	var real []records.Record
 	for j, r := range runs {
-		if r.measured {
-			real = append(real, r.rec)
+		if r.Measured {
+			real = append(real, r.Rec)
 			rep.Runs++
 		} else {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", onTask(plan.jobs[j].Proposal, plan.jobs[j].Task), r.failure))
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", onTask(plan.jobs[j].Proposal, plan.jobs[j].Task), r.Failure))
 		}
 	}
 	pushed := make([]bool, len(plan.jobs))
@@ -197,19 +201,19 @@ func (w *wmrl) absorbGroup(g *group, jobOf []int, runs []realRun, pushed []bool)
 		if j >= 0 {
 			r = runs[j]
 		}
-		feasible := r.measured && r.rec.Infeasible == ""
+		feasible := r.Measured && r.Rec.Infeasible == ""
 		// A sample that was not measured (unparseable, no change, or a run
 		// that failed for infrastructure reasons) keeps the world model's
 		// verdict and its debiased gain.
 		gain, valid := s.gain, s.valid()
-		if r.measured {
+		if r.Measured {
 			gain, valid = 0, feasible
 			if feasible {
-				gain = r.rec.Gain
+				gain = r.Rec.Gain
 			}
 		}
 		cands[i] = reward.NewCandidate(g.state, s.Proposal, gain, valid)
-		if !r.measured || seen[j] {
+		if !r.Measured || seen[j] {
 			continue
 		}
 		seen[j] = true
@@ -267,7 +271,10 @@ func (w *wmrl) restored(state json.RawMessage) (correction, error) {
 	if err := json.Unmarshal(state, &st); err != nil {
 		return nil, err
 	}
-	out := newWMRL(w.cfg, w.rc)
+	out, err := newWMRL(w.cfg, w.rc)
+	if err != nil {
+		return nil, err
+	}
 	if (out.debiaser != nil) != (len(st.Debiaser) > 0) {
 		return nil, fmt.Errorf("debiaser state present %v, debiasing on %v", len(st.Debiaser) > 0, out.debiaser != nil)
 	}

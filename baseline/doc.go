@@ -13,14 +13,16 @@
 //   - StaticPlusRandom builds M'_0 of the static-RWM ablation: M_0 plus the
 //     calibration budget spent up front on random real records
 //     (RandomDraws, RunDraws).
+//   - SFT and RFT-Real train the embedded policy by maximum likelihood on
+//     the real records of M_0 instead of by RL: SupervisedItems picks the
+//     records each imitates (every feasible one, or those with a positive
+//     gain) and Supervise runs the steps (proposer.Supervisor).
 //
 // The LLM in-context baseline (Base-ICL, strong model + ICL) is
-// proposer/openai.ICL; SFT and RFT-Real train the embedded policy by
-// maximum likelihood (proposer.Trainable.Supervise, as the main job in
-// examples/lm2lm does); Base is the untrained policy itself.
+// proposer/openai.ICL; Base is the untrained policy itself.
 //
-// The package sits beside the root package rather than in it: it uses the
-// root's RunReal to measure records, and the root (the trainer and the
-// evaluation harness) never needs a baseline, so the import arrow points one
-// way.
+// The package sits beside the root package rather than in it, and imports
+// neither it nor the other way round: records are measured as lm2lm.RunReal
+// measures them (both call one internal implementation), and the root (the
+// trainer and the evaluation harness) never needs a baseline.
 package baseline

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/internal/realrun"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -66,7 +66,7 @@ func RunDraws(ctx context.Context, b builder.Builder, e builder.Executor, draws 
 	eg.SetLimit(parallel)
 	for i, d := range draws {
 		eg.Go(func() error {
-			rec, _, err := lm2lm.RunReal(ectx, b, m, d.Task, d.Proposal)
+			rec, _, err := realrun.RunReal(ectx, b, m, d.Task, d.Proposal)
 			recs[i] = rec
 			return err
 		})

@@ -3,6 +3,8 @@ package calibrate
 import (
 	"errors"
 	"fmt"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // ErrConfig is wrapped by every Validate of the package.
@@ -113,14 +115,15 @@ func (c WMRLConfig) Validate() error {
 			ErrConfig, c.MinPairs, c.RefitEvery, c.Bins, c.Capacity)
 	case c.Weight && (c.HalfLife < 1 || c.Warmup < 1):
 		return fmt.Errorf("%w: WMRL HalfLife %d and Warmup %d must be ≥ 1", ErrConfig, c.HalfLife, c.Warmup)
-	case c.Weight && (!finite(c.Target) || c.Target <= 1 || !finite(c.MaxWeight) || c.MaxWeight < c.Target):
+	case c.Weight && (!stat.Finite(c.Target) || c.Target <= 1 || !stat.Finite(c.MaxWeight) || c.MaxWeight < c.Target):
 		return fmt.Errorf("%w: WMRL Target %g and MaxWeight %g: want 1 < target ≤ max", ErrConfig, c.Target, c.MaxWeight)
 	}
 	return nil
 }
 
-// NewOnlineDebiaser returns a debiaser with c's parameters.
-func (c WMRLConfig) NewOnlineDebiaser() *OnlineDebiaser {
+// NewOnlineDebiaser returns a debiaser with c's parameters, or an error
+// wrapping ErrConfig for a negative Bins.
+func (c WMRLConfig) NewOnlineDebiaser() (*OnlineDebiaser, error) {
 	return NewOnlineDebiaser(c.MinPairs, c.RefitEvery, c.Bins, c.Capacity)
 }
 

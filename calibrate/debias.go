@@ -1,5 +1,11 @@
 package calibrate
 
+import (
+	"fmt"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
+)
+
 // OnlineDebiaser keeps a FIFO buffer of anchor pairs (world-model score x,
 // real score y) and refits a binned isotonic map from x to y as pairs
 // arrive (METHOD.md §2 Online Debiasing), as WMRL does:
@@ -33,21 +39,21 @@ type OnlineDebiaser struct {
 
 // NewOnlineDebiaser returns a debiaser that fits after minPairs pairs,
 // refits every refitEvery new pairs (values < 1 mean 1), uses bins
-// equal-width bins (0 = exact isotonic fit; negative panics) and keeps the
-// newest capacity pairs (≤ 0 means no cap). DefaultWMRLConfig gives 200,
-// 64, 10 and 5000: library choice taken from WMRL's code (METHOD.md §2
-// gives no numbers).
-func NewOnlineDebiaser(minPairs, refitEvery, bins, capacity int) *OnlineDebiaser {
+// equal-width bins (0 = exact isotonic fit; negative is an error wrapping
+// ErrConfig) and keeps the newest capacity pairs (≤ 0 means no cap).
+// DefaultWMRLConfig gives 200, 64, 10 and 5000: library choice taken from
+// WMRL's code (METHOD.md §2 gives no numbers).
+func NewOnlineDebiaser(minPairs, refitEvery, bins, capacity int) (*OnlineDebiaser, error) {
 	if bins < 0 {
-		panic("calibrate: NewOnlineDebiaser: bins < 0")
+		return nil, fmt.Errorf("%w: debiaser bins = %d, want ≥ 0", ErrConfig, bins)
 	}
-	return &OnlineDebiaser{minPairs: minPairs, refitEvery: max(refitEvery, 1), bins: bins, capacity: capacity}
+	return &OnlineDebiaser{minPairs: minPairs, refitEvery: max(refitEvery, 1), bins: bins, capacity: capacity}, nil
 }
 
 // Push records one anchor pair and refits when due (see OnlineDebiaser);
 // Fits tells whether a refit happened.
 func (d *OnlineDebiaser) Push(x, y float64) {
-	if !finite(x) || !finite(y) {
+	if !stat.Finite(x) || !stat.Finite(y) {
 		d.rejected++
 		return
 	}

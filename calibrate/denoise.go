@@ -1,6 +1,10 @@
 package calibrate
 
-import "math"
+import (
+	"math"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
+)
 
 // DisagreementFloor is the variance of the real scores below which a group
 // has no ranking information and Disagreement is undefined: 1e-9, library
@@ -61,7 +65,7 @@ func Disagreement(pred, real []float64) (float64, bool) {
 	}
 	var md, ms float64
 	for i := range pred {
-		if !finite(pred[i]) || !finite(real[i]) {
+		if !stat.Finite(pred[i]) || !stat.Finite(real[i]) {
 			return 0, false
 		}
 		md += pred[i]
@@ -126,7 +130,7 @@ func NewWeighter(halfLife, warmup int, maxWeight, target float64) *Weighter {
 // due. NaN, infinite or negative values are ignored (a degenerate group
 // must not drag the estimate toward zero).
 func (w *Weighter) Observe(d float64) {
-	if !finite(d) || d < 0 {
+	if !stat.Finite(d) || d < 0 {
 		return
 	}
 	if w.n == 0 {

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math"
 	"testing"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // decodeTriples turns bytes into (x, y, w) triples of bounded magnitude,
@@ -40,7 +42,7 @@ func FuzzIsotonicFits(f *testing.F) {
 				t.Fatalf("knots of unequal length: %v", fit)
 			}
 			for i := range fit.X {
-				if !finite(fit.X[i]) || !finite(fit.Y[i]) {
+				if !stat.Finite(fit.X[i]) || !stat.Finite(fit.Y[i]) {
 					t.Fatalf("non-finite knot: %v", fit)
 				}
 				if i > 0 && (fit.X[i-1] >= fit.X[i] || fit.Y[i-1] > fit.Y[i]) {

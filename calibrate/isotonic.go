@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"sort"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // Isotonic is a non-decreasing piecewise-linear map given by its knots
@@ -64,7 +66,7 @@ func FitIsotonic(x, y, w []float64) Isotonic {
 		if w != nil {
 			wi = w[i]
 		}
-		if !finite(x[i]) || !finite(y[i]) || !finite(wi) || wi <= 0 {
+		if !stat.Finite(x[i]) || !stat.Finite(y[i]) || !stat.Finite(wi) || wi <= 0 {
 			continue
 		}
 		pts = append(pts, point{x[i], y[i], wi, i})
@@ -159,7 +161,7 @@ func TryFitBinned(x, y []float64, bins int) (f Isotonic, ok bool) {
 	cnt := make([]float64, bins)
 	width := 1 / float64(bins)
 	for i := range x {
-		if !finite(x[i]) || !finite(y[i]) {
+		if !stat.Finite(x[i]) || !stat.Finite(y[i]) {
 			continue
 		}
 		xi := math.Min(1, math.Max(0, x[i]))
@@ -204,5 +206,3 @@ func binOf(x float64, bins int, width float64) int {
 	}
 	return b
 }
-
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

@@ -162,8 +162,8 @@ func TestFitBinnedEdges(t *testing.T) {
 	if diff := cmp.Diff(want, f, cmpopts.EquateApprox(0, 1e-15)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	// Outside [0, 1]: clamped to 0 and 1, into the end bins (issue 3,
-	// METHOD.md §2). Bin means .5, .3, .1 pool to .3.
+	// Outside [0, 1]: clamped to 0 and 1, into the end bins (METHOD.md
+	// §2). Bin means .5, .3, .1 pool to .3.
 	f = FitBinned([]float64{-1, .5, 2}, []float64{.5, .3, .1}, 10)
 	want = Isotonic{X: []float64{0, .5, 1}, Y: []float64{.3, .3, .3}}
 	if diff := cmp.Diff(want, f, cmpopts.EquateApprox(0, 1e-15)); diff != "" {

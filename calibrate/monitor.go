@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // The monitors compare predicted and real rewards of the same proposals,
@@ -34,7 +36,7 @@ func Decompose(pred, real [][]float64) Bias {
 	var n int
 	for g := range pred {
 		for i := range pred[g] {
-			if finite(pred[g][i]) && finite(real[g][i]) {
+			if stat.Finite(pred[g][i]) && stat.Finite(real[g][i]) {
 				sp += pred[g][i]
 				sr += real[g][i]
 				n++
@@ -66,7 +68,7 @@ func AdvantageCosine(pred, real [][]float64) float64 {
 	for g := range pred {
 		p, r = p[:0], r[:0]
 		for i := range pred[g] {
-			if finite(pred[g][i]) && finite(real[g][i]) {
+			if stat.Finite(pred[g][i]) && stat.Finite(real[g][i]) {
 				p = append(p, pred[g][i])
 				r = append(r, real[g][i])
 			}
@@ -74,7 +76,7 @@ func AdvantageCosine(pred, real [][]float64) float64 {
 		if len(p) < 2 {
 			continue
 		}
-		mp, mr := mean(p), mean(r)
+		mp, mr := stat.Mean(p), stat.Mean(r)
 		for i := range p {
 			a, b := p[i]-mp, r[i]-mr
 			dot += a * b
@@ -135,11 +137,11 @@ func pairwiseN(pred, real [][]float64, gap float64) (float64, int) {
 	for g := range pred {
 		p, r := pred[g], real[g]
 		for i := range p {
-			if !finite(p[i]) || !finite(r[i]) {
+			if !stat.Finite(p[i]) || !stat.Finite(r[i]) {
 				continue
 			}
 			for j := i + 1; j < len(p); j++ {
-				if !finite(p[j]) || !finite(r[j]) || r[i] == r[j] || math.Abs(r[i]-r[j]) < gap {
+				if !stat.Finite(p[j]) || !stat.Finite(r[j]) || r[i] == r[j] || math.Abs(r[i]-r[j]) < gap {
 					continue
 				}
 				pairs++
@@ -208,12 +210,4 @@ func checkShape(name string, pred, real [][]float64) {
 			panic("calibrate: " + name + ": a group of pred and real differ in length")
 		}
 	}
-}
-
-func mean(xs []float64) float64 {
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
 }

@@ -166,7 +166,7 @@ func TestConfig(t *testing.T) {
 	require.Equal(t, []int{0, 2}, c.Select([]float64{3, 2, 1}, 3, []string{"a", "a", "b"}, nil))
 	c.PerTask = 0
 	require.Equal(t, 1.0, c.WMRL.NewWeighter().Weight())
-	require.True(t, c.WMRL.NewOnlineDebiaser().Map().Identity())
+	require.True(t, debiaser(t, c.WMRL).Map().Identity())
 	for i, f := range []func(*Config){
 		func(c *Config) { c.Schedule.Budgets = nil },
 		func(c *Config) { c.PerTask = -1 },

@@ -3,6 +3,8 @@ package calibrate
 import (
 	"fmt"
 	"math"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // Schedule is LM2LM's fixed calibration schedule (METHOD.md §1 On-policy
@@ -106,7 +108,7 @@ func (t Trigger) Validate() error {
 		name string
 		t    Threshold
 	}{{"Gap", t.Gap}, {"Cosine", t.Cosine}, {"Accuracy", t.Accuracy}} {
-		if th.t.On && !finite(th.t.Value) {
+		if th.t.On && !stat.Finite(th.t.Value) {
 			return fmt.Errorf("%w: trigger %s threshold %g is not finite", ErrConfig, th.name, th.t.Value)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // ErrState marks a debiaser or weighter state that cannot be restored.
@@ -66,7 +68,7 @@ func (d *OnlineDebiaser) UnmarshalBinary(data []byte) error {
 		return fmt.Errorf("%w: debiaser map has %d knots after %d fits", ErrState, len(s.Map.X), s.Fits)
 	}
 	for i := range s.X {
-		if !finite(s.X[i]) || !finite(s.Y[i]) {
+		if !stat.Finite(s.X[i]) || !stat.Finite(s.Y[i]) {
 			return fmt.Errorf("%w: debiaser pair %d (%g, %g) is not finite", ErrState, i, s.X[i], s.Y[i])
 		}
 	}
@@ -85,7 +87,7 @@ func (f Isotonic) validate() error {
 		return fmt.Errorf("%d x knots and %d y knots", len(f.X), len(f.Y))
 	}
 	for i := range f.X {
-		if !finite(f.X[i]) || !finite(f.Y[i]) {
+		if !stat.Finite(f.X[i]) || !stat.Finite(f.Y[i]) {
 			return fmt.Errorf("knot %d (%g, %g) is not finite", i, f.X[i], f.Y[i])
 		}
 		if i > 0 && (f.X[i] <= f.X[i-1] || f.Y[i] < f.Y[i-1]) {
@@ -129,7 +131,7 @@ func (w *Weighter) UnmarshalBinary(data []byte) error {
 		return fmt.Errorf("%w: weighter format %q, want %q", ErrState, s.Format, weighterFormat)
 	case s.Alpha != w.alpha || s.Warmup != w.warmup || s.MaxWeight != w.maxWeight || s.Target != w.target:
 		return fmt.Errorf("%w: weighter parameters differ from this one's", ErrState)
-	case !finite(s.D) || s.D < 0 || !finite(s.C) || s.C < 0 || s.N < 0:
+	case !stat.Finite(s.D) || s.D < 0 || !stat.Finite(s.C) || s.C < 0 || s.N < 0:
 		return fmt.Errorf("%w: weighter D %g, c %g, n %d", ErrState, s.D, s.C, s.N)
 	case (s.N == 0 && (s.D != 0 || s.Frozen)) || (!s.Frozen && s.C != 0):
 		return fmt.Errorf("%w: weighter n %d, D %g, c %g, frozen %v are inconsistent", ErrState, s.N, s.D, s.C, s.Frozen)

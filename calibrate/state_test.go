@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // feed pushes n noisy monotone pairs (and one NaN pair) into d and folds
@@ -28,13 +30,13 @@ func TestStateRoundTripIsBitIdentical(t *testing.T) {
 	cfg := DefaultWMRLConfig()
 	cfg.MinPairs, cfg.RefitEvery, cfg.Capacity, cfg.Warmup, cfg.HalfLife = 10, 7, 40, 3, 5
 	rng := rand.New(rand.NewPCG(1, 2))
-	d, w := cfg.NewOnlineDebiaser(), cfg.NewWeighter()
+	d, w := debiaser(t, cfg), cfg.NewWeighter()
 	feed(d, w, rng, 60)
 	db, err := d.MarshalBinary()
 	require.NoError(t, err)
 	wb, err := w.MarshalBinary()
 	require.NoError(t, err)
-	d2, w2 := cfg.NewOnlineDebiaser(), cfg.NewWeighter()
+	d2, w2 := debiaser(t, cfg), cfg.NewWeighter()
 	require.NoError(t, d2.UnmarshalBinary(db))
 	require.NoError(t, w2.UnmarshalBinary(wb))
 	require.True(t, d2.Calibrated())
@@ -54,7 +56,7 @@ func TestStateRoundTripIsBitIdentical(t *testing.T) {
 
 func TestStateRefusesBadInput(t *testing.T) {
 	cfg := DefaultWMRLConfig()
-	d, w := cfg.NewOnlineDebiaser(), cfg.NewWeighter()
+	d, w := debiaser(t, cfg), cfg.NewWeighter()
 	for _, bad := range []string{
 		``, `{}`, `[1]`,
 		`{"format":"lm2lm/calibrate.OnlineDebiaser/v1","min_pairs":1,"refit_every":64,"bins":10,"capacity":5000}`,
@@ -94,7 +96,7 @@ func alpha(w *Weighter) string {
 func FuzzStateUnmarshal(f *testing.F) {
 	cfg := DefaultWMRLConfig()
 	cfg.MinPairs, cfg.RefitEvery, cfg.Capacity, cfg.Warmup = 10, 7, 40, 3
-	d, w := cfg.NewOnlineDebiaser(), cfg.NewWeighter()
+	d, w := debiaser(f, cfg), cfg.NewWeighter()
 	feed(d, w, rand.New(rand.NewPCG(5, 6)), 30)
 	db, _ := d.MarshalBinary()
 	wb, _ := w.MarshalBinary()
@@ -103,7 +105,7 @@ func FuzzStateUnmarshal(f *testing.F) {
 	f.Add([]byte(`{"format":"lm2lm/calibrate.OnlineDebiaser/v1"}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d2, w2 := cfg.NewOnlineDebiaser(), cfg.NewWeighter()
+		d2, w2 := debiaser(t, cfg), cfg.NewWeighter()
 		if err := d2.UnmarshalBinary(data); err != nil {
 			require.ErrorIs(t, err, ErrState)
 			require.Zero(t, d2.Len())
@@ -111,7 +113,7 @@ func FuzzStateUnmarshal(f *testing.F) {
 		} else {
 			x, y := d2.Pairs()
 			for i := range x {
-				require.True(t, finite(x[i]) && finite(y[i]))
+				require.True(t, stat.Finite(x[i]) && stat.Finite(y[i]))
 			}
 			require.LessOrEqual(t, d2.Len(), cfg.Capacity)
 			require.NoError(t, d2.Map().validate())
@@ -131,3 +133,11 @@ func FuzzStateUnmarshal(f *testing.F) {
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+// debiaser is cfg's debiaser, failing the test on an error.
+func debiaser(t testing.TB, cfg WMRLConfig) *OnlineDebiaser {
+	t.Helper()
+	d, err := cfg.NewOnlineDebiaser()
+	require.NoError(t, err)
+	return d
+}

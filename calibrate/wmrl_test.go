@@ -6,12 +6,15 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 func TestOnlineDebiaserLifecycle(t *testing.T) {
 	// METHOD.md §2 Online Debiasing: identity until the first fit; refit
 	// every refitEvery pairs; a failed fit keeps the old map.
-	d := NewOnlineDebiaser(2, 2, 10, 4)
+	d, err := NewOnlineDebiaser(2, 2, 10, 4)
+	require.NoError(t, err)
 	require.True(t, d.Map().Identity())
 	d.Push(0.05, 0)
 	require.Equal(t, 0, d.Fits())
@@ -53,20 +56,24 @@ func TestOnlineDebiaserLifecycle(t *testing.T) {
 
 func TestOnlineDebiaserExact(t *testing.T) {
 	// bins = 0: the exact isotonic fit; fewer than 2 distinct x fails.
-	d := NewOnlineDebiaser(2, 1, 0, 0)
+	d, err := NewOnlineDebiaser(2, 1, 0, 0)
+	require.NoError(t, err)
 	d.Push(0.3, 1)
 	d.Push(0.3, 2)
 	require.Equal(t, 0, d.Fits())
 	d.Push(0.9, 1)
 	require.Equal(t, 1, d.Fits())
 	require.Equal(t, Isotonic{X: []float64{0.3, 0.9}, Y: []float64{4.0 / 3, 4.0 / 3}}, d.Map())
-	require.Panics(t, func() { NewOnlineDebiaser(1, 1, -1, 0) })
+	_, err = NewOnlineDebiaser(1, 1, -1, 0)
+	require.ErrorIs(t, err, ErrConfig)
+	require.EqualError(t, err, "calibrate: invalid config: debiaser bins = -1, want ≥ 0")
 }
 
 func TestOnlineDebiaserSchedule(t *testing.T) {
 	// With minPairs 200 and refitEvery 64 the first fit is at pair 200 and
 	// the next ones every 64 pairs.
-	d := NewOnlineDebiaser(200, 64, 10, 5000)
+	d, err := NewOnlineDebiaser(200, 64, 10, 5000)
+	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(1, 1))
 	var fitsAt []int
 	for i := 1; i <= 400; i++ {
@@ -91,7 +98,8 @@ func TestOnlineDebiaserRemovesBias(t *testing.T) {
 		t.Skip("statistical")
 	}
 	rng := rand.New(rand.NewPCG(4, 4))
-	d := NewOnlineDebiaser(200, 64, 10, 1000)
+	d, err := NewOnlineDebiaser(200, 64, 10, 1000)
+	require.NoError(t, err)
 	for range 600 {
 		r := rng.Float64()
 		d.Push(biased(r, rng, 0.25, 0.005), r)
@@ -118,7 +126,7 @@ func centredSq(x, y []float64, f Isotonic) float64 {
 	for i := range x {
 		yh[i] = f.Apply(x[i])
 	}
-	my, mh := mean(y), mean(yh)
+	my, mh := stat.Mean(y), stat.Mean(yh)
 	var s float64
 	for i := range x {
 		r := (yh[i] - mh) - (y[i] - my)

@@ -3,7 +3,8 @@ package dapo
 import (
 	"errors"
 	"fmt"
-	"math"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // Sentinel errors of the package.
@@ -61,9 +62,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxDraws = %d, want ≥ Quota = %d", ErrConfig, c.MaxDraws, c.Quota)
 	case !c.Norm.valid():
 		return fmt.Errorf("%w: Norm = %d is unknown", ErrConfig, int(c.Norm))
-	case !finite(c.Eps) || c.Eps < 0:
+	case !stat.Finite(c.Eps) || c.Eps < 0:
 		return fmt.Errorf("%w: Eps = %g, want finite ≥ 0", ErrConfig, c.Eps)
-	case !finite(c.FlatTol) || c.FlatTol < 0:
+	case !stat.Finite(c.FlatTol) || c.FlatTol < 0:
 		return fmt.Errorf("%w: FlatTol = %g, want finite ≥ 0", ErrConfig, c.FlatTol)
 	}
 	return c.Loss.Validate()
@@ -72,11 +73,11 @@ func (c Config) Validate() error {
 // Validate reports the first invalid field, wrapping ErrConfig.
 func (c LossConfig) Validate() error {
 	switch {
-	case !finite(c.EpsLow) || c.EpsLow < 0 || c.EpsLow >= 1:
+	case !stat.Finite(c.EpsLow) || c.EpsLow < 0 || c.EpsLow >= 1:
 		return fmt.Errorf("%w: EpsLow = %g, want in [0, 1)", ErrConfig, c.EpsLow)
-	case !finite(c.EpsHigh) || c.EpsHigh < 0:
+	case !stat.Finite(c.EpsHigh) || c.EpsHigh < 0:
 		return fmt.Errorf("%w: EpsHigh = %g, want finite ≥ 0", ErrConfig, c.EpsHigh)
-	case !finite(c.DualClip) || (c.DualClip != 0 && c.DualClip <= 1):
+	case !stat.Finite(c.DualClip) || (c.DualClip != 0 && c.DualClip <= 1):
 		return fmt.Errorf("%w: DualClip = %g, want 0 (off) or > 1", ErrConfig, c.DualClip)
 	case c.Aggregation != TokenMean && c.Aggregation != SeqMeanTokenMean:
 		return fmt.Errorf("%w: Aggregation = %d is unknown", ErrConfig, int(c.Aggregation))
@@ -109,5 +110,3 @@ func (a Aggregation) String() string {
 	}
 	return fmt.Sprintf("Aggregation(%d)", int(a))
 }
-
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

@@ -470,7 +470,7 @@ func TestTokenLossAtClipBoundaries(t *testing.T) {
 }
 
 func TestInformativeResidueProperty(t *testing.T) {
-	// METHOD.md §1 Policy optimisation (issue 3): float residue counts as
+	// METHOD.md §1 Policy optimisation: float residue counts as
 	// flat for every tol ≥ 0, while a relative spread of 1e-12 is signal.
 	rapid.Check(t, func(t *rapid.T) {
 		// Residue is relative to the rewards' magnitude; at exactly 0 any

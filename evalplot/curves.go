@@ -12,6 +12,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // TrainingStep is one training step's headline numbers (METHOD.md §1
@@ -156,7 +158,7 @@ func stepTicks(specs []lineSpec) plot.Ticker {
 	for _, s := range specs {
 		for _, r := range s.runs {
 			for _, xy := range r {
-				if finite(xy.Y) && !slices.Contains(xs, xy.X) {
+				if stat.Finite(xy.Y) && !slices.Contains(xs, xy.X) {
 					xs = append(xs, xy.X)
 				}
 			}
@@ -210,7 +212,7 @@ func addLines(p *plot.Plot, order, labels []string, s lineSpec) error {
 			p.Add(pts) // dots on sparse curves only
 		}
 	}
-	if finite(s.ref) && xmin <= xmax {
+	if stat.Finite(s.ref) && xmin <= xmax {
 		return hline(p, s.ref, xmin, xmax)
 	}
 	return nil
@@ -222,7 +224,7 @@ func meanBand(runs []plotter.XYs, scale float64) (mean, lo, hi plotter.XYs) {
 	vals := map[float64][]float64{}
 	for _, r := range runs {
 		for _, xy := range r {
-			if finite(xy.Y) {
+			if stat.Finite(xy.Y) {
 				vals[xy.X] = append(vals[xy.X], scale*xy.Y)
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"image/color"
 	"io"
-	"math"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -174,6 +173,3 @@ func refLine(p *plot.Plot, xys plotter.XYs) error {
 
 // colour returns the i-th colour of the palette.
 func colour(i int) color.Color { return plotutil.Color(i) }
-
-// finite reports whether x is neither NaN nor infinite.
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

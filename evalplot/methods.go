@@ -11,6 +11,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // row is one method's value on a forest panel.
@@ -33,7 +34,7 @@ func forest(title, xlabel string, rows []row, ref, scale float64) (*plot.Plot, e
 	for i, r := range rows {
 		y := float64(n - 1 - i)
 		names[n-1-i] = r.label
-		if !finite(r.iv.Point) {
+		if !stat.Finite(r.iv.Point) {
 			continue
 		}
 		pt, l, h := scale*r.iv.Point, scale*r.iv.Low, scale*r.iv.High
@@ -46,7 +47,7 @@ func forest(title, xlabel string, rows []row, ref, scale float64) (*plot.Plot, e
 	if len(pts) == 0 {
 		return p, nil
 	}
-	if finite(ref) {
+	if stat.Finite(ref) {
 		if err := vline(p, ref, -0.5, float64(n)-0.5); err != nil {
 			return nil, err
 		}

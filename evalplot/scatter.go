@@ -10,6 +10,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // CalibrationPoint is what one calibration point executed: for each run,
@@ -78,7 +80,7 @@ func scatterPanel(title, unit string, labels []string, cs []CalibrationPoint) (*
 			}
 			for k := range c.Predicted {
 				x, y := c.Predicted[k], c.Real[k]
-				if finite(x) && finite(y) {
+				if stat.Finite(x) && stat.Finite(y) {
 					xys = append(xys, plotter.XY{X: x, Y: y})
 					lo, hi = min(lo, x, y), max(hi, x, y)
 				}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"gonum.org/v1/plot"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // niceTicks places labelled ticks at multiples of 1, 2 or 5 × 10ⁿ, about
@@ -15,7 +17,7 @@ type niceTicks struct{}
 
 // Ticks implements plot.Ticker.
 func (niceTicks) Ticks(lo, hi float64) []plot.Tick {
-	if !(hi > lo) || !finite(lo) || !finite(hi) {
+	if !(hi > lo) || !stat.Finite(lo) || !stat.Finite(hi) {
 		return plot.DefaultTicks{}.Ticks(lo, hi)
 	}
 	step := niceStep((hi - lo) / 5)

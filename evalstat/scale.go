@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // Scale re-expresses gains given in σ_e units (METHOD.md §1 Headline
@@ -65,23 +66,11 @@ func NewScale(noise []Noise, clip float64) (Scale, error) {
 		by[n.Family] = append(by[n.Family], n.Sigma)
 		all = append(all, n.Sigma)
 	}
-	s := Scale{Floors: make(map[string]float64, len(by)), Fallback: median(all), Clip: clip}
+	s := Scale{Floors: make(map[string]float64, len(by)), Fallback: stat.Median(all), Clip: clip}
 	for f, xs := range by {
-		s.Floors[f] = median(xs)
+		s.Floors[f] = stat.Median(xs)
 	}
 	return s, s.Validate()
-}
-
-// median returns the median of a non-empty xs (the mean of the two middle
-// values for an even count) without modifying xs.
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	sort.Float64s(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // Validate reports the first problem with s, wrapping ErrConfig.

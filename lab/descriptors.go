@@ -12,7 +12,7 @@ import (
 )
 
 // Descriptor names: the lab's records.Task.Descriptors, the structured twin
-// of TaskSpec.Description (issue 11). One-hot groups hold 1 for the task's
+// of TaskSpec.Description. One-hot groups hold 1 for the task's
 // value and 0 for the others.
 const (
 	DescLog10LR         = "log10_lr"           // log10 of the reference peak learning rate

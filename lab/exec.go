@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/lab/model"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -114,7 +115,7 @@ func (l *Lab) Execute(ctx context.Context, j builder.Job) (builder.Outcome, erro
 		return out, err
 	}
 	log := runLog(res)
-	if res.Diverged || !finite(res.Loss) {
+	if res.Diverged || !stat.Finite(res.Loss) {
 		reason := res.Reason
 		if reason == "" {
 			reason = fmt.Sprintf("non-finite validation loss %g", res.Loss)

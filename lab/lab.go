@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"sync"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/lab/corpus"
 	"github.com/lm2lm/lm2lm/lab/model"
 	"github.com/lm2lm/lm2lm/lab/model/kernel"
@@ -51,7 +51,7 @@ type Config struct {
 	// first one, so that a gain shares its seed with a reference run.
 	RefSeeds []uint64
 	// Parallel bounds the reference runs of one task trained at once;
-	// default 2. Library choice: the machine has two cores and
+	// default 2. Library choice: the reference machine has two cores and
 	// runs are parallel across runs, never within one.
 	Parallel int
 	// Now is the clock for wall-clock costs; default time.Now.
@@ -371,7 +371,7 @@ func (l *Lab) Reference(ctx context.Context, id string) (Reference, error) {
 		ref.Runs[i] = e.runs[s]
 		losses[i] = e.runs[s].Loss
 	}
-	mean, std := meanStd(losses)
+	mean, std := stat.MeanStd(losses)
 	ref.Task = records.Task{
 		ID: spec.ID, Family: spec.Family, Split: spec.Split, Metric: spec.Metric(),
 		RefLoss: mean, SeedNoise: max(std, minSeedNoise), Budget: spec.Config.Steps,
@@ -467,7 +467,7 @@ func (l *Lab) refRun(ctx context.Context, spec TaskSpec, seed uint64) (RefRun, e
 		}
 		return RefRun{}, fmt.Errorf("%w: task %s seed %d: %w", ErrReference, spec.ID, seed, err)
 	}
-	if res.Diverged || !finite(res.Loss) {
+	if res.Diverged || !stat.Finite(res.Loss) {
 		return RefRun{}, fmt.Errorf("%w: task %s seed %d diverged: %s", ErrReference, spec.ID, seed, res.Reason)
 	}
 	return RefRun{Seed: seed, Loss: res.Loss, Cost: cost}, nil
@@ -525,23 +525,6 @@ func (l *Lab) train(ctx context.Context, spec TaskSpec, cfg model.Config, seed u
 	}
 	return res, cost, nil
 }
-
-func meanStd(xs []float64) (mean, std float64) {
-	for _, x := range xs {
-		mean += x
-	}
-	mean /= float64(len(xs))
-	if len(xs) < 2 {
-		return mean, 0
-	}
-	var ss float64
-	for _, x := range xs {
-		ss += (x - mean) * (x - mean)
-	}
-	return mean, math.Sqrt(ss / float64(len(xs)-1))
-}
-
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // IDs returns the task IDs of the given split ("" = all), sorted.
 func (l *Lab) IDs(split records.Split) []string {

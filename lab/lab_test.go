@@ -76,7 +76,7 @@ func TestDefaultTasks(t *testing.T) {
 		objective[s.Family] = s.Config.Objective
 		require.Contains(t, s.Description(), s.Ref)
 	}
-	// Issue 4: ≥ 16 training and ≥ 4 held-out tasks; two AR families in bits
+	// ≥ 16 training and ≥ 4 held-out tasks; two AR families in bits
 	// per byte and two diffusion families in nats per token (METHOD.md §1).
 	require.GreaterOrEqual(t, train, 16)
 	require.GreaterOrEqual(t, held, 4)
@@ -456,7 +456,7 @@ func TestCorpusErrorsReachTheCaller(t *testing.T) {
 	require.ErrorIs(t, err, lab.ErrUnknownTask)
 }
 
-// TestKnownEffects is the issue's statistical check: on a short budget a
+// TestKnownEffects is the lab's statistical check: on a short budget a
 // learning rate ×10 hurts and a wider embedding helps, each measured as the
 // mean gain over the three reference seeds (METHOD.md §1 Vocabulary, gain
 // g = b_e − ℓ with shared seeds). Seeded and deterministic, not timed.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -94,15 +95,14 @@ type CardStats struct {
 
 // LandscapeReport holds the robust figures (σ floored at the family's
 // median σ_e, each seed clipped to ±Clip) beside the raw ones (σ_e, no
-// clip), as the issue's report prints them.
+// clip), as the landscape report prints them.
 type LandscapeReport struct {
 	Robust, Raw LandscapeStats
 	// Floor is the σ floor of each family: the median σ_e of its tasks.
 	Floor map[string]float64
 }
 
-// Landscape measures how much the best change depends on the task (issue
-// 11). Each seed's gain is normalised, g/τ with τ = max(σ_e, the family's
+// Landscape measures how much the best change depends on the task. Each seed's gain is normalised, g/τ with τ = max(σ_e, the family's
 // median σ_e) and clipped to [−Clip, Clip] (robust), or g/σ_e (raw); an
 // infeasible seed scores −Clip in both; a cell's score is the mean over
 // its seeds. For Avg@K a skipped cell scores 0 (proposing a no-op changes
@@ -255,7 +255,7 @@ func familyFloors(tasks []records.Task) map[string]float64 {
 	}
 	out := map[string]float64{}
 	for f, xs := range by {
-		out[f] = median(xs)
+		out[f] = stat.Median(xs)
 	}
 	return out
 }
@@ -277,7 +277,7 @@ func landscapeStats(s Sweep, cfg LandscapeConfig, z [][]float64) LandscapeStats 
 			}
 		}
 	}
-	st.MedianSpearman = median(rhos)
+	st.MedianSpearman = stat.Median(rhos)
 	var present, flips int
 	st.Cards = make([]CardStats, len(s.Cards))
 	for k := range s.Cards {
@@ -323,7 +323,7 @@ func oracleAndFixed(cards []string, stats []CardStats, z [][]float64, K int) (or
 			}
 		}
 		sort.Sort(sort.Reverse(sort.Float64Slice(vs)))
-		oracle += mean(vs[:K]) / float64(len(z))
+		oracle += stat.Mean(vs[:K]) / float64(len(z))
 	}
 	idx := make([]int, len(cards))
 	for i := range idx {
@@ -350,63 +350,5 @@ func spearman(x, y []float64) (float64, bool) {
 	if len(a) < 3 {
 		return 0, false
 	}
-	return pearson(ranks(a), ranks(b))
-}
-
-// ranks returns the 1-based ranks of xs, ties sharing their average rank.
-func ranks(xs []float64) []float64 {
-	idx := make([]int, len(xs))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return xs[idx[a]] < xs[idx[b]] })
-	r := make([]float64, len(xs))
-	for i := 0; i < len(idx); {
-		j := i
-		for j+1 < len(idx) && xs[idx[j+1]] == xs[idx[i]] {
-			j++
-		}
-		avg := float64(i+j)/2 + 1
-		for k := i; k <= j; k++ {
-			r[idx[k]] = avg
-		}
-		i = j + 1
-	}
-	return r
-}
-
-func pearson(a, b []float64) (float64, bool) {
-	ma, mb := mean(a), mean(b)
-	var sab, saa, sbb float64
-	for i := range a {
-		sab += (a[i] - ma) * (b[i] - mb)
-		saa += (a[i] - ma) * (a[i] - ma)
-		sbb += (b[i] - mb) * (b[i] - mb)
-	}
-	if saa == 0 || sbb == 0 {
-		return 0, false
-	}
-	return sab / math.Sqrt(saa*sbb), true
-}
-
-func mean(xs []float64) float64 {
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
-}
-
-// median returns the median of xs (NaN when empty); xs is not modified.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
+	return stat.Spearman(a, b)
 }

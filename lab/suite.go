@@ -23,7 +23,7 @@ var V2Families = []string{FamilyARProse, FamilyARCode, FamilyARMarkup, FamilyMDM
 const DefaultSuiteSeed = 1
 
 // Space is the documented distribution of the task generator over reference
-// recipes (issue 11). Every task draws, independently:
+// recipes. Every task draws, independently:
 //
 //   - optimiser: Adam 45%, AdamW (decay 0.1) 20%, Lion (β2 0.99) 15%, SGD
 //     with momentum 0.9 and gradient clip 1 20% (unclipped SGD at the hot

@@ -17,7 +17,7 @@ import (
 	"github.com/lm2lm/lm2lm/records"
 )
 
-// The default V2 suite (issue 11): ≥ 64 training, ≥ 16 validation and
+// The default V2 suite: ≥ 64 training, ≥ 16 validation and
 // ≥ 16 test tasks over ≥ 4 families, every family in every part, an
 // out-of-distribution test part whose budgets no other part reaches, and
 // valid tasks.

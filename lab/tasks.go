@@ -132,10 +132,10 @@ type refConfig struct {
 	edit func(*model.Config)
 }
 
-// Reference configurations are deliberately untuned (issue: room to
-// improve): "base" is the issue's measured baseline, "slow" learns too
-// slowly (a low learning rate and narrow layers), "hot" runs at a high
-// learning rate with a small batch.
+// Reference configurations are deliberately untuned (room to improve):
+// "base" is the lab's measured baseline, "slow" learns too slowly (a low
+// learning rate and narrow layers), "hot" runs at a high learning rate
+// with a small batch.
 var (
 	arRefs = []refConfig{
 		{"base", func(*model.Config) {}},

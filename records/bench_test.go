@@ -13,7 +13,7 @@ import (
 	"github.com/lm2lm/lm2lm/records/storetest"
 )
 
-// Benchmarks of issue 2. Run them with
+// Benchmarks of the record stores. Run them with
 //
 //	go test -run '^$' -bench . -benchtime 2s ./records/
 //

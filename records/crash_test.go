@@ -140,7 +140,7 @@ func TestFileStoreLockAcrossProcesses(t *testing.T) {
 	require.NoError(t, s.Close())
 }
 
-// TestCrash is the crash test of issue 2: a child process appends records
+// TestCrash is the store's crash test: a child process appends records
 // in a loop and is killed with SIGKILL at random moments. After each kill
 // the store reopens without error, every batch whose Append returned is
 // present and intact, every batch is all or none, and appends continue.

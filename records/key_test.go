@@ -12,7 +12,7 @@ import (
 )
 
 func TestProposalKeySame(t *testing.T) {
-	// METHOD.md §1 Reward 3 and issue 2: one change, however its parameters
+	// METHOD.md §1 Reward 3: one change, however its parameters
 	// are ordered or formatted, has one key.
 	p := func(mech string, kv ...string) records.Proposal {
 		m := map[string]string{}

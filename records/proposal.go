@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // NoChange is the mechanism direction of a proposal that changes nothing
@@ -42,7 +44,7 @@ func (p Proposal) Validate() error {
 		seen[CanonicalName(k)] = k
 		// A range error (an overflow such as "1e999" or "0x1p99999")
 		// parses to ±Inf: out of range is not finite either.
-		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); (err == nil || errors.Is(err, strconv.ErrRange)) && !finite(f) {
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); (err == nil || errors.Is(err, strconv.ErrRange)) && !stat.Finite(f) {
 			return fmt.Errorf("%w: proposal %s: parameter %s = %q is not finite", ErrInvalid, Excerpt(p.Mechanism), Excerpt(k), Excerpt(v))
 		}
 	}

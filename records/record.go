@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // Source says where a record's gain came from. Only Real records are
@@ -83,7 +85,7 @@ func (r Record) Validate() error {
 		v    float64
 	}{{"gain", r.Gain}, {"loss", r.Loss}, {"device seconds", r.Cost.DeviceSeconds},
 		{"wall seconds", r.Cost.WallSeconds}, {"FLOPs", r.Cost.FLOPs}, {"money", r.Cost.Money}} {
-		if !finite(x.v) {
+		if !stat.Finite(x.v) {
 			return fmt.Errorf("%w: record %s/%s: %s %g is not finite", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), x.name, x.v)
 		}
 	}

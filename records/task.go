@@ -3,8 +3,9 @@ package records
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sort"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // Sentinel errors of the package. Validation errors wrap ErrInvalid so that
@@ -96,9 +97,9 @@ func (t Task) Validate() error {
 		return fmt.Errorf("%w: task %s: unknown split %q", ErrInvalid, Excerpt(t.ID), Excerpt(t.Split))
 	case !t.Metric.Valid():
 		return fmt.Errorf("%w: task %s: unknown metric %q", ErrInvalid, Excerpt(t.ID), Excerpt(t.Metric))
-	case !finite(t.RefLoss):
+	case !stat.Finite(t.RefLoss):
 		return fmt.Errorf("%w: task %s: reference loss %g is not finite", ErrInvalid, Excerpt(t.ID), t.RefLoss)
-	case !finite(t.SeedNoise) || t.SeedNoise <= 0:
+	case !stat.Finite(t.SeedNoise) || t.SeedNoise <= 0:
 		return fmt.Errorf("%w: task %s: seed noise %g, want finite and > 0", ErrInvalid, Excerpt(t.ID), t.SeedNoise)
 	case t.Budget < 0:
 		return fmt.Errorf("%w: task %s: budget %d < 0", ErrInvalid, Excerpt(t.ID), t.Budget)
@@ -113,11 +114,9 @@ func (t Task) Validate() error {
 		if !validDescriptorName(name) {
 			return fmt.Errorf("%w: task %s: descriptor name %q, want 1-64 of a-z, 0-9, _", ErrInvalid, t.ID, name)
 		}
-		if !finite(v) {
+		if !stat.Finite(v) {
 			return fmt.Errorf("%w: task %s: descriptor %s = %g is not finite", ErrInvalid, t.ID, name, v)
 		}
 	}
 	return nil
 }
-
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

@@ -4,7 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // ErrConfig is wrapped by Config.Validate for every invalid field.
@@ -108,7 +109,7 @@ type Detail struct {
 }
 
 // TaskScale returns τ_e = max(σ_e, 1.4826·MAD_e) (METHOD.md §1 Reward 1),
-// where MAD_e = median(|ĝ − median(ĝ)|) is taken over the finite values of
+// where MAD_e = stat.Median(|ĝ − stat.Median(ĝ)|) is taken over the finite values of
 // predicted (NaN and ±Inf are ignored); the median of an even count is the
 // mean of the two middle values. With zero or one finite gain the MAD is 0,
 // so τ_e = σ_e. A NaN or negative sigma counts as 0. The result is 0 only
@@ -126,21 +127,11 @@ func TaskScale(sigma float64, predicted []float64) float64 {
 	if len(g) < 2 {
 		return sigma
 	}
-	med := median(g)
+	med := stat.Median(g)
 	for i, v := range g {
 		g[i] = math.Abs(v - med)
 	}
-	return math.Max(sigma, MADScale*median(g))
-}
-
-// median sorts xs in place and returns its median; xs must be non-empty.
-func median(xs []float64) float64 {
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
+	return math.Max(sigma, MADScale*stat.Median(g))
 }
 
 // Normalise returns r = clip(gain/tau, −c, c) with c = cfg.Clip

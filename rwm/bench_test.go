@@ -48,7 +48,7 @@ func mustEvidence(rs []records.Record) records.Evidence {
 // prediction, "repeated" reuses the cached factorisation (O(n²)).
 func BenchmarkEmbedded(b *testing.B) {
 	benchFirstAndRepeated(b, []int{300, 3000}, "first", "repeated",
-		func() rwm.WorldModel { return rwm.NewEmbedded(rwm.DefaultEmbeddedConfig()) })
+		func() rwm.WorldModel { return newEmbedded(b, rwm.DefaultEmbeddedConfig()) })
 }
 
 // benchFirstAndRepeated measures a fresh model's first prediction (first)
@@ -85,7 +85,7 @@ func benchFirstAndRepeated(b *testing.B, ns []int, first, repeated string, newMo
 func BenchmarkCacheHit(b *testing.B) {
 	ev := synthetic(300, 7)
 	q := rwm.Query{Task: ev.At(0).Task, Proposal: records.Proposal{Mechanism: "m3"}, Evidence: ev}
-	c := rwm.NewCache(rwm.NewEmbedded(rwm.DefaultEmbeddedConfig()), rwm.DefaultCacheConfig())
+	c := newCache(b, newEmbedded(b, rwm.DefaultEmbeddedConfig()), rwm.DefaultCacheConfig())
 	if _, err := c.Predict(context.Background(), q); err != nil {
 		b.Fatal(err)
 	}
@@ -103,5 +103,5 @@ func BenchmarkCacheHit(b *testing.B) {
 // factorises the winner; "tuned" is a later query on the same evidence.
 func BenchmarkTuned(b *testing.B) {
 	benchFirstAndRepeated(b, []int{100, 200}, "tune", "tuned",
-		func() rwm.WorldModel { return rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil) })
+		func() rwm.WorldModel { return newTuned(b, rwm.DefaultEmbeddedConfig(), nil) })
 }

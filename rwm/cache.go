@@ -25,10 +25,10 @@ type CacheConfig struct {
 // DefaultCacheConfig returns the default cache configuration.
 func DefaultCacheConfig() CacheConfig { return CacheConfig{Size: 4096} }
 
-// Validate reports the first problem with c.
+// Validate reports the first problem with c, wrapping ErrConfig.
 func (c CacheConfig) Validate() error {
 	if c.Size <= 0 {
-		return fmt.Errorf("rwm: cache size %d, want > 0", c.Size)
+		return fmt.Errorf("%w: cache Size = %d, want > 0", ErrConfig, c.Size)
 	}
 	return nil
 }
@@ -69,17 +69,20 @@ var (
 	_ Identifier = (*Cache)(nil)
 )
 
-// NewCache returns a cache over inner. It panics on an invalid config (a
-// programmer error).
-func NewCache(inner WorldModel, cfg CacheConfig) *Cache {
+// NewCache returns a cache over inner, or an error wrapping ErrConfig if
+// inner is nil or cfg is invalid.
+func NewCache(inner WorldModel, cfg CacheConfig) (*Cache, error) {
+	if inner == nil {
+		return nil, fmt.Errorf("%w: cache: nil inner model", ErrConfig)
+	}
 	if err := cfg.Validate(); err != nil {
-		panic(err.Error())
+		return nil, err
 	}
 	name := cfg.Name
 	if name == "" {
 		name = identity(inner)
 	}
-	return &Cache{inner: inner, name: name, memo: newMemo[string, Prediction](cachePolicy(cfg.Size))}
+	return &Cache{inner: inner, name: name, memo: newMemo[string, Prediction](cachePolicy(cfg.Size))}, nil
 }
 
 // cachePolicy is how a Cache of size predictions memoises: only finished

@@ -51,7 +51,7 @@ func (c *unseenEnd) Err() error {
 func cachePair(t *testing.T, octx, wctx context.Context) (c *Cache, h *heldModel, owner, waiter <-chan cacheResult) {
 	t.Helper()
 	h = newHeldModel(2)
-	c = NewCache(h, DefaultCacheConfig())
+	c = testCache(t, h, DefaultCacheConfig())
 	owner = goCachePredict(c, octx)
 	<-h.started
 	waiter = goCachePredict(c, wctx)

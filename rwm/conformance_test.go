@@ -9,7 +9,7 @@ import (
 
 func TestEmbeddedConformance(t *testing.T) {
 	rwmtest.Run(t, func(*testing.T) rwm.WorldModel {
-		return rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+		return newEmbedded(t, rwm.DefaultEmbeddedConfig())
 	}, rwmtest.Options{Deterministic: true})
 }
 
@@ -17,20 +17,20 @@ func TestWrappedConformance(t *testing.T) {
 	// The full stack of METHOD.md §1 Research World Model wrappers over the
 	// embedded model: Ledger → Cache → Limit → Retry → model.
 	rwmtest.Run(t, func(*testing.T) rwm.WorldModel {
-		m := rwm.WorldModel(rwm.NewEmbedded(rwm.DefaultEmbeddedConfig()))
-		m = rwm.NewRetry(m, rwm.DefaultRetryConfig())
-		m = rwm.NewLimit(m, 2)
-		m = rwm.NewCache(m, rwm.CacheConfig{Size: 16})
+		m := rwm.WorldModel(newEmbedded(t, rwm.DefaultEmbeddedConfig()))
+		m = newRetry(t, m, rwm.DefaultRetryConfig())
+		m = newLimit(t, m, 2)
+		m = newCache(t, m, rwm.CacheConfig{Size: 16})
 		return rwm.NewLedger(m)
 	}, rwmtest.Options{Deterministic: true, Parallel: 6})
 }
 
 func TestEachWrapperConformance(t *testing.T) {
-	emb := func() rwm.WorldModel { return rwm.NewEmbedded(rwm.DefaultEmbeddedConfig()) }
+	emb := func() rwm.WorldModel { return newEmbedded(t, rwm.DefaultEmbeddedConfig()) }
 	for name, wrap := range map[string]func(rwm.WorldModel) rwm.WorldModel{
-		"Cache":  func(m rwm.WorldModel) rwm.WorldModel { return rwm.NewCache(m, rwm.CacheConfig{Size: 3}) },
-		"Limit":  func(m rwm.WorldModel) rwm.WorldModel { return rwm.NewLimit(m, 1) },
-		"Retry":  func(m rwm.WorldModel) rwm.WorldModel { return rwm.NewRetry(m, rwm.DefaultRetryConfig()) },
+		"Cache":  func(m rwm.WorldModel) rwm.WorldModel { return newCache(t, m, rwm.CacheConfig{Size: 3}) },
+		"Limit":  func(m rwm.WorldModel) rwm.WorldModel { return newLimit(t, m, 1) },
+		"Retry":  func(m rwm.WorldModel) rwm.WorldModel { return newRetry(t, m, rwm.DefaultRetryConfig()) },
 		"Ledger": func(m rwm.WorldModel) rwm.WorldModel { return rwm.NewLedger(m) },
 	} {
 		t.Run(name, func(t *testing.T) {

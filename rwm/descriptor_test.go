@@ -23,7 +23,7 @@ func TestDescriptorKernelHandDerived(t *testing.T) {
 	// exp(−Σ(asinh d − asinh d′)²/(2ℓ²)). w = 0.5, ℓ = 1, offset 0, amp² 6.25.
 	c := exact()
 	c.DescriptorWeight, c.DescriptorLengthscale = 0.5, 1
-	m := rwm.NewEmbedded(c)
+	m := newEmbedded(t, c)
 	lr2 := prop("lr-scale", "factor", "2")
 	a := withDesc(task("a", "fam", records.BitsPerByte), map[string]float64{"x": 0, "y": 3})
 	near := withDesc(task("b", "fam", records.BitsPerByte), map[string]float64{"x": 0, "y": 3})
@@ -47,14 +47,14 @@ func TestDescriptorKernelHandDerived(t *testing.T) {
 		})
 	}
 	// Weight 0 (the default) ignores descriptors.
-	require.InDelta(t, 6.25*0.8, rwm.NewEmbedded(exact()).Kernel(a, lr2, far, lr2), 1e-12)
+	require.InDelta(t, 6.25*0.8, newEmbedded(t, exact()).Kernel(a, lr2, far, lr2), 1e-12)
 }
 
 func TestDescriptorKernelPSD(t *testing.T) {
 	// Random tasks with random descriptors: the Gram matrix is a covariance.
 	c := exact()
 	c.DescriptorWeight, c.DescriptorLengthscale = 0.7, 0.8
-	m := rwm.NewEmbedded(c)
+	m := newEmbedded(t, c)
 	rng := rand.New(rand.NewPCG(3, 4))
 	names := []string{"log10_lr", "width", "depth", "epochs", "objective_ar"}
 	const n = 40
@@ -101,7 +101,7 @@ func TestDescriptorKernelTransfersToNearRecipes(t *testing.T) {
 	p := prop("lr-scale", "factor", "2")
 	ev := evidence(t, real(rec, p, 4, 1))
 	gain := func(c rwm.EmbeddedConfig, q records.Task) float64 {
-		pr, err := rwm.NewEmbedded(c).Predict(context.Background(), rwm.Query{Task: q, Proposal: p, Evidence: ev})
+		pr, err := newEmbedded(t, c).Predict(context.Background(), rwm.Query{Task: q, Proposal: p, Evidence: ev})
 		require.NoError(t, err)
 		return pr.Gain / q.SeedNoise
 	}

@@ -105,7 +105,7 @@ func BenchmarkTunedEffects(b *testing.B) {
 	var calls atomic.Int64
 	cfg := dialsConfig(dials{&calls})
 	for b.Loop() {
-		if _, err := rwm.NewTuned(cfg, nil).Predict(context.Background(), q); err != nil {
+		if _, err := newTuned(b, cfg, nil).Predict(context.Background(), q); err != nil {
 			b.Fatal(err)
 		}
 	}

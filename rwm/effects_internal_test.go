@@ -221,7 +221,7 @@ func TestFeaturesMatchReference(t *testing.T) {
 					c := DefaultEmbeddedConfig()
 					c.DescriptorWeight, c.Effects, c.EffectSigmas, c.LossSigmas, c.LossLengthscale = w, eff, es, ls, 4
 					name := fmt.Sprintf("w=%g effector=%v effect=%g loss=%g", w, eff != nil, es, ls)
-					e := NewEmbedded(c)
+					e := testEmbedded(t, c)
 					p := mustPrepare(t, ev, c.effector(), c.readsDesc())
 					got, want := map[string]int32{}, map[string]int32{}
 					for i, r := range p.rs {

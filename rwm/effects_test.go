@@ -55,7 +55,7 @@ func TestEffectKernelHandDerived(t *testing.T) {
 	// units with ℓ = ln 4, same family 0.8, offset 0 (exact()).
 	c := exact()
 	c.Effects, c.EffectSigmas = knob{}, 2
-	m := rwm.NewEmbedded(c)
+	m := newEmbedded(t, c)
 	a := withDesc(task("a", "fam", records.BitsPerByte), map[string]float64{"lr": 1, "opt": 0})
 	b := withDesc(task("b", "fam", records.BitsPerByte), map[string]float64{"lr": 2, "opt": 0})
 	up, down := prop("lr-scale", "factor", "2"), prop("lr-scale", "factor", "0.5")
@@ -76,7 +76,7 @@ func TestEffectKernelHandDerived(t *testing.T) {
 	// asinh descriptors before and after, here on one task (kTask = 1).
 	c = exact()
 	c.Effects, c.LossSigmas, c.LossLengthscale = knob{}, 3, 2
-	m = rwm.NewEmbedded(c)
+	m = newEmbedded(t, c)
 	x := sinhTask("x", 1, 0)
 	on := prop("switch", "to", "lion") // opt: asinh 0 → asinh 1
 	se := func(d2 float64) float64 { return math.Exp(-d2 / 8) }
@@ -96,7 +96,7 @@ func TestEffectTermPredictsTheOpposite(t *testing.T) {
 	up, down := prop("lr-scale", "factor", "2"), prop("lr-scale", "factor", "0.5")
 	ev := evidence(t, real(tk, up, -3, 1))
 	gain := func(c rwm.EmbeddedConfig, q records.Task) float64 {
-		return predict(t, rwm.NewEmbedded(c), rwm.Query{Task: q, Proposal: down, Evidence: ev}).Gain / q.SeedNoise
+		return predict(t, newEmbedded(t, c), rwm.Query{Task: q, Proposal: down, Evidence: ev}).Gain / q.SeedNoise
 	}
 	on := exact()
 	on.Effects, on.EffectSigmas = knob{}, 4
@@ -133,7 +133,7 @@ func TestLossTermLearnsCurvature(t *testing.T) {
 	}
 	ev := evidence(t, rs...)
 	correct := func(c rwm.EmbeddedConfig, tk records.Task, g []float64) bool {
-		m := rwm.NewEmbedded(c)
+		m := newEmbedded(t, c)
 		p0 := predict(t, m, rwm.Query{Task: tk, Proposal: props[0], Evidence: ev}).Gain
 		p1 := predict(t, m, rwm.Query{Task: tk, Proposal: props[1], Evidence: ev}).Gain
 		return (p0-p1)*(g[0]-g[1]) > 0
@@ -167,7 +167,7 @@ func TestEffectKernelPSD(t *testing.T) {
 	c.DescriptorWeight = 0.5
 	c = rwm.WithEffects(c, knob{})
 	c.Jitter = 0
-	m := rwm.NewEmbedded(c)
+	m := newEmbedded(t, c)
 	rng := rand.New(rand.NewPCG(7, 8))
 	const n = 40
 	ts := make([]records.Task, n)
@@ -196,7 +196,7 @@ func TestWithEffects(t *testing.T) {
 	require.Equal(t, 4.0, c.DescriptorLengthscale)
 	require.NoError(t, c.Validate())
 	// The Effector's ID is part of the model's.
-	require.NotEqual(t, rwm.NewEmbedded(base).ID(), rwm.NewEmbedded(c).ID())
+	require.NotEqual(t, newEmbedded(t, base).ID(), newEmbedded(t, c).ID())
 	for _, f := range []func(*rwm.EmbeddedConfig){
 		func(c *rwm.EmbeddedConfig) { c.EffectSigmas = -1 },
 		func(c *rwm.EmbeddedConfig) { c.LossSigmas = math.NaN() },
@@ -228,9 +228,9 @@ func TestEffectsBitIdentical(t *testing.T) {
 	c.DescriptorWeight = 0.5
 	c = rwm.WithEffects(c, knob{})
 	q := rwm.Query{Task: rs[3].Task, Proposal: prop("lr-scale", "factor", "4", "x", "1", "y", "2", "z", "3"), Evidence: ev}
-	first := predict(t, rwm.NewEmbedded(c), q)
+	first := predict(t, newEmbedded(t, c), q)
 	for range 20 {
-		require.Equal(t, first, predict(t, rwm.NewEmbedded(c), q))
+		require.Equal(t, first, predict(t, newEmbedded(t, c), q))
 	}
 }
 
@@ -260,13 +260,13 @@ func TestTunedEffectsSharedBitIdentical(t *testing.T) {
 	}
 	require.Equal(t, int64(81*len(distinct)), calls.Load(), "LogMarginal alone: once per distinct pair")
 	calls.Store(0)
-	tuned := rwm.NewTuned(base, nil)
+	tuned := newTuned(t, base, nil)
 	cfg, lm, err := tuned.Config(ctx, ev)
 	require.NoError(t, err)
 	require.Equal(t, bestLM, lm)
-	require.Equal(t, rwm.NewEmbedded(best).ID(), rwm.NewEmbedded(cfg).ID())
+	require.Equal(t, newEmbedded(t, best).ID(), newEmbedded(t, cfg).ID())
 	require.Equal(t, int64(len(distinct)), calls.Load(), "tuning: once per distinct pair")
-	alone := rwm.NewEmbedded(best)
+	alone := newEmbedded(t, best)
 	rng := rand.New(rand.NewPCG(15, 16))
 	for i := range 12 {
 		q := rwm.Query{Task: ev.At(rng.IntN(ev.Len())).Task, Proposal: prop(fmt.Sprintf("s%d", rng.IntN(7)), "factor", "3"), Evidence: ev}

@@ -386,11 +386,11 @@ var (
 	_ Identifier = (*Embedded)(nil)
 )
 
-// NewEmbedded returns the embedded model. It panics on an invalid config (a
-// programmer error; call cfg.Validate first for configs from outside).
-func NewEmbedded(cfg EmbeddedConfig) *Embedded {
+// NewEmbedded returns the embedded model, or cfg.Validate's error wrapping
+// ErrConfig for an invalid config.
+func NewEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if err := cfg.Validate(); err != nil {
-		panic(err.Error())
+		return nil, configError(err)
 	}
 	e := &Embedded{cfg: cfg, priors: map[string]records.Prior{}, factors: newMemo[string, *factor](embeddedPolicy(cfg.CacheSize))}
 	e.factorise = e.build
@@ -404,7 +404,7 @@ func NewEmbedded(cfg EmbeddedConfig) *Embedded {
 		}
 	}
 	e.id = "rwm.Embedded/" + configDigest(cfg, e.priors)
-	return e
+	return e, nil
 }
 
 // embeddedPolicy is how an Embedded holding size factorisations memoises:

@@ -43,5 +43,5 @@ func benchRecords(b *testing.B, evidence func(n int) records.Evidence, p records
 func BenchmarkEmbeddedRecords(b *testing.B) {
 	benchRecords(b, func(n int) records.Evidence { return synthetic(n, 7) },
 		records.Proposal{Mechanism: "m3", Params: map[string]string{"x": "3", "k": "b"}},
-		func() rwm.WorldModel { return rwm.NewEmbedded(rwm.DefaultEmbeddedConfig()) })
+		func() rwm.WorldModel { return newEmbedded(b, rwm.DefaultEmbeddedConfig()) })
 }

@@ -138,7 +138,7 @@ func TestBuildCancelledInsideFactorisation(t *testing.T) {
 	// columns, 6 checks); whichever check sees the end, the build
 	// returns the ctx's error, wrapped.
 	ev := boundEvidence(t, 300)
-	e := NewEmbedded(DefaultEmbeddedConfig())
+	e := testEmbedded(t, DefaultEmbeddedConfig())
 	live := newCountdown(math.MaxInt64)
 	require.NoError(t, e.build(live, &factor{}, ev))
 	checks := live.calls.Load()
@@ -154,7 +154,7 @@ func TestPredictOwnerCancelledInsideFactorisation(t *testing.T) {
 	// A query whose ctx ends while it factorises returns ctx's error and
 	// holds nothing; the next query factorises and predicts.
 	q := Query{Task: boundEvidence(t, 1).At(0).Task, Proposal: records.Proposal{Mechanism: "lr-scale", Params: map[string]string{"factor": "3"}}, Evidence: boundEvidence(t, 300)}
-	e := NewEmbedded(DefaultEmbeddedConfig())
+	e := testEmbedded(t, DefaultEmbeddedConfig())
 	_, err := e.Predict(newCountdown(12), q) // Predict checks once, prepare 5 times, the Gram matrix 5: the 12th is the Cholesky's first
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, 0, e.factors.snapshot().Len)
@@ -188,7 +188,7 @@ func TestTunedPredictCancelledInsideTuning(t *testing.T) {
 	// tuning returns the ctx's error; Tuned holds nothing and the next
 	// query tunes again.
 	q := tunedQuery()
-	m := NewTuned(DefaultEmbeddedConfig(), nil)
+	m := testTuned(t, DefaultEmbeddedConfig(), nil)
 	_, err := m.Predict(newCountdown(100), q)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, 0, m.Stats().Len)
@@ -208,9 +208,9 @@ func TestTooManyRecords(t *testing.T) {
 	ctx := context.Background()
 	const msg = "rwm: embedded: 21 records in context, more than MaxRecords 20: rwm: too many records"
 
-	_, err := NewEmbedded(cfg).Predict(ctx, q)
+	_, err := testEmbedded(t, cfg).Predict(ctx, q)
 	require.NoError(t, err)
-	_, err = NewTuned(cfg, nil).Predict(ctx, q)
+	_, err = testTuned(t, cfg, nil).Predict(ctx, q)
 	require.NoError(t, err)
 	_, err = LogMarginal(ctx, cfg, at)
 	require.NoError(t, err)
@@ -218,10 +218,10 @@ func TestTooManyRecords(t *testing.T) {
 	require.NoError(t, err)
 
 	q.Evidence = over
-	_, err = NewEmbedded(cfg).Predict(ctx, q)
+	_, err = testEmbedded(t, cfg).Predict(ctx, q)
 	require.ErrorIs(t, err, ErrTooManyRecords)
 	require.EqualError(t, err, msg)
-	_, err = NewTuned(cfg, nil).Predict(ctx, q)
+	_, err = testTuned(t, cfg, nil).Predict(ctx, q)
 	require.ErrorIs(t, err, ErrTooManyRecords)
 	require.Contains(t, err.Error(), msg)
 	_, err = LogMarginal(ctx, cfg, over)
@@ -263,7 +263,7 @@ func TestStructuralReasonQuotesExcerpts(t *testing.T) {
 		{Name: "factor", Kind: "float", Min: 0.01, Max: 100},
 		{Name: "mode", Kind: "enum", Choices: []string{"a", "b"}},
 	}}}
-	e := NewEmbedded(cfg)
+	e := testEmbedded(t, cfg)
 	ev := boundEvidence(t, 3)
 	mb := strings.Repeat("7", 1<<20)
 	for _, p := range []records.Proposal{

@@ -64,9 +64,9 @@ func TestEmbeddedCoalescesFactorisations(t *testing.T) {
 	// factorisation and get the prediction of an unshared model.
 	const n = 8
 	q := tunedQuery()
-	want, err := NewEmbedded(DefaultEmbeddedConfig()).Predict(context.Background(), q)
+	want, err := testEmbedded(t, DefaultEmbeddedConfig()).Predict(context.Background(), q)
 	require.NoError(t, err)
-	e := NewEmbedded(DefaultEmbeddedConfig())
+	e := testEmbedded(t, DefaultEmbeddedConfig())
 	var calls atomic.Int64
 	started, release := make(chan struct{}, 1), make(chan error, 1)
 	heldFactorise(e, &calls, started, release)
@@ -88,7 +88,7 @@ func TestEmbeddedFactorisationErrorsNotCached(t *testing.T) {
 	// as is, and the next query factorises again.
 	const n = 4
 	q := tunedQuery()
-	e := NewEmbedded(DefaultEmbeddedConfig())
+	e := testEmbedded(t, DefaultEmbeddedConfig())
 	var calls atomic.Int64
 	started, release := make(chan struct{}, 1), make(chan error, 1)
 	heldFactorise(e, &calls, started, release)
@@ -119,7 +119,7 @@ func TestEmbeddedWaiterCancelled(t *testing.T) {
 	// A query whose ctx ends while it waits for a factorisation stops
 	// waiting; the factorisation goes on and is held.
 	q := tunedQuery()
-	e := NewEmbedded(DefaultEmbeddedConfig())
+	e := testEmbedded(t, DefaultEmbeddedConfig())
 	var calls atomic.Int64
 	started, release := make(chan struct{}, 1), make(chan error, 1)
 	heldFactorise(e, &calls, started, release)

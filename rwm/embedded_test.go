@@ -62,7 +62,7 @@ func TestKernelHandDerived(t *testing.T) {
 	// kTask 1 / 0.8 / 0.5 / 0.3, kMech 0.6 + 0.4·Π(0.3 + 0.7·m), 0.1 across
 	// mechanisms; numeric m = exp(−Δφ²/(2·ln²4)). Offset 0 here (see
 	// TestKernelOffset).
-	m := rwm.NewEmbedded(exact())
+	m := newEmbedded(t, exact())
 	a := task("a", "fam", records.BitsPerByte)
 	a2 := task("a2", "fam", records.BitsPerByte)
 	b := task("b", "other", records.BitsPerByte)
@@ -109,7 +109,7 @@ func TestKernelPriorScalesAmplitude(t *testing.T) {
 	// A mechanism prior N(Mean·σ_e, (Std·σ_e)²) sets amp(a) = Std.
 	cfg := exact()
 	cfg.Priors = map[string]records.Prior{"LR-scale": {Mean: -1, Std: 2}}
-	m := rwm.NewEmbedded(cfg)
+	m := newEmbedded(t, cfg)
 	a := task("a", "fam", records.BitsPerByte)
 	require.InDelta(t, 4.0, m.Kernel(a, prop("lr-scale"), a, prop("lr-scale")), 1e-12)
 	require.InDelta(t, 2*2.5*0.1, m.Kernel(a, prop("lr-scale"), a, prop("warmup")), 1e-12)
@@ -117,7 +117,7 @@ func TestKernelPriorScalesAmplitude(t *testing.T) {
 
 func TestKernelOffset(t *testing.T) {
 	// The default task offset adds Offset²·kTask = 4·kTask to every pair.
-	m := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	m := newEmbedded(t, rwm.DefaultEmbeddedConfig())
 	a := task("a", "fam", records.BitsPerByte)
 	a2 := task("a2", "fam", records.BitsPerByte)
 	c := task("c", "diff", records.NatsPerToken)
@@ -136,7 +136,7 @@ func TestScaleHandDerived(t *testing.T) {
 	// the predictive sd is √(c·(0.8620690 + 1)) = 1.3971264.
 	cfg := exact()
 	cfg.FitScale = true
-	m := rwm.NewEmbedded(cfg)
+	m := newEmbedded(t, cfg)
 	a := task("a", "fam", records.BitsPerByte)
 	p := prop("lr-scale", "factor", "2")
 	got := predict(t, m, rwm.Query{Task: a, Proposal: p, Evidence: evidence(t, real(a, p, 3, 1))})
@@ -151,7 +151,7 @@ func TestScaleHandDerived(t *testing.T) {
 	// times wider than with c = 1.
 	ev := evidence(t, real(a, p, 30, 1), real(a, p, 30, 2), real(a, p, 30, 3))
 	big := predict(t, m, rwm.Query{Task: a, Proposal: p, Evidence: ev})
-	fixed := predict(t, rwm.NewEmbedded(exact()), rwm.Query{Task: a, Proposal: p, Evidence: ev})
+	fixed := predict(t, newEmbedded(t, exact()), rwm.Query{Task: a, Proposal: p, Evidence: ev})
 	require.InDelta(t, fixed.Gain, big.Gain, 1e-12)
 	require.InDelta(t, math.Sqrt((4+2700/19.75)/7), (big.High-big.Low)/(fixed.High-fixed.Low), 1e-9)
 }
@@ -159,7 +159,7 @@ func TestScaleHandDerived(t *testing.T) {
 func TestPosteriorHandDerived(t *testing.T) {
 	// METHOD.md §1 Research World Model: the prediction is the GP posterior
 	// given the records M. Units: σ_e = 0.004, gains in σ_e units.
-	m := rwm.NewEmbedded(exact())
+	m := newEmbedded(t, exact())
 	a := task("a", "fam", records.BitsPerByte)
 	p := prop("lr-scale", "factor", "2")
 	other := prop("warmup", "steps", "10")
@@ -199,7 +199,7 @@ func TestPosteriorHandDerived(t *testing.T) {
 		// mean = −2 + 2.25/3.25·(1 − (−2)) = 0.0769231.
 		cfg := exact()
 		cfg.Priors = map[string]records.Prior{"lr-scale": {Mean: -2, Std: 1.5}}
-		mp := rwm.NewEmbedded(cfg)
+		mp := newEmbedded(t, cfg)
 		got := predict(t, mp, rwm.Query{Task: a, Proposal: p})
 		require.InDelta(t, -2*0.004, got.Gain, 1e-15)
 		got = predict(t, mp, rwm.Query{Task: a, Proposal: p, Evidence: evidence(t, real(a, p, 1, 1))})
@@ -234,7 +234,7 @@ func TestEmbeddedValidity(t *testing.T) {
 	}}
 	cfg := rwm.DefaultEmbeddedConfig()
 	cfg.Cards = cards
-	m := rwm.NewEmbedded(cfg)
+	m := newEmbedded(t, cfg)
 	a := task("a", "fam", records.BitsPerByte)
 	tests := []struct {
 		name  string
@@ -258,7 +258,7 @@ func TestEmbeddedValidity(t *testing.T) {
 		})
 	}
 	// Without cards, only the no-change proposal is invalid.
-	free := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	free := newEmbedded(t, rwm.DefaultEmbeddedConfig())
 	require.True(t, predict(t, free, rwm.Query{Task: a, Proposal: prop("wings")}).Valid)
 	require.False(t, predict(t, free, rwm.Query{Task: a, Proposal: prop(" NONE ")}).Valid)
 }
@@ -296,7 +296,9 @@ func TestConfigValidate(t *testing.T) {
 		c := rwm.DefaultEmbeddedConfig()
 		mut(&c)
 		require.Error(t, c.Validate(), name)
-		require.Panics(t, func() { rwm.NewEmbedded(c) }, name)
+		_, err := rwm.NewEmbedded(c)
+		require.ErrorIs(t, err, rwm.ErrConfig, name)
+		require.EqualError(t, err, c.Validate().Error(), name)
 	}
 	require.Error(t, rwm.CacheConfig{}.Validate())
 	require.Error(t, rwm.RetryConfig{Attempts: 1, Multiplier: 0.5}.Validate())
@@ -336,7 +338,7 @@ func TestPropertyMoreEvidenceNarrows(t *testing.T) {
 	// task and proposal) keeps the q10–q90 interval as narrow or narrower.
 	cfg := rwm.DefaultEmbeddedConfig()
 	cfg.FitScale = false
-	m := rwm.NewEmbedded(cfg)
+	m := newEmbedded(t, cfg)
 	rapid.Check(t, func(t *rapid.T) {
 		q, ev := genContext(t)
 		p0, err := m.Predict(context.Background(), rwm.Query{Task: q.Task, Proposal: q.Proposal, Evidence: ev})
@@ -361,7 +363,7 @@ func TestPropertyConfirmingEvidenceNarrows(t *testing.T) {
 	// proposal that lands on the predicted gain narrows the interval: rᵀK⁻¹r
 	// grows by the squared standardised prediction error, here 0, while n
 	// grows by one, so c shrinks, and so does the posterior variance.
-	m := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	m := newEmbedded(t, rwm.DefaultEmbeddedConfig())
 	rapid.Check(t, func(t *rapid.T) {
 		q, ev := genContext(t)
 		p0, err := m.Predict(context.Background(), rwm.Query{Task: q.Task, Proposal: q.Proposal, Evidence: ev})
@@ -397,7 +399,7 @@ func TestPropertySameProposalShrinksStrictly(t *testing.T) {
 	// k copies of the same task and proposal: posterior variance
 	// a²/(1 + k·a²) in σ_e² (noise 1), strictly decreasing in k, and the
 	// interval approaches ±Z90·σ_e (noise only).
-	m := rwm.NewEmbedded(exact())
+	m := newEmbedded(t, exact())
 	a := task("a", "fam", records.BitsPerByte)
 	p := prop("lr-scale", "factor", "2")
 	prev := math.Inf(1)
@@ -428,10 +430,10 @@ func TestPropertyOrderIndependent(t *testing.T) {
 		for i, j := range perm {
 			shuf[i] = rs[j]
 		}
-		a, err := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig()).Predict(context.Background(),
+		a, err := newEmbedded(t, rwm.DefaultEmbeddedConfig()).Predict(context.Background(),
 			rwm.Query{Task: q.Task, Proposal: q.Proposal, Evidence: evidence2(rs)})
 		require.NoError(t, err)
-		b, err := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig()).Predict(context.Background(),
+		b, err := newEmbedded(t, rwm.DefaultEmbeddedConfig()).Predict(context.Background(),
 			rwm.Query{Task: q.Task, Proposal: q.Proposal, Evidence: evidence2(shuf)})
 		require.NoError(t, err)
 		require.Equal(t, a, b)
@@ -452,7 +454,7 @@ func TestEmbeddedReusesFactorisation(t *testing.T) {
 	// beyond the cache size.
 	cfg := rwm.DefaultEmbeddedConfig()
 	cfg.CacheSize = 2
-	shared := rwm.NewEmbedded(cfg)
+	shared := newEmbedded(t, cfg)
 	a := task("a", "fam", records.BitsPerByte)
 	ps := []records.Proposal{prop("lr", "x", "1"), prop("lr", "x", "4"), prop("norm", "kind", "rms")}
 	var evs []records.Evidence
@@ -465,7 +467,7 @@ func TestEmbeddedReusesFactorisation(t *testing.T) {
 		for i, ev := range slices.Backward(evs) {
 			for _, p := range ps {
 				q := rwm.Query{Task: a, Proposal: p, Evidence: ev}
-				require.Equal(t, predict(t, rwm.NewEmbedded(cfg), q), predict(t, shared, q), "round %d context %d", round, i)
+				require.Equal(t, predict(t, newEmbedded(t, cfg), q), predict(t, shared, q), "round %d context %d", round, i)
 			}
 		}
 	}
@@ -485,7 +487,10 @@ func ExampleEmbedded() {
 	}
 	ev, _ := records.NewEvidence(rs...)
 
-	m := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	m, err := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	if err != nil {
+		panic(err)
+	}
 	for _, p := range []records.Proposal{lr2, {Mechanism: "lr-scale", Params: map[string]string{"factor": "4"}}, {Mechanism: "warmup"}} {
 		pred, _ := m.Predict(context.Background(), rwm.Query{Task: t2, Proposal: p, Evidence: ev})
 		fmt.Printf("%-22s gain %+.4f  q10 %+.4f  q90 %+.4f\n", p.Key(), pred.Gain, pred.Low, pred.High)

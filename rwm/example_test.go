@@ -10,8 +10,26 @@ import (
 
 func ExampleLedger() {
 	// The usual stack: Ledger → Cache → Limit → Retry → backend.
-	var backend rwm.WorldModel = rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
-	cache := rwm.NewCache(rwm.NewLimit(rwm.NewRetry(backend, rwm.DefaultRetryConfig()), 4), rwm.DefaultCacheConfig())
+	backend, err := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	retry, err := rwm.NewRetry(backend, rwm.DefaultRetryConfig())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	limit, err := rwm.NewLimit(retry, 4)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cache, err := rwm.NewCache(limit, rwm.DefaultCacheConfig())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	wm := rwm.NewLedger(cache)
 
 	q := rwm.Query{Task: rwmtest.Task(0), Proposal: rwmtest.Proposals()[0], Evidence: rwmtest.Evidence(20)}
@@ -30,7 +48,11 @@ func ExampleLedger() {
 func ExampleTuned() {
 	// A world model whose hyperparameters follow its records (METHOD.md §1
 	// Research World Model): tuned by marginal likelihood once per evidence.
-	wm := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+	wm, err := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	ctx := context.Background()
 	for _, n := range []int{12, 12, 40} { // a calibration point adds 28 records
 		ev := rwmtest.Evidence(n)
@@ -58,7 +80,11 @@ func ExampleTuned_Pin() {
 	// Tune once on M without a task, then predict that task's states,
 	// whose evidences add a record or two of their history each, with the
 	// pinned hyperparameters (lm2lm.Config.HeldOutTask).
-	wm := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+	wm, err := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	ctx := context.Background()
 	rest := rwmtest.Evidence(30)
 	pinned, err := wm.Pin(ctx, rest)

@@ -65,13 +65,13 @@ func BenchmarkPredictPrior(b *testing.B) {
 	}{{"prior=none", without}, {"prior=30000", with}} {
 		b.Run(m.name+"/first", func(b *testing.B) {
 			for b.Loop() {
-				if _, err := rwm.NewEmbedded(m.cfg).Predict(context.Background(), q); err != nil {
+				if _, err := newEmbedded(b, m.cfg).Predict(context.Background(), q); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 		b.Run(m.name+"/repeated", func(b *testing.B) {
-			e := rwm.NewEmbedded(m.cfg)
+			e := newEmbedded(b, m.cfg)
 			for b.Loop() {
 				if _, err := e.Predict(context.Background(), q); err != nil {
 					b.Fatal(err)

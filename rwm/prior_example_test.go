@@ -49,7 +49,11 @@ func ExampleFitPrior() {
 		fmt.Println(err)
 		return
 	}
-	wm := rwm.NewEmbedded(cfg)
+	wm, err := rwm.NewEmbedded(cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	// A new task without records of its own: the prediction is the prior
 	// mean. Its records then move it as without a prior.

@@ -205,7 +205,7 @@ func TestPriorZeroContextPredictsTheMean(t *testing.T) {
 	cfg, err := pr.Config(fit.Base)
 	require.NoError(t, err)
 	require.Same(t, pr, cfg.Prior)
-	m := rwm.NewEmbedded(cfg)
+	m := newEmbedded(t, cfg)
 	w := map[string]float64{}
 	for j, n := range pr.Names() {
 		w[n] = pr.Coefficients()[j]
@@ -226,7 +226,7 @@ func TestPriorZeroContextPredictsTheMean(t *testing.T) {
 	cfg, err = pr.Config(fit.Base)
 	require.NoError(t, err)
 	tk := leverTask(rng, 600)
-	got := predict(t, rwm.NewEmbedded(cfg), rwm.Query{Task: tk, Proposal: prop("other", "k", "a"), Evidence: empty})
+	got := predict(t, newEmbedded(t, cfg), rwm.Query{Task: tk, Proposal: prop("other", "k", "a"), Evidence: empty})
 	require.InDelta(t, 0.75, got.Gain/tk.SeedNoise, 1e-12)
 }
 
@@ -241,7 +241,7 @@ func TestPriorInfluenceVanishesWithRecords(t *testing.T) {
 	pr := fitLever(t, fit, shifted)
 	with := fit.Base
 	with.Prior = pr
-	mWith, mWithout := rwm.NewEmbedded(with), rwm.NewEmbedded(fit.Base)
+	mWith, mWithout := newEmbedded(t, with), newEmbedded(t, fit.Base)
 	rng := rand.New(rand.NewPCG(5, 5))
 	tk, p := leverTask(rng, 900), prop("lr", "factor", "2")
 	mu := pr.Mean(tk, p, lever{}, 0)
@@ -273,7 +273,7 @@ func gpCorpus(t *testing.T, noise float64, seed uint64) []records.Record {
 			pts = append(pts, r)
 		}
 	}
-	m := rwm.NewEmbedded(leverFit().Base)
+	m := newEmbedded(t, leverFit().Base)
 	k := mat.NewSymDense(len(pts), nil)
 	for i := range pts {
 		for j := 0; j <= i; j++ {
@@ -370,9 +370,9 @@ func TestPriorFileRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(3, 3))
 	ev := evidence(t, leverCorpus(30, 5, 1, 11, func(records.Task, records.Proposal) float64 { return 0 })...)
-	mp, mq := rwm.NewEmbedded(cp), rwm.NewEmbedded(cq)
+	mp, mq := newEmbedded(t, cp), newEmbedded(t, cq)
 	require.Equal(t, mp.ID(), mq.ID())
-	require.NotEqual(t, rwm.NewEmbedded(base).ID(), mp.ID(), "the prior is part of the model's ID")
+	require.NotEqual(t, newEmbedded(t, base).ID(), mp.ID(), "the prior is part of the model's ID")
 	for range 10 {
 		qu := rwm.Query{Task: ev.At(rng.IntN(ev.Len())).Task, Proposal: leverProposal(rng), Evidence: ev}
 		require.Equal(t, predict(t, mp, qu), predict(t, mq, qu))
@@ -544,7 +544,7 @@ func TestPriorInTuned(t *testing.T) {
 	pr := fitLever(t, fit, rs)
 	cfg, err := pr.Config(fit.Base)
 	require.NoError(t, err)
-	tu := rwm.NewTuned(cfg, nil)
+	tu := newTuned(t, cfg, nil)
 	rng := rand.New(rand.NewPCG(15, 15))
 	tk, p := leverTask(rng, 800), prop("opt", "by", "1")
 	got := predict(t, tu, rwm.Query{Task: tk, Proposal: p, Evidence: evidence(t)})

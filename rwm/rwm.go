@@ -75,7 +75,27 @@ var (
 	// ErrTransient marks a failure worth retrying (rate limits, 5xx,
 	// timeouts of a single call).
 	ErrTransient = errors.New("rwm: transient failure")
+	// ErrConfig marks an invalid configuration: every error of the
+	// constructors (NewEmbedded, NewTuned, NewCache, NewRetry, NewLimit)
+	// and of RetryConfig.Validate and CacheConfig.Validate wraps it.
+	ErrConfig = errors.New("rwm: invalid config")
 )
+
+// configError returns err, a configuration's validation failure, wrapping
+// ErrConfig; err's text is kept as it is.
+func configError(err error) error {
+	if err == nil || errors.Is(err, ErrConfig) {
+		return err
+	}
+	return &wrappedConfigError{err: err}
+}
+
+// wrappedConfigError is a validation failure that does not itself wrap
+// ErrConfig, made to.
+type wrappedConfigError struct{ err error }
+
+func (e *wrappedConfigError) Error() string   { return e.err.Error() }
+func (e *wrappedConfigError) Unwrap() []error { return []error{ErrConfig, e.err} }
 
 // WorldModel predicts the gain of a proposal.
 //

@@ -44,7 +44,10 @@ func checkLogMarginal(ctx context.Context, cfg EmbeddedConfig) error {
 // logMarginal is LogMarginal of a valid cfg on records prepared for it
 // (prepared.fits).
 func logMarginal(ctx context.Context, cfg EmbeddedConfig, p *prepared) (float64, error) {
-	e := NewEmbedded(cfg)
+	e, err := NewEmbedded(cfg)
+	if err != nil {
+		return 0, err
+	}
 	f := &factor{}
 	if err := e.buildPrepared(ctx, f, p); err != nil {
 		return 0, err

@@ -66,32 +66,31 @@ var (
 
 // NewTuned returns the self-tuning embedded model that searches grid
 // (TuneGrid(base) when nil) around base; with fewer than 10 records it uses
-// base (see Tune). It panics on an invalid base or grid configuration or an
-// empty non-nil grid (programmer errors; call Validate first for configs
-// from outside).
-func NewTuned(base EmbeddedConfig, grid []EmbeddedConfig) *Tuned {
+// base (see Tune). An invalid base or grid configuration or an empty
+// non-nil grid is an error wrapping ErrConfig.
+func NewTuned(base EmbeddedConfig, grid []EmbeddedConfig) (*Tuned, error) {
 	if err := base.Validate(); err != nil {
-		panic(err.Error())
+		return nil, configError(err)
 	}
 	if grid == nil {
 		grid = TuneGrid(base)
 	}
 	if len(grid) == 0 {
-		panic("rwm: tuned: empty grid")
+		return nil, fmt.Errorf("%w: tuned: empty grid", ErrConfig)
 	}
 	grid = append([]EmbeddedConfig(nil), grid...)
 	h := sha256.New()
 	fmt.Fprintf(h, "base %s\n", embeddedDigest(base))
 	for i, c := range grid {
 		if err := c.Validate(); err != nil {
-			panic(fmt.Sprintf("rwm: tuned: grid configuration %d: %v", i, err))
+			return nil, fmt.Errorf("%w: tuned: grid[%d]: %w", ErrConfig, i, err)
 		}
 		fmt.Fprintf(h, "grid %s\n", embeddedDigest(c))
 	}
 	return &Tuned{
 		base: base, grid: grid, tune: Tune, memo: newMemo[string, tunedModel](tunedPolicy(base.CacheSize)),
 		id: "rwm.Tuned/" + hex.EncodeToString(h.Sum(nil)[:8]),
-	}
+	}, nil
 }
 
 // tunedPolicy is how a Tuned holding size tuned models memoises: a tuning
@@ -183,7 +182,11 @@ func (t *Tuned) tuned(ctx context.Context, ev records.Evidence) (tunedModel, err
 		if err != nil {
 			return tunedModel{}, fmt.Errorf("rwm: tuned: tuning on %d records: %w", ev.Len(), err)
 		}
-		return tunedModel{model: NewEmbedded(cfg), logML: lm}, nil
+		m, err := NewEmbedded(cfg)
+		if err != nil {
+			return tunedModel{}, fmt.Errorf("rwm: tuned: tuned configuration: %w", err)
+		}
+		return tunedModel{model: m, logML: lm}, nil
 	})
 	return m, err
 }

@@ -17,5 +17,5 @@ func BenchmarkTunedRecords(b *testing.B) {
 	var calls atomic.Int64
 	cfg := dialsConfig(dials{&calls})
 	benchRecords(b, func(n int) records.Evidence { return dialsEvidence(n, 16, 11) }, prop("s3", "factor", "3"),
-		func() rwm.WorldModel { return rwm.NewTuned(cfg, nil) })
+		func() rwm.WorldModel { return newTuned(b, cfg, nil) })
 }

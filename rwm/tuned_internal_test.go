@@ -47,7 +47,7 @@ func tunedQuery() Query {
 func TestTunedOwnerCancelledWaiterTunes(t *testing.T) {
 	// A waiter whose ctx is live tunes itself when the tuning's owner is
 	// cancelled; the owner's cancellation is not cached.
-	m := NewTuned(DefaultEmbeddedConfig(), nil)
+	m := testTuned(t, DefaultEmbeddedConfig(), nil)
 	started, release := make(chan struct{}, 2), make(chan error, 2)
 	heldTune(m, started, release)
 	q := tunedQuery()
@@ -75,7 +75,7 @@ func TestTunedOwnerCancelledWaiterTunes(t *testing.T) {
 	require.NoError(t, <-waiter)
 	cfg, _, err := Tune(context.Background(), DefaultEmbeddedConfig(), q.Evidence, nil)
 	require.NoError(t, err)
-	want, err := NewEmbedded(cfg).Predict(context.Background(), q)
+	want, err := testEmbedded(t, cfg).Predict(context.Background(), q)
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 	require.Equal(t, TunedStats{Tunings: 2, Coalesced: 1, Len: 1}, m.Stats())
@@ -83,7 +83,7 @@ func TestTunedOwnerCancelledWaiterTunes(t *testing.T) {
 
 func TestTunedWaiterCancelled(t *testing.T) {
 	// A waiter whose ctx ends stops waiting; the owner's tuning goes on.
-	m := NewTuned(DefaultEmbeddedConfig(), nil)
+	m := testTuned(t, DefaultEmbeddedConfig(), nil)
 	started, release := make(chan struct{}, 1), make(chan error, 1)
 	heldTune(m, started, release)
 	q := tunedQuery()
@@ -104,7 +104,7 @@ func TestTunedWaiterCancelled(t *testing.T) {
 func TestTunedErrorsAreNotCached(t *testing.T) {
 	// A failed tuning reaches its waiters wrapped, and is tried again on
 	// the next query.
-	m := NewTuned(DefaultEmbeddedConfig(), nil)
+	m := testTuned(t, DefaultEmbeddedConfig(), nil)
 	started, release := make(chan struct{}, 2), make(chan error, 2)
 	heldTune(m, started, release)
 	q := tunedQuery()

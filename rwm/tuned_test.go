@@ -17,7 +17,7 @@ import (
 
 func TestTunedConformance(t *testing.T) {
 	rwmtest.Run(t, func(*testing.T) rwm.WorldModel {
-		return rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+		return newTuned(t, rwm.DefaultEmbeddedConfig(), nil)
 	}, rwmtest.Options{Deterministic: true, Parallel: 6})
 }
 
@@ -40,7 +40,7 @@ func TestTunedPredictsWithTheTunedConfig(t *testing.T) {
 	// still a function of the task, the proposal and the records).
 	ctx := context.Background()
 	base := rwm.DefaultEmbeddedConfig()
-	m := rwm.NewTuned(base, nil)
+	m := newTuned(t, base, nil)
 	flat := evidence(t, flatRecords()...)
 	queries := func(ev records.Evidence) []rwm.Query {
 		var qs []rwm.Query
@@ -59,7 +59,7 @@ func TestTunedPredictsWithTheTunedConfig(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, cfg, got)
 			require.Equal(t, lm, gotLM)
-			want := rwm.NewEmbedded(cfg)
+			want := newEmbedded(t, cfg)
 			for _, q := range queries(ev) {
 				require.Equal(t, predict(t, want, q), predict(t, m, q), q.Proposal.Key())
 			}
@@ -71,12 +71,12 @@ func TestTunedPredictsWithTheTunedConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0.6, cfg.CorrAny)
 	q := rwm.Query{Task: task("new", "f9", records.BitsPerByte), Proposal: prop("m5"), Evidence: flat}
-	tuned, plain := predict(t, m, q), predict(t, rwm.NewEmbedded(base), q)
+	tuned, plain := predict(t, m, q), predict(t, newEmbedded(t, base), q)
 	require.Greater(t, tuned.Gain, plain.Gain)
 	require.Greater(t, tuned.Gain, 0.0)
 	// With fewer than 10 records Tune keeps base: the plain prediction.
 	q.Evidence = rwmtest.Evidence(5)
-	require.Equal(t, predict(t, rwm.NewEmbedded(base), q), predict(t, m, q))
+	require.Equal(t, predict(t, newEmbedded(t, base), q), predict(t, m, q))
 }
 
 // smallGrid is a 2-configuration grid that keeps the counting tests fast.
@@ -90,7 +90,7 @@ func TestTunedTunesOncePerEvidence(t *testing.T) {
 	ctx := context.Background()
 	base := rwm.DefaultEmbeddedConfig()
 	base.CacheSize = 2
-	m := rwm.NewTuned(base, smallGrid(base))
+	m := newTuned(t, base, smallGrid(base))
 	a, b, c := rwmtest.Evidence(20), rwmtest.Evidence(21), rwmtest.Evidence(22)
 	q := func(ev records.Evidence, i int) rwm.Query {
 		return rwm.Query{Task: rwmtest.Task(i % 3), Proposal: rwmtest.Proposals()[i%5], Evidence: ev}
@@ -128,7 +128,7 @@ func TestTunedConcurrentFirstQueriesTuneOnce(t *testing.T) {
 	// each set is tuned exactly once and every answer agrees with a
 	// sequential model's.
 	base := rwm.DefaultEmbeddedConfig()
-	m, ref := rwm.NewTuned(base, nil), rwm.NewTuned(base, nil)
+	m, ref := newTuned(t, base, nil), newTuned(t, base, nil)
 	evs := []records.Evidence{rwmtest.Evidence(24), evidence(t, flatRecords()...)}
 	queries := make([]rwm.Query, 16)
 	want := make([]rwm.Prediction, len(queries))
@@ -153,7 +153,7 @@ func TestTunedConcurrentFirstQueriesTuneOnce(t *testing.T) {
 }
 
 func TestTunedCancelled(t *testing.T) {
-	m := rwm.NewTuned(rwm.DefaultEmbeddedConfig(), nil)
+	m := newTuned(t, rwm.DefaultEmbeddedConfig(), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	q := rwm.Query{Task: rwmtest.Task(0), Proposal: rwmtest.Proposals()[0], Evidence: rwmtest.Evidence(20)}
@@ -166,24 +166,24 @@ func TestTunedCancelled(t *testing.T) {
 
 func TestTunedID(t *testing.T) {
 	base := rwm.DefaultEmbeddedConfig()
-	id := rwm.NewTuned(base, nil).ID()
+	id := newTuned(t, base, nil).ID()
 	require.Regexp(t, `^rwm\.Tuned/[0-9a-f]{16}$`, id)
-	require.Equal(t, id, rwm.NewTuned(base, rwm.TuneGrid(base)).ID())
-	require.NotEqual(t, rwm.NewEmbedded(base).ID(), id)
+	require.Equal(t, id, newTuned(t, base, rwm.TuneGrid(base)).ID())
+	require.NotEqual(t, newEmbedded(t, base).ID(), id)
 	other := base
 	other.NoiseSigmas = 0.5
 	ids := map[string]string{
 		"default":    id,
-		"small grid": rwm.NewTuned(base, smallGrid(base)).ID(),
-		"base noise": rwm.NewTuned(other, nil).ID(),
-		"base only":  rwm.NewTuned(base, []rwm.EmbeddedConfig{base}).ID(),
+		"small grid": newTuned(t, base, smallGrid(base)).ID(),
+		"base noise": newTuned(t, other, nil).ID(),
+		"base only":  newTuned(t, base, []rwm.EmbeddedConfig{base}).ID(),
 	}
 	desc := base
 	desc.DescriptorWeight = 0.5
-	ids["descriptors"] = rwm.NewTuned(desc, nil).ID()
+	ids["descriptors"] = newTuned(t, desc, nil).ID()
 	priors := base
 	priors.Priors = map[string]records.Prior{"lr-scale": {Mean: 1, Std: 2}}
-	ids["priors"] = rwm.NewTuned(priors, nil).ID()
+	ids["priors"] = newTuned(t, priors, nil).ID()
 	seen := map[string]string{}
 	for name, id := range ids {
 		require.NotContains(t, seen, id, "%s and %s share an ID", name, seen[id])
@@ -191,20 +191,25 @@ func TestTunedID(t *testing.T) {
 	}
 	// The grid is copied: changing the caller's slice changes nothing.
 	grid := smallGrid(base)
-	m := rwm.NewTuned(base, grid)
+	m := newTuned(t, base, grid)
 	grid[1].NoiseSigmas = 9
 	require.Equal(t, 2.0, m.Grid()[1].NoiseSigmas)
 	require.Equal(t, base, m.Base())
 }
 
-func TestNewTunedPanicsOnBadConfig(t *testing.T) {
+func TestNewTunedRejectsBadConfig(t *testing.T) {
 	base := rwm.DefaultEmbeddedConfig()
 	bad := base
 	bad.Lengthscale = math.NaN()
-	require.PanicsWithValue(t, "rwm: tuned: empty grid", func() { rwm.NewTuned(base, []rwm.EmbeddedConfig{}) })
-	require.Panics(t, func() { rwm.NewTuned(bad, nil) })
-	require.PanicsWithValue(t, fmt.Sprintf("rwm: tuned: grid configuration 1: %v", bad.Validate()),
-		func() { rwm.NewTuned(base, []rwm.EmbeddedConfig{base, bad}) })
+	_, err := rwm.NewTuned(base, []rwm.EmbeddedConfig{})
+	require.ErrorIs(t, err, rwm.ErrConfig)
+	require.EqualError(t, err, "rwm: invalid config: tuned: empty grid")
+	_, err = rwm.NewTuned(bad, nil)
+	require.ErrorIs(t, err, rwm.ErrConfig)
+	require.EqualError(t, err, bad.Validate().Error())
+	_, err = rwm.NewTuned(base, []rwm.EmbeddedConfig{base, bad})
+	require.ErrorIs(t, err, rwm.ErrConfig)
+	require.EqualError(t, err, fmt.Sprintf("rwm: invalid config: tuned: grid[1]: %v", bad.Validate()))
 }
 
 // Pin fixes the configuration tuned on one evidence: its model predicts
@@ -214,7 +219,7 @@ func TestNewTunedPanicsOnBadConfig(t *testing.T) {
 func TestTunedPin(t *testing.T) {
 	ctx := context.Background()
 	base := rwm.DefaultEmbeddedConfig()
-	m := rwm.NewTuned(base, nil)
+	m := newTuned(t, base, nil)
 	flat := evidence(t, flatRecords()...)
 	pinned, err := m.Pin(ctx, flat)
 	require.NoError(t, err)
@@ -230,7 +235,7 @@ func TestTunedPin(t *testing.T) {
 	q.Evidence, err = flat.Add(real(newTask, prop("m1"), 3, 99))
 	require.NoError(t, err)
 	got := predict(t, pinned, q)
-	require.Equal(t, predict(t, rwm.NewEmbedded(cfg), q), got)
+	require.Equal(t, predict(t, newEmbedded(t, cfg), q), got)
 	require.Equal(t, int64(1), m.Stats().Tunings, "Pin's model never tunes")
 	// Tuned itself tunes the extended evidence.
 	predict(t, m, q)

@@ -27,13 +27,16 @@ var (
 	_ Identifier = (*Limit)(nil)
 )
 
-// NewLimit returns inner limited to n concurrent calls. It panics if n < 1
-// (a programmer error).
-func NewLimit(inner WorldModel, n int) *Limit {
-	if n < 1 {
-		panic(fmt.Sprintf("rwm: concurrency limit %d, want ≥ 1", n))
+// NewLimit returns inner limited to n concurrent calls, or an error wrapping
+// ErrConfig if inner is nil or n < 1.
+func NewLimit(inner WorldModel, n int) (*Limit, error) {
+	if inner == nil {
+		return nil, fmt.Errorf("%w: limit: nil inner model", ErrConfig)
 	}
-	return &Limit{inner: inner, sem: semaphore.NewWeighted(int64(n)), n: n}
+	if n < 1 {
+		return nil, fmt.Errorf("%w: concurrency limit n = %d, want ≥ 1", ErrConfig, n)
+	}
+	return &Limit{inner: inner, sem: semaphore.NewWeighted(int64(n)), n: n}, nil
 }
 
 // ID returns the inner model's identity.
@@ -81,17 +84,19 @@ func DefaultRetryConfig() RetryConfig {
 	return RetryConfig{Attempts: 4, Base: 500 * time.Millisecond, Multiplier: 2, Max: 30 * time.Second, MaxAfter: 5 * time.Minute}
 }
 
-// Validate reports the first problem with c.
+// Validate reports the first problem with c, wrapping ErrConfig.
 func (c RetryConfig) Validate() error {
 	switch {
 	case c.Attempts < 1:
-		return fmt.Errorf("rwm: retry attempts %d, want ≥ 1", c.Attempts)
-	case c.Base < 0 || c.Max < 0:
-		return fmt.Errorf("rwm: retry waits %s, %s, want ≥ 0", c.Base, c.Max)
+		return fmt.Errorf("%w: retry Attempts = %d, want ≥ 1", ErrConfig, c.Attempts)
+	case c.Base < 0:
+		return fmt.Errorf("%w: retry Base = %s, want ≥ 0", ErrConfig, c.Base)
+	case c.Max < 0:
+		return fmt.Errorf("%w: retry Max = %s, want ≥ 0", ErrConfig, c.Max)
 	case c.MaxAfter < 0:
-		return fmt.Errorf("rwm: retry MaxAfter %s, want ≥ 0", c.MaxAfter)
+		return fmt.Errorf("%w: retry MaxAfter = %s, want ≥ 0", ErrConfig, c.MaxAfter)
 	case !(c.Multiplier >= 1):
-		return fmt.Errorf("rwm: retry multiplier %g, want ≥ 1", c.Multiplier)
+		return fmt.Errorf("%w: retry Multiplier = %g, want ≥ 1", ErrConfig, c.Multiplier)
 	}
 	return nil
 }
@@ -140,16 +145,19 @@ var (
 	_ Identifier = (*Retry)(nil)
 )
 
-// NewRetry returns inner with retries. It panics on an invalid config (a
-// programmer error).
-func NewRetry(inner WorldModel, cfg RetryConfig) *Retry {
+// NewRetry returns inner with retries, or an error wrapping ErrConfig if
+// inner is nil or cfg is invalid.
+func NewRetry(inner WorldModel, cfg RetryConfig) (*Retry, error) {
+	if inner == nil {
+		return nil, fmt.Errorf("%w: retry: nil inner model", ErrConfig)
+	}
 	if err := cfg.Validate(); err != nil {
-		panic(err.Error())
+		return nil, err
 	}
 	if cfg.Sleep == nil {
 		cfg.Sleep = wait.Sleep
 	}
-	return &Retry{inner: inner, cfg: cfg}
+	return &Retry{inner: inner, cfg: cfg}, nil
 }
 
 // ID returns the inner model's identity.

@@ -47,7 +47,7 @@ func query(i int) rwm.Query {
 
 func TestCacheHitsAndKeys(t *testing.T) {
 	inner := &counting{}
-	c := rwm.NewCache(inner, rwm.CacheConfig{Size: 100})
+	c := newCache(t, inner, rwm.CacheConfig{Size: 100})
 	ctx := context.Background()
 	base := query(0)
 	first := predict(t, c, base)
@@ -95,27 +95,27 @@ func TestCacheHitsAndKeys(t *testing.T) {
 		require.EqualValues(t, n, inner.calls.Load(), name)
 	}
 	// Another model identity over the same inner model keys apart.
-	c2 := rwm.NewCache(inner, rwm.CacheConfig{Size: 100, Name: "other"})
+	c2 := newCache(t, inner, rwm.CacheConfig{Size: 100, Name: "other"})
 	require.NotEqual(t, rwm.Key(c.ID(), base), rwm.Key(c2.ID(), base))
 	st := c.Stats()
 	require.Equal(t, rwm.CacheStats{Hits: 3, Misses: 1 + int64(len(variants)), Len: 1 + len(variants)}, st)
 }
 
 func TestCacheIdentity(t *testing.T) {
-	emb := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
-	require.Equal(t, emb.ID(), rwm.NewCache(emb, rwm.DefaultCacheConfig()).ID())
-	require.Equal(t, emb.ID(), rwm.NewLedger(rwm.NewLimit(rwm.NewRetry(emb, rwm.DefaultRetryConfig()), 1)).ID())
-	require.Equal(t, "*rwm_test.counting", rwm.NewCache(&counting{}, rwm.DefaultCacheConfig()).ID())
-	require.Equal(t, "mine", rwm.NewCache(emb, rwm.CacheConfig{Size: 1, Name: "mine"}).ID())
+	emb := newEmbedded(t, rwm.DefaultEmbeddedConfig())
+	require.Equal(t, emb.ID(), newCache(t, emb, rwm.DefaultCacheConfig()).ID())
+	require.Equal(t, emb.ID(), rwm.NewLedger(newLimit(t, newRetry(t, emb, rwm.DefaultRetryConfig()), 1)).ID())
+	require.Equal(t, "*rwm_test.counting", newCache(t, &counting{}, rwm.DefaultCacheConfig()).ID())
+	require.Equal(t, "mine", newCache(t, emb, rwm.CacheConfig{Size: 1, Name: "mine"}).ID())
 	// Different embedded configs are different models.
 	cfg := rwm.DefaultEmbeddedConfig()
 	cfg.NoiseSigmas = 2
-	require.NotEqual(t, emb.ID(), rwm.NewEmbedded(cfg).ID())
+	require.NotEqual(t, emb.ID(), newEmbedded(t, cfg).ID())
 }
 
 func TestCacheLRU(t *testing.T) {
 	inner := &counting{}
-	c := rwm.NewCache(inner, rwm.CacheConfig{Size: 2})
+	c := newCache(t, inner, rwm.CacheConfig{Size: 2})
 	a, b, d := query(0), query(1), query(2)
 	predict(t, c, a) // miss: [a]
 	predict(t, c, b) // miss: [b a]
@@ -135,7 +135,7 @@ func TestCacheErrorsNotCached(t *testing.T) {
 		}
 		return nil
 	}}
-	c := rwm.NewCache(inner, rwm.DefaultCacheConfig())
+	c := newCache(t, inner, rwm.DefaultCacheConfig())
 	_, err := c.Predict(context.Background(), query(0))
 	require.ErrorIs(t, err, rwm.ErrTransient)
 	require.Equal(t, 2.0, predict(t, c, query(0)).Gain)
@@ -143,7 +143,7 @@ func TestCacheErrorsNotCached(t *testing.T) {
 
 func TestCacheCoalesces(t *testing.T) {
 	inner := &counting{block: make(chan struct{})}
-	c := rwm.NewCache(inner, rwm.DefaultCacheConfig())
+	c := newCache(t, inner, rwm.DefaultCacheConfig())
 	const n = 10
 	var wg sync.WaitGroup
 	got := make([]rwm.Prediction, n)
@@ -176,7 +176,7 @@ func TestCacheWaiterDeadline(t *testing.T) {
 	// A waiter whose own ctx ends stops waiting. (The owner's cancellation
 	// is in cache_internal_test.go.)
 	inner := &counting{block: make(chan struct{})}
-	c := rwm.NewCache(inner, rwm.DefaultCacheConfig())
+	c := newCache(t, inner, rwm.DefaultCacheConfig())
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = c.Predict(context.Background(), query(0)) })
 	require.Eventually(t, func() bool { return inner.calls.Load() == 1 }, 10*time.Second, time.Millisecond)
@@ -203,7 +203,7 @@ func TestLimitBoundsConcurrency(t *testing.T) {
 		cur.Add(-1)
 		return rwm.Prediction{Valid: true}, nil
 	})
-	l := rwm.NewLimit(inner, 3)
+	l := newLimit(t, inner, 3)
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() { _, _ = l.Predict(context.Background(), query(i)) })
@@ -214,7 +214,7 @@ func TestLimitBoundsConcurrency(t *testing.T) {
 
 	// A caller waiting for a slot gives up when its ctx ends.
 	blocked := &counting{block: make(chan struct{})}
-	l1 := rwm.NewLimit(blocked, 1)
+	l1 := newLimit(t, blocked, 1)
 	wg.Go(func() { _, _ = l1.Predict(context.Background(), query(0)) })
 	require.Eventually(t, func() bool { return blocked.calls.Load() == 1 }, 10*time.Second, time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
@@ -223,7 +223,6 @@ func TestLimitBoundsConcurrency(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	close(blocked.block)
 	wg.Wait()
-	require.Panics(t, func() { rwm.NewLimit(inner, 0) })
 }
 
 // sleeps records the waits of a Retry without waiting.
@@ -278,7 +277,7 @@ func TestRetry(t *testing.T) {
 			s := &sleeps{}
 			c := cfg
 			c.Sleep = s.sleep
-			p, err := rwm.NewRetry(inner, c).Predict(context.Background(), query(0))
+			p, err := newRetry(t, inner, c).Predict(context.Background(), query(0))
 			require.Equal(t, tt.wantCalls, calls)
 			require.Equal(t, tt.wantWaits, s.d)
 			if tt.wantErr != nil {
@@ -293,7 +292,7 @@ func TestRetry(t *testing.T) {
 		c := cfg
 		c.Attempts = 2
 		c.Sleep = (&sleeps{}).sleep
-		_, err := rwm.NewRetry(rwm.Func(func(context.Context, rwm.Query) (rwm.Prediction, error) {
+		_, err := newRetry(t, rwm.Func(func(context.Context, rwm.Query) (rwm.Prediction, error) {
 			return rwm.Prediction{}, &rwm.TransientError{Err: errors.New("429")}
 		}), c).Predict(context.Background(), query(0))
 		var re *rwm.RetryError
@@ -306,7 +305,7 @@ func TestRetry(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		c := cfg
 		c.Sleep = func(ctx context.Context, d time.Duration) error { cancel(); return ctx.Err() }
-		_, err := rwm.NewRetry(rwm.Func(func(context.Context, rwm.Query) (rwm.Prediction, error) {
+		_, err := newRetry(t, rwm.Func(func(context.Context, rwm.Query) (rwm.Prediction, error) {
 			return rwm.Prediction{}, rwm.ErrTransient
 		}), c).Predict(ctx, query(0))
 		require.ErrorIs(t, err, context.Canceled)
@@ -317,7 +316,7 @@ func TestRetry(t *testing.T) {
 		c.Max = time.Hour
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 		defer cancel()
-		_, err := rwm.NewRetry(rwm.Func(func(context.Context, rwm.Query) (rwm.Prediction, error) {
+		_, err := newRetry(t, rwm.Func(func(context.Context, rwm.Query) (rwm.Prediction, error) {
 			return rwm.Prediction{}, rwm.ErrTransient
 		}), c).Predict(ctx, query(0))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -338,7 +337,7 @@ func TestLedger(t *testing.T) {
 		}
 		return nil
 	}}
-	l := rwm.NewLedger(rwm.NewCache(inner, rwm.DefaultCacheConfig()))
+	l := rwm.NewLedger(newCache(t, inner, rwm.DefaultCacheConfig()))
 	ctx := context.Background()
 	_, err := l.Predict(ctx, query(0)) // backend: 100+10 tokens
 	require.NoError(t, err)

@@ -192,6 +192,10 @@ func labComponents(ctx context.Context, o options, store *records.FileStore, w i
 		return serve.Components{}, err
 	}
 	fmt.Fprintf(w, "%d training and %d held-out tasks; M_0 %d records (%d runs paid now)\n", len(train), len(held), m0.Len(), spent.Runs)
-	return serve.Components{World: setting.Validated().NewWorld(l), Builder: l, Executor: pool,
+	world, err := setting.Validated().NewWorld(l)
+	if err != nil {
+		return serve.Components{}, err
+	}
+	return serve.Components{World: world, Builder: l, Executor: pool,
 		Tasks: train, HeldOut: held, Evidence: m0, Catalogue: lab.Catalogue()}, nil
 }

@@ -110,12 +110,15 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 		err = supervise(ctx, m.kind, prof.Steps, pol, m0, &res)
 	case "rl":
 		if world, final, err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res); err == nil && m.rerank {
-			prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, world, final)
+			prop, err = baseline.NewRerank(set.RerankConfig(), pol, world, final)
 		}
 	case "bestknown":
 		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), m0)
 	case "rerank":
-		prop, err = baseline.NewRerank(baseline.DefaultRerankConfig(), pol, newWorld(o, e.lab), m0)
+		var w rwm.WorldModel
+		if w, err = newWorld(o, e.lab); err == nil {
+			prop, err = baseline.NewRerank(set.RerankConfig(), pol, w, m0)
+		}
 	}
 	if err != nil {
 		return res, fmt.Errorf("%s: training: %w", j, err)
@@ -192,7 +195,7 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 
 // newWorld returns the setting's embedded world model over the lab
 // (setting.Setting.NewWorld, as the main job's).
-func newWorld(o options, l *lab.Lab) rwm.WorldModel {
+func newWorld(o options, l *lab.Lab) (rwm.WorldModel, error) {
 	set, _ := o.chosen() // validated
 	return set.NewWorld(l)
 }
@@ -202,7 +205,10 @@ func newWorld(o options, l *lab.Lab) rwm.WorldModel {
 // model and its final evidence (M_0 plus every calibration record).
 func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) (rwm.WorldModel, records.Evidence, error) {
 	prof, _ := o.prof() // validated
-	world := newWorld(o, e.lab)
+	world, err := newWorld(o, e.lab)
+	if err != nil {
+		return nil, records.Evidence{}, err
+	}
 	if m.realGains {
 		world = realGains{b: e.lab, ex: cnt}
 	}
@@ -294,33 +300,17 @@ func calibrationResult(c *lm2lm.CalibrationReport) CalibrationResult {
 }
 
 // supervise trains the policy by maximum likelihood on the real records of
-// M_0 instead of RL (METHOD.md §1 Data and evaluation, baselines): "sft"
-// imitates every feasible record, "rft" (RFT-Real) only those with a
+// M_0 instead of RL (baseline.SupervisedItems and baseline.Supervise):
+// "sft" imitates every feasible record, "rft" (RFT-Real) only those with a
 // positive gain; one Supervise step per training step, on the whole set.
 func supervise(ctx context.Context, kind string, steps int, pol *proposer.Policy, m0 records.Evidence, res *Result) error {
-	var items []proposer.Item
-	for _, r := range m0.Records() {
-		if r.Infeasible != "" || (kind == "rft" && r.Gain <= 0) {
-			continue
-		}
-		toks, err := pol.Encode(r.Proposal)
-		if err != nil {
-			continue // a record outside the catalogue cannot be imitated
-		}
-		items = append(items, proposer.Item{State: records.State{Task: r.Task},
-			Sample: proposer.Sample{Proposal: r.Proposal, Tokens: toks}})
+	items, err := baseline.SupervisedItems(baseline.Supervision(kind), pol, m0)
+	if err != nil {
+		return err
 	}
-	if len(items) == 0 {
-		return fmt.Errorf("%s: no records of M_0 to imitate", kind)
-	}
-	for i := 0; i < steps; i++ {
-		st, err := pol.Supervise(ctx, items)
-		if err != nil {
-			return err
-		}
-		res.Steps = append(res.Steps, StepResult{Step: i + 1, Loss: st.Loss, Entropy: st.Entropy})
-	}
-	return nil
+	return baseline.Supervise(ctx, pol, items, steps, func(i int, st proposer.Stats) {
+		res.Steps = append(res.Steps, StepResult{Step: i, Loss: st.Loss, Entropy: st.Entropy})
+	})
 }
 
 // realGains is the real-gains diagnostic's world model: each prediction is

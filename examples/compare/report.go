@@ -94,7 +94,7 @@ type PartSummary struct {
 	Summary evalstat.Summary `json:"summary"`
 	// VsBest pairs a trained method (not a baseline) with the baseline of
 	// the highest Avg@K on this part, state by state, with its own
-	// bootstrap (issue 14's criterion: the paired difference on each part).
+	// bootstrap (the paired difference on each part).
 	VsBest *evalstat.Paired `json:"vs_best_baseline,omitempty"`
 	// stratum and cells are the part's stratum and its cells.
 	stratum string

@@ -79,7 +79,11 @@ func run(baseURL, model, apiKey string, n int, seed uint64, timeout time.Duratio
 	if err != nil {
 		return err
 	}
-	ledger := rwm.NewLedger(rwm.NewCache(wm, rwm.DefaultCacheConfig()))
+	cache, err := rwm.NewCache(wm, rwm.DefaultCacheConfig())
+	if err != nil {
+		return err
+	}
+	ledger := rwm.NewLedger(cache)
 
 	history := []records.Record{
 		measured("lr-scale", map[string]string{"factor": "2"}, 0.011),

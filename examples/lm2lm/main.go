@@ -404,7 +404,11 @@ func (o options) historyRecords(p setting.Profile) int {
 // samples its rollouts at the setting's training temperature (the
 // trainer's held-out-task rewards are set in trainerConfig).
 func (j *mainJob) newModels(context.Context) error {
-	j.world = rwm.NewLedger(j.set.NewWorld(j.lab))
+	w, err := j.set.NewWorld(j.lab)
+	if err != nil {
+		return err
+	}
+	j.world = rwm.NewLedger(w)
 	pol, err := j.set.NewPolicy(j.o.seed)
 	if err != nil {
 		return err
@@ -681,35 +685,19 @@ func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train 
 }
 
 // supervise trains the policy by maximum likelihood on the real records of
-// M_0 instead of RL (METHOD.md §1 Data and evaluation, baselines): "sft"
-// imitates every feasible record, "rft" (RFT-Real) only those with a
+// M_0 instead of RL (baseline.SupervisedItems and baseline.Supervise):
+// "sft" imitates every feasible record, "rft" (RFT-Real) only those with a
 // positive gain. One Supervise step per training step, on the whole set.
 func supervise(ctx context.Context, w io.Writer, kind string, steps int, pol *proposer.Policy, m0 records.Evidence, rep *Report) error {
-	var items []proposer.Item
-	for _, r := range m0.Records() {
-		if r.Infeasible != "" || (kind == "rft" && r.Gain <= 0) {
-			continue
-		}
-		toks, err := pol.Encode(r.Proposal)
-		if err != nil {
-			continue // a record outside the catalogue cannot be imitated
-		}
-		items = append(items, proposer.Item{State: records.State{Task: r.Task},
-			Sample: proposer.Sample{Proposal: r.Proposal, Tokens: toks}})
-	}
-	if len(items) == 0 {
-		return fmt.Errorf("-baseline %s: no records to imitate", kind)
+	items, err := baseline.SupervisedItems(baseline.Supervision(kind), pol, m0)
+	if err != nil {
+		return fmt.Errorf("-baseline %s: %w", kind, err)
 	}
 	fmt.Fprintf(w, "\n%s: %d maximum-likelihood steps on %d of %d real records\n", strings.ToUpper(kind), steps, len(items), m0.Len())
-	for i := 0; i < steps; i++ {
-		st, err := pol.Supervise(ctx, items)
-		if err != nil {
-			return err
+	return baseline.Supervise(ctx, pol, items, steps, func(i int, st proposer.Stats) {
+		rep.Steps = append(rep.Steps, Step{Step: i, Loss: st.Loss, Entropy: st.Entropy})
+		if (i-1)%8 == 0 || i == steps {
+			fmt.Fprintf(w, "%5d  NLL %.4f  entropy %.3f\n", i, st.Loss, st.Entropy)
 		}
-		rep.Steps = append(rep.Steps, Step{Step: i + 1, Loss: st.Loss, Entropy: st.Entropy})
-		if i%8 == 0 || i == steps-1 {
-			fmt.Fprintf(w, "%5d  NLL %.4f  entropy %.3f\n", i+1, st.Loss, st.Entropy)
-		}
-	}
-	return nil
+	})
 }

@@ -151,13 +151,6 @@ func TestBuild(t *testing.T) {
 	require.True(t, errors.Is(err, builder.ErrCancelled) && errors.Is(err, context.Canceled))
 }
 
-func TestMeanStd(t *testing.T) {
-	// 1, 2, 3 (hand): mean 2, sample variance (1+0+1)/2 = 1.
-	m, s := meanStd([]float64{1, 2, 3})
-	require.InDelta(t, 2, m, 1e-15)
-	require.InDelta(t, 1, s, 1e-15)
-}
-
 // Proposals come from LLMs as outside text: Apply never panics, and it
 // returns a recipe train.py accepts or an infeasible error.
 func FuzzApply(f *testing.F) {

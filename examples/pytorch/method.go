@@ -107,7 +107,11 @@ func trainPolicy(ctx context.Context, w io.Writer, o options, prof profile, pol 
 	cfg := lm2lm.DefaultConfig()
 	prof.ApplyTrainer(&cfg)
 	cfg.Parallel, cfg.Seed = o.parallel, o.seed
-	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: rwm.NewEmbedded(wcfg), Builder: b, Executor: ex,
+	world, err := rwm.NewEmbedded(wcfg)
+	if err != nil {
+		return 0, err
+	}
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: b, Executor: ex,
 		Tasks: train, Evidence: m0})
 	if err != nil {
 		return 0, err

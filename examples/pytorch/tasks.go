@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/lab/corpus"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -95,7 +95,7 @@ func References(ctx context.Context, b *Builder, ex builder.Executor, store reco
 			return nil, err
 		}
 		t := ts.Task
-		t.RefLoss, t.SeedNoise = meanStd(losses)
+		t.RefLoss, t.SeedNoise = stat.MeanStd(losses)
 		t.SeedNoise = max(t.SeedNoise, minSeedNoise)
 		for _, r := range runs {
 			r.Task, r.Gain, r.Source = t, t.RefLoss-r.Loss, records.Reference
@@ -161,20 +161,4 @@ func storedLoss(rs []records.Record, seed uint64) (float64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// meanStd returns the mean and the sample (n−1) standard deviation.
-func meanStd(xs []float64) (mean, std float64) {
-	for _, x := range xs {
-		mean += x
-	}
-	mean /= float64(len(xs))
-	if len(xs) < 2 {
-		return mean, 0
-	}
-	var ss float64
-	for _, x := range xs {
-		ss += (x - mean) * (x - mean)
-	}
-	return mean, math.Sqrt(ss / float64(len(xs)-1))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/builder/buildertest"
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -154,7 +155,7 @@ func TestReferences(t *testing.T) {
 		ls = append(ls, r.Loss)
 		require.Equal(t, tasks[0].RefLoss-r.Loss, r.Gain)
 	}
-	mean, std := meanStd(ls)
+	mean, std := stat.MeanStd(ls)
 	require.Equal(t, mean, tasks[0].RefLoss)
 	require.Equal(t, std, tasks[0].SeedNoise)
 	j, err := b.Build(ctx, tasks[0], prop("lr-scale", "factor", "2"))

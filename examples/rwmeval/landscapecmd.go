@@ -172,31 +172,52 @@ func landscapeModels(keys []string) ([]rankModel, error) {
 	}
 	// The library's and the validated setting's world models are the
 	// drivers' own (lab/setting); the others move one of their parts.
-	library, ok := setting.Library().NewWorld(lb).(*rwm.Embedded)
-	if !ok {
-		return nil, fmt.Errorf("the library setting's world model is %T, want *rwm.Embedded", setting.Library().NewWorld(lb))
+	lw, err := setting.Library().NewWorld(lb)
+	if err != nil {
+		return nil, fmt.Errorf("the library setting's world model: %w", err)
 	}
-	validated, ok := setting.Validated().NewWorld(lb).(*rwm.Tuned)
+	library, ok := lw.(*rwm.Embedded)
 	if !ok {
-		return nil, fmt.Errorf("the validated setting's world model is %T, want *rwm.Tuned", setting.Validated().NewWorld(lb))
+		return nil, fmt.Errorf("the library setting's world model is %T, want *rwm.Embedded", lw)
+	}
+	vw, err := setting.Validated().NewWorld(lb)
+	if err != nil {
+		return nil, fmt.Errorf("the validated setting's world model: %w", err)
+	}
+	validated, ok := vw.(*rwm.Tuned)
+	if !ok {
+		return nil, fmt.Errorf("the validated setting's world model is %T, want *rwm.Tuned", vw)
 	}
 	base, eff := library.Config(), validated.Base()
 	desc := base
 	desc.DescriptorWeight = 0.5
 	all := map[string]rankModel{
-		"catalogue":  {"catalogue", library},
-		"desc":       {"descriptors", rwm.NewEmbedded(desc)},
-		"desc-tuned": {"descriptors, tuned", rwm.NewTuned(desc, nil)},
-		"fx":         {"effects", rwm.NewEmbedded(eff)},
-		"fx-tuned":   {"effects, tuned", validated},
+		"catalogue": {"catalogue", library},
+		"fx-tuned":  {"effects, tuned", validated},
+	}
+	for _, m := range []struct {
+		key, name string
+		cfg       rwm.EmbeddedConfig
+		tune      bool
+	}{
+		{"desc", "descriptors", desc, false},
+		{"desc-tuned", "descriptors, tuned", desc, true},
+		{"fx", "effects", eff, false},
+	} {
+		wm, err := setting.NewModel(m.cfg, m.tune)
+		if err != nil {
+			return nil, fmt.Errorf("world model %s: %w", m.key, err)
+		}
+		all[m.key] = rankModel{m.name, wm}
 	}
 	for _, v := range variants {
 		c := eff
 		v.set(&c)
-		if err := c.Validate(); err != nil {
+		wm, err := setting.NewModel(c, true)
+		if err != nil {
 			return nil, fmt.Errorf("world model %s: %w", v.key, err)
 		}
-		all[v.key] = rankModel{"effects, tuned, " + v.name, rwm.NewTuned(c, nil)}
+		all[v.key] = rankModel{"effects, tuned, " + v.name, wm}
 	}
 	all["proposal-mean"] = rankModel{"each proposal's mean gain in the context", proposalMean{}}
 	all["fx-tuned-q90"] = rankModel{"effects, tuned, ranked by q90", quantileRank{all["fx-tuned"].model, Z90}}

@@ -1,6 +1,5 @@
 // Command rwmeval measures the embedded world model (rwm.Embedded) on real
-// records of the lab (METHOD.md §1 Research World Model; issue "World
-// models", Checked by):
+// records of the lab (METHOD.md §1 Research World Model):
 //
 //  1. It executes random catalogue proposals on the lab's training tasks
 //     (mechanism-library sampling, METHOD.md §1 Data and evaluation) and keeps
@@ -72,6 +71,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
@@ -308,7 +308,11 @@ func (e *evaluation) accuracyAt(ctx context.Context, n int, priors, tune bool) e
 		tuned = fmt.Sprintf("   noise %.2g, task corr %.2g/%.2g/%.2g, mech corr %.2g, lengthscale %.2g",
 			cfg.NoiseSigmas, cfg.CorrFamily, cfg.CorrMetric, cfg.CorrAny, cfg.CorrMech, cfg.Lengthscale)
 	}
-	s, err := score(ctx, rwm.NewEmbedded(cfg), ev, e.test)
+	m, err := rwm.NewEmbedded(cfg)
+	if err != nil {
+		return err
+	}
+	s, err := score(ctx, m, ev, e.test)
 	if err != nil {
 		return err
 	}
@@ -403,7 +407,9 @@ func (e *evaluation) round(ctx context.Context, x *exploit, round int) error {
 	if err != nil {
 		return err
 	}
-	x.m = rwm.NewEmbedded(cfg)
+	if x.m, err = rwm.NewEmbedded(cfg); err != nil {
+		return err
+	}
 	scores, preds, err := x.scores(ctx)
 	if err != nil {
 		return err
@@ -624,52 +630,11 @@ func score(ctx context.Context, m rwm.WorldModel, ev records.Evidence, test []re
 	return s, nil
 }
 
-// ranks returns the 1-based ranks of xs, ties getting their mean rank.
-func ranks(xs []float64) []float64 {
-	idx := make([]int, len(xs))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return xs[idx[a]] < xs[idx[b]] })
-	r := make([]float64, len(xs))
-	for i := 0; i < len(idx); {
-		j := i
-		for j+1 < len(idx) && xs[idx[j+1]] == xs[idx[i]] {
-			j++
-		}
-		for k := i; k <= j; k++ {
-			r[idx[k]] = float64(i+j)/2 + 1
-		}
-		i = j + 1
-	}
-	return r
-}
-
-// spearman is Spearman's rank correlation: Pearson's r of the ranks.
-// −Inf entries rank lowest.
+// spearman is Spearman's rank correlation (stat.Spearman), 0 where a side
+// is constant. −Inf entries rank lowest.
 func spearman(a, b []float64) float64 {
-	if len(a) != len(b) {
-		panic("rwmeval: spearman: length mismatch")
-	}
-	ra, rb := ranks(a), ranks(b)
-	n := float64(len(a))
-	var ma, mb float64
-	for i := range ra {
-		ma += ra[i]
-		mb += rb[i]
-	}
-	ma /= n
-	mb /= n
-	var sab, saa, sbb float64
-	for i := range ra {
-		sab += (ra[i] - ma) * (rb[i] - mb)
-		saa += (ra[i] - ma) * (ra[i] - ma)
-		sbb += (rb[i] - mb) * (rb[i] - mb)
-	}
-	if saa == 0 || sbb == 0 {
-		return 0
-	}
-	return sab / math.Sqrt(saa*sbb)
+	rho, _ := stat.Spearman(a, b)
+	return rho
 }
 
 // pairwise is the share of same-group pairs with different real values

@@ -7,10 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestRanks(t *testing.T) {
-	require.Equal(t, []float64{2.5, 1, 2.5, 4}, ranks([]float64{5, 1, 5, 9}))
-}
-
 func TestSpearman(t *testing.T) {
 	// Ranks (1,2,3,4) vs (1,3,2,4): d² sum = 2, ρ = 1 − 6·2/(4·15) = 0.8.
 	require.InDelta(t, 0.8, spearman([]float64{1, 2, 3, 4}, []float64{10, 30, 20, 40}), 1e-12)

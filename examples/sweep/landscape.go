@@ -21,6 +21,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/records"
@@ -53,7 +54,7 @@ func runLandscape(ctx context.Context, w, log io.Writer, l *lab.Lab, store recor
 	if err != nil {
 		return err
 	}
-	printLandscape(w, log, rep, median(cpus))
+	printLandscape(w, log, rep, stat.Median(cpus))
 	printCards(log, sw.Cards, rep.Robust.Cards, cfg.SignSigma, len(sw.Tasks))
 	if o.csv != "" {
 		if err := writeCSV(o.csv, sw, rep.Robust.Scores); err != nil {
@@ -272,18 +273,6 @@ func printLandscape(w, log io.Writer, rep lab.LandscapeReport, cpu float64) {
 	for _, f := range fams {
 		fmt.Fprintf(log, "σ floor %s: %.4f\n", f, rep.Floor[f])
 	}
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if n := len(s); n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-	return s[len(s)/2]
 }
 
 // grid is the heat map's card × task matrix (NaN cells, the skipped ones,

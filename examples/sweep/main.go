@@ -1,6 +1,6 @@
 // Command sweep runs the lab's mechanism catalogue on lab tasks and reports
 // which changes help, hurt or are noise, and how much the best change
-// depends on the task (issue 11).
+// depends on the task.
 //
 //	go run ./examples/sweep -landscape                      # the landscape report over the V2 validation tasks
 //	go run ./examples/sweep -task v2s1/val/ar-prose/00      # one task's catalogue as a table and chart

@@ -42,8 +42,8 @@ func TestSigmaInterval(t *testing.T) {
 }
 
 // TestLandscapeTargets runs the whole landscape report (about 1,000 runs,
-// several CPU minutes) and checks the targets as properties of the
-// lab. Too long for CI: set LM2LM_LANDSCAPE=1.
+// several CPU minutes) and checks the landscape's targets as properties of
+// the lab. Too long for CI: set LM2LM_LANDSCAPE=1.
 func TestLandscapeTargets(t *testing.T) {
 	if os.Getenv("LM2LM_LANDSCAPE") != "1" {
 		t.Skip("set LM2LM_LANDSCAPE=1 to run the landscape report")

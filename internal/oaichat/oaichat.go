@@ -34,6 +34,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/internal/wait"
 	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
 )
 
 // Environment variables read when a setting is empty (explicit settings
@@ -58,9 +59,9 @@ var (
 	ErrBodyTooLarge = errors.New("response body too large")
 )
 
-// Transport holds the transport settings that both OpenAI backends
-// (rwm/openai and proposer/openai) share, each exposing it as the embedded
-// Transport of its Config: retries of one call, their waits, and limits.
+// Transport holds the transport part of Settings, which rwm/openai,
+// rwm/verdict and proposer/openai share: retries of one call, their waits,
+// and limits.
 type Transport struct {
 	// MaxRetries after the first attempt of a call; default 3 (library
 	// choice: rides out a short outage; rwm.Retry can add more).
@@ -101,19 +102,47 @@ func (t Transport) Validate() error {
 	return nil
 }
 
-// Settings configure a Client. The owning packages expose them as fields of
-// their Config with defaults and sources.
+// Settings are the endpoint, transport and hooks of an OpenAI-format
+// client: the one settings type of rwm/openai, rwm/verdict and
+// proposer/openai, each of which embeds it in its Config and re-exports it
+// as the alias Settings (with DefaultSettings), so that its fields are
+// promoted (cfg.BaseURL, cfg.MaxRetries) and written once, here. Endpoint
+// fields left empty are read from the environment when a client is built
+// (Resolve; an explicit field always wins).
 type Settings struct {
-	BaseURL, APIKey, Model string
+	// BaseURL of the OpenAI-compatible API, e.g. "http://localhost:8000/v1".
+	// Default "": $OPENAI_BASE_URL, else https://api.openai.com/v1 when an
+	// API key is known (library choice: the SDK's own convention).
+	BaseURL string
+	// APIKey sent as a bearer token. Default "": $OPENAI_API_KEY; empty
+	// sends none (local servers).
+	APIKey string
+	// Model name sent with every request. Default "": $LM2LM_MODEL;
+	// required.
+	Model string
+	// Transport: retries of one call, their waits and the response body
+	// limit; defaults in DefaultTransport (3 retries, 2 min per attempt,
+	// backoff 500 ms doubling to 30 s, a Retry-After beyond MaxDelay fails
+	// the call at once with the transient error carrying it, bodies up to
+	// 4 MiB).
 	Transport
-	HTTPClient *http.Client // nil = the SDK's default client
-	// Sleep waits d or until ctx is done (nil = a timer). Tests inject a
-	// recorder.
+	// HTTPClient carries the requests; nil = the SDK's default client.
+	HTTPClient *http.Client
+	// Sleep waits d between retries or until ctx is done, returning ctx's
+	// error then; nil = a timer honouring ctx. Tests inject a recorder so
+	// that Retry-After is checked without waiting.
 	Sleep func(ctx context.Context, d time.Duration) error
-	// Now is the clock used to read an HTTP-date Retry-After (nil =
-	// time.Now).
+	// Now is the clock used to read an HTTP-date Retry-After; nil =
+	// time.Now.
 	Now func() time.Time
+	// Getenv reads the environment for the empty endpoint fields; nil =
+	// os.Getenv.
+	Getenv func(string) string
 }
+
+// DefaultSettings returns the defaults documented on Settings: no endpoint
+// (the environment's), DefaultTransport, no hooks.
+func DefaultSettings() Settings { return Settings{Transport: DefaultTransport()} }
 
 // Resolve fills empty BaseURL, APIKey and Model from getenv (nil =
 // os.Getenv): an explicit setting wins over OPENAI_BASE_URL, OPENAI_API_KEY
@@ -574,4 +603,47 @@ const MaxDescription = 2000
 func NewTaskLine(t records.Task) TaskLine {
 	return TaskLine{ID: t.ID, Family: t.Family, Metric: string(t.Metric), RefLoss: t.RefLoss,
 		SeedNoise: t.SeedNoise, Budget: t.Budget, Description: Truncate(t.Description, MaxDescription)}
+}
+
+// WorldModelError is the error a world model over a Client returns for a
+// failed call err (prefix names the package, model the model): ctx's end
+// wrapped as it is, a transient failure as an *rwm.TransientError carrying
+// the server's Retry-After, anything else wrapped with the model's name.
+func WorldModelError(ctx context.Context, prefix, model string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", prefix, err)
+	}
+	if errors.Is(err, ErrTransient) {
+		te := &rwm.TransientError{Err: fmt.Errorf("%s: %s: %w", prefix, model, err)}
+		var ae *AttemptError
+		if errors.As(err, &ae) {
+			te.After = ae.RetryAfter
+		}
+		return te
+	}
+	return fmt.Errorf("%s: %s: %w", prefix, model, err)
+}
+
+// IsStatus reports whether err holds an attempt that failed with the HTTP
+// status.
+func IsStatus(err error, status int) bool {
+	var ae *AttemptError
+	return errors.As(err, &ae) && ae.Status == status
+}
+
+// Params returns the request of one system and one user message to model
+// at temperature with seed, capped at maxTokens completion tokens when
+// maxTokens > 0 (else the server's limit); the caller adds any
+// response_format.
+func Params(model, system, user string, temperature float64, seed int64, maxTokens int) openai.ChatCompletionNewParams {
+	p := openai.ChatCompletionNewParams{
+		Model:       model,
+		Messages:    []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(system), openai.UserMessage(user)},
+		Temperature: openai.Float(temperature),
+		Seed:        openai.Int(seed),
+	}
+	if maxTokens > 0 {
+		p.MaxCompletionTokens = openai.Int(int64(maxTokens))
+	}
+	return p
 }

@@ -19,7 +19,7 @@ import (
 
 func TestCatalogueIsValidData(t *testing.T) {
 	cat := cards.Catalogue()
-	// Issue 4: at least 24 cards (the paper curates 40; METHOD.md §1 Vocabulary).
+	// At least 24 cards (the paper curates 40; METHOD.md §1 Vocabulary).
 	require.GreaterOrEqual(t, len(cat), 24)
 	seen := map[string]bool{}
 	for _, c := range cat {

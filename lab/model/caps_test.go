@@ -10,7 +10,7 @@ import (
 )
 
 // A configuration at every field's upper limit is refused before any
-// allocation, as too large (issue: a hand-made Spec at Validate's limits ran
+// allocation, as too large (a hand-made Spec at Validate's limits once ran
 // one step for over 300 s).
 func TestValidateRefusesHugeConfigs(t *testing.T) {
 	c := DefaultConfig()

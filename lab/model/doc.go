@@ -1,5 +1,5 @@
 // Package model trains the lab's tiny language models on CPU and measures
-// their validation loss (issue 4; the metric of METHOD.md §1 Vocabulary:
+// their validation loss (the metric of METHOD.md §1 Vocabulary:
 // bits per byte for autoregressive families, nats per masked token for
 // diffusion families).
 //

@@ -2,7 +2,7 @@ package model
 
 import "math"
 
-// Compute accounting from shapes (issue 11, compute budgets). Only matrix
+// Compute accounting from shapes, for compute budgets. Only matrix
 // multiplies are counted, 2·m·k·n each, as Result.FLOPs counts them;
 // element-wise work (activations, norms, the optimiser) is not.
 //

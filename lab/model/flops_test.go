@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestStepFLOPsHandCount checks the budget formula (issue 11, compute
-// budgets) against counts done by hand from the shapes.
+// TestStepFLOPsHandCount checks the compute-budget formula against counts
+// done by hand from the shapes.
 func TestStepFLOPsHandCount(t *testing.T) {
 	base := DefaultConfig() // AR, V 96, context 8, embed 16, one layer of 128, batch 64
 	linear := base

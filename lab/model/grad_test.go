@@ -58,7 +58,7 @@ func objective(m *net, B int, target []int32, eps float64, seed uint64) float64 
 
 func TestGradientsMatchFiniteDifferences(t *testing.T) {
 	// Every activation, norm, residual, dropout, label smoothing and each
-	// objective (issue 4 item 2: "finite-difference gradient tests").
+	// objective has a finite-difference gradient test.
 	tests := []struct {
 		name string
 		edit func(*Config)

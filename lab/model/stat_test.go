@@ -9,7 +9,7 @@ import (
 )
 
 func TestKnownEffectsOnOpticks(t *testing.T) {
-	// Issue 4 "Checked by": on the Opticks text a ×10 learning rate hurts and
+	// On the Opticks text a ×10 learning rate hurts and
 	// a wider embedding (16 → 32) helps, with shared seeds (METHOD.md §1
 	// Vocabulary: gain g = b_e − ℓ, positive = better).
 	if testing.Short() {

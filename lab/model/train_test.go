@@ -39,7 +39,7 @@ func quickConfig(obj Objective) Config {
 }
 
 func TestDeterministic(t *testing.T) {
-	// Issue 4 item 5: same configuration and seed give the same loss bit for
+	// The same configuration and seed give the same loss bit for
 	// bit; a different seed gives a different one.
 	for _, obj := range []Objective{Autoregressive, CentreMasked, MaskedDiffusion} {
 		t.Run(string(obj), func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestLearns(t *testing.T) {
 }
 
 func TestDivergedIsData(t *testing.T) {
-	// Issue 4 item 5: a diverged run is an outcome (Diverged, Reason), not
+	// A diverged run is an outcome (Diverged, Reason), not
 	// an error.
 	tests := []struct {
 		name string
@@ -108,7 +108,7 @@ func TestDivergedIsData(t *testing.T) {
 }
 
 func TestBackendsAgree(t *testing.T) {
-	// Issue 4 item 6: every kernel backend gives the same loss to 4 decimals.
+	// Every kernel backend gives the same loss to 4 decimals.
 	// Run with GOEXPERIMENT=simd or -tags openblas to compare that backend
 	// with the portable one.
 	if kernel.Default() == "go" {

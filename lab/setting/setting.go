@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/rwm"
@@ -42,6 +43,8 @@ type Setting struct {
 	World   World   `json:"world"`
 	Policy  Policy  `json:"policy"`
 	Trainer Trainer `json:"trainer"`
+	// Baselines is how the comparison's baselines are configured.
+	Baselines Baselines `json:"baselines"`
 }
 
 // World is the embedded world model's part of a setting (METHOD.md §1
@@ -101,6 +104,26 @@ type Trainer struct {
 	HeldOutTask bool `json:"held_out_task"`
 }
 
+// Baselines is the baselines' part of a setting: each baseline in its
+// strongest version chosen on validation, like every method's setting.
+type Baselines struct {
+	// RerankHistory has the world-model rerank read each state's own
+	// history (baseline.RerankConfig.History: the state's real records of
+	// its task join M for that state's predictions), for the Rerank
+	// baseline and for LM2LM's rerank of its trained policy. Library
+	// choice: METHOD.md's W reads M; the state's history is the evidence a
+	// rerank at test time has in hand.
+	RerankHistory bool `json:"rerank_history"`
+}
+
+// RerankConfig returns baseline.DefaultRerankConfig with the setting's
+// Baselines.RerankHistory.
+func (s Setting) RerankConfig() baseline.RerankConfig {
+	c := baseline.DefaultRerankConfig()
+	c.History = s.Baselines.RerankHistory
+	return c
+}
+
 // Validated is the setting chosen on lab v2's validation splits with
 // examples/compare (the third look's, with the nearest miss settled on
 // v2-val2's 16 seeds): the world model follows the task descriptors
@@ -108,14 +131,16 @@ type Trainer struct {
 // on its records; the policy has 256 binned descriptor features, no
 // description words and a 32-unit hidden layer, Adam LR 0.02, rollouts at
 // temperature 2 and evaluation at 0.5; the trainer judges each training
-// state as for an unseen task. The main job and the comparison run it by
+// state as for an unseen task; the rerank baselines read each state's own
+// history. The main job and the comparison run it by
 // default.
 func Validated() Setting {
 	return Setting{
-		Name:    "validated",
-		World:   World{Descriptors: 1, Effects: true, Tune: true},
-		Policy:  Policy{LR: 0.02, DescriptionBuckets: 0, DescriptorBuckets: 256, Hidden: 32, TrainTemperature: 2, EvalTemperature: 0.5},
-		Trainer: Trainer{HeldOutTask: true},
+		Name:      "validated",
+		World:     World{Descriptors: 1, Effects: true, Tune: true},
+		Policy:    Policy{LR: 0.02, DescriptionBuckets: 0, DescriptorBuckets: 256, Hidden: 32, TrainTemperature: 2, EvalTemperature: 0.5},
+		Trainer:   Trainer{HeldOutTask: true},
+		Baselines: Baselines{RerankHistory: true},
 	}
 }
 
@@ -129,7 +154,8 @@ func Library() Setting {
 		Name: "library",
 		Policy: Policy{LR: p.Adam.LR, DescriptionBuckets: p.DescriptionBuckets, DescriptorBuckets: p.DescriptorBuckets,
 			Hidden: p.Hidden, TrainTemperature: p.Temperature, EvalTemperature: p.Temperature},
-		Trainer: Trainer{HeldOutTask: lm2lm.DefaultConfig().HeldOutTask},
+		Trainer:   Trainer{HeldOutTask: lm2lm.DefaultConfig().HeldOutTask},
+		Baselines: Baselines{RerankHistory: baseline.DefaultRerankConfig().History},
 	}
 }
 
@@ -156,10 +182,11 @@ func excerpt(s string) string {
 	return s
 }
 
-// NewWorld returns the setting's embedded world model over the lab: the
-// lab catalogue's priors and cards (rwm.PriorsFromCards), the descriptor
-// share, the lab's effects (World.Effects) and re-tuning (World.Tune).
-func (s Setting) NewWorld(l *lab.Lab) rwm.WorldModel {
+// WorldConfig returns the configuration of the setting's embedded world
+// model over the lab: the lab catalogue's priors and cards
+// (rwm.PriorsFromCards), the descriptor share and the lab's effects
+// (World.Effects).
+func (s Setting) WorldConfig(l *lab.Lab) rwm.EmbeddedConfig {
 	cat := lab.Catalogue()
 	cfg := rwm.DefaultEmbeddedConfig()
 	cfg.DescriptorWeight = s.World.Descriptors
@@ -167,10 +194,32 @@ func (s Setting) NewWorld(l *lab.Lab) rwm.WorldModel {
 	if s.World.Effects {
 		cfg = rwm.WithEffects(cfg, l.Effects())
 	}
-	if s.World.Tune {
-		return rwm.NewTuned(cfg, nil)
+	return cfg
+}
+
+// NewWorld returns the setting's embedded world model over the lab:
+// WorldConfig's model, re-tuned on each evidence when World.Tune is set
+// (rwm.Tuned). A configuration the world model refuses is an error wrapping
+// rwm.ErrConfig.
+func (s Setting) NewWorld(l *lab.Lab) (rwm.WorldModel, error) {
+	return NewModel(s.WorldConfig(l), s.World.Tune)
+}
+
+// NewModel returns the embedded world model of cfg, re-tuned on each
+// evidence by rwm.Tuned around cfg when tune is set.
+func NewModel(cfg rwm.EmbeddedConfig, tune bool) (rwm.WorldModel, error) {
+	if tune {
+		m, err := rwm.NewTuned(cfg, nil)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
 	}
-	return rwm.NewEmbedded(cfg)
+	m, err := rwm.NewEmbedded(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // PolicyConfig returns proposer.DefaultPolicyConfig with the setting's

@@ -20,7 +20,9 @@ import (
 func TestNewWorld(t *testing.T) {
 	l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
 	require.NoError(t, err)
-	plain, ok := setting.Library().NewWorld(l).(*rwm.Embedded)
+	lw, err := setting.Library().NewWorld(l)
+	require.NoError(t, err)
+	plain, ok := lw.(*rwm.Embedded)
 	require.True(t, ok, "library: the embedded model itself, untuned")
 	c := plain.Config()
 	require.Zero(t, c.DescriptorWeight)
@@ -28,7 +30,9 @@ func TestNewWorld(t *testing.T) {
 	require.Equal(t, lab.Catalogue(), c.Cards)
 	require.Len(t, c.Priors, len(rwm.PriorsFromCards(lab.Catalogue())))
 
-	tuned, ok := setting.Validated().NewWorld(l).(*rwm.Tuned)
+	vw, err := setting.Validated().NewWorld(l)
+	require.NoError(t, err)
+	tuned, ok := vw.(*rwm.Tuned)
 	require.True(t, ok, "validated: rwm.Tuned")
 	b := tuned.Base()
 	require.Equal(t, 1.0, b.DescriptorWeight)

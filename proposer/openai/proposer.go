@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"strings"
-	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 
@@ -42,13 +40,12 @@ var (
 // Config parameterises a Proposer. Endpoint fields left empty are read from
 // the environment when the proposer is built (an explicit field wins).
 type Config struct {
-	// BaseURL of the OpenAI-compatible API. Default "": $OPENAI_BASE_URL,
-	// else https://api.openai.com/v1 when an API key is known.
-	BaseURL string
-	// APIKey sent as a bearer token. Default "": $OPENAI_API_KEY.
-	APIKey string
-	// Model name. Default "": $LM2LM_MODEL; required.
-	Model string
+	// Settings: the endpoint (BaseURL, APIKey and Model, each read from
+	// the environment when empty), the Transport (retries, timeouts, the
+	// response body limit) and the hooks (HTTPClient, Sleep, Now, Getenv)
+	// that rwm/openai, rwm/verdict and proposer/openai share; its fields are
+	// promoted. Defaults in DefaultSettings.
+	Settings
 	// Temperature of sampling; default 1 (METHOD.md §1 Policy optimisation:
 	// rollouts at temperature 1.0).
 	Temperature float64
@@ -76,31 +73,25 @@ type Config struct {
 	// HistoryTextChars truncates each history record's text in the prompt;
 	// default 300.
 	HistoryTextChars int
-	// Transport: retries of one request, their waits and the response
-	// body limit, shared with rwm/openai; defaults in DefaultTransport (3
-	// retries, 2m per attempt, backoff 500ms doubling to 30s, a Retry-After
-	// beyond MaxDelay fails at once, bodies up to 4 MiB).
-	Transport
-	// HTTPClient carries the requests; nil = the SDK's default client.
-	HTTPClient *http.Client
-	// Sleep waits between retries; nil = a timer honouring ctx.
-	Sleep func(ctx context.Context, d time.Duration) error
-	// Getenv reads the environment; nil = os.Getenv.
-	Getenv func(string) string
 }
 
-// Transport is the transport settings shared by both OpenAI backends
-// (retries, timeouts, response limit); see its fields.
+// Settings are the endpoint, transport and hooks that rwm/openai,
+// rwm/verdict and proposer/openai share: one type for the three clients,
+// embedded in each Config; see its fields.
+type Settings = oaichat.Settings
+
+// Transport is the transport part of Settings (retries, timeouts, the
+// response body limit); see its fields.
 type Transport = oaichat.Transport
 
-// DefaultTransport returns the transport defaults.
-func DefaultTransport() Transport { return oaichat.DefaultTransport() }
+// DefaultSettings returns the defaults documented on Settings.
+func DefaultSettings() Settings { return oaichat.DefaultSettings() }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
 		Temperature: 1, MaxTokens: 512, Logprobs: true, UseN: true, AllowNoChange: true,
-		HistoryTextChars: 300, Transport: DefaultTransport(),
+		HistoryTextChars: 300, Settings: DefaultSettings(),
 	}
 }
 
@@ -149,10 +140,7 @@ func New(cfg Config) (*Proposer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s, err := oaichat.Resolve(oaichat.Settings{
-		BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
-		Transport: cfg.Transport, HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
-	}, cfg.Getenv)
+	s, err := oaichat.Resolve(cfg.Settings, cfg.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("proposer/openai: %w", err)
 	}
@@ -164,19 +152,13 @@ func New(cfg Config) (*Proposer, error) {
 // Config returns the proposer's configuration with the endpoint resolved.
 func (p *Proposer) Config() Config { return p.cfg }
 
-// Usage is the running total of a proposer's calls.
-type Usage struct {
-	Calls            int64 // completions received
-	Attempts         int64 // HTTP attempts, failed ones and retries included
-	PromptTokens     int64
-	CompletionTokens int64
-}
+// Usage is the running total of a proposer's calls (one type with the other
+// OpenAI-format clients'): completions received, HTTP attempts (failed
+// ones and retries included) and tokens.
+type Usage = oaichat.Usage
 
 // Usage returns the totals since the proposer was built.
-func (p *Proposer) Usage() Usage {
-	u := p.client.Total()
-	return Usage{Calls: u.Calls, Attempts: u.Attempts, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
-}
+func (p *Proposer) Usage() Usage { return p.client.Total() }
 
 // Propose samples n proposals for s. Each request carries a seed drawn
 // from rng (rng.Int64()), so a server that honours seeds reproduces a

@@ -25,7 +25,11 @@ func TestWithWrappers(t *testing.T) {
 	srv := oaitest.New(t, fakeWorld)
 	m := newTestModel(t, srv, &sleeps{}, nil)
 	rwmtest.Run(t, func(t *testing.T) rwm.WorldModel {
-		return rwm.NewLedger(rwm.NewCache(rwm.NewLimit(m, 2), rwm.DefaultCacheConfig()))
+		l, err := rwm.NewLimit(m, 2)
+		require.NoError(t, err)
+		c, err := rwm.NewCache(l, rwm.DefaultCacheConfig())
+		require.NoError(t, err)
+		return rwm.NewLedger(c)
 	}, rwmtest.Options{Deterministic: true})
 }
 

@@ -2,12 +2,10 @@ package openai
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"sync/atomic"
-	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
@@ -32,16 +30,12 @@ const (
 // Config parameterises a Model. Endpoint fields left empty are read from
 // the environment when the model is built (an explicit field always wins).
 type Config struct {
-	// BaseURL of the OpenAI-compatible API, e.g. "http://localhost:8000/v1".
-	// Default "": $OPENAI_BASE_URL, else https://api.openai.com/v1 when an
-	// API key is known (library choice: the SDK's own convention).
-	BaseURL string
-	// APIKey sent as a bearer token. Default "": $OPENAI_API_KEY; empty
-	// sends none (local servers).
-	APIKey string
-	// Model name sent with every request. Default "": $LM2LM_MODEL;
-	// required.
-	Model string
+	// Settings: the endpoint (BaseURL, APIKey and Model, each read from
+	// the environment when empty), the Transport (retries, timeouts, the
+	// response body limit) and the hooks (HTTPClient, Sleep, Now, Getenv)
+	// that rwm/openai, rwm/verdict and proposer/openai share; its fields are
+	// promoted. Defaults in DefaultSettings.
+	Settings
 	// Temperature of the world model's sampling; default 0. Library choice:
 	// the paper's W is frozen (METHOD.md §1 Research World Model), so the
 	// same query should get the same answer.
@@ -80,27 +74,19 @@ type Config struct {
 	// ProposalTextChars the query proposal's, when ShowProposalText is
 	// set; defaults 240 and 2000; 0 omits that text.
 	RecordTextChars, ProposalTextChars int
-	// Transport: retries of one call, their waits and the response body
-	// limit, shared with proposer/openai; defaults in DefaultTransport
-	// (3 retries, 2m per attempt, backoff 500ms doubling to 30s, a
-	// Retry-After beyond MaxDelay fails the call at once with an
-	// *rwm.TransientError carrying it, bodies up to 4 MiB).
-	Transport
-	// HTTPClient carries the requests; nil = the SDK's default client.
-	HTTPClient *http.Client
-	// Sleep waits between retries; nil = a timer honouring ctx. Tests inject
-	// a recorder so that Retry-After is checked without waiting.
-	Sleep func(ctx context.Context, d time.Duration) error
-	// Getenv reads the environment; nil = os.Getenv.
-	Getenv func(string) string
 }
 
-// Transport is the transport settings shared by both OpenAI backends
-// (retries, timeouts, response limit); see its fields.
+// Settings are the endpoint, transport and hooks that rwm/openai,
+// rwm/verdict and proposer/openai share: one type for the three clients,
+// embedded in each Config; see its fields.
+type Settings = oaichat.Settings
+
+// Transport is the transport part of Settings (retries, timeouts, the
+// response body limit); see its fields.
 type Transport = oaichat.Transport
 
-// DefaultTransport returns the transport defaults.
-func DefaultTransport() Transport { return oaichat.DefaultTransport() }
+// DefaultSettings returns the defaults documented on Settings.
+func DefaultSettings() Settings { return oaichat.DefaultSettings() }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
@@ -110,7 +96,7 @@ func DefaultConfig() Config {
 		ContextChars:      24000,
 		RecordTextChars:   240,
 		ProposalTextChars: 2000,
-		Transport:         DefaultTransport(),
+		Settings:          DefaultSettings(),
 	}
 }
 
@@ -154,10 +140,7 @@ func New(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s, err := oaichat.Resolve(oaichat.Settings{
-		BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
-		Transport: cfg.Transport, HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
-	}, cfg.Getenv)
+	s, err := oaichat.Resolve(cfg.Settings, cfg.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("rwm/openai: %w", err)
 	}
@@ -180,19 +163,13 @@ func (m *Model) ID() string { return m.id }
 // Config returns the model's configuration with the endpoint resolved.
 func (m *Model) Config() Config { return m.cfg }
 
-// Usage is the running total of a model's calls.
-type Usage struct {
-	Calls            int64 // completions received
-	Attempts         int64 // HTTP attempts, failed ones and retries included
-	PromptTokens     int64
-	CompletionTokens int64
-}
+// Usage is the running total of a model's calls (one type with the other
+// OpenAI-format clients'): completions received, HTTP attempts (failed
+// ones and retries included) and tokens.
+type Usage = oaichat.Usage
 
 // Usage returns the totals since the model was built.
-func (m *Model) Usage() Usage {
-	u := m.client.Total()
-	return Usage{Calls: u.Calls, Attempts: u.Attempts, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
-}
+func (m *Model) Usage() Usage { return m.client.Total() }
 
 // ResponseSchema is the JSON schema of the answer sent with FormatJSONSchema.
 var ResponseSchema = map[string]any{
@@ -218,15 +195,7 @@ func (m *Model) format() Format {
 }
 
 func (m *Model) params(system, user string, format Format) sdk.ChatCompletionNewParams {
-	p := sdk.ChatCompletionNewParams{
-		Model:       m.cfg.Model,
-		Messages:    []sdk.ChatCompletionMessageParamUnion{sdk.SystemMessage(system), sdk.UserMessage(user)},
-		Temperature: sdk.Float(m.cfg.Temperature),
-		Seed:        sdk.Int(m.cfg.Seed),
-	}
-	if m.cfg.MaxTokens > 0 {
-		p.MaxCompletionTokens = sdk.Int(int64(m.cfg.MaxTokens))
-	}
+	p := oaichat.Params(m.cfg.Model, system, user, m.cfg.Temperature, m.cfg.Seed, m.cfg.MaxTokens)
 	switch format {
 	case FormatJSONSchema:
 		p.ResponseFormat = sdk.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
@@ -261,7 +230,7 @@ func (m *Model) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error
 	}
 	format := m.format()
 	comp, u, err := m.client.Complete(ctx, m.params(system, user, format))
-	if err != nil && format != FormatText && isStatus(err, http.StatusBadRequest) {
+	if err != nil && format != FormatText && oaichat.IsStatus(err, http.StatusBadRequest) {
 		// The server may not support the response format: ask for JSON in
 		// text, which ParsePrediction reads anyway, and keep doing so if
 		// that works.
@@ -274,7 +243,7 @@ func (m *Model) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error
 		}
 	}
 	if err != nil {
-		return rwm.Prediction{}, m.callError(ctx, err)
+		return rwm.Prediction{}, oaichat.WorldModelError(ctx, "rwm/openai", m.cfg.Model, err)
 	}
 	usage := rwm.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 	ch := comp.Choices[0]
@@ -298,24 +267,4 @@ func (m *Model) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error
 		return p, err
 	}
 	return p, nil
-}
-
-func (m *Model) callError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("rwm/openai: predict: %w", err)
-	}
-	if errors.Is(err, oaichat.ErrTransient) {
-		te := &rwm.TransientError{Err: fmt.Errorf("rwm/openai: %s: %w", m.cfg.Model, err)}
-		var ae *oaichat.AttemptError
-		if errors.As(err, &ae) {
-			te.After = ae.RetryAfter
-		}
-		return te
-	}
-	return fmt.Errorf("rwm/openai: %s: %w", m.cfg.Model, err)
-}
-
-func isStatus(err error, status int) bool {
-	var ae *oaichat.AttemptError
-	return errors.As(err, &ae) && ae.Status == status
 }

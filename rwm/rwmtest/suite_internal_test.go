@@ -51,7 +51,14 @@ func runCheck(t *testing.T, name string, m rwm.WorldModel, opts Options) (msgs [
 	return nil
 }
 
-func embedded() rwm.WorldModel { return rwm.NewEmbedded(rwm.DefaultEmbeddedConfig()) }
+// embedded returns the default embedded model, a valid config's.
+func embedded() rwm.WorldModel {
+	m, err := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
 
 // edit wraps m, editing its predictions.
 func edit(m rwm.WorldModel, f func(p *rwm.Prediction)) rwm.WorldModel {

@@ -125,7 +125,7 @@ func TestRetryAfterCap(t *testing.T) {
 	var te *rwm.TransientError
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, time.Hour, te.After)
-	require.Equal(t, []time.Duration{2 * time.Second}, sleeps.All(), "no wait beyond MaxDelay (%v)", DefaultTransport().MaxDelay)
+	require.Equal(t, []time.Duration{2 * time.Second}, sleeps.All(), "no wait beyond MaxDelay (%v)", DefaultSettings().MaxDelay)
 	require.Equal(t, 3, srv.Count(), "not retried")
 	require.Equal(t, 30*time.Second, DefaultConfig().MaxDelay)
 }

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
-	"time"
 	"unicode/utf8"
 
 	sdk "github.com/openai/openai-go/v3"
@@ -27,7 +26,15 @@ import (
 // the environment when the model is built ($OPENAI_BASE_URL,
 // $OPENAI_API_KEY, $LM2LM_MODEL; an explicit field always wins).
 type Config struct {
-	BaseURL, APIKey, Model string
+	// Settings: the endpoint (BaseURL, APIKey and Model, each read from
+	// the environment when empty), the Transport (retries, timeouts, the
+	// response body limit) and the hooks (HTTPClient, Sleep, Now, Getenv)
+	// that rwm/openai, rwm/verdict and proposer/openai share; its fields are
+	// promoted (cfg.MaxRetries names the retries). Defaults in
+	// DefaultSettings; a Transport.MaxBodyBytes of 0 means the default
+	// 4 MiB here, so that a Config written out without Transport keeps the
+	// limit it had (a longer body is ErrBodyTooLarge, not retried).
+	Settings
 	// Temperature; default 0 (library choice: WMRL's world model is frozen
 	// and prompted only, METHOD.md §2, so the same solution should get the
 	// same verdict). Seed is sent with every request; default 0.
@@ -54,36 +61,24 @@ type Config struct {
 	// MaxCodeBytes is the most of a solution shown; default 32000 (library
 	// choice: about 8k tokens). Longer code is cut with a marker.
 	MaxCodeBytes int
-	// Transport: retries of one call, their waits and the response body
-	// limit, the settings rwm/openai and proposer/openai share (its fields
-	// MaxRetries, Timeout, BaseDelay, MaxDelay and MaxBodyBytes are
-	// promoted, so cfg.MaxRetries still names the retries); defaults in
-	// DefaultTransport: 3 retries, 2 min per attempt, backoff 500 ms
-	// doubling to 30 s, a Retry-After beyond MaxDelay fails the call at
-	// once with an *rwm.TransientError carrying it, bodies up to 4 MiB (a
-	// longer one is ErrBodyTooLarge, not retried). MaxBodyBytes 0 means
-	// the default 4 MiB here, so that a Config written out without
-	// Transport keeps the limit it had.
-	Transport
-	// HTTPClient carries the requests; nil = the SDK's default client.
-	HTTPClient *http.Client
-	// Sleep waits between retries; nil = a timer honouring ctx.
-	Sleep func(ctx context.Context, d time.Duration) error
-	// Getenv reads the environment; nil = os.Getenv.
-	Getenv func(string) string
 }
 
-// Transport is the transport settings shared by the OpenAI-format
-// backends (retries, timeouts, response limit); see its fields.
+// Settings are the endpoint, transport and hooks that rwm/openai,
+// rwm/verdict and proposer/openai share: one type for the three clients,
+// embedded in each Config; see its fields.
+type Settings = oaichat.Settings
+
+// Transport is the transport part of Settings (retries, timeouts, the
+// response body limit); see its fields.
 type Transport = oaichat.Transport
 
-// DefaultTransport returns the transport defaults.
-func DefaultTransport() Transport { return oaichat.DefaultTransport() }
+// DefaultSettings returns the defaults documented on Settings.
+func DefaultSettings() Settings { return oaichat.DefaultSettings() }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{JSONSchema: true, Checks: DefaultChecks(), Quality: reward.DefaultQualityTable(), MinConfidence: 0.5,
-		MaxCodeBytes: 32000, Transport: DefaultTransport()}
+		MaxCodeBytes: 32000, Settings: DefaultSettings()}
 }
 
 // Validate reports the first problem with c.
@@ -115,7 +110,7 @@ func (c Config) Validate() error {
 func (c Config) transport() Transport {
 	t := c.Transport
 	if t.MaxBodyBytes == 0 {
-		t.MaxBodyBytes = DefaultTransport().MaxBodyBytes
+		t.MaxBodyBytes = DefaultSettings().MaxBodyBytes
 	}
 	return t
 }
@@ -155,10 +150,9 @@ func New(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s, err := oaichat.Resolve(oaichat.Settings{
-		BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
-		Transport: cfg.transport(), HTTPClient: cfg.HTTPClient, Sleep: cfg.Sleep,
-	}, cfg.Getenv)
+	st := cfg.Settings
+	st.Transport = cfg.transport()
+	s, err := oaichat.Resolve(st, cfg.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("rwm/verdict: %w", err)
 	}
@@ -300,15 +294,7 @@ func (j Judgement) Prediction() rwm.Prediction {
 }
 
 func (m *Model) params(system, user string, schema bool) sdk.ChatCompletionNewParams {
-	p := sdk.ChatCompletionNewParams{
-		Model:       m.cfg.Model,
-		Messages:    []sdk.ChatCompletionMessageParamUnion{sdk.SystemMessage(system), sdk.UserMessage(user)},
-		Temperature: sdk.Float(m.cfg.Temperature),
-		Seed:        sdk.Int(m.cfg.Seed),
-	}
-	if m.cfg.MaxTokens > 0 {
-		p.MaxCompletionTokens = sdk.Int(int64(m.cfg.MaxTokens))
-	}
+	p := oaichat.Params(m.cfg.Model, system, user, m.cfg.Temperature, m.cfg.Seed, m.cfg.MaxTokens)
 	if schema {
 		p.ResponseFormat = sdk.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
 			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "verdict", Strict: sdk.Bool(true), Schema: ResponseSchema},
@@ -323,7 +309,7 @@ func (m *Model) params(system, user string, schema bool) sdk.ChatCompletionNewPa
 func (m *Model) complete(ctx context.Context, system, user string) (string, bool, rwm.Usage, error) {
 	schema := m.cfg.JSONSchema && !m.textOnly.Load()
 	comp, u, err := m.client.Complete(ctx, m.params(system, user, schema))
-	if err != nil && schema && isStatus(err, http.StatusBadRequest) {
+	if err != nil && schema && oaichat.IsStatus(err, http.StatusBadRequest) {
 		var u2 oaichat.Usage
 		comp, u2, err = m.client.Complete(ctx, m.params(system, user, false))
 		u = u.Add(u2)
@@ -334,7 +320,7 @@ func (m *Model) complete(ctx context.Context, system, user string) (string, bool
 	}
 	usage := rwm.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 	if err != nil {
-		return "", schema, usage, m.callError(ctx, err)
+		return "", schema, usage, oaichat.WorldModelError(ctx, "rwm/verdict", m.cfg.Model, err)
 	}
 	ch := comp.Choices[0]
 	if ch.Message.Refusal != "" || ch.FinishReason == "content_filter" {
@@ -348,24 +334,4 @@ func (m *Model) complete(ctx context.Context, system, user string) (string, bool
 		return "", schema, usage, &ParseError{Detail: "the answer was cut at the token limit", Content: oaichat.Truncate(ch.Message.Content, 200), Err: ErrNoJSON}
 	}
 	return ch.Message.Content, schema, usage, nil
-}
-
-func (m *Model) callError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("rwm/verdict: %w", err)
-	}
-	if errors.Is(err, oaichat.ErrTransient) {
-		te := &rwm.TransientError{Err: fmt.Errorf("rwm/verdict: %s: %w", m.cfg.Model, err)}
-		var ae *oaichat.AttemptError
-		if errors.As(err, &ae) {
-			te.After = ae.RetryAfter
-		}
-		return te
-	}
-	return fmt.Errorf("rwm/verdict: %s: %w", m.cfg.Model, err)
-}
-
-func isStatus(err error, status int) bool {
-	var ae *oaichat.AttemptError
-	return errors.As(err, &ae) && ae.Status == status
 }

@@ -227,7 +227,7 @@ func TestConfig(t *testing.T) {
 		edit(&c)
 		require.Error(t, c.Validate())
 	}
-	_, err := New(Config{Checks: DefaultChecks(), Quality: reward.DefaultQualityTable(), Getenv: func(string) string { return "" }})
+	_, err := New(Config{Checks: DefaultChecks(), Quality: reward.DefaultQualityTable(), Settings: Settings{Getenv: func(string) string { return "" }}})
 	require.ErrorIs(t, err, ErrNotConfigured)
 
 	// A custom battery of two checks asks for two predictions.

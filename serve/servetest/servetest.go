@@ -164,7 +164,11 @@ func Components(opt Options) (serve.Components, *Executor, error) {
 	if err != nil {
 		return serve.Components{}, nil, err
 	}
-	var world rwm.WorldModel = rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	emb, err := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	if err != nil {
+		return serve.Components{}, nil, err
+	}
+	var world rwm.WorldModel = emb
 	if opt.PredictDelay > 0 {
 		world = slowWorld{WorldModel: world, d: opt.PredictDelay, arm: opt.PredictArm}
 	}

@@ -1,6 +1,6 @@
 // Package kernel holds the float32 matrix-multiply kernels of the lab's
-// tiny language models (issue 4, item 6; issue 16: assembly kernels chosen
-// at run time in the default build). It implements no METHOD.md formula;
+// tiny language models (assembly kernels chosen at run time in the default
+// build). It implements no METHOD.md formula;
 // it only makes the lab's real training runs (METHOD.md §1 Vocabulary,
 // "Task") cheap enough to run many of them on a laptop.
 //

@@ -13,8 +13,8 @@ type goImpl struct{}
 func (goImpl) name() string { return "go" }
 
 // Gonum's Sgemm starts goroutines once a product has four or more 64×64
-// blocks; runs must stay single-threaded (issue 4 item 6: "parallel across
-// runs, not within one"), so products are cut into pieces of at most 64
+// blocks; runs must stay single-threaded (parallel across runs, not within
+// one), so products are cut into pieces of at most 64
 // rows and 128 columns (two blocks), which gonum computes serially.
 const (
 	pieceRows = 64

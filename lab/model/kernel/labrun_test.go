@@ -44,8 +44,8 @@ func opticks(tb testing.TB) model.Data {
 
 // TestReferenceLossesAgree: on the reference configuration of each
 // objective (model.DefaultConfig), every backend of this build and CPU
-// reaches the pure-Go loss to 1e-4 relative, the tolerance the lab uses
-// (issue 4 item 6), with the same FLOP count.
+// reaches the pure-Go loss to 1e-4 relative, the tolerance the lab uses,
+// with the same FLOP count.
 func TestReferenceLossesAgree(t *testing.T) {
 	names := kernel.Available()
 	if len(names) == 1 {

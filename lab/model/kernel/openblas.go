@@ -13,7 +13,7 @@ import "unsafe"
 
 func init() {
 	// One thread per product: runs are parallel across runs, not within
-	// one (issue 4 item 6).
+	// one.
 	C.openblas_set_num_threads(1)
 }
 
