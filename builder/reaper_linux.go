@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lm2lm/lm2lm/internal/reap"
 )
 
 // reaperEnv, when set in a process's environment, makes that process (a
@@ -76,7 +78,7 @@ func runReaper(graceNs string, args []string) int {
 			<-done
 		}
 	}
-	killDescendants()
+	reap.KillDescendants()
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
 		signal.Reset()
@@ -84,60 +86,6 @@ func runReaper(graceNs string, args []string) int {
 		return 128 + int(ws.Signal())
 	}
 	return ws.ExitStatus()
-}
-
-// killDescendants kills and reaps every child of this process until none
-// is left: as a subreaper it inherits the orphans of each one it kills. It
-// never blocks in wait: a child that appeared after a scan of /proc (a fork
-// in flight) is found by the next scan, 10 ms later.
-func killDescendants() {
-	self := os.Getpid()
-	for {
-		for _, pid := range childrenOf(self) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if errors.Is(err, syscall.ECHILD) {
-				return
-			}
-			if pid <= 0 {
-				break
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// childrenOf lists the processes whose parent is ppid, from /proc.
-func childrenOf(ppid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(ppid) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 func withoutVar(env []string, name string) []string {

@@ -2,7 +2,6 @@ package grader
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,9 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lm2lm/lm2lm/internal/reap"
 )
 
 // A run is started as a re-execution of this process's own binary (the
@@ -130,7 +130,7 @@ func runSandbox(specJSON string) int {
 		// PID 1 of a namespace needs no scan: its exit kills every process
 		// left in the namespace, and the grader's wait for it returns once
 		// they are gone. (A scan could miss them where /proc is the host's.)
-		killDescendants()
+		reap.KillDescendants()
 	}
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
@@ -207,61 +207,6 @@ func setupMounts(sp sandboxSpec) error {
 	// where it can signal nothing outside its namespace.
 	_ = syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "")
 	return nil
-}
-
-// killDescendants kills and reaps every child of this process until none
-// is left: as a subreaper it inherits the orphans of each one it kills. It
-// never blocks in wait: a child that appeared after a scan of /proc (a fork
-// in flight) is found by the next scan, 10 ms later. (builder.Subprocess's
-// reaper does the same.)
-func killDescendants() {
-	self := os.Getpid()
-	for {
-		for _, pid := range childrenOf(self) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if errors.Is(err, syscall.ECHILD) {
-				return
-			}
-			if pid <= 0 {
-				break
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// childrenOf lists the processes whose parent is ppid, from /proc.
-func childrenOf(ppid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	want := strconv.Itoa(ppid)
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == want {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // ending is how a run's interpreter ended, from the init's report.
