@@ -24,10 +24,14 @@
 // fenced data block of JSON lines whose fence cannot be closed from inside
 // (see rwm/openai).
 //
-// The library cannot train a remote LLM: ExportBatch writes a DAPO batch
-// (prompt messages, completion, completion tokens, old log-probs, advantage
-// per sample) as JSON lines for the host's trainer; DecodeBatch reads it
-// back. Endpoint settings come from Config or, for empty fields,
+// A Proposer samples from a remote LLM but does not update it. To train
+// an LLM proposer, run the environment service (package serve, the command
+// cmd/lm2lm-serve, docs/service.md): TRL, verl or OpenRLHF sample
+// completions from their policy and the service scores them with the world
+// model and runs the calibration points for real. A host with its own
+// trainer can also take DAPO batches: ExportBatch writes one (prompt
+// messages, completion, completion tokens, old log-probs, advantage per
+// sample) as JSON lines, and DecodeBatch reads it back. Endpoint settings come from Config or, for empty fields,
 // OPENAI_BASE_URL, OPENAI_API_KEY and LM2LM_MODEL (explicit fields win).
 // The package does network I/O; a *Proposer is safe for concurrent use.
 package openai
