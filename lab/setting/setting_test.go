@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
@@ -50,9 +51,13 @@ func TestNewWorld(t *testing.T) {
 func TestValidated(t *testing.T) {
 	v := setting.Validated()
 	require.Equal(t, setting.Setting{Name: "validated",
-		World:   setting.World{Descriptors: 1, Effects: true, Tune: true},
-		Policy:  setting.Policy{LR: 0.02, DescriptorBuckets: 256, Hidden: 32, TrainTemperature: 2, EvalTemperature: 0.5},
-		Trainer: setting.Trainer{HeldOutTask: true}}, v)
+		World:     setting.World{Descriptors: 1, Effects: true, Tune: true},
+		Policy:    setting.Policy{LR: 0.02, DescriptorBuckets: 256, Hidden: 32, TrainTemperature: 2, EvalTemperature: 0.5},
+		Trainer:   setting.Trainer{HeldOutTask: true},
+		Baselines: setting.Baselines{RerankHistory: true}}, v)
+	require.True(t, v.RerankConfig().History, "the rerank baselines read each state's history")
+	require.Equal(t, baseline.DefaultRerankConfig().N, v.RerankConfig().N)
+	require.False(t, setting.Library().RerankConfig().History, "the library's rerank reads M alone")
 	pc := v.PolicyConfig()
 	want := proposer.DefaultPolicyConfig()
 	want.Adam.LR, want.DescriptorBuckets, want.Hidden, want.Temperature = 0.02, 256, 32, 2
@@ -169,7 +174,7 @@ func TestSettingJSON(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"name":"validated","world":{"descriptors":1,"effects":true,"tune":true},
 		"policy":{"lr":0.02,"description_buckets":0,"descriptor_buckets":256,"hidden":32,"train_temperature":2,"eval_temperature":0.5},
-		"trainer":{"held_out_task":true}}`, string(b))
+		"trainer":{"held_out_task":true},"baselines":{"rerank_history":true}}`, string(b))
 	var back setting.Setting
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.Equal(t, setting.Validated(), back)
