@@ -41,12 +41,20 @@ const SecondValSeed = 2
 // suiteTasks returns the lab's tasks for -suite and a predicate telling
 // training and test tasks apart. v2 leaves the validation split out;
 // v2-val evaluates on it instead of the test split (where settings are
-// chosen).
+// chosen). v3-val and v3-test evaluate on lab's V3 splits (four regions:
+// lab.RegionNames) with the V2 suite's training split (lab.V3Test).
 func suiteTasks(suite string) (specs []lab.TaskSpec, isTest func(records.Task) bool) {
 	if suite == "v1" {
 		return lab.SuiteV1(), func(t records.Task) bool { return t.Split != records.Train }
 	}
 	s := lab.SuiteV2(lab.DefaultSuiteSeed)
+	if sp, ok := lab.SplitNamed(suite); ok {
+		// The V3 splits: the V2 training split, evaluated on the
+		// split's four regions (in distribution, compute-starved,
+		// compute-rich, new corpora).
+		specs = append(append([]lab.TaskSpec(nil), s.Train...), sp.Tasks...)
+		return specs, func(t records.Task) bool { return sp.Contains(t.ID) }
+	}
 	if suite == "v2-train" {
 		// A diagnostic, not a result: the trained policy evaluated on
 		// the tasks it was trained on (how far the gap between them and

@@ -18,6 +18,7 @@ import (
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/evalplot"
 	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
 )
 
@@ -33,16 +34,33 @@ type Comparison struct {
 	InfeasibleGain float64         `json:"infeasible_gain_sigma"`
 	// Scale states the robust scale under -scale robust (gains are then on
 	// it, not in σ_e units); absent for raw σ_e units.
-	Scale   *ScaleInfo          `json:"scale,omitempty"`
-	Methods []MethodSummary     `json:"methods"`
-	Pairs   []evalstat.Paired   `json:"pairs"`
-	Runs    map[string][]string `json:"result_files"`
+	Scale *ScaleInfo `json:"scale,omitempty"`
+	// Scheme is the bootstrap of every interval and paired difference
+	// reported (Summary, Pairs, Parts, RegionPairs, and the tables):
+	// evalstat.Hierarchical, which resamples seeds, then tasks within each
+	// region, then states, so the intervals count the tasks.
+	Scheme  string            `json:"interval_scheme"`
+	Methods []MethodSummary   `json:"methods"`
+	Pairs   []evalstat.Paired `json:"pairs"`
+	// PairsStateLevel are Pairs under evalstat.StateLevel (tasks held
+	// fixed), the intervals of earlier reports. Deprecated: kept for this
+	// release only, to compare with earlier reports; removed in the next.
+	PairsStateLevel []evalstat.Paired `json:"pairs_state_level"`
+	// RegionPairs are, for the V3 splits, each of Pairs on each region
+	// apart (evalstat.CompareRegions, Region set), pair by pair in Pairs
+	// order, regions in lab.RegionNames order; absent for other suites.
+	RegionPairs []evalstat.Paired   `json:"region_pairs,omitempty"`
+	Runs        map[string][]string `json:"result_files"`
 }
 
 // MethodSummary is one method over its seeds.
 type MethodSummary struct {
 	Method  string           `json:"method"`
 	Summary evalstat.Summary `json:"summary"`
+	// SummaryStateLevel is Summary under evalstat.StateLevel, the
+	// intervals of earlier reports. Deprecated: kept for this release
+	// only; removed in the next.
+	SummaryStateLevel evalstat.Summary `json:"summary_state_level"`
 	// Budget is the mean over seeds of the real runs the method needs (M_0
 	// and training), paid for or reused; EvalRuns the same for evaluation.
 	Budget, EvalRuns float64
@@ -51,7 +69,8 @@ type MethodSummary struct {
 	CPUSeconds, WallSeconds float64
 	Unmeasured              int `json:"unmeasured_proposals"`
 	// Parts summarises each part of the evaluation split on its own
-	// (lab v2: in- and out-of-distribution), with its own bootstrap.
+	// (lab v2: in- and out-of-distribution; the V3 splits: each region,
+	// lab.RegionNames order), with its own bootstrap.
 	Parts []PartSummary `json:"parts,omitempty"`
 	// EvalPairwise is, with -eval-predict, the trained world model's
 	// within-state pairwise accuracy on the method's evaluation proposals
@@ -90,24 +109,51 @@ func evalPairwise(rs []Result) (*float64, int) {
 
 // PartSummary is a method's statistics on one part of the evaluation split.
 type PartSummary struct {
-	Part    string           `json:"part"` // "in" or "out" of distribution
+	// Part is "in" or "out" of distribution (lab v2), or the region (the
+	// V3 splits: one of lab.RegionNames, also in Summary.Region).
+	Part    string           `json:"part"`
 	Summary evalstat.Summary `json:"summary"`
+	// SummaryStateLevel is Summary under evalstat.StateLevel.
+	// Deprecated: kept for this release only; removed in the next.
+	SummaryStateLevel evalstat.Summary `json:"summary_state_level"`
 	// VsBest pairs a trained method (not a baseline) with the baseline of
 	// the highest Avg@K on this part, state by state, with its own
 	// bootstrap (the paired difference on each part).
 	VsBest *evalstat.Paired `json:"vs_best_baseline,omitempty"`
+	// VsBestStateLevel is VsBest under evalstat.StateLevel.
+	// Deprecated: kept for this release only; removed in the next.
+	VsBestStateLevel *evalstat.Paired `json:"vs_best_baseline_state_level,omitempty"`
 	// stratum and cells are the part's stratum and its cells.
 	stratum string
 	cells   []evalstat.Cell
 }
 
-// partName names a stratum for the tables: "in" or "out" of distribution.
-func partName(stratum string) string {
-	if strings.HasSuffix(stratum, "-out/") {
-		return "out"
+// partName names a stratum for the tables: a V3 region by its name
+// (lab.RegionNames), any other "in" or "out" of distribution; rank orders
+// the parts (RegionNames order, in before out).
+func partName(stratum string) (name string, rank int) {
+	if i := slices.Index(lab.RegionNames, stratum); i >= 0 {
+		return stratum, i
 	}
-	return "in"
+	if strings.HasSuffix(stratum, "-out/") {
+		return "out", 1
+	}
+	return "in", 0
 }
+
+// partLabel is a part's name in the tables' headers.
+func partLabel(part string) string {
+	switch part {
+	case "in":
+		return "in distribution"
+	case "out":
+		return "out of distribution"
+	}
+	return part
+}
+
+// isRegion reports whether a part is a V3 region.
+func isRegion(part string) bool { return slices.Contains(lab.RegionNames, part) }
 
 // partSummaries summarises a method's cells part by part (none for a
 // split of one part, e.g. v1).
@@ -123,14 +169,22 @@ func partSummaries(cfg evalstat.Config, label string, cells []evalstat.Cell) ([]
 	if len(parts) < 2 {
 		return nil, nil
 	}
-	sort.Slice(parts, func(a, b int) bool { return partName(parts[a]) < partName(parts[b]) })
+	sort.SliceStable(parts, func(a, b int) bool {
+		_, ra := partName(parts[a])
+		_, rb := partName(parts[b])
+		return ra < rb
+	})
 	var out []PartSummary
 	for _, p := range parts {
 		s, err := evalstat.Summarize(cfg, label, by[p], bootstrapRNG(cfg.Resamples, "part:"+label+p))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, PartSummary{Part: partName(p), Summary: s, stratum: p, cells: by[p]})
+		name, _ := partName(p)
+		if isRegion(name) {
+			s.Region = name
+		}
+		out = append(out, PartSummary{Part: name, Summary: s, stratum: p, cells: by[p]})
 	}
 	return out, nil
 }
@@ -181,38 +235,77 @@ func bootstrapRNG(resamples int, name string) *rand.Rand {
 	return rand.New(rand.NewPCG(uint64(resamples), h.Sum64()))
 }
 
+// stats are a comparison's figures: under evalstat.Hierarchical (what the
+// tables show) and, for one release, under evalstat.StateLevel.
+type stats struct {
+	sums, sumsState   []evalstat.Summary
+	parts             [][]PartSummary // with their state-level fields filled
+	pairs, pairsState []evalstat.Paired
+	regionPairs       []evalstat.Paired // V3 splits only
+}
+
+// configs returns the bootstrap configuration of the reported intervals
+// (evalstat.Hierarchical) and the state-level one kept beside them, both
+// with -resamples replicates.
+func configs(resamples int) (hier, state evalstat.Config) {
+	state = evalstat.DefaultConfig()
+	state.Resamples = resamples
+	hier = state
+	hier.Scheme = evalstat.Hierarchical
+	return hier, state
+}
+
 // statistics summarises every method, on the whole split and on each of
 // its parts, and pairs each method against Base and each trained method
-// against the best other baseline.
-func statistics(o options, names []string, byMethod map[string][]Result) ([]evalstat.Summary, [][]PartSummary, []evalstat.Paired, error) {
-	cfg := evalstat.DefaultConfig()
-	cfg.Resamples = o.resamples
+// against the best other baseline (on each region too, for the V3
+// splits), under both bootstraps of configs; each figure's bootstrap is
+// seeded by its name (bootstrapRNG), the same under both.
+func statistics(o options, names []string, byMethod map[string][]Result) (stats, error) {
+	cfg, state := configs(o.resamples)
 	cells := map[string][]evalstat.Cell{}
 	for _, m := range names {
-		cells[m] = cellsOf(byMethod[m])
+		cells[m] = cellsOf(o.suite, byMethod[m])
 	}
-	var sums []evalstat.Summary
-	var parts [][]PartSummary
+	var st stats
+	partsState := make([][]PartSummary, len(names))
 	var baselines []string
-	for _, m := range names {
-		s, err := evalstat.Summarize(cfg, methods[m].label, cells[m], bootstrapRNG(o.resamples, m))
+	for i, m := range names {
+		label := methods[m].label
+		s, err := evalstat.Summarize(cfg, label, cells[m], bootstrapRNG(o.resamples, m))
 		if err != nil {
-			return nil, nil, nil, err
+			return st, err
 		}
-		ps, err := partSummaries(cfg, methods[m].label, cells[m])
+		ss, err := evalstat.Summarize(state, label, cells[m], bootstrapRNG(o.resamples, m))
 		if err != nil {
-			return nil, nil, nil, err
+			return st, err
 		}
-		sums, parts = append(sums, s), append(parts, ps)
+		ps, err := partSummaries(cfg, label, cells[m])
+		if err != nil {
+			return st, err
+		}
+		if partsState[i], err = partSummaries(state, label, cells[m]); err != nil {
+			return st, err
+		}
+		for k := range ps {
+			ps[k].SummaryStateLevel = partsState[i][k].Summary
+		}
+		st.sums, st.sumsState, st.parts = append(st.sums, s), append(st.sumsState, ss), append(st.parts, ps)
 		if methods[m].baseline && m != "base" {
 			baselines = append(baselines, s.Method)
 		}
 	}
-	if err := pairPartsWithBest(cfg, names, parts); err != nil {
-		return nil, nil, nil, err
+	if err := pairPartsWithBest(cfg, names, st.parts); err != nil {
+		return st, err
 	}
-	best, hasBest := evalstat.BestOf(sums, baselines...)
-	var pairs []evalstat.Paired
+	if err := pairPartsWithBest(state, names, partsState); err != nil {
+		return st, err
+	}
+	for i := range st.parts {
+		for k := range st.parts[i] {
+			st.parts[i][k].VsBestStateLevel = partsState[i][k].VsBest
+		}
+	}
+	best, hasBest := evalstat.BestOf(st.sums, baselines...)
 	for _, m := range names {
 		against := []string{}
 		if m != "base" && slices.Contains(names, "base") {
@@ -226,14 +319,34 @@ func statistics(o options, names []string, byMethod map[string][]Result) ([]eval
 			}
 		}
 		for _, a := range against {
-			p, err := evalstat.Compare(cfg, methods[m].label, cells[m], methods[a].label, cells[a], bootstrapRNG(o.resamples, m+"\x00"+a))
+			ma, aa := methods[m].label, methods[a].label
+			p, err := evalstat.Compare(cfg, ma, cells[m], aa, cells[a], bootstrapRNG(o.resamples, m+"\x00"+a))
 			if err != nil {
-				return nil, nil, nil, err
+				return st, err
 			}
-			pairs = append(pairs, p)
+			ps, err := evalstat.Compare(state, ma, cells[m], aa, cells[a], bootstrapRNG(o.resamples, m+"\x00"+a))
+			if err != nil {
+				return st, err
+			}
+			st.pairs, st.pairsState = append(st.pairs, p), append(st.pairsState, ps)
+			if isV3(o.suite) {
+				rp, err := evalstat.CompareRegions(cfg, ma, cells[m], aa, cells[a], bootstrapRNG(o.resamples, "region:"+m+"\x00"+a))
+				if err != nil {
+					return st, err
+				}
+				st.regionPairs = append(st.regionPairs, byRegionOrder(rp)...)
+			}
 		}
 	}
-	return sums, parts, pairs, nil
+	return st, nil
+}
+
+// byRegionOrder sorts per-region pairs into lab.RegionNames order.
+func byRegionOrder(ps []evalstat.Paired) []evalstat.Paired {
+	slices.SortStableFunc(ps, func(a, b evalstat.Paired) int {
+		return slices.Index(lab.RegionNames, a.Region) - slices.Index(lab.RegionNames, b.Region)
+	})
+	return ps
 }
 
 // pairPartsWithBest fills each trained method's PartSummary.VsBest: on
@@ -273,6 +386,9 @@ func pairPartsWithBest(cfg evalstat.Config, names []string, parts [][]PartSummar
 			if err != nil {
 				return err
 			}
+			if isRegion(part.Part) {
+				pr.Region = part.Part
+			}
 			parts[i][p].VsBest = &pr
 		}
 	}
@@ -291,14 +407,17 @@ func report(w io.Writer, o options, dir string, results []Result, scale *ScaleIn
 		}
 		byMethod[r.Method] = append(byMethod[r.Method], r)
 	}
-	sums, parts, pairs, err := statistics(o, names, byMethod)
+	st, err := statistics(o, names, byMethod)
 	if err != nil {
 		return err
 	}
+	sums, pairs := st.sums, st.pairs
 	cmp := comparison(o, dir, names, byMethod, sums, pairs)
 	cmp.Scale = scale
+	cmp.PairsStateLevel, cmp.RegionPairs = st.pairsState, st.regionPairs
 	for i := range cmp.Methods {
-		cmp.Methods[i].Parts = parts[i]
+		cmp.Methods[i].SummaryStateLevel = st.sumsState[i]
+		cmp.Methods[i].Parts = st.parts[i]
 	}
 	md := markdown(cmp)
 	js, err := json.MarshalIndent(cmp, "", "  ")
@@ -324,7 +443,7 @@ func report(w io.Writer, o options, dir string, results []Result, scale *ScaleIn
 func comparison(o options, dir string, names []string, byMethod map[string][]Result, sums []evalstat.Summary, pairs []evalstat.Paired) Comparison {
 	set, _ := o.chosen() // validated
 	c := Comparison{Command: command(o), Profile: o.profile, Suite: o.suite, Setting: set, Resamples: o.resamples,
-		InfeasibleGain: infeasibleGain, Pairs: pairs, Runs: map[string][]string{}}
+		InfeasibleGain: infeasibleGain, Scheme: evalstat.Hierarchical.String(), Pairs: pairs, Runs: map[string][]string{}}
 	for s := range o.seeds {
 		c.Seeds = append(c.Seeds, o.firstSeed+uint64(s))
 	}
@@ -353,10 +472,10 @@ func markdown(c Comparison) string {
 	var b strings.Builder
 	if c.Scale != nil {
 		fmt.Fprintf(&b, "`%s`: seeds %v, %d bootstrap replicates, gains on the %s test tasks on the robust scale: %s; "+
-			"an infeasible run counts %g; 95%% intervals in brackets.\n\n", c.Command, c.Seeds, c.Resamples, c.Suite, c.Scale.describe(), c.InfeasibleGain)
+			"an infeasible run counts %g; 95%% intervals in brackets%s.\n\n", c.Command, c.Seeds, c.Resamples, c.Suite, c.Scale.describe(), c.InfeasibleGain, schemeNote(c.Scheme))
 	} else {
 		fmt.Fprintf(&b, "`%s`: seeds %v, %d bootstrap replicates, gains in σ_e units on the %s test tasks, "+
-			"an infeasible run counts %g σ_e; 95%% intervals in brackets.\n\n", c.Command, c.Seeds, c.Resamples, c.Suite, c.InfeasibleGain)
+			"an infeasible run counts %g σ_e; 95%% intervals in brackets%s.\n\n", c.Command, c.Seeds, c.Resamples, c.Suite, c.InfeasibleGain, schemeNote(c.Scheme))
 	}
 	sums := make([]evalstat.Summary, len(c.Methods))
 	for i, m := range c.Methods {
@@ -364,7 +483,11 @@ func markdown(c Comparison) string {
 	}
 	b.WriteString(evalstat.Table(sums, c.Pairs))
 	if len(c.Methods) > 0 && len(c.Methods[0].Parts) > 0 {
-		b.WriteString("\n| method | in distribution: Avg@K | > 2σ_e | out of distribution: Avg@K | > 2σ_e |\n|---|---|---|---|---|\n")
+		b.WriteString("\n| method |")
+		for _, p := range c.Methods[0].Parts {
+			fmt.Fprintf(&b, " %s: Avg@K | > 2σ_e |", partLabel(p.Part))
+		}
+		b.WriteString("\n|---|" + strings.Repeat("---|---|", len(c.Methods[0].Parts)) + "\n")
 		for _, m := range c.Methods {
 			fmt.Fprintf(&b, "| %s |", m.Summary.Method)
 			for _, p := range m.Parts {
@@ -374,6 +497,7 @@ func markdown(c Comparison) string {
 		}
 		partPairs(&b, c.Methods)
 	}
+	regionPairs(&b, c.RegionPairs)
 	b.WriteString("\n| method | real-run budget (M_0 + training, per seed) | evaluation runs per seed | CPU s paid (all seeds) | wall s (all seeds) | unmeasured proposals |\n|---|---|---|---|---|---|\n")
 	for _, m := range c.Methods {
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | %d |\n", m.Summary.Method, m.Budget, m.EvalRuns, m.CPUSeconds, m.WallSeconds, m.Unmeasured)
@@ -403,7 +527,11 @@ func partPairs(b *strings.Builder, ms []MethodSummary) {
 			continue
 		}
 		if !head {
-			b.WriteString("\n| method | in distribution: Δ vs best baseline there | P(better) | out of distribution: Δ vs best baseline there | P(better) |\n|---|---|---|---|---|\n")
+			b.WriteString("\n| method |")
+			for _, p := range m.Parts {
+				fmt.Fprintf(b, " %s: Δ vs best baseline there | P(better) |", partLabel(p.Part))
+			}
+			b.WriteString("\n|---|" + strings.Repeat("---|---|", len(m.Parts)) + "\n")
 			head = true
 		}
 		fmt.Fprintf(b, "| %s |", m.Summary.Method)
@@ -413,6 +541,56 @@ func partPairs(b *strings.Builder, ms []MethodSummary) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// regionPairs writes the per-region paired differences (the V3 splits'
+// RegionPairs), one row per pair of methods, one column group per region;
+// nothing when there are none.
+func regionPairs(b *strings.Builder, ps []evalstat.Paired) {
+	if len(ps) == 0 {
+		return
+	}
+	var regions []string
+	type pair struct{ method, against string }
+	var rows []pair
+	cell := map[pair]map[string]evalstat.Paired{}
+	for _, p := range ps {
+		if !slices.Contains(regions, p.Region) {
+			regions = append(regions, p.Region)
+		}
+		k := pair{p.Method, p.Against}
+		if cell[k] == nil {
+			rows = append(rows, k)
+			cell[k] = map[string]evalstat.Paired{}
+		}
+		cell[k][p.Region] = p
+	}
+	b.WriteString("\n| method | vs |")
+	for _, r := range regions {
+		fmt.Fprintf(b, " %s: Δ | P(better) |", r)
+	}
+	b.WriteString("\n|---|---|" + strings.Repeat("---|---|", len(regions)) + "\n")
+	for _, k := range rows {
+		fmt.Fprintf(b, "| %s | %s |", k.method, k.against)
+		for _, r := range regions {
+			p, ok := cell[k][r]
+			if !ok {
+				b.WriteString(" – | – |")
+				continue
+			}
+			fmt.Fprintf(b, " %s | %.2f [%.2f, %.2f] |", p.Diff, p.PImprove.Point, p.PImprove.Low, p.PImprove.High)
+		}
+		b.WriteString("\n")
+	}
+}
+
+// schemeNote names the bootstrap of the intervals in the header line.
+func schemeNote(scheme string) string {
+	if scheme != evalstat.Hierarchical.String() {
+		return ""
+	}
+	return " from the hierarchical bootstrap (seeds, then tasks within each region, then states: the intervals count the tasks; " +
+		"the JSON keeps the state-level intervals of earlier reports beside them, as *_state_level, for this release only)"
 }
 
 // output is one comparison file.
@@ -484,7 +662,7 @@ func drawCharts(o options, names []string, byMethod map[string][]Result, sums []
 		draw func(io.Writer) error
 	}{
 		{"methods", false, func(w io.Writer) error {
-			return evalplot.Methods(w, fmt.Sprintf("test tasks (suite %s), %s: 95%% intervals%s", o.suite, seeds, scaleTitle(o)), 4, sums, pairs)
+			return evalplot.Methods(w, fmt.Sprintf("test tasks (suite %s), %s: 95%% intervals (hierarchical bootstrap)%s", o.suite, seeds, scaleTitle(o)), 4, sums, pairs)
 		}},
 		{"training", len(train) == 0, func(w io.Writer) error {
 			return evalplot.Training(w, "training curves, mean over "+seeds+" (band: lowest to highest seed)", train)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/progress"
 )
 
@@ -138,20 +139,29 @@ func avgLine(r Result) string {
 	return fmt.Sprintf("Avg@4 %+.2f σ_e", sum/float64(n))
 }
 
-// cellsOf turns results into evalstat cells. The stratum is the part of
-// the test split (lab v2: in- or out-of-distribution; one stratum for v1),
-// so every bootstrap replicate keeps that mix while it resamples states
-// across tasks: the intervals show the spread between tasks, not only
-// between the states of one task.
-func cellsOf(rs []Result) []evalstat.Cell {
+// cellsOf turns results of -suite suite into evalstat cells, each with its
+// task (evalstat.Hierarchical resamples tasks). The stratum is the part of
+// the test split: for the V3 splits its region (lab.RegionOf); for lab v2
+// the in- or out-of-distribution part (stratum, the labels of earlier
+// reports); one stratum for v1. Every bootstrap replicate keeps that mix.
+func cellsOf(suite string, rs []Result) []evalstat.Cell {
+	v3 := isV3(suite)
 	var out []evalstat.Cell
 	for _, r := range rs {
 		for _, s := range r.States {
-			out = append(out, evalstat.Cell{Seed: r.Seed, State: s.ID, Stratum: stratum(s.Task), Gains: s.Gains})
+			c := evalstat.Cell{Seed: r.Seed, State: s.ID, Task: s.Task, Stratum: stratum(s.Task), Gains: s.Gains}
+			if v3 {
+				c.Stratum = lab.RegionOf(s.Task)
+			}
+			out = append(out, c)
 		}
 	}
 	return out
 }
+
+// isV3 reports whether suite is one of lab's V3 splits, whose test tasks
+// fall in the regions lab.RegionNames.
+func isV3(suite string) bool { return suite == lab.V3ValName || suite == lab.V3TestName }
 
 func stratum(task string) string {
 	for _, part := range []string{"/test-in/", "/test-out/", "/val/", "/val-out/"} {
