@@ -74,9 +74,9 @@ type Profile struct {
 // Profiles are the documented profiles.
 var Profiles = map[string]Profile{
 	"tiny": {Name: "tiny", Train: 1, Test: 1, M0: 8, Schedule: calibrate.Schedule{Steps: []int{2, 4}, Budgets: []int{2, 2}},
-		WarmupSteps: 500, WarmupBatch: 32, Steps: 4, States: 2, Group: 4, EvalStates: 4, Epochs: 2},
+		WarmupSteps: 700, WarmupBatch: 32, Steps: 4, States: 2, Group: 4, EvalStates: 4, Epochs: 2},
 	"short": {Name: "short", Train: 2, Test: 1, M0: 16, Schedule: calibrate.Schedule{Steps: []int{8, 16, 24}, Budgets: []int{6, 6, 6}},
-		WarmupSteps: 800, WarmupBatch: 32, Steps: 24, States: 4, Group: 8, EvalStates: 8, Epochs: 2},
+		WarmupSteps: 1000, WarmupBatch: 32, Steps: 24, States: 4, Group: 8, EvalStates: 8, Epochs: 2},
 }
 
 // Options configure Run.

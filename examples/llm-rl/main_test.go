@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -132,14 +131,10 @@ func TestLossMatchesDAPO(t *testing.T) {
 // on held-out states before and after RL.
 func TestTinyProfile(t *testing.T) {
 	requireTorch(t)
-	if testing.Short() {
-		t.Skip("the tiny profile trains a transformer and pays real runs (minutes on two cores); run without -short")
-	}
 	p := Profiles["tiny"]
 	var log strings.Builder
 	s, err := Run(context.Background(), Options{Profile: p, Dir: t.TempDir(), Script: "train.py", Seed: 1, Parallel: 2}, &log)
 	require.NoError(t, err, "%s", log.String())
-	Print(io.Discard, p, s)
 	var report strings.Builder
 	Print(&report, p, s)
 	t.Log("\n" + report.String())

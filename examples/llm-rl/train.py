@@ -10,8 +10,9 @@ Training mode reads research states from the environment service
 accepts), and trains in two phases:
 
 1. Warm-up: supervised next-token training on catalogue-valid answers drawn
-   uniformly (a card, then one allowed value per parameter) for the
-   service's training states. The catalogue comes from the prompt's CARD
+   uniformly (a card, then one allowed value per parameter) for prompts made
+   of the service's training states' TASK lines and zero to three synthetic
+   HISTORY lines (uniform catalogue changes, made-up gains). The catalogue comes from the prompt's CARD
    lines. Measured gains are not used (that is the SFT baseline's data).
 2. RL (METHOD.md §1 Policy optimisation): per step, new states; G sampled
    completions per state with their token log-probs; POST /v1/score (the
@@ -154,13 +155,31 @@ def catalogue_of(state):
 def condense(state):
     """The condensed prompt the model reads (see the module doc)."""
     d = data_lines(state)
-    t = d["TASK"][0] if d["TASK"] else {}
-    parts = ["T %s %s %s" % (t.get("family", "?"), t.get("metric", "?"), t.get("budget", "?"))]
-    for h in d["HISTORY"][-HISTORY_LINES:]:
+    return condense_lines(d["TASK"][0] if d["TASK"] else {}, d["HISTORY"])
+
+
+def condense_lines(task, history):
+    parts = ["T %s %s %s" % (task.get("family", "?"), task.get("metric", "?"), task.get("budget", "?"))]
+    for h in history[-HISTORY_LINES:]:
         ps = " ".join("%s=%s" % kv for kv in sorted((h.get("params") or {}).items()))
         g = h.get("gain_sigmas")
         parts.append("H %s %s %s" % (h.get("mechanism", "?"), ps, "inf" if g is None else "%+.1f" % g))
     return "\n".join(parts)
+
+
+def synthetic_prompt(pool, cat, rng):
+    """A warm-up prompt: a pool state's TASK line and zero to three HISTORY
+    lines of uniformly drawn catalogue changes with made-up gains, so that
+    the model has seen every shape of prompt it will read (no measured gain
+    is used)."""
+    st = rng.choice(pool)
+    d = data_lines(st)
+    hist = []
+    for _ in range(rng.randint(0, HISTORY_LINES)):
+        mech, specs = rng.choice(cat)
+        g = None if rng.random() < 0.1 else rng.gauss(0, 2)
+        hist.append({"mechanism": mech, "params": {n: rng.choice(ch) for n, ch in specs}, "gain_sigmas": g})
+    return condense_lines(d["TASK"][0] if d["TASK"] else {}, hist)
 
 
 def task_words(pool):
@@ -260,7 +279,10 @@ class Policy:
         self.gen.manual_seed(seed)
 
     def prompt_ids(self, state):
-        ids = self.tok.encode(condense(state))[-MAX_PROMPT:]
+        return self.prompt_text_ids(condense(state))
+
+    def prompt_text_ids(self, text):
+        ids = self.tok.encode(text)[-MAX_PROMPT:]
         return [self.tok.stoi[BOS]] + ids + [self.tok.stoi[SEP]]
 
     def batch(self, prompts, answers):
@@ -323,10 +345,10 @@ def warmup(pol, cat, pool, steps, bsz, rng, log):
     for step in range(steps):
         prompts, answers = [], []
         for _ in range(bsz):
-            st = rng.choice(pool)
+            text = synthetic_prompt(pool, cat, rng)
             mech, specs = rng.choice(cat)
             a = answer(mech, [(n, rng.choice(ch)) for n, ch in specs])
-            prompts.append(pol.prompt_ids(st))
+            prompts.append(pol.prompt_text_ids(text))
             answers.append(pol.tok.encode(a) + [pol.eos])
         lp, m, _ = pol.logprobs(prompts, answers)
         loss = -(lp * m).sum() / m.sum()
@@ -433,10 +455,10 @@ def train(args):
     log("condensed prompt of a state (%d tokens): %r" % (len(ex), condense(pool[-1])))
     warmup(pol, cat, pool, args.warmup_steps, args.warmup_batch, rng, log)
 
-    probe = [t for st in pool[:8] for t in pol.sample(st, 8)[0]]
-    wvalid = sum(valid(t, cat) for t in probe) / len(probe)
-    log("after warm-up: %.1f%% of %d samples valid" % (100 * wvalid, len(probe)))
     held = states(args.eval_states, "test", "held-out")
+    probe = [t for st in (pool[:4] + held) for t in pol.sample(st, 8)[0]]
+    wvalid = sum(valid(t, cat) for t in probe) / len(probe)
+    log("after warm-up: %.1f%% of %d samples valid (training and held-out states)" % (100 * wvalid, len(probe)))
     before = evaluate(pol, held, "before")
     log("before RL: valid %.2f, Avg@4 %+.3f (%d runs)" % (before["valid"], before["avg4"], before["runs"]))
 
