@@ -149,6 +149,7 @@ func main() {
 	dir := flag.String("dir", "", "work directory (default: a new temporary one, removed at exit)")
 	seed := flag.Uint64("seed", 1, "seed of the loop, M_0 and train.py")
 	parallel := flag.Int("parallel", 2, "concurrent world-model calls and real runs")
+	script := flag.String("script", filepath.Join("examples", "llm-rl", "train.py"), "path of train.py (the default is relative to the repository root)")
 	flag.Parse()
 	p, ok := Profiles[*name]
 	if !ok {
@@ -167,7 +168,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	s, err := Run(ctx, Options{Profile: p, Dir: d, Script: filepath.Join("examples", "llm-rl", "train.py"), Seed: *seed, Parallel: *parallel}, os.Stderr)
+	s, err := Run(ctx, Options{Profile: p, Dir: d, Script: *script, Seed: *seed, Parallel: *parallel}, os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "llm-rl:", err)
 		os.Exit(1)
