@@ -153,7 +153,7 @@ func main() {
 	flag.Parse()
 	p, ok := Profiles[*name]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "llm-rl: %v %q (tiny or short)\n", ErrProfile, *name)
+		fmt.Fprintf(os.Stderr, "%v %q (tiny or short)\n", ErrProfile, *name)
 		os.Exit(2)
 	}
 	d := *dir
