@@ -1,0 +1,337 @@
+// Command llm-rl trains a small decoder-only transformer proposer end to
+// end through LM2LM's environment service (package serve) on the embedded
+// lab: it starts the service in process on a random loopback port, runs
+// train.py against it (a supervised warm-up on catalogue-valid answers,
+// then token-level DAPO with the service's rewards, METHOD.md §1 Policy
+// optimisation, and calibrations inside the service at their points), and
+// evaluates the policy before and after RL with real runs on held-out
+// states (/v1/evaluate).
+//
+//	go run ./examples/llm-rl -profile tiny     # CI: a few states, G = 4, a handful of steps
+//	go run ./examples/llm-rl -profile short    # the figures of docs/bring-your-own-model.md
+//
+// It prints the share of valid proposals and Avg@4 (mean real gain of
+// four samples per held-out state, in σ_e units) before and after RL, the
+// real-run budget, the monitors at each calibration, and wall and CPU
+// time. See docs/bring-your-own-model.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/lm2lm/lm2lm/baseline"
+	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/setting"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/serve"
+)
+
+// ErrProfile marks an unknown profile name.
+var ErrProfile = errors.New("llm-rl: unknown profile")
+
+// Python is Debian's interpreter, which has python3-torch.
+const Python = "/usr/bin/python3"
+
+// Profile sizes one end-to-end run.
+type Profile struct {
+	// Name is "tiny" or "short".
+	Name string
+	// Train and Test are the lab's training and held-out tasks per family.
+	Train, Test int
+	// M0 is the number of initial real records (uniform catalogue draws).
+	M0 int
+	// Schedule is the service's calibration schedule, in RL steps.
+	Schedule calibrate.Schedule
+	// WarmupSteps, WarmupBatch size the supervised warm-up.
+	WarmupSteps, WarmupBatch int
+	// Steps is the number of RL steps; States the states per step; Group
+	// the completions per state (G).
+	Steps, States, Group int
+	// EvalStates is the number of held-out states evaluated with four
+	// samples each, before and after RL.
+	EvalStates int
+	// Epochs is the number of DAPO passes over each step's batch.
+	Epochs int
+}
+
+// Profiles are the documented profiles.
+var Profiles = map[string]Profile{
+	"tiny": {Name: "tiny", Train: 1, Test: 1, M0: 8, Schedule: calibrate.Schedule{Steps: []int{2, 4}, Budgets: []int{2, 2}},
+		WarmupSteps: 700, WarmupBatch: 32, Steps: 4, States: 2, Group: 4, EvalStates: 4, Epochs: 2},
+	"short": {Name: "short", Train: 2, Test: 1, M0: 16, Schedule: calibrate.Schedule{Steps: []int{8, 16, 24}, Budgets: []int{6, 6, 6}},
+		WarmupSteps: 1000, WarmupBatch: 32, Steps: 24, States: 4, Group: 8, EvalStates: 8, Epochs: 2},
+}
+
+// Options configure Run.
+type Options struct {
+	Profile Profile
+	// Dir holds the service state, the records store and train.py's
+	// summary; required.
+	Dir string
+	// Script is the path of train.py.
+	Script string
+	// Seed seeds the loop, M_0's draws and train.py.
+	Seed uint64
+	// Parallel bounds concurrent world-model calls and real runs.
+	Parallel int
+}
+
+// Calibration is one calibration point: the service's result and the
+// monitors read right after it.
+type Calibration struct {
+	Result   serve.CalibrationResult `json:"result"`
+	Monitors serve.MonitorsResponse  `json:"monitors"`
+}
+
+// Eval is one held-out evaluation of train.py.
+type Eval struct {
+	// Valid is the share of the service-parsed proposals that were valid.
+	Valid float64 `json:"valid"`
+	// Avg4 is the mean over held-out states of the mean real gain (σ_e
+	// units) of four samples, invalid and infeasible ones counting 0.
+	Avg4 float64 `json:"avg4"`
+	// MeanFeasible is the service's mean over the feasible runs.
+	MeanFeasible float64 `json:"mean_feasible_sigmas"`
+	// Runs is the real runs the evaluation paid.
+	Runs    int `json:"runs"`
+	Samples int `json:"samples"`
+}
+
+// Step is one RL step as train.py saw it.
+type Step struct {
+	Step       int     `json:"step"`
+	MeanReward float64 `json:"mean_reward"`
+	Valid      float64 `json:"valid"`
+	Entropy    float64 `json:"entropy"`
+	Kept       int     `json:"kept"`
+	Flat       int     `json:"flat"`
+	Loss       float64 `json:"loss"`
+	ClipFrac   float64 `json:"clip_frac"`
+}
+
+// Summary is train.py's report (its --out file) with the service's
+// figures added by Run.
+type Summary struct {
+	Device string `json:"device"`
+	Vocab  int    `json:"vocab"`
+	Params int    `json:"params"`
+	// WarmupValid is the share of catalogue-valid answers train.py's own
+	// parser finds in its post-warm-up sample.
+	WarmupValid  float64       `json:"warmup_valid"`
+	Before       Eval          `json:"before"`
+	After        Eval          `json:"after"`
+	Steps        []Step        `json:"steps"`
+	Calibrations []Calibration `json:"calibrations"`
+	Info         serve.Info    `json:"-"`
+	M0Runs       int           `json:"-"`
+	Wall, CPU    time.Duration `json:"-"`
+}
+
+func main() {
+	name := flag.String("profile", "tiny", "tiny (CI) or short (the docs' figures)")
+	dir := flag.String("dir", "", "work directory (default: a new temporary one, removed at exit)")
+	seed := flag.Uint64("seed", 1, "seed of the loop, M_0 and train.py")
+	parallel := flag.Int("parallel", 2, "concurrent world-model calls and real runs")
+	script := flag.String("script", filepath.Join("examples", "llm-rl", "train.py"), "path of train.py (the default is relative to the repository root)")
+	flag.Parse()
+	p, ok := Profiles[*name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "%v %q (tiny or short)\n", ErrProfile, *name)
+		os.Exit(2)
+	}
+	d := *dir
+	if d == "" {
+		tmp, err := os.MkdirTemp("", "llm-rl-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "llm-rl:", err)
+			os.Exit(1)
+		}
+		defer os.RemoveAll(tmp)
+		d = tmp
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	s, err := Run(ctx, Options{Profile: p, Dir: d, Script: *script, Seed: *seed, Parallel: *parallel}, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "llm-rl:", err)
+		os.Exit(1)
+	}
+	Print(os.Stdout, p, s)
+}
+
+// Run starts the service over the embedded lab, runs train.py against it
+// and returns the summary; progress goes to w.
+func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
+	start := time.Now()
+	cpu0 := cpuTime()
+	if o.Parallel < 1 {
+		o.Parallel = 1
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	store, err := records.OpenFile(filepath.Join(o.Dir, "records.jsonl"), records.DefaultFileConfig())
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	c, m0Runs, err := labComponents(ctx, o, store, w)
+	if err != nil {
+		return nil, err
+	}
+	cfg := serve.DefaultConfig()
+	cfg.Addr, cfg.Dir, cfg.Parallel = "127.0.0.1:0", filepath.Join(o.Dir, "serve"), o.Parallel
+	cfg.Loop.Seed = o.Seed
+	cfg.Loop.Schedule = o.Profile.Schedule
+	s, err := serve.New(cfg, c)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		_ = srv.Close()
+		<-served
+	}()
+	url := "http://" + ln.Addr().String()
+	fmt.Fprintf(w, "serving %s on %s\n", serve.APIVersion, url)
+
+	p := o.Profile
+	out := filepath.Join(o.Dir, "summary.json")
+	cmd := exec.CommandContext(ctx, Python, o.Script, "--out", out, "--seed", strconv.FormatUint(o.Seed, 10),
+		"--warmup-steps", strconv.Itoa(p.WarmupSteps), "--warmup-batch", strconv.Itoa(p.WarmupBatch),
+		"--steps", strconv.Itoa(p.Steps), "--states", strconv.Itoa(p.States), "--group", strconv.Itoa(p.Group),
+		"--eval-states", strconv.Itoa(p.EvalStates), "--epochs", strconv.Itoa(p.Epochs))
+	cmd.Env = append(os.Environ(), "LM2LM_URL="+url, "LM2LM_TOKEN=")
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("train.py: %w", err)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		return nil, err
+	}
+	var sum Summary
+	if err := json.Unmarshal(raw, &sum); err != nil {
+		return nil, fmt.Errorf("train.py summary: %w", err)
+	}
+	sum.Info, sum.M0Runs = s.Info(), m0Runs
+	sum.Wall, sum.CPU = time.Since(start), cpuTime()-cpu0
+	return &sum, nil
+}
+
+// cpuTime is the CPU time of this process and its waited-for children.
+func cpuTime() time.Duration {
+	var t time.Duration
+	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
+		var ru syscall.Rusage
+		if syscall.Getrusage(who, &ru) == nil {
+			t += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
+	}
+	return t
+}
+
+// labComponents makes the embedded lab, runs its reference runs and M_0,
+// and returns the service's components over it (as cmd/lm2lm-serve).
+func labComponents(ctx context.Context, o Options, store *records.FileStore, w io.Writer) (serve.Components, int, error) {
+	lcfg := lab.DefaultConfig()
+	lcfg.Parallel = o.Parallel
+	suite := lab.GenerateSuite(lab.DefaultSpace(), lab.SuiteSizes{Train: o.Profile.Train, TestIn: o.Profile.Test}, lab.DefaultSuiteSeed)
+	lcfg.Tasks = append(append([]lab.TaskSpec(nil), suite.Train...), suite.Test()...)
+	l, err := lab.New(lcfg, store)
+	if err != nil {
+		return serve.Components{}, 0, err
+	}
+	pool, err := builder.NewPool(l, builder.PoolConfig{Slots: int64(o.Parallel), MaxAttempts: 1, Store: store})
+	if err != nil {
+		return serve.Components{}, 0, err
+	}
+	fmt.Fprintf(w, "reference runs of %d tasks ...\n", len(lcfg.Tasks))
+	tasks, left, err := l.Ready(ctx, l.IDs(""), nil)
+	if err != nil {
+		return serve.Components{}, 0, err
+	}
+	for _, x := range left {
+		fmt.Fprintf(w, "task %s left out: %v\n", x.ID, x.Err)
+	}
+	var train, held []records.Task
+	for _, t := range tasks {
+		if t.Split == records.Train {
+			train = append(train, t)
+		} else {
+			held = append(held, t)
+		}
+	}
+	var draws []baseline.Draw
+	for _, it := range records.DrawChanges(rand.New(rand.NewPCG(o.Seed, 0x6d30)), train, lab.Catalogue(), o.Profile.M0, nil) {
+		draws = append(draws, baseline.Draw{Task: it.Task, Proposal: it.Proposal})
+	}
+	recs, spent, err := baseline.RunDraws(ctx, l, pool, draws, o.Parallel)
+	if err != nil {
+		return serve.Components{}, 0, err
+	}
+	m0, err := records.NewEvidence(recs...)
+	if err != nil {
+		return serve.Components{}, 0, err
+	}
+	fmt.Fprintf(w, "%d training and %d held-out tasks; M_0 %d records (%d runs)\n", len(train), len(held), m0.Len(), spent.Runs)
+	world, err := setting.Validated().NewWorld(l)
+	if err != nil {
+		return serve.Components{}, 0, err
+	}
+	return serve.Components{World: world, Builder: l, Executor: pool,
+		Tasks: train, HeldOut: held, Evidence: m0, Catalogue: lab.Catalogue()}, spent.Runs, nil
+}
+
+// Print writes the report of a run.
+func Print(w io.Writer, p Profile, s *Summary) {
+	fmt.Fprintf(w, "llm-rl profile %s: transformer %d parameters, vocabulary %d, device %s\n", p.Name, s.Params, s.Vocab, s.Device)
+	fmt.Fprintf(w, "warm-up: %d steps; valid answers (train.py's parser) %.1f%%\n", p.WarmupSteps, 100*s.WarmupValid)
+	fmt.Fprintf(w, "held-out (%d states × 4 samples, real runs):\n", p.EvalStates)
+	fmt.Fprintf(w, "  before RL: valid %.1f%%  Avg@4 %+.3f σ  (feasible mean %+.3f σ, %d runs)\n", 100*s.Before.Valid, s.Before.Avg4, s.Before.MeanFeasible, s.Before.Runs)
+	fmt.Fprintf(w, "  after RL:  valid %.1f%%  Avg@4 %+.3f σ  (feasible mean %+.3f σ, %d runs)\n", 100*s.After.Valid, s.After.Avg4, s.After.MeanFeasible, s.After.Runs)
+	fmt.Fprintf(w, "RL: %d steps × %d states × G=%d\n", p.Steps, p.States, p.Group)
+	fmt.Fprintf(w, "  step  reward  valid  entropy  kept  flat  clip\n")
+	for _, st := range s.Steps {
+		fmt.Fprintf(w, "  %4d  %+.3f  %5.2f  %7.3f  %4d  %4d  %.3f\n", st.Step, st.MeanReward, st.Valid, st.Entropy, st.Kept, st.Flat, st.ClipFrac)
+	}
+	for _, c := range s.Calibrations {
+		r, m := c.Result, c.Monitors
+		fmt.Fprintf(w, "calibration at step %d: budget %d, executed %d, infeasible %d, mean real gain %+.3f σ; monitors Δ_M %s gap %s cosine %s accuracy %s\n",
+			r.Step, r.Budget, r.Executed, r.Infeasible, r.MeanRealGain, opt(m.DeltaM), opt(m.Gap), opt(m.Cosine), opt(m.Accuracy))
+	}
+	in := s.Info
+	fmt.Fprintf(w, "real-run budget: M_0 %d runs, calibration %d runs (%d reused), evaluation %d runs\n", s.M0Runs, in.RealRuns, in.Reused, in.EvalRuns)
+	fmt.Fprintf(w, "wall %s, CPU %s (service, lab and train.py)\n", s.Wall.Round(time.Second), s.CPU.Round(time.Second))
+}
+
+func opt(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return strconv.FormatFloat(*v, 'f', 3, 64)
+}

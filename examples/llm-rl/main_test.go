@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/dapo"
+)
+
+var (
+	torchOnce sync.Once
+	torchErr  error
+)
+
+// requireTorch skips the test when Python cannot import torch, unless CI
+// is set: there (.ci/run installs python3-torch) a missing torch fails it.
+func requireTorch(t *testing.T) {
+	t.Helper()
+	torchOnce.Do(func() {
+		out, err := exec.Command(Python, "-c", "import torch").CombinedOutput()
+		if err != nil {
+			torchErr = fmt.Errorf("%s cannot import torch: %v: %s", Python, err, strings.TrimSpace(string(out)))
+		}
+	})
+	if torchErr == nil {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%v; CI is set, and .ci/run installs Debian's python3-torch", torchErr)
+	}
+	t.Skipf("PyTorch is missing, so train.py is not tested: %v (install Debian's python3-torch)", torchErr)
+}
+
+// checkBatch returns sequences whose tokens fall in every regime of the
+// clipped surrogate (METHOD.md §1 Policy optimisation: ε_low 0.2, ε_high
+// 0.28) for advantages of each sign and zero, and one empty sequence.
+func checkBatch() []dapo.Sequence {
+	rng := rand.New(rand.NewPCG(23, 5))
+	ratios := []func() float64{
+		func() float64 { return 0.1 * (rng.Float64() - 0.5) },         // ρ ∈ (0.95, 1.05)
+		func() float64 { return math.Log(1.4 + rng.Float64()) },       // ρ > 1 + ε_high
+		func() float64 { return math.Log(0.3 + 0.4*rng.Float64()) },   // ρ < 1 − ε_low
+		func() float64 { return math.Log(1.1 + 0.1*rng.Float64()) },   // inside, above 1
+		func() float64 { return math.Log(0.85 + 0.05*rng.Float64()) }, // inside, below 1
+	}
+	var seqs []dapo.Sequence
+	for i, a := range []float64{1.3, -0.7, 0, 2.25, -1.9, 0.4, -0.05} {
+		n := 2 + rng.IntN(8)
+		s := dapo.Sequence{Advantage: a}
+		for k := range n {
+			old := -0.2 - 5*rng.Float64()
+			s.OldLogProbs = append(s.OldLogProbs, old)
+			s.NewLogProbs = append(s.NewLogProbs, old+ratios[(i+k)%len(ratios)]())
+		}
+		seqs = append(seqs, s)
+	}
+	return append(seqs, dapo.Sequence{Advantage: 0.9, OldLogProbs: []float64{}, NewLogProbs: []float64{}})
+}
+
+// TestLossMatchesDAPO runs train.py's dapo_loss (the function its RL update
+// minimises) with torch autograd in float64 on a batch and requires its
+// loss and gradient to equal dapo.Loss's (token-mean, clip 0.2/0.28) to
+// 1e-9.
+func TestLossMatchesDAPO(t *testing.T) {
+	requireTorch(t)
+	seqs := checkBatch()
+	type seqJSON struct {
+		Old       []float64 `json:"old"`
+		New       []float64 `json:"new"`
+		Advantage float64   `json:"advantage"`
+	}
+	var in struct {
+		Sequences []seqJSON `json:"sequences"`
+	}
+	for _, s := range seqs {
+		in.Sequences = append(in.Sequences, seqJSON{s.OldLogProbs, s.NewLogProbs, s.Advantage})
+	}
+	dir := t.TempDir()
+	inPath, outPath := filepath.Join(dir, "batch.json"), filepath.Join(dir, "out.json")
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(inPath, b, 0o600))
+	out, err := exec.Command(Python, "train.py", "--check", inPath, outPath).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	raw, err := os.ReadFile(outPath)
+	require.NoError(t, err)
+	var got struct {
+		Loss     float64     `json:"loss"`
+		ClipFrac float64     `json:"clip_frac"`
+		Tokens   int         `json:"tokens"`
+		Grad     [][]float64 `json:"grad"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &got))
+
+	want := dapo.Evaluate(dapo.DefaultLossConfig(), seqs)
+	require.Equal(t, want.Tokens, got.Tokens)
+	require.InDelta(t, want.Loss, got.Loss, 1e-9, "loss")
+	require.InDelta(t, want.ClipFrac, got.ClipFrac, 1e-12, "ε-clip fraction")
+	require.Greater(t, want.ClipFrac, 0.0, "the batch must exercise the clip")
+	require.NotZero(t, want.Loss)
+	maxDiff := math.Abs(want.Loss - got.Loss)
+	require.Len(t, got.Grad, len(seqs))
+	nonzero := 0
+	for i := range seqs {
+		require.Len(t, got.Grad[i], len(seqs[i].NewLogProbs), "sequence %d", i)
+		for k, g := range got.Grad[i] {
+			maxDiff = max(maxDiff, math.Abs(want.Grad[i][k]-g))
+			require.InDelta(t, want.Grad[i][k], g, 1e-9, "∂loss/∂new[%d][%d]", i, k)
+			if g != 0 {
+				nonzero++
+			}
+		}
+	}
+	require.Positive(t, nonzero)
+	t.Logf("train.py dapo_loss vs dapo.Loss: %d tokens, clip fraction %.3f, max |difference| %.3g", want.Tokens, want.ClipFrac, maxDiff)
+}
+
+// TestTinyProfile runs the tiny profile end to end on the embedded lab:
+// the service in process, train.py's warm-up and RL through it, real runs
+// on held-out states before and after RL.
+func TestTinyProfile(t *testing.T) {
+	requireTorch(t)
+	p := Profiles["tiny"]
+	var log strings.Builder
+	s, err := Run(context.Background(), Options{Profile: p, Dir: t.TempDir(), Script: "train.py", Seed: 1, Parallel: 2}, &log)
+	require.NoError(t, err, "%s", log.String())
+	var report strings.Builder
+	Print(&report, p, s)
+	t.Log("\n" + report.String())
+
+	// After the warm-up most samples parse: train.py's check on 64
+	// samples, and the service's parser on the held-out samples.
+	require.GreaterOrEqual(t, s.WarmupValid, 0.9, "%s", log.String())
+	require.GreaterOrEqual(t, s.Before.Valid, 0.75)
+	require.Equal(t, p.EvalStates*4, s.Before.Samples)
+	require.Equal(t, p.EvalStates*4, s.After.Samples)
+	require.Positive(t, s.Before.Runs, "valid held-out proposals are run for real")
+	require.Len(t, s.Steps, p.Steps)
+	for i, st := range s.Steps {
+		require.Equal(t, i, st.Step)
+		require.Equal(t, p.States, st.Kept+st.Flat, "step %d: every group is kept or flat", i)
+	}
+	// Both calibration points ran inside the service, in schedule order.
+	require.Len(t, s.Calibrations, len(p.Schedule.Steps))
+	for i, c := range s.Calibrations {
+		require.Equal(t, p.Schedule.Steps[i], c.Result.Step)
+		require.Equal(t, p.Schedule.Budgets[i], c.Result.Budget)
+		require.LessOrEqual(t, c.Result.Executed, c.Result.Budget)
+	}
+	require.Equal(t, len(p.Schedule.Steps), s.Info.Calibrations)
+	require.Equal(t, p.Steps, s.Info.Step)
+	require.Positive(t, s.CPU)
+}
+
+func TestUnknownProfile(t *testing.T) {
+	_, ok := Profiles["huge"]
+	require.False(t, ok)
+	for name, p := range Profiles {
+		require.Equal(t, name, p.Name)
+		require.NoError(t, p.Schedule.Validate(), name)
+		require.Equal(t, p.Steps, p.Schedule.Steps[len(p.Schedule.Steps)-1], "%s: the last calibration is at the last step", name)
+	}
+}

@@ -1,0 +1,506 @@
+#!/usr/bin/env python3
+"""A small decoder-only transformer proposer trained through lm2lm's service.
+
+    LM2LM_URL=http://127.0.0.1:8080 python3 train.py --out summary.json [sizes]
+    python3 train.py --check batch.json out.json
+
+Training mode reads research states from the environment service
+(POST /v1/states), writes proposals in the proposer's JSON answer format
+({"mechanism": ..., "params": {...}}, what proposer/openai.ParseProposal
+accepts), and trains in two phases:
+
+1. Warm-up: supervised next-token training on catalogue-valid answers drawn
+   uniformly (a card, then one allowed value per parameter) for prompts made
+   of the service's training states' TASK lines and zero to three synthetic
+   HISTORY lines (uniform catalogue changes, made-up gains). The catalogue comes from the prompt's CARD
+   lines. Measured gains are not used (that is the SFT baseline's data).
+2. RL (METHOD.md §1 Policy optimisation): per step, new states; G sampled
+   completions per state with their token log-probs; POST /v1/score (the
+   service parses, predicts, shapes and returns group-relative advantages and
+   the dynamic-sampling "kept" flags: groups with equal rewards are dropped);
+   token-level DAPO update (token-mean, clip 0.2/0.28); POST /v1/advance.
+   Calibrations run inside the service at its schedule's steps.
+
+Before and after RL it samples four completions for each of a fixed set of
+held-out states and asks POST /v1/evaluate for real runs: valid share and
+Avg@4 (mean real gain in sigma units, invalid or infeasible samples count 0).
+
+The model reads a condensed prompt, not the whole chat prompt (which is
+several KB with the catalogue): the TASK line's family, metric and budget,
+then the last three HISTORY lines as mechanism, parameters and gain in sigma
+units. The catalogue is constant across states, so it is learned, not read.
+The tokenizer is greedy longest match over pieces built from the catalogue
+(each card's answer opening up to its first value, each later parameter's
+name with its JSON punctuation, every mechanism, parameter name and value),
+the families and metrics of the first states' TASK lines, the answer format's JSON pieces and printable ASCII (anything else is UNK):
+a valid answer is four to eight tokens, any string can still be written.
+
+--check mode computes dapo_loss (the function the RL update uses) and its
+gradient with autograd in float64 for a batch
+{"sequences": [{"old": [...], "new": [...], "advantage": a}, ...]} and writes
+{"loss": l, "grad": [[...], ...], "tokens": n}.
+
+Standard library and torch only. Device: cuda when available, else cpu
+(deterministic for a seed on cpu).
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+import urllib.error
+import urllib.request
+
+EPS_LOW, EPS_HIGH = 0.2, 0.28
+HISTORY_LINES = 3
+MAX_PROMPT = 64
+MAX_ANSWER = 24
+PAD, BOS, SEP, EOS, UNK = "<pad>", "<bos>", "<sep>", "<eos>", "<unk>"
+
+
+def dapo_loss(torch, new, old, adv, mask, eps_low=EPS_LOW, eps_high=EPS_HIGH):
+    """Token-level clipped surrogate, token-mean (dapo.Loss, DefaultLossConfig).
+
+    new, old, mask: (B, T); adv: (B,). Per token rho = exp(new - old),
+    l = max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)); the loss is
+    the masked sum over the number of tokens (0 without tokens). Returns
+    (loss, clip_fraction).
+    """
+    tokens = mask.sum()
+    if tokens.item() == 0:
+        return (new * 0).sum(), 0.0
+    a = adv.unsqueeze(-1)
+    ratio = torch.exp(new - old)
+    l1 = -a * ratio
+    l2 = -a * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    loss = (torch.maximum(l1, l2) * mask).sum() / tokens
+    clipped = ((l2 > l1).to(mask.dtype) * mask).sum() / tokens
+    return loss, clipped.item()
+
+
+def check(args):
+    import torch
+
+    torch.use_deterministic_algorithms(True)
+    with open(args.check[0]) as f:
+        seqs = json.load(f)["sequences"]
+    b, t = len(seqs), max([len(s["old"]) for s in seqs] + [1])
+    old = torch.zeros(b, t, dtype=torch.float64)
+    new = torch.zeros(b, t, dtype=torch.float64)
+    mask = torch.zeros(b, t, dtype=torch.float64)
+    adv = torch.zeros(b, dtype=torch.float64)
+    for i, s in enumerate(seqs):
+        n = len(s["old"])
+        if len(s["new"]) != n:
+            raise ValueError("sequence %d: %d new log-probs for %d old ones" % (i, len(s["new"]), n))
+        old[i, :n] = torch.tensor(s["old"], dtype=torch.float64)
+        new[i, :n] = torch.tensor(s["new"], dtype=torch.float64)
+        mask[i, :n] = 1
+        adv[i] = s["advantage"]
+    new.requires_grad_(True)
+    loss, clip = dapo_loss(torch, new, old, adv, mask)
+    loss.backward()
+    out = {"loss": loss.item(), "clip_frac": clip, "tokens": int(mask.sum().item()),
+           "grad": [new.grad[i, : len(s["old"])].tolist() for i, s in enumerate(seqs)]}
+    with open(args.check[1], "w") as f:
+        json.dump(out, f)
+    return 0
+
+
+# The service.
+
+URL = os.environ.get("LM2LM_URL", "http://127.0.0.1:8080")
+TOKEN = os.environ.get("LM2LM_TOKEN", "")
+
+
+def call(path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if TOKEN:
+        headers["Authorization"] = "Bearer " + TOKEN
+    for attempt in range(6):
+        req = urllib.request.Request(URL + path, data=data, headers=headers, method="GET" if body is None else "POST")
+        try:
+            with urllib.request.urlopen(req, timeout=900) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or attempt == 5:
+                raise RuntimeError("lm2lm %s: %d %s" % (path, e.code, e.read()[:500])) from None
+        time.sleep(0.5 * 2 ** attempt)
+
+
+def states(n, split, rid):
+    return call("/v1/states", {"request_id": rid, "n": n, "split": split})["states"]
+
+
+def data_lines(state):
+    """The TASK, HISTORY and CARD lines of a state's user message."""
+    user = state["prompt"][-1]["content"]
+    out = {"TASK": [], "HISTORY": [], "CARD": []}
+    for line in user.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind in out and rest.startswith("{"):
+            out[kind].append(json.loads(rest))
+    return out
+
+
+def catalogue_of(state):
+    return [(c["mechanism"], [(p["name"], list(p["choices"])) for p in c.get("params", [])])
+            for c in data_lines(state)["CARD"]]
+
+
+def condense(state):
+    """The condensed prompt the model reads (see the module doc)."""
+    d = data_lines(state)
+    return condense_lines(d["TASK"][0] if d["TASK"] else {}, d["HISTORY"])
+
+
+def condense_lines(task, history):
+    parts = ["T %s %s %s" % (task.get("family", "?"), task.get("metric", "?"), task.get("budget", "?"))]
+    for h in history[-HISTORY_LINES:]:
+        ps = " ".join("%s=%s" % kv for kv in sorted((h.get("params") or {}).items()))
+        g = h.get("gain_sigmas")
+        parts.append("H %s %s %s" % (h.get("mechanism", "?"), ps, "inf" if g is None else "%+.1f" % g))
+    return "\n".join(parts)
+
+
+def synthetic_prompt(pool, cat, rng):
+    """A warm-up prompt: a pool state's TASK line and zero to three HISTORY
+    lines of uniformly drawn catalogue changes with made-up gains, so that
+    the model has seen every shape of prompt it will read (no measured gain
+    is used)."""
+    st = rng.choice(pool)
+    d = data_lines(st)
+    hist = []
+    for _ in range(rng.randint(0, HISTORY_LINES)):
+        mech, specs = rng.choice(cat)
+        g = None if rng.random() < 0.1 else rng.gauss(0, 2)
+        hist.append({"mechanism": mech, "params": {n: rng.choice(ch) for n, ch in specs}, "gain_sigmas": g})
+    return condense_lines(d["TASK"][0] if d["TASK"] else {}, hist)
+
+
+def task_words(pool):
+    """The families and metrics of the TASK lines: whole tokens of the prompt."""
+    words = set()
+    for st in pool:
+        for t in data_lines(st)["TASK"]:
+            words.update(str(t.get(k, "")) for k in ("family", "metric"))
+    return sorted(w for w in words if len(w) > 1)
+
+
+def answer(mech, params):
+    return json.dumps({"mechanism": mech, "params": dict(params)}, separators=(",", ":"))
+
+
+def valid(text, cat):
+    """train.py's own check of an answer against the catalogue."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(obj, dict):
+        return False
+    m, ps = obj.get("mechanism"), obj.get("params") or {}
+    for mech, specs in cat:
+        if mech == m:
+            return isinstance(ps, dict) and set(ps) == {n for n, _ in specs} and all(ps[n] in ch for n, ch in specs)
+    return m == "none" and not ps
+
+
+class Tokenizer:
+    def __init__(self, cat, words=()):
+        pieces = set(words) | {'{"mechanism":"', '","params":{', '"', '":"', '","', '"}}', '}}', "{}", "none"}
+        for mech, specs in cat:
+            pieces.add(mech)
+            # A card's opening up to its first value is one token, and so is
+            # each later parameter's name with its JSON punctuation.
+            if specs:
+                pieces.add('{"mechanism":"%s","params":{"%s":"' % (mech, specs[0][0]))
+            else:
+                pieces.add('{"mechanism":"%s","params":{}}' % mech)
+            for n, ch in specs:
+                pieces.add(n)
+                pieces.add('","%s":"' % n)
+                pieces.update(ch)
+        chars = {chr(c) for c in range(32, 127)} | {"\n"}
+        self.itos = [PAD, BOS, SEP, EOS, UNK] + sorted(chars) + sorted(p for p in pieces if len(p) > 1)
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+        self.longest = max(len(s) for s in self.itos[5:])
+
+    def encode(self, text):
+        out, i = [], 0
+        while i < len(text):
+            for n in range(min(self.longest, len(text) - i), 0, -1):
+                j = self.stoi.get(text[i : i + n])
+                if j is not None and j > 4:
+                    out.append(j)
+                    i += n
+                    break
+            else:
+                out.append(self.stoi[UNK])
+                i += 1
+        return out
+
+    def decode(self, ids):
+        return "".join(self.itos[i] for i in ids if i > 4)
+
+
+def build_model(torch, vocab, ctx, d=64, heads=4, layers=2):
+    nn = torch.nn
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d)
+            self.pos = nn.Embedding(ctx, d)
+            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
+            self.blocks = nn.TransformerEncoder(layer, layers)
+            self.norm = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab)
+
+        def forward(self, x):
+            t = x.shape[1]
+            mask = torch.triu(torch.full((t, t), float("-inf"), device=x.device), diagonal=1)
+            h = self.tok(x) + self.pos(torch.arange(t, device=x.device))
+            return self.head(self.norm(self.blocks(h, mask=mask)))
+
+    return LM()
+
+
+class Policy:
+    def __init__(self, torch, tok, device, seed):
+        self.torch, self.tok, self.device = torch, tok, device
+        self.ctx = MAX_PROMPT + MAX_ANSWER + 2
+        self.model = build_model(torch, len(tok.itos), self.ctx).to(device)
+        self.gen = torch.Generator(device=device)
+        self.gen.manual_seed(seed)
+
+    def prompt_ids(self, state):
+        return self.prompt_text_ids(condense(state))
+
+    def prompt_text_ids(self, text):
+        ids = self.tok.encode(text)[-MAX_PROMPT:]
+        return [self.tok.stoi[BOS]] + ids + [self.tok.stoi[SEP]]
+
+    def batch(self, prompts, answers):
+        """Right-padded inputs, targets and answer mask (causal: padding on the right changes nothing)."""
+        torch = self.torch
+        seqs = [p + a for p, a in zip(prompts, answers)]
+        t = max(len(s) for s in seqs)
+        x = torch.zeros(len(seqs), t, dtype=torch.long)
+        m = torch.zeros(len(seqs), t - 1)
+        for i, (p, s) in enumerate(zip(prompts, seqs)):
+            x[i, : len(s)] = torch.tensor(s)
+            m[i, len(p) - 1 : len(s) - 1] = 1
+        return x.to(self.device), m.to(self.device)
+
+    def logprobs(self, prompts, answers):
+        """Per-token log-probs of the answers (B, T-1), their mask, and the mean entropy per answer token."""
+        x, m = self.batch(prompts, answers)
+        logits = self.model(x[:, :-1]).float()
+        lp = torch_log_softmax(self.torch, logits)
+        tok = lp.gather(-1, x[:, 1:].unsqueeze(-1)).squeeze(-1)
+        ent = -(lp.exp() * lp).sum(-1)
+        return tok, m, ((ent * m).sum() / m.sum().clamp(min=1)).item()
+
+    @property
+    def eos(self):
+        return self.tok.stoi[EOS]
+
+    def sample(self, state, g):
+        """g completions of one state: (texts, answer ids incl. EOS, old log-probs)."""
+        torch = self.torch
+        p = self.prompt_ids(state)
+        x = torch.tensor([p] * g, device=self.device)
+        done = torch.zeros(g, dtype=torch.bool, device=self.device)
+        outs, lps = [[] for _ in range(g)], [[] for _ in range(g)]
+        with torch.no_grad():
+            for _ in range(MAX_ANSWER):
+                lp = torch_log_softmax(self.torch, self.model(x)[:, -1].float())
+                nxt = torch.multinomial(lp.exp(), 1, generator=self.gen).squeeze(-1)
+                chosen = lp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
+                for i in range(g):
+                    if not done[i]:
+                        outs[i].append(int(nxt[i]))
+                        lps[i].append(float(chosen[i]))
+                done |= nxt == self.eos
+                if bool(done.all()):
+                    break
+                x = torch.cat([x, nxt.unsqueeze(-1)], dim=1)
+        texts = [self.tok.decode([t for t in o if t != self.eos]) for o in outs]
+        return texts, outs, lps
+
+
+def torch_log_softmax(torch, logits):
+    return torch.log_softmax(logits, dim=-1)
+
+
+def warmup(pol, cat, pool, steps, bsz, rng, log):
+    torch = pol.torch
+    opt = torch.optim.AdamW(pol.model.parameters(), lr=3e-3, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1 - 0.9 * k / max(steps, 1))
+    for step in range(steps):
+        prompts, answers = [], []
+        for _ in range(bsz):
+            text = synthetic_prompt(pool, cat, rng)
+            mech, specs = rng.choice(cat)
+            a = answer(mech, [(n, rng.choice(ch)) for n, ch in specs])
+            prompts.append(pol.prompt_text_ids(text))
+            answers.append(pol.tok.encode(a) + [pol.eos])
+        lp, m, _ = pol.logprobs(prompts, answers)
+        loss = -(lp * m).sum() / m.sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 50 == 0 or step == steps - 1:
+            log("warm-up step %d: nll %.3f" % (step, loss.item()))
+
+
+def evaluate(pol, held, tag):
+    groups = []
+    for st in held:
+        texts, _, _ = pol.sample(st, 4)
+        groups.append({"state_id": st["state_id"], "completions": texts})
+    out = call("/v1/evaluate", {"request_id": "eval-" + tag, "groups": groups})
+    gains, ok, n = [], 0, 0
+    for g in out["groups"]:
+        s = 0.0
+        for r in g:
+            n += 1
+            ok += bool(r.get("valid"))
+            if r.get("valid") and r.get("measured") and not r.get("infeasible") and not r.get("failure"):
+                s += r.get("gain_sigmas", 0.0)
+        gains.append(s / len(g))
+    return {"valid": ok / max(n, 1), "avg4": sum(gains) / max(len(gains), 1), "runs": out.get("runs", 0),
+            "mean_feasible_sigmas": out.get("mean_gain_sigmas", 0.0), "samples": n,
+            "completions": [g["completions"] for g in groups]}
+
+
+def rl_step(pol, opt, step, sts, g, epochs):
+    torch = pol.torch
+    samples = [pol.sample(st, g) for st in sts]
+    body = {"request_id": "score-%d" % step, "step": step,
+            "groups": [{"state_id": st["state_id"], "completions": s[0]} for st, s in zip(sts, samples)]}
+    sc = call("/v1/score", body)
+    prompts, answers, olds, advs = [], [], [], []
+    nvalid = ntotal = 0
+    for st, (texts, ids, lps), gs in zip(sts, samples, sc["groups"]):
+        for i, smp in enumerate(gs["samples"]):
+            ntotal += 1
+            nvalid += bool(smp.get("valid"))
+            if not gs.get("kept"):
+                continue  # dynamic sampling: a group with equal rewards has no signal
+            prompts.append(pol.prompt_ids(st))
+            answers.append(ids[i])
+            olds.append(lps[i])
+            advs.append(smp["advantage"])
+    loss_v, clip_v, ent = 0.0, 0.0, float("nan")
+    if prompts:
+        t = max(len(a) for a in answers)
+        old = torch.zeros(len(answers), t, device=pol.device)
+        for i, o in enumerate(olds):
+            old[i, : len(o)] = torch.tensor(o)
+        adv = torch.tensor(advs, device=pol.device)
+        for _ in range(epochs):
+            lp, m, ent = pol.logprobs(prompts, answers)
+            # Each answer's tokens sit at the end of its row's prompt; gather them to (B, t).
+            new = torch.zeros(len(answers), t, device=pol.device)
+            mask = torch.zeros(len(answers), t, device=pol.device)
+            for i, (p, a) in enumerate(zip(prompts, answers)):
+                new[i, : len(a)] = lp[i, len(p) - 1 : len(p) - 1 + len(a)]
+                mask[i, : len(a)] = 1
+            loss, clip = dapo_loss(torch, new, old, adv, mask)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(pol.model.parameters(), 1.0)
+            opt.step()
+            loss_v, clip_v = loss.item(), clip
+    else:
+        _, _, ent = pol.logprobs([pol.prompt_ids(st) for st in sts], [[pol.eos] for _ in sts])
+    adv_resp = call("/v1/advance", {"request_id": "advance-%d" % (step + 1), "step": step + 1})
+    return {"step": step, "mean_reward": sc.get("mean_reward", 0.0), "valid": nvalid / max(ntotal, 1),
+            "entropy": ent, "kept": sc.get("kept", 0), "flat": sc.get("flat", 0), "loss": loss_v,
+            "clip_frac": clip_v}, adv_resp.get("calibrations") or []
+
+
+def train(args):
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    if device == "cpu":
+        torch.use_deterministic_algorithms(True)
+        torch.set_num_threads(1)  # a shared CPU: more threads spin and wait
+    rng = random.Random(args.seed)
+
+    t0 = time.time()
+
+    def log(msg):
+        print("train.py: %6.1fs " % (time.time() - t0) + msg, file=sys.stderr, flush=True)
+
+    pool = states(max(8, args.states), "train", "warmup-states")
+    cat = catalogue_of(pool[0])
+    if not cat:
+        raise RuntimeError("the service's prompt has no CARD lines: a catalogue is needed")
+    tok = Tokenizer(cat, task_words(pool))
+    pol = Policy(torch, tok, device, args.seed)
+    nparams = sum(p.numel() for p in pol.model.parameters())
+    log("device %s, %d cards, vocabulary %d, %d parameters" % (device, len(cat), len(tok.itos), nparams))
+    ex = pol.prompt_ids(pool[-1])
+    log("condensed prompt of a state (%d tokens): %r" % (len(ex), condense(pool[-1])))
+    warmup(pol, cat, pool, args.warmup_steps, args.warmup_batch, rng, log)
+
+    held = states(args.eval_states, "test", "held-out")
+    probe = [t for st in (pool[:4] + held) for t in pol.sample(st, 8)[0]]
+    wvalid = sum(valid(t, cat) for t in probe) / len(probe)
+    log("after warm-up: %.1f%% of %d samples valid (training and held-out states)" % (100 * wvalid, len(probe)))
+    before = evaluate(pol, held, "before")
+    log("before RL: valid %.2f, Avg@4 %+.3f (%d runs)" % (before["valid"], before["avg4"], before["runs"]))
+
+    opt = torch.optim.AdamW(pol.model.parameters(), lr=args.lr, weight_decay=0.0)
+    steps, cals = [], []
+    for step in range(args.steps):
+        sts = states(args.states, "train", "rl-%d" % step)
+        row, cs = rl_step(pol, opt, step, sts, args.group, args.epochs)
+        steps.append(row)
+        log("RL step %d: reward %+.3f valid %.2f entropy %.3f kept %d flat %d" % (
+            step, row["mean_reward"], row["valid"], row["entropy"], row["kept"], row["flat"]))
+        if cs:
+            mon = call("/v1/monitors")
+            for c in cs:
+                cals.append({"result": c, "monitors": mon})
+                log("calibration at step %d: %d runs" % (c.get("step", -1), c.get("executed", 0)))
+    after = evaluate(pol, held, "after")
+    log("after RL: valid %.2f, Avg@4 %+.3f (%d runs)" % (after["valid"], after["avg4"], after["runs"]))
+    with open(args.out, "w") as f:
+        json.dump({"device": device, "vocab": len(tok.itos), "params": nparams, "warmup_valid": wvalid,
+                   "before": before, "after": after, "steps": steps, "calibrations": cals}, f)
+    return 0
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", nargs=2, metavar=("BATCH", "OUT"))
+    ap.add_argument("--out", default="summary.json")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--warmup-steps", type=int, default=150)
+    ap.add_argument("--warmup-batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--states", type=int, default=2)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--eval-states", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    args = ap.parse_args(argv[1:])
+    if args.check:
+        return check(args)
+    return train(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
