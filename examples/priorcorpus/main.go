@@ -41,18 +41,19 @@ import (
 	"github.com/lm2lm/lm2lm/rwm"
 )
 
-// Defaults of the flags (lab choices: 12 tasks per family, 48 in all, a
-// corpus that builds in about ten minutes on two shared cores, and the
-// landscape's two seeds).
+// Defaults of the flags (lab choices: 8 tasks per family, 32 in all, a
+// corpus of about 5,400 runs, and the landscape's two seeds).
 const (
-	defaultPerFamily = 12
+	defaultPerFamily = 8
 	defaultSeeds     = 2
+	defaultRidge     = 10
 )
 
 type options struct {
 	perFamily, seeds, parallel int
 	store, out                 string
-	maxProposals               int // tests: the first n proposals of the catalogue only (0 = all)
+	ridge                      float64 // λ of the prior's mean (rwm.PriorFitConfig.Ridge)
+	maxProposals               int     // tests: the first n proposals of the catalogue only (0 = all)
 }
 
 func main() {
@@ -61,6 +62,7 @@ func main() {
 	flag.IntVar(&o.seeds, "seeds", defaultSeeds, "seeds per proposal: the lab's first reference seeds")
 	flag.IntVar(&o.parallel, "parallel", 2, "runs trained at once")
 	flag.StringVar(&o.store, "store", "out/pretrain.records", "records file of the corpus's runs (reused: runs already there are not repeated)")
+	flag.Float64Var(&o.ridge, "ridge", defaultRidge, "λ of the prior mean's ridge regression (rwm.PriorFitConfig.Ridge)")
 	flag.StringVar(&o.out, "out", "lab/prior/v2.prior", "prior file to write")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -109,7 +111,7 @@ func run(ctx context.Context, w, log io.Writer, o options) error {
 		return err
 	}
 	fitStart, cpu1 := time.Now(), processCPU()
-	p, file, err := fit(ctx, l, rs)
+	p, file, err := fit(ctx, l, keep(rs, o.perFamily), o.ridge)
 	if err != nil {
 		return err
 	}
@@ -120,7 +122,7 @@ func run(ctx context.Context, w, log io.Writer, o options) error {
 	if err := os.WriteFile(o.out, file, 0o644); err != nil {
 		return err
 	}
-	s := summarise(rs)
+	s := summarise(keep(rs, o.perFamily))
 	c := p.Corpus()
 	_, err = fmt.Fprintf(w, "corpus: %d tasks, %d real runs (%d reference runs, %d proposal runs, %d of them infeasible), %.0f CPU s of runs\n"+
 		"prior: %d records of %d tasks, %d features, log marginal %.1f over %d blocks; fitted in %s wall, %.1f CPU s\n"+
@@ -219,6 +221,24 @@ func proposals(max int) []records.Proposal {
 	return out
 }
 
+// keep returns the records of rs on the corpus's first perFamily tasks
+// per family and every record of a task outside the corpus (for fit to
+// refuse); runs of a larger corpus's other tasks are left out, so a store
+// built with a larger -per-family serves a smaller one.
+func keep(rs []records.Record, perFamily int) []records.Record {
+	ids := map[string]bool{}
+	for _, t := range lab.PretrainTasks(perFamily) {
+		ids[t.ID] = true
+	}
+	var out []records.Record
+	for _, r := range rs {
+		if ids[r.Task.ID] || !strings.HasPrefix(r.Task.ID, lab.PretrainName+"/") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // errNotCorpus says a store holds a run of a task outside the corpus.
 var errNotCorpus = errors.New("priorcorpus: a task outside the pretraining corpus")
 
@@ -228,7 +248,7 @@ var errNotCorpus = errors.New("priorcorpus: a task outside the pretraining corpu
 // configuration over l, and returns it with its file. A record of a task
 // that is not a corpus task is an error wrapping errNotCorpus: the corpus
 // never holds a training, validation or test task.
-func fit(ctx context.Context, l *lab.Lab, rs []records.Record) (*rwm.Prior, []byte, error) {
+func fit(ctx context.Context, l *lab.Lab, rs []records.Record, ridge float64) (*rwm.Prior, []byte, error) {
 	var corpus []records.Record
 	for _, r := range rs {
 		if !strings.HasPrefix(r.Task.ID, lab.PretrainName+"/") {
@@ -239,6 +259,7 @@ func fit(ctx context.Context, l *lab.Lab, rs []records.Record) (*rwm.Prior, []by
 		}
 	}
 	cfg := rwm.DefaultPriorFitConfig(setting.Validated().WorldConfig(l))
+	cfg.Ridge = ridge
 	p, err := rwm.FitPrior(ctx, cfg, corpus)
 	if err != nil {
 		return nil, nil, err
