@@ -109,7 +109,7 @@ func run(ctx context.Context, w, log io.Writer, o options) error {
 	}
 	cpuBuild := processCPU() - cpu0
 	fmt.Fprintf(log, "corpus built in %s wall, %.0f CPU s in this process\n", time.Since(start).Round(time.Second), cpuBuild)
-	rs, err := st.Scan(ctx, records.Filter{Source: records.Real})
+	rs, err := st.Scan(ctx, records.Filter{})
 	if err != nil {
 		return err
 	}
@@ -127,10 +127,10 @@ func run(ctx context.Context, w, log io.Writer, o options) error {
 	}
 	s := summarise(keep(rs, o.perFamily))
 	c := p.Corpus()
-	_, err = fmt.Fprintf(w, "corpus: %d tasks, %d real runs (%d reference runs, %d proposal runs, %d of them infeasible), %.0f CPU s of runs\n"+
+	_, err = fmt.Fprintf(w, "corpus: %d tasks, %d reference runs, %d proposal runs (%d of them infeasible), %.0f CPU s of runs\n"+
 		"prior: %d records of %d tasks, %d features, log marginal %.1f over %d blocks; fitted in %s wall, %.1f CPU s\n"+
 		"wrote %s: %d bytes, digest %s\n",
-		s.tasks, s.runs, s.refs, s.runs-s.refs, s.infeasible, s.cpu,
+		s.tasks, s.refs, s.runs, s.infeasible, s.cpu,
 		c.Records, c.Tasks, len(p.Names()), c.LogMarginal, c.Blocks, time.Since(fitStart).Round(time.Millisecond), fitCPU,
 		o.out, len(file), p.Digest())
 	return err
@@ -276,7 +276,7 @@ func fit(ctx context.Context, l *lab.Lab, rs []records.Record, ridge float64) (*
 
 // summary counts a corpus's runs.
 type summary struct {
-	tasks, runs, refs, infeasible int
+	tasks, refs, runs, infeasible int     // runs: real proposal runs
 	cpu                           float64 // CPU seconds of the runs (Cost.DeviceSeconds)
 }
 
@@ -284,18 +284,19 @@ func summarise(rs []records.Record) summary {
 	var s summary
 	tasks := map[string]bool{}
 	for _, r := range rs {
-		if r.Source != records.Real {
-			continue
-		}
-		tasks[r.Task.ID] = true
-		s.runs++
-		s.cpu += r.Cost.DeviceSeconds
 		switch {
-		case r.Proposal.IsNoChange():
+		case r.Source == records.Reference:
 			s.refs++
-		case r.Infeasible != "":
-			s.infeasible++
+		case r.Source != records.Real || r.Proposal.IsNoChange():
+			continue
+		default:
+			tasks[r.Task.ID] = true
+			s.runs++
+			if r.Infeasible != "" {
+				s.infeasible++
+			}
 		}
+		s.cpu += r.Cost.DeviceSeconds
 	}
 	s.tasks = len(tasks)
 	return s

@@ -32,6 +32,9 @@
 // others, kernel ablations among them). The Markdown table goes to stdout
 // and -out/landscape-report.md.
 //
+// With -prior FILE (examples/priorcorpus), the models fx-prior,
+// fx-tuned-prior and prior-mean rank with the pretrained prior.
+//
 // With -context-landscape STORE2 as well, the tasks of STORE are ranked as
 // unseen ones (transfer.go): each context is n cells of STORE2's tasks
 // (-context-part keeps a part's) plus -history cells of the ranked task
