@@ -30,6 +30,11 @@ type landscapeOptions struct {
 	hist                 int
 	noise                []float64 // -oracle-noise: the noisy oracles' noise, σ_e units (rankTransfer)
 	models               []string  // names of landscapeModels to rank; empty = the standard five
+	// prior is a pretrained prior file (examples/priorcorpus) for the
+	// models of priorKeys, fitted over a lab with priorPerFamily
+	// pretraining tasks per family (PriorLab); "" = none.
+	prior          string
+	priorPerFamily int
 }
 
 // runLandscape ranks the world models on a landscape store and writes the
@@ -51,7 +56,17 @@ func runLandscape(ctx context.Context, o landscapeOptions, stdout io.Writer) err
 	if o.context == "" && (o.contextPart != "" || o.hist != 0 || len(o.noise) > 0) {
 		return fmt.Errorf("-context-part, -history and -oracle-noise rank unseen tasks: they need -context-landscape")
 	}
-	models, err := landscapeModels(o.models)
+	var pr *rwm.Prior
+	if o.prior != "" {
+		b, err := os.ReadFile(o.prior)
+		if err != nil {
+			return fmt.Errorf("-prior: %w", err)
+		}
+		if pr, err = rwm.ReadPrior(b); err != nil {
+			return fmt.Errorf("-prior %s: %w", o.prior, err)
+		}
+	}
+	models, err := landscapeModels(o.models, pr, o.priorPerFamily)
 	if err != nil {
 		return err
 	}
@@ -159,13 +174,26 @@ func partFilter(part string) (func(string) bool, error) {
 // model's kernel. Keys are checked; an unknown one is an error that lists
 // the valid ones.
 //
+// With a pretrained prior p (rwm.ReadPrior of an examples/priorcorpus
+// file), three more keys: fx-prior (the validated setting's configuration
+// with p's hyperparameters and mean, rwm.Prior.Config: frozen, conditioned
+// on the context's records), fx-tuned-prior (rwm.NewTuned around it: the
+// validated setting with the prior) and prior-mean (fx-prior without its
+// context: the prior's mean alone). Asking for them without p is an error.
+//
 // The lab behind Effects holds lab.SuiteV2(lab.DefaultSuiteSeed)'s
-// training, validation and test tasks and no records: an effect needs no
-// reference run. A store of another suite's tasks gets no effect terms.
-func landscapeModels(keys []string) ([]rankModel, error) {
+// training, validation and test tasks and no records (an effect needs no
+// reference run), then, with p, the pretraining corpus's priorPerFamily
+// tasks per family (PriorLab: the lab p was fitted over, whose Effects' ID
+// p records; another is an error wrapping rwm.ErrPriorMismatch). A store
+// of another suite's tasks gets no effect terms.
+func landscapeModels(keys []string, p *rwm.Prior, priorPerFamily int) ([]rankModel, error) {
 	su := lab.SuiteV2(lab.DefaultSuiteSeed)
 	lcfg := lab.DefaultConfig()
 	lcfg.Tasks = append(append(append([]lab.TaskSpec(nil), su.Train...), su.Val()...), su.Test()...)
+	if p != nil {
+		lcfg.Tasks = append(lcfg.Tasks, lab.PretrainTasks(priorPerFamily)...)
+	}
 	lb, err := lab.New(lcfg, records.NewMemStore())
 	if err != nil {
 		return nil, fmt.Errorf("lab for the effects: %w", err)
@@ -222,12 +250,32 @@ func landscapeModels(keys []string) ([]rankModel, error) {
 	all["proposal-mean"] = rankModel{"each proposal's mean gain in the context", proposalMean{}}
 	all["fx-tuned-q90"] = rankModel{"effects, tuned, ranked by q90", quantileRank{all["fx-tuned"].model, Z90}}
 	all["fx-tuned-q10"] = rankModel{"effects, tuned, ranked by q10", quantileRank{all["fx-tuned"].model, -Z90}}
+	if p != nil {
+		pc, err := p.Config(eff)
+		if err != nil {
+			return nil, fmt.Errorf("-prior over a lab of %d pretraining tasks per family: %w", priorPerFamily, err)
+		}
+		for _, m := range []struct {
+			key, name string
+			tune      bool
+		}{{"fx-prior", "effects, pretrained prior", false}, {"fx-tuned-prior", "effects, tuned, pretrained prior", true}} {
+			wm, err := setting.NewModel(pc, m.tune)
+			if err != nil {
+				return nil, fmt.Errorf("world model %s: %w", m.key, err)
+			}
+			all[m.key] = rankModel{m.name, wm}
+		}
+		all["prior-mean"] = rankModel{"the pretrained prior's mean alone (no records)", noContext{all["fx-prior"].model}}
+	}
 	if len(keys) == 0 {
 		keys = standardKeys
 	}
 	out := make([]rankModel, 0, len(keys))
 	for _, k := range keys {
 		m, ok := all[k]
+		if !ok && p == nil && slices.Contains(priorKeys, k) {
+			return nil, fmt.Errorf("-models: %s needs -prior", k)
+		}
 		if !ok {
 			return nil, fmt.Errorf("-models: unknown world model %q, want some of %s", k, strings.Join(modelKeys(), ", "))
 		}
@@ -273,7 +321,20 @@ func modelKeys() []string {
 	for _, v := range variants {
 		keys = append(keys, v.key)
 	}
-	return append(keys, "fx-tuned-q90", "fx-tuned-q10", "proposal-mean")
+	keys = append(keys, "fx-tuned-q90", "fx-tuned-q10", "proposal-mean")
+	return append(keys, priorKeys...)
+}
+
+// priorKeys are the models of a pretrained prior (-prior).
+var priorKeys = []string{"fx-prior", "fx-tuned-prior", "prior-mean"}
+
+// noContext predicts with the inner model on no records: for a model with
+// a pretrained prior, the prior's mean (and its prior variance).
+type noContext struct{ inner rwm.WorldModel }
+
+func (n noContext) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error) {
+	q.Evidence = records.Evidence{}
+	return n.inner.Predict(ctx, q)
 }
 
 // proposalMean predicts a proposal's gain on any task by its mean gain in

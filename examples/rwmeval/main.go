@@ -32,6 +32,9 @@
 // others, kernel ablations among them). The Markdown table goes to stdout
 // and -out/landscape-report.md.
 //
+// With -prior FILE (examples/priorcorpus), the models fx-prior,
+// fx-tuned-prior and prior-mean rank with the pretrained prior.
+//
 // With -context-landscape STORE2 as well, the tasks of STORE are ranked as
 // unseen ones (transfer.go): each context is n cells of STORE2's tasks
 // (-context-part keeps a part's) plus -history cells of the ranked task
@@ -94,7 +97,8 @@ func main() {
 	var o options
 	var sizes, landscape, part string
 	var reps, hist int
-	var contextStore, contextPart, models, noise string
+	var contextStore, contextPart, models, noise, prior string
+	var priorPerFamily int
 	flag.StringVar(&o.out, "out", "out/rwmeval", "directory of the record stores and the report")
 	flag.StringVar(&o.suite, "suite", "v2", "lab task suite whose training tasks are used: v2 (lab.SuiteV2) or v1 (the first lab's tasks)")
 	flag.IntVar(&o.records, "records", 360, "real records to generate on training tasks (context + held-out test)")
@@ -113,6 +117,8 @@ func main() {
 	flag.IntVar(&hist, "history", 0, "-context-landscape: cells of each ranked task's own in its context (its history)")
 	flag.StringVar(&noise, "oracle-noise", "", "-context-landscape: comma-separated noise levels s (σ_e) of noisy oracles ranked beside the models")
 	flag.StringVar(&models, "models", "", "-landscape: comma-separated world models to rank (catalogue, desc, desc-tuned, fx, fx-tuned, and fx-tuned's kernel ablations fx-S0 … fx-dl8, fx-np, fx-tuned-q90, fx-tuned-q10, and proposal-mean); empty = the first five")
+	flag.StringVar(&prior, "prior", "", "-landscape: a pretrained prior file (examples/priorcorpus, e.g. lab/prior/v2.prior) for the models fx-prior, fx-tuned-prior and prior-mean")
+	flag.IntVar(&priorPerFamily, "prior-per-family", 8, "-prior: the pretraining corpus's tasks per family the prior was fitted over (examples/priorcorpus -per-family)")
 	flag.Parse()
 	if landscape != "" && !flagSet("sizes") {
 		sizes = "50,100,200"
@@ -129,7 +135,8 @@ func main() {
 	if landscape != "" {
 		rc := defaultRankConfig()
 		rc.sizes, rc.reps, rc.seed = o.sizes, reps, o.seed
-		lo := landscapeOptions{store: landscape, part: part, out: o.out, rank: rc, context: contextStore, contextPart: contextPart, hist: hist}
+		lo := landscapeOptions{store: landscape, part: part, out: o.out, rank: rc, context: contextStore, contextPart: contextPart, hist: hist,
+			prior: prior, priorPerFamily: priorPerFamily}
 		for _, m := range strings.Split(models, ",") {
 			if m = strings.TrimSpace(m); m != "" {
 				lo.models = append(lo.models, m)
