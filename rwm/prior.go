@@ -67,9 +67,12 @@ type PriorFitConfig struct {
 	// records' gains in σ_e units (infeasible ones at InfeasibleSigmas) and
 	// rms_j feature j's root mean square over the corpus, so that λ acts
 	// on every feature in its own units. Default 1 (library choice: the
-	// offline ridge probe of the README used λ 1; with thousands of
+	// offline ridge probe of docs/results.md used λ 1; with thousands of
 	// records a negligible shrinkage, with a feature few records have it
-	// keeps its coefficient near 0). Must be > 0.
+	// keeps its coefficient near 0). On the lab's pretraining corpus λ 1
+	// leaves the system singular (features that move together), and
+	// examples/priorcorpus fits with λ 10,000, chosen on lab v2's
+	// validation landscape (docs/results.md). Must be > 0.
 	Ridge float64
 	// Grid is the kernel hyperparameters' search space; nil is
 	// TuneGrid(Base). Each configuration must carry Base's Cards and
