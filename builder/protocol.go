@@ -9,8 +9,8 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"unicode"
 
+	"github.com/lm2lm/lm2lm/internal/jsonkeys"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -302,58 +302,15 @@ func (t *Tail) String() string {
 
 // noRepeatedKeys reports, wrapping ErrBadResult, the first key that an
 // object of the valid JSON text b repeats at any depth, keys compared as
-// encoding/json matches them to fields (Unicode case folding: "Loss",
-// "LOSS" and "loss" are one key, and "ſeeds" is "seeds").
+// encoding/json matches them to fields (jsonkeys.Repeated with folding:
+// "Loss", "LOSS" and "loss" are one key, and "ſeeds" is "seeds").
 func noRepeatedKeys(b []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	type frame struct {
-		obj    bool
-		keys   map[string]bool
-		expect bool // the next token of an object is a key
+	k, rep, err := jsonkeys.Repeated(json.NewDecoder(bytes.NewReader(b)), true)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrBadResult, err)
+	case rep:
+		return fmt.Errorf("%w: key %q given twice", ErrBadResult, records.Excerpt(k))
 	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrBadResult, err)
-		}
-		if k, ok := tok.(string); ok && len(stack) > 0 && stack[len(stack)-1].obj && stack[len(stack)-1].expect {
-			top := stack[len(stack)-1]
-			f := foldKey(k)
-			if top.keys[f] {
-				return fmt.Errorf("%w: key %q given twice", ErrBadResult, records.Excerpt(k))
-			}
-			top.keys[f] = true
-			top.expect = false
-			continue
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{obj: true, keys: map[string]bool{}, expect: true})
-			continue
-		case json.Delim('['):
-			stack = append(stack, &frame{})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
-		if n := len(stack); n > 0 && stack[n-1].obj {
-			stack[n-1].expect = true // a value ended: a key comes next
-		}
-	}
-}
-
-// foldKey maps each rune of k to the least rune of its Unicode case-folding
-// orbit, so that keys equal under folding map to one string.
-func foldKey(k string) string {
-	return strings.Map(func(r rune) rune {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
-		}
-		return least
-	}, k)
+	return nil
 }

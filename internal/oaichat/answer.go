@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
+
+	"github.com/lm2lm/lm2lm/internal/jsonkeys"
 )
 
 // Errors of answer reading. The backends wrap them in their own
@@ -109,51 +110,17 @@ func balancedCost(s string, i int) (int, bool, int) {
 }
 
 // NoDuplicateKeys reports, wrapping ErrDuplicateKey, the first key that an
-// object of the JSON text js repeats, at any depth; js must be valid JSON.
+// object of the JSON text js repeats, at any depth (jsonkeys.Repeated, keys
+// compared byte for byte); js must be valid JSON.
 func NoDuplicateKeys(js string) error {
 	dec := json.NewDecoder(strings.NewReader(js))
 	dec.UseNumber()
-	type frame struct {
-		obj    bool
-		keys   map[string]bool
-		expect bool // the next token of an object is a key
+	k, rep, err := jsonkeys.Repeated(dec, false)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %v", ErrNoObject, err)
+	case rep:
+		return fmt.Errorf("%w %q", ErrDuplicateKey, Truncate(k, 40))
 	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrNoObject, err)
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.obj && top.expect {
-			if k, ok := tok.(string); ok {
-				if top.keys[k] {
-					return fmt.Errorf("%w %q", ErrDuplicateKey, Truncate(k, 40))
-				}
-				top.keys[k] = true
-				top.expect = false
-				continue
-			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{obj: true, keys: map[string]bool{}, expect: true})
-			continue
-		case json.Delim('['):
-			stack = append(stack, &frame{})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
-		// A value ended: in an object, a key comes next.
-		if len(stack) > 0 && stack[len(stack)-1].obj {
-			stack[len(stack)-1].expect = true
-		}
-	}
+	return nil
 }
