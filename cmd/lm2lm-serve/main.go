@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -20,12 +19,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lm2lm/lm2lm/baseline"
-	"github.com/lm2lm/lm2lm/builder"
-	"github.com/lm2lm/lm2lm/lab"
-	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
+	"github.com/lm2lm/lm2lm/serve/servelab"
 )
 
 const usage = `lm2lm-serve: the LM2LM environment service for RL trainers (TRL, verl, OpenRLHF).
@@ -115,7 +111,7 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	defer store.Close()
-	c, err := labComponents(ctx, o, store, w)
+	c, _, err := servelab.Components(ctx, servelab.Config{Train: o.train, Test: o.test, M0: o.m0, Seed: o.seed, Parallel: o.parallel}, store, w)
 	if err != nil {
 		return err
 	}
@@ -146,56 +142,4 @@ func run(ctx context.Context, o options, w io.Writer) error {
 	case err := <-errc:
 		return err
 	}
-}
-
-// labComponents makes the embedded lab, runs (or reads back) its reference
-// runs and M_0, and returns the service's components over it.
-func labComponents(ctx context.Context, o options, store *records.FileStore, w io.Writer) (serve.Components, error) {
-	lcfg := lab.DefaultConfig()
-	lcfg.Parallel = o.parallel
-	suite := lab.GenerateSuite(lab.DefaultSpace(), lab.SuiteSizes{Train: o.train, TestIn: o.test}, lab.DefaultSuiteSeed)
-	lcfg.Tasks = append(append([]lab.TaskSpec(nil), suite.Train...), suite.Test()...)
-	l, err := lab.New(lcfg, store)
-	if err != nil {
-		return serve.Components{}, err
-	}
-	pool, err := builder.NewPool(l, builder.PoolConfig{Slots: int64(o.parallel), MaxAttempts: 1, Store: store})
-	if err != nil {
-		return serve.Components{}, err
-	}
-	fmt.Fprintf(w, "reference runs of %d tasks (cached in %s) ...\n", len(lcfg.Tasks), o.store)
-	tasks, out, err := l.Ready(ctx, l.IDs(""), nil)
-	if err != nil {
-		return serve.Components{}, err
-	}
-	for _, x := range out {
-		fmt.Fprintf(w, "task %s left out: %v\n", x.ID, x.Err)
-	}
-	var train, held []records.Task
-	for _, t := range tasks {
-		if t.Split == records.Train {
-			train = append(train, t)
-		} else {
-			held = append(held, t)
-		}
-	}
-	var draws []baseline.Draw
-	for _, it := range records.DrawChanges(rand.New(rand.NewPCG(o.seed, 0x6d30)), train, lab.Catalogue(), o.m0, nil) {
-		draws = append(draws, baseline.Draw{Task: it.Task, Proposal: it.Proposal})
-	}
-	recs, spent, err := baseline.RunDraws(ctx, l, pool, draws, o.parallel)
-	if err != nil {
-		return serve.Components{}, err
-	}
-	m0, err := records.NewEvidence(recs...)
-	if err != nil {
-		return serve.Components{}, err
-	}
-	fmt.Fprintf(w, "%d training and %d held-out tasks; M_0 %d records (%d runs paid now)\n", len(train), len(held), m0.Len(), spent.Runs)
-	world, err := setting.Validated().NewWorld(l)
-	if err != nil {
-		return serve.Components{}, err
-	}
-	return serve.Components{World: world, Builder: l, Executor: pool,
-		Tasks: train, HeldOut: held, Evidence: m0, Catalogue: lab.Catalogue()}, nil
 }

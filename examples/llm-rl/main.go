@@ -23,7 +23,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -34,13 +33,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lm2lm/lm2lm/baseline"
-	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
-	"github.com/lm2lm/lm2lm/lab"
-	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
+	"github.com/lm2lm/lm2lm/serve/servelab"
 )
 
 // ErrProfile marks an unknown profile name.
@@ -192,7 +188,7 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 		return nil, err
 	}
 	defer store.Close()
-	c, m0Runs, err := labComponents(ctx, o, store, w)
+	c, m0Runs, err := servelab.Components(ctx, servelab.Config{Train: o.Profile.Train, Test: o.Profile.Test, M0: o.Profile.M0, Seed: o.Seed, Parallel: o.Parallel}, store, w)
 	if err != nil {
 		return nil, err
 	}
@@ -253,58 +249,6 @@ func cpuTime() time.Duration {
 		}
 	}
 	return t
-}
-
-// labComponents makes the embedded lab, runs its reference runs and M_0,
-// and returns the service's components over it (as cmd/lm2lm-serve).
-func labComponents(ctx context.Context, o Options, store *records.FileStore, w io.Writer) (serve.Components, int, error) {
-	lcfg := lab.DefaultConfig()
-	lcfg.Parallel = o.Parallel
-	suite := lab.GenerateSuite(lab.DefaultSpace(), lab.SuiteSizes{Train: o.Profile.Train, TestIn: o.Profile.Test}, lab.DefaultSuiteSeed)
-	lcfg.Tasks = append(append([]lab.TaskSpec(nil), suite.Train...), suite.Test()...)
-	l, err := lab.New(lcfg, store)
-	if err != nil {
-		return serve.Components{}, 0, err
-	}
-	pool, err := builder.NewPool(l, builder.PoolConfig{Slots: int64(o.Parallel), MaxAttempts: 1, Store: store})
-	if err != nil {
-		return serve.Components{}, 0, err
-	}
-	fmt.Fprintf(w, "reference runs of %d tasks ...\n", len(lcfg.Tasks))
-	tasks, left, err := l.Ready(ctx, l.IDs(""), nil)
-	if err != nil {
-		return serve.Components{}, 0, err
-	}
-	for _, x := range left {
-		fmt.Fprintf(w, "task %s left out: %v\n", x.ID, x.Err)
-	}
-	var train, held []records.Task
-	for _, t := range tasks {
-		if t.Split == records.Train {
-			train = append(train, t)
-		} else {
-			held = append(held, t)
-		}
-	}
-	var draws []baseline.Draw
-	for _, it := range records.DrawChanges(rand.New(rand.NewPCG(o.Seed, 0x6d30)), train, lab.Catalogue(), o.Profile.M0, nil) {
-		draws = append(draws, baseline.Draw{Task: it.Task, Proposal: it.Proposal})
-	}
-	recs, spent, err := baseline.RunDraws(ctx, l, pool, draws, o.Parallel)
-	if err != nil {
-		return serve.Components{}, 0, err
-	}
-	m0, err := records.NewEvidence(recs...)
-	if err != nil {
-		return serve.Components{}, 0, err
-	}
-	fmt.Fprintf(w, "%d training and %d held-out tasks; M_0 %d records (%d runs)\n", len(train), len(held), m0.Len(), spent.Runs)
-	world, err := setting.Validated().NewWorld(l)
-	if err != nil {
-		return serve.Components{}, 0, err
-	}
-	return serve.Components{World: world, Builder: l, Executor: pool,
-		Tasks: train, HeldOut: held, Evidence: m0, Catalogue: lab.Catalogue()}, spent.Runs, nil
 }
 
 // Print writes the report of a run.
