@@ -78,11 +78,14 @@ type options struct {
 	progress            string
 	parallel, resamples int
 	probe               int
-	pessimism           float64
-	trigger             bool
-	predict             bool
-	force               bool
-	scale               string // "raw" or "robust"; "" = raw (options built in tests)
+	// evalStates replaces the profile's evaluation states per test task
+	// (setting.Profile.EvalStates; 0 = the profile's).
+	evalStates int
+	pessimism  float64
+	trigger    bool
+	predict    bool
+	force      bool
+	scale      string // "raw" or "robust"; "" = raw (options built in tests)
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
 }
@@ -125,6 +128,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.progress, "progress", "auto", "auto (a bar on a terminal, log lines otherwise) | bar | lines")
 	fs.IntVar(&o.parallel, "parallel", 2, "real runs trained at once")
 	fs.IntVar(&o.resamples, "resamples", 2000, "bootstrap replicates of each confidence interval")
+	fs.IntVar(&o.evalStates, "eval-states", 0, "evaluation states per test task (setting.Profile.EvalStates; 0 = the profile's): the design's size, chosen for a stated interval width with the report's power table (docs/comparisons.md#power)")
 	fs.IntVar(&o.probe, "probe", 4, "training tasks × 8 proposals run for real at each calibration step of every trained method to measure its world model's reliability the same way for all (0 = off)")
 	fs.Float64Var(&o.pessimism, "pessimism", 0, "weight κ of the world model's q10 in the trained methods' rewards (reward.Config.Pessimism, in [0, 1]; 0 = off; METHOD.md §1 Known weaknesses: reward hacking of the world model)")
 	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget; METHOD.md §1 Known weaknesses: a fixed schedule)")
@@ -188,6 +192,9 @@ func (o options) validate() error {
 	if o.resamples < 100 {
 		bad("-resamples %d; want ≥ 100", o.resamples)
 	}
+	if o.evalStates < 0 {
+		bad("-eval-states %d; want ≥ 0 (0 = the profile's)", o.evalStates)
+	}
 	if o.probe < 0 {
 		bad("-probe %d; want ≥ 0", o.probe)
 	}
@@ -226,7 +233,15 @@ func (o options) levers() []lever {
 		{o.trigger, "-trigger", " -trigger"},
 		{o.predict, "-pred", " -eval-predict"},
 		{o.probe != 4, fmt.Sprintf("-probe%d", o.probe), fmt.Sprintf(" -probe %d", o.probe)},
+		{o.evalStatesSet(), fmt.Sprintf("-es%d", o.evalStates), fmt.Sprintf(" -eval-states %d", o.evalStates)},
 	}
+}
+
+// evalStatesSet reports whether -eval-states replaces the profile's
+// evaluation states (a value equal to the profile's changes nothing).
+func (o options) evalStatesSet() bool {
+	p, err := setting.LookupProfile(o.profile)
+	return err == nil && o.evalStates != 0 && o.evalStates != p.EvalStates
 }
 
 // chosen is the run's setting (-setting; "" = validated).
@@ -237,5 +252,12 @@ func (o options) chosen() (setting.Setting, error) {
 	return setting.Lookup(o.setting)
 }
 
-// prof is the run's profile (-profile), from the drivers' one table.
-func (o options) prof() (setting.Profile, error) { return setting.LookupProfile(o.profile) }
+// prof is the run's profile (-profile), from the drivers' one table,
+// with -eval-states's evaluation states.
+func (o options) prof() (setting.Profile, error) {
+	p, err := setting.LookupProfile(o.profile)
+	if err == nil && o.evalStates > 0 {
+		p.EvalStates = o.evalStates
+	}
+	return p, err
+}

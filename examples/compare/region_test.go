@@ -312,3 +312,69 @@ func v2Results() []Result {
 	}
 	return rs
 }
+
+// -eval-states replaces the profile's evaluation states: the profile the
+// jobs run and record has them, the run directory and the command name
+// them, and the profile's own value is no lever.
+func TestEvalStatesFlag(t *testing.T) {
+	o, err := parseFlags([]string{"-suite", lab.V3ValName, "-eval-states", "4", "-seeds", "6"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	p, err := o.prof()
+	require.NoError(t, err)
+	require.Equal(t, 4, p.EvalStates)
+	require.Equal(t, filepath.Join("out/compare", "v3-val-default-es4"), runDir(o))
+	require.Equal(t, "go run ./examples/compare -profile default -suite v3-val -seeds 6 -eval-states 4", command(o))
+	require.Equal(t, 45*4*4+100+100, expectedRuns(o, methods["bestknown"], 45), "45 tasks × 4 states × K 4, and M'_0: M_0 100 and the calibration budget 100")
+
+	o, err = parseFlags([]string{"-eval-states", "8"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join("out/compare", "v2-default"), runDir(o), "the profile's own value changes nothing")
+	_, err = parseFlags([]string{"-eval-states", "-1"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "-eval-states -1")
+}
+
+// The report sizes each pair against the best baseline: the variance
+// components of its per-state differences, the measured half-width and
+// the predicted ones; here LM2LM − SFT, whose differences vary only by
+// region.
+func TestReportPower(t *testing.T) {
+	o := options{methods: []string{"base", "sft", "lm2lm"}, seeds: 2, firstSeed: 1, profile: "tiny", suite: lab.V3ValName, resamples: 200}
+	rs := v3Results(lab.V3ValName)
+	names, by := byMethodOf(rs)
+	st, err := statistics(o, names, by)
+	require.NoError(t, err)
+	require.Len(t, st.power, 1)
+	pw := st.power[0]
+	require.Equal(t, methods["lm2lm"].label, pw.Method)
+	require.Equal(t, methods["sft"].label, pw.Against)
+	d, err := evalstat.Differences(cellsOf(o.suite, by["lm2lm"]), cellsOf(o.suite, by["sft"]))
+	require.NoError(t, err)
+	want, err := evalstat.VarianceComponents(d)
+	require.NoError(t, err)
+	require.Equal(t, want, pw.Components)
+	require.Equal(t, 8, pw.Components.Tasks)
+	require.Equal(t, 4, pw.Components.Regions)
+	// LM2LM − SFT is 1 on every state but compute-rich's, −3: no spread
+	// within a region, so every component and the predicted width are 0.
+	require.InDelta(t, 0, pw.Components.State+pw.Components.Task+pw.Components.Seed+pw.Components.SeedTask, 1e-12)
+	require.InDelta(t, 0, pw.Predicted, 1e-9)
+	require.Len(t, pw.Designs, len(powerSeeds)*len(powerStates))
+	require.Equal(t, (st.pairs[2].Diff.High-st.pairs[2].Diff.Low)/2, pw.Measured)
+
+	var b strings.Builder
+	powerTable(&b, st.power)
+	require.Contains(t, b.String(), "Power of LM2LM − SFT on M₀ (per-state differences, 2 seeds × 8 tasks in 4 regions, 2.0 states per task)")
+	require.Contains(t, b.String(), "| seeds | 1 states | 2 states | 4 states | 8 states |\n|---|---|---|---|---|\n| 3 | ±0.00 |")
+
+	one := options{methods: o.methods, seeds: 1, firstSeed: 1, profile: "tiny", suite: lab.V3ValName, resamples: 200}
+	var seed1 []Result
+	for _, r := range rs {
+		if r.Seed == 1 {
+			seed1 = append(seed1, r)
+		}
+	}
+	names, by = byMethodOf(seed1)
+	st, err = statistics(one, names, by)
+	require.NoError(t, err)
+	require.Empty(t, st.power, "one seed sizes nothing")
+}

@@ -49,8 +49,12 @@ type Comparison struct {
 	// RegionPairs are, for the V3 splits, each of Pairs on each region
 	// apart (evalstat.CompareRegions, Region set), pair by pair in Pairs
 	// order, regions in lab.RegionNames order; absent for other suites.
-	RegionPairs []evalstat.Paired   `json:"region_pairs,omitempty"`
-	Runs        map[string][]string `json:"result_files"`
+	RegionPairs []evalstat.Paired `json:"region_pairs,omitempty"`
+	// Power sizes each pair against the best baseline (powerOf): the
+	// variance components of its differences and the interval half-width
+	// they predict for other designs; absent below two seeds.
+	Power []Power             `json:"power,omitempty"`
+	Runs  map[string][]string `json:"result_files"`
 }
 
 // MethodSummary is one method over its seeds.
@@ -242,6 +246,93 @@ type stats struct {
 	parts             [][]PartSummary // with their state-level fields filled
 	pairs, pairsState []evalstat.Paired
 	regionPairs       []evalstat.Paired // V3 splits only
+	power             []Power
+}
+
+// Power sizes a paired comparison of a trained method against the best
+// baseline: the variance components of the per-state differences
+// (evalstat.Differences, evalstat.VarianceComponents), the half-width of
+// the measured hierarchical interval, and the half-width the components
+// predict for other designs (evalstat.Components.HalfWidth) on the same
+// tasks.
+type Power struct {
+	Method     string              `json:"method"`
+	Against    string              `json:"against"`
+	Components evalstat.Components `json:"components"`
+	// Measured is half the width of the reported interval of Method −
+	// Against (Pairs); Predicted the components' figure for this design.
+	Measured  float64       `json:"measured_half_width"`
+	Predicted float64       `json:"predicted_half_width"`
+	Designs   []PowerDesign `json:"designs"`
+}
+
+// PowerDesign is one design's predicted 95% half-width.
+type PowerDesign struct {
+	Seeds     int     `json:"seeds"`
+	States    int     `json:"states_per_task"`
+	HalfWidth float64 `json:"half_width"`
+}
+
+// powerSeeds and powerStates span the designs of the power table.
+var powerSeeds, powerStates = []int{3, 4, 5, 6, 8, 10, 16}, []int{1, 2, 4, 8}
+
+// powerOf returns the Power of each pair against a baseline other than
+// Base, when the cells allow the estimate (two seeds at least, two tasks
+// in some region, two states in some seed and task); none otherwise.
+func powerOf(cfg evalstat.Config, o options, cells map[string][]evalstat.Cell, pairs []evalstat.Paired) []Power {
+	label := map[string]string{}
+	for m := range cells {
+		label[methods[m].label] = m
+	}
+	var out []Power
+	for _, p := range pairs {
+		if p.Against == methods["base"].label {
+			continue
+		}
+		d, err := evalstat.Differences(cells[label[p.Method]], cells[label[p.Against]])
+		if err != nil {
+			continue
+		}
+		c, err := evalstat.VarianceComponents(d)
+		if err != nil {
+			continue
+		}
+		prof, _ := o.prof() // validated
+		pw := Power{Method: p.Method, Against: p.Against, Components: c, Measured: (p.Diff.High - p.Diff.Low) / 2,
+			Predicted: c.HalfWidth(cfg.Level, o.seeds, prof.EvalStates)}
+		for _, s := range powerSeeds {
+			for _, n := range powerStates {
+				pw.Designs = append(pw.Designs, PowerDesign{Seeds: s, States: n, HalfWidth: c.HalfWidth(cfg.Level, s, n)})
+			}
+		}
+		out = append(out, pw)
+	}
+	return out
+}
+
+// powerTable renders each Power: its components, the measured and the
+// predicted half-width, and a table of designs (seeds × states per task).
+func powerTable(b *strings.Builder, ps []Power) {
+	for _, p := range ps {
+		c := p.Components
+		fmt.Fprintf(b, "\nPower of %s − %s (per-state differences, %d seeds × %d tasks in %d regions, %.1f states per task): "+
+			"variance components seed %.3f, task %.3f, seed × task %.3f, state %.3f; 95%% half-width measured ±%.2f, predicted ±%.2f. "+
+			"Predicted half-widths on these tasks:\n\n| seeds |", p.Method, p.Against, c.Seeds, c.Tasks, c.Regions, c.States,
+			c.Seed, c.Task, c.SeedTask, c.State, p.Measured, p.Predicted)
+		for _, n := range powerStates {
+			fmt.Fprintf(b, " %d states |", n)
+		}
+		b.WriteString("\n|---|" + strings.Repeat("---|", len(powerStates)) + "\n")
+		for i, d := range p.Designs {
+			if i%len(powerStates) == 0 {
+				fmt.Fprintf(b, "| %d |", d.Seeds)
+			}
+			fmt.Fprintf(b, " ±%.2f |", d.HalfWidth)
+			if i%len(powerStates) == len(powerStates)-1 {
+				b.WriteString("\n")
+			}
+		}
+	}
 }
 
 // configs returns the bootstrap configuration of the reported intervals
@@ -338,6 +429,7 @@ func statistics(o options, names []string, byMethod map[string][]Result) (stats,
 			}
 		}
 	}
+	st.power = powerOf(cfg, o, cells, st.pairs)
 	return st, nil
 }
 
@@ -414,7 +506,7 @@ func report(w io.Writer, o options, dir string, results []Result, scale *ScaleIn
 	sums, pairs := st.sums, st.pairs
 	cmp := comparison(o, dir, names, byMethod, sums, pairs)
 	cmp.Scale = scale
-	cmp.PairsStateLevel, cmp.RegionPairs = st.pairsState, st.regionPairs
+	cmp.PairsStateLevel, cmp.RegionPairs, cmp.Power = st.pairsState, st.regionPairs, st.power
 	for i := range cmp.Methods {
 		cmp.Methods[i].SummaryStateLevel = st.sumsState[i]
 		cmp.Methods[i].Parts = st.parts[i]
@@ -498,6 +590,7 @@ func markdown(c Comparison) string {
 		partPairs(&b, c.Methods)
 	}
 	regionPairs(&b, c.RegionPairs)
+	powerTable(&b, c.Power)
 	b.WriteString("\n| method | real-run budget (M_0 + training, per seed) | evaluation runs per seed | CPU s paid (all seeds) | wall s (all seeds) | unmeasured proposals |\n|---|---|---|---|---|---|\n")
 	for _, m := range c.Methods {
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | %d |\n", m.Summary.Method, m.Budget, m.EvalRuns, m.CPUSeconds, m.WallSeconds, m.Unmeasured)
