@@ -5,8 +5,11 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
+	"sync/atomic"
 )
 
 // Evidence is a set of real, executed records: the M that a world model reads
@@ -14,9 +17,21 @@ import (
 // NewEvidence or Evidence.Add, which reject anything but Source Real, so
 // predicted or synthetic records can never be mistaken for evidence
 // (METHOD.md §1 Synthetic state expansion). The zero value is empty
-// evidence. Evidence is immutable: Add returns a new value.
+// evidence. Evidence is immutable: Add returns a new value, holding its
+// own copies of the records it was given (their Seeds, Proposal.Params and
+// Task.Descriptors), so a caller may reuse its records afterwards. At and
+// Records return records that share those maps and slices with the
+// evidence: they are read-only. Copies of one Evidence value share the
+// memo of its Fingerprint.
 type Evidence struct {
 	rs []Record
+	fp *fingerprint // nil for the zero value
+}
+
+// fingerprint memoises Evidence.Fingerprint. Two goroutines that read it
+// first at once may both compute it; both store the same value.
+type fingerprint struct {
+	v atomic.Pointer[string]
 }
 
 // NewEvidence returns evidence holding rs, or an error wrapping
@@ -66,8 +81,18 @@ func (e Evidence) Add(rs ...Record) (Evidence, error) {
 	}
 	out := make([]Record, 0, len(e.rs)+len(rs))
 	out = append(out, e.rs...)
-	out = append(out, rs...)
-	return Evidence{rs: out}, nil
+	for _, r := range rs {
+		out = append(out, ownCopy(r))
+	}
+	return Evidence{rs: out, fp: &fingerprint{}}, nil
+}
+
+// ownCopy returns r with its own copies of the maps and slices it holds.
+func ownCopy(r Record) Record {
+	r.Seeds = slices.Clone(r.Seeds)
+	r.Proposal.Params = maps.Clone(r.Proposal.Params)
+	r.Task.Descriptors = maps.Clone(r.Task.Descriptors)
+	return r
 }
 
 // Len returns the number of records.
@@ -82,7 +107,22 @@ func (e Evidence) Records() []Record { return append([]Record(nil), e.rs...) }
 // Fingerprint returns a hex digest of the evidence that is independent of
 // the records' order and changes when any record's task, proposal key, gain,
 // loss, seeds or infeasibility changes. Wrappers use it as a cache key.
+// It is computed once per evidence (Add's result), then read back: world
+// models fingerprint their context on every prediction.
 func (e Evidence) Fingerprint() string {
+	if e.fp == nil {
+		return e.fingerprint()
+	}
+	if v := e.fp.v.Load(); v != nil {
+		return *v
+	}
+	v := e.fingerprint()
+	e.fp.v.Store(&v)
+	return v
+}
+
+// fingerprint computes Fingerprint.
+func (e Evidence) fingerprint() string {
 	lines := make([]string, len(e.rs))
 	var buf [8]byte
 	for i, r := range e.rs {

@@ -1,8 +1,10 @@
 package records_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -277,6 +279,73 @@ func TestEvidenceFingerprint(t *testing.T) {
 	require.NotEqual(t, base, fp(rs[1:]...), "a record fewer")
 	require.NotEqual(t, base, fp(append(rs, rs[0])...), "a duplicate more")
 	require.NotEqual(t, fp(), base)
+}
+
+// The fingerprint is computed once per evidence and shared by its copies;
+// a caller that changes its records after Add changes neither the
+// evidence nor its fingerprint; an evidence built anew from the changed
+// records has the changed fingerprint; concurrent readers agree (under
+// -race).
+func TestEvidenceFingerprintMemo(t *testing.T) {
+	var rs []records.Record
+	for i := range 6 {
+		r := storetest.Record(i)
+		r.Source = records.Real
+		r.Loss = r.Task.RefLoss - r.Gain
+		r.Proposal.Params = map[string]string{"value": fmt.Sprint(i)}
+		r.Task.Descriptors = map[string]float64{"log_params": float64(i)}
+		rs = append(rs, r)
+	}
+	ev, err := records.NewEvidence(rs...)
+	require.NoError(t, err)
+	want := ev.Fingerprint()
+	cp := ev
+	var wg sync.WaitGroup
+	got := make([]string, 8)
+	for i := range got {
+		wg.Add(1)
+		go func() { defer wg.Done(); got[i] = cp.Fingerprint() }()
+	}
+	wg.Wait()
+	for _, g := range got {
+		require.Equal(t, want, g)
+	}
+	rs[0].Proposal.Params["value"] = "changed"
+	rs[0].Seeds[0]++
+	rs[0].Task.Descriptors["log_params"] = 99
+	require.Equal(t, want, ev.Fingerprint())
+	require.Equal(t, "0", ev.At(0).Proposal.Params["value"], "the evidence holds its own copy")
+	require.Equal(t, 0.0, ev.At(0).Task.Descriptors["log_params"])
+	other, err := records.NewEvidence(rs...)
+	require.NoError(t, err)
+	require.NotEqual(t, want, other.Fingerprint())
+	more, err := ev.Add(rs[1])
+	require.NoError(t, err)
+	require.NotEqual(t, want, more.Fingerprint(), "Add's result has a fingerprint of its own")
+	require.Equal(t, want, ev.Fingerprint())
+}
+
+func BenchmarkEvidenceFingerprint(b *testing.B) {
+	var rs []records.Record
+	for i := range 300 {
+		r := storetest.Record(i)
+		r.Source = records.Real
+		r.Loss = r.Task.RefLoss - r.Gain
+		rs = append(rs, r)
+	}
+	ev, err := records.NewEvidence(rs...)
+	require.NoError(b, err)
+	b.Run("first", func(b *testing.B) {
+		for b.Loop() {
+			fresh, _ := records.NewEvidence(rs...)
+			_ = fresh.Fingerprint()
+		}
+	})
+	b.Run("again", func(b *testing.B) {
+		for b.Loop() {
+			_ = ev.Fingerprint()
+		}
+	})
 }
 
 func TestSimilarity(t *testing.T) {
