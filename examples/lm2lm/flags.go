@@ -62,6 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.suite, "suite", "v2", "lab task suite: v2 (generated, lab.SuiteV2: train on its training part, test on its test part) or v1 (the first lab's 24 tasks)")
 	fs.StringVar(&o.holdOut, "hold-out-family", "", "hold out this whole family (training tasks, M_0 and the world model never see it): the generalisation experiment")
 	fs.BoolVar(&o.wmrl, "wmrl", false, "add WMRL's anchor groups, online isotonic debiasing and inverse-variance weighting (METHOD.md §2)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the whole job to this file (go tool pprof); none = no profile")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -56,6 +57,7 @@ type options struct {
 	setting                             string // validated (also "") | library
 	progress                            string // auto | bar | lines
 	force                               bool   // replace an existing report
+	cpuProfile                          string // -cpuprofile; "" = none
 }
 
 func main() {
@@ -69,10 +71,32 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, os.Stdout, o); err != nil {
+	if err := profiled(o.cpuProfile, func() error { return run(ctx, os.Stdout, o) }); err != nil {
 		fmt.Fprintln(os.Stderr, "lm2lm:", err)
 		os.Exit(1)
 	}
+}
+
+// profiled runs f, writing a pprof CPU profile of it to path (runtime/pprof)
+// unless path is empty.
+func profiled(path string, f func() error) (err error) {
+	if path == "" {
+		return f()
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("-cpuprofile: %w", err)
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("-cpuprofile: %w", cerr)
+		}
+	}()
+	if err := pprof.StartCPUProfile(out); err != nil {
+		return fmt.Errorf("-cpuprofile: %w", err)
+	}
+	defer pprof.StopCPUProfile()
+	return f()
 }
 
 // Report is what the program writes as JSON. Undefined numbers (a
