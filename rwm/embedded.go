@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -372,7 +373,9 @@ type Embedded struct {
 	cfg    EmbeddedConfig
 	priors map[string]records.Prior
 	cards  map[string]records.Card
-	id     string
+	// id is ID's value, computed on first use: Tune builds a model per
+	// grid configuration and never asks its name.
+	id func() string
 
 	// factorise is build; tests replace it to hold or fail a
 	// factorisation.
@@ -403,7 +406,7 @@ func NewEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 			e.cards[records.CanonicalName(c.Mechanism)] = c
 		}
 	}
-	e.id = "rwm.Embedded/" + configDigest(cfg, e.priors)
+	e.id = sync.OnceValue(func() string { return "rwm.Embedded/" + configDigest(e.cfg, e.priors) })
 	return e, nil
 }
 
@@ -456,7 +459,7 @@ func configDigest(c EmbeddedConfig, priors map[string]records.Prior) string {
 }
 
 // ID names the model and its configuration.
-func (e *Embedded) ID() string { return e.id }
+func (e *Embedded) ID() string { return e.id() }
 
 // Config returns the model's configuration.
 func (e *Embedded) Config() EmbeddedConfig { return e.cfg }
@@ -464,25 +467,40 @@ func (e *Embedded) Config() EmbeddedConfig { return e.cfg }
 // Predict returns the posterior predictive gain of q.Proposal on q.Task
 // given q.Evidence.
 func (e *Embedded) Predict(ctx context.Context, q Query) (Prediction, error) {
-	if err := ctx.Err(); err != nil {
-		return Prediction{}, fmt.Errorf("rwm: embedded: %w", err)
-	}
-	if err := q.Validate(); err != nil {
-		return Prediction{}, err
-	}
-	if err := e.cfg.checkRecords(q.Evidence.Len()); err != nil {
-		return Prediction{}, err
-	}
-	if q.Proposal.IsNoChange() {
-		return Prediction{Valid: false, Reason: "no change: the proposal changes nothing"}, nil
-	}
-	if reason := e.structural(q.Proposal); reason != "" {
-		return Prediction{Valid: false, Reason: "structurally invalid: " + reason}, nil
+	if p, done, err := e.check(ctx, q); done {
+		return p, err
 	}
 	f, err := e.factor(ctx, q.Evidence)
 	if err != nil {
 		return Prediction{}, err
 	}
+	return e.predictFactor(f, q)
+}
+
+// check returns the answer to q that needs no factorisation (done): an
+// ended ctx, an invalid query or context, or a proposal judged invalid
+// without the records.
+func (e *Embedded) check(ctx context.Context, q Query) (p Prediction, done bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return Prediction{}, true, fmt.Errorf("rwm: embedded: %w", err)
+	}
+	if err := q.Validate(); err != nil {
+		return Prediction{}, true, err
+	}
+	if err := e.cfg.checkRecords(q.Evidence.Len()); err != nil {
+		return Prediction{}, true, err
+	}
+	if q.Proposal.IsNoChange() {
+		return Prediction{Valid: false, Reason: "no change: the proposal changes nothing"}, true, nil
+	}
+	if reason := e.structural(q.Proposal); reason != "" {
+		return Prediction{Valid: false, Reason: "structurally invalid: " + reason}, true, nil
+	}
+	return Prediction{}, false, nil
+}
+
+// predictFactor is Predict of q with f, q.Evidence's factorisation.
+func (e *Embedded) predictFactor(f *factor, q Query) (Prediction, error) {
 	mean, variance, same := e.posterior(f, q.Task, q.Proposal)
 	sigma := q.Task.SeedNoise
 	sd := math.Sqrt(f.scale * (variance + e.cfg.NoiseSigmas*e.cfg.NoiseSigmas))
@@ -786,35 +804,82 @@ func (e *Embedded) recordFeatures(f *factor, p *prepared) []float64 {
 // the Gram matrix and every block of the factorisation, returning a
 // wrapped ctx.Err() once it ends.
 func (e *Embedded) buildPrepared(ctx context.Context, f *factor, p *prepared) error {
-	n := len(p.rs)
-	if err := e.cfg.checkRecords(n); err != nil {
+	l, y, err := e.gramPrepared(ctx, f, p)
+	if err != nil || l == nil {
 		return err
 	}
+	return e.factorLower(ctx, f, l, y)
+}
+
+// gramPrepared fills f's features from p's records (p must fit e's
+// configuration) and returns the lower triangle of their Gram matrix K₁
+// without the noise (gramLower; nil for no records) and the targets.
+func (e *Embedded) gramPrepared(ctx context.Context, f *factor, p *prepared) (l, y []float64, err error) {
+	n := len(p.rs)
+	if err := e.cfg.checkRecords(n); err != nil {
+		return nil, nil, err
+	}
 	f.keys = p.keys
-	y := e.recordFeatures(f, p)
+	y = e.recordFeatures(f, p)
 	f.scale = 1
 	if n == 0 {
+		return nil, y, nil
+	}
+	terms, err := p.pairTerms(ctx, e, f.feats)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err = gramLower(ctx, n, func(i, j int) float64 {
+		return terms.kernel(e, &f.feats[i], &f.feats[j], i*(i+1)/2+j)
+	})
+	return l, y, err
+}
+
+// factorGram fills f's factorisation (l, alpha, quad, scale, logDet) of
+// the Gram matrix of f.feats, whose entry i ≥ j is k(i, j) (without the
+// noise), with targets y. It checks ctx every ctxRows rows and every
+// block of the factorisation, returning a wrapped ctx.Err() once it ends.
+func (e *Embedded) factorGram(ctx context.Context, f *factor, y []float64, k func(i, j int) float64) error {
+	f.scale = 1
+	if len(f.feats) == 0 {
 		return nil
 	}
-	noise := e.cfg.NoiseSigmas*e.cfg.NoiseSigmas + e.cfg.Jitter
-	terms, err := p.pairTerms(ctx, e, f.feats)
+	l, err := gramLower(ctx, len(f.feats), k)
 	if err != nil {
 		return err
 	}
-	// The lower triangle of K₁ + noise, factorised in place into L, K =
-	// LLᵀ, kept row-major: the forward solve L·v = k then reads rows.
+	return e.factorLower(ctx, f, l, y)
+}
+
+// gramLower returns the lower triangle of the n×n matrix of entries
+// k(i, j), i ≥ j, row-major with stride n, checking ctx every ctxRows
+// rows.
+func gramLower(ctx context.Context, n int, k func(i, j int) float64) ([]float64, error) {
 	l := make([]float64, n*n)
 	for i := range n {
 		if i%ctxRows == 0 {
 			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("rwm: embedded: Gram matrix of %d records: %w", n, err)
+				return nil, fmt.Errorf("rwm: embedded: Gram matrix of %d records: %w", n, err)
 			}
 		}
 		row := l[i*n : i*n+i+1]
 		for j := range row {
-			row[j] = terms.kernel(e, &f.feats[i], &f.feats[j], i*(i+1)/2+j)
+			row[j] = k(i, j)
 		}
-		row[i] += noise
+	}
+	return l, nil
+}
+
+// factorLower fills f's factorisation of K₁ + noise, with l the lower
+// triangle of K₁ of f's n > 0 records (gramLower), which it factorises in
+// place into L, K = LLᵀ, kept row-major (the forward solve L·v = k then
+// reads rows), and y the targets.
+func (e *Embedded) factorLower(ctx context.Context, f *factor, l, y []float64) error {
+	n := len(y)
+	f.scale = 1
+	noise := e.cfg.NoiseSigmas*e.cfg.NoiseSigmas + e.cfg.Jitter
+	for i := range n {
+		l[i*n+i] += noise
 	}
 	ok, err := choleskyCtx(ctx, l, n)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
+	"slices"
 
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -52,12 +54,17 @@ func logMarginal(ctx context.Context, cfg EmbeddedConfig, p *prepared) (float64,
 	if err := e.buildPrepared(ctx, f, p); err != nil {
 		return 0, err
 	}
+	return f.logML(), nil
+}
+
+// logML is the log marginal likelihood of f's records (LogMarginal).
+func (f *factor) logML() float64 {
 	n := float64(len(f.feats))
 	if n == 0 {
-		return 0, nil
+		return 0
 	}
 	c := f.scale
-	return -0.5 * (f.quad/c + n*math.Log(c) + f.logDet + n*math.Log(2*math.Pi)), nil
+	return -0.5 * (f.quad/c + n*math.Log(c) + f.logDet + n*math.Log(2*math.Pi))
 }
 
 // TuneGrid returns the documented grid that Tune searches around base:
@@ -113,13 +120,35 @@ func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []
 	if grid == nil {
 		grid = TuneGrid(base)
 	}
-	best, bestLM := base, math.Inf(-1)
-	var p *prepared // shared by the configurations it fits
 	for _, c := range grid {
-		if err := checkLogMarginal(ctx, c); err != nil {
+		if err := c.Validate(); err != nil {
 			return base, 0, err
 		}
 		if err := c.checkRecords(ev.Len()); err != nil {
+			return base, 0, err
+		}
+	}
+	// Configurations that differ only in what is added to K₁'s diagonal
+	// or in the scale's prior (TuneGrid's noise levels) share K₁: it is
+	// built once for them and each factorises a copy. They are visited
+	// group by group; ties still go to the earlier configuration.
+	lead := make([]int, len(grid))
+	for i := range grid {
+		lead[i] = i
+		for j := range i {
+			if lead[j] == j && sameGram(grid[j], grid[i]) {
+				lead[i] = j
+				break
+			}
+		}
+	}
+	best, bestLM, bestI := base, math.Inf(-1), -1
+	var p *prepared // shared by the configurations it fits
+	for g, c := range grid {
+		if lead[g] != g {
+			continue
+		}
+		if err := checkLogMarginal(ctx, c); err != nil {
 			return base, 0, err
 		}
 		if p == nil || !p.fits(c) {
@@ -129,13 +158,75 @@ func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []
 			}
 			p.share = true
 		}
-		lm, err := logMarginal(ctx, c, p)
+		e, err := NewEmbedded(c)
 		if err != nil {
 			return base, 0, err
 		}
-		if lm > bestLM {
-			best, bestLM = c, lm
+		f := &factor{}
+		l, y, err := e.gramPrepared(ctx, f, p)
+		if err != nil {
+			return base, 0, err
+		}
+		last := g
+		for i := g; i < len(grid); i++ {
+			if lead[i] == g {
+				last = i
+			}
+		}
+		for i := g; i <= last; i++ {
+			if lead[i] != g {
+				continue
+			}
+			k := l
+			if i < last {
+				k = slices.Clone(l)
+			}
+			lm, err := logMarginalGram(ctx, grid[i], f, k, y)
+			if err != nil {
+				return base, 0, err
+			}
+			if lm > bestLM || (lm == bestLM && i < bestI) {
+				best, bestLM, bestI = grid[i], lm, i
+			}
 		}
 	}
 	return best, bestLM, nil
+}
+
+// logMarginalGram is logMarginal of cfg on the records whose features f
+// holds (gramPrepared by a configuration with the same K₁, sameGram),
+// with l the lower triangle of K₁ (nil for no records), which it
+// overwrites, and y the targets.
+func logMarginalGram(ctx context.Context, cfg EmbeddedConfig, f0 *factor, l, y []float64) (float64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("rwm: log marginal: %w", err)
+	}
+	if l == nil {
+		return 0, nil
+	}
+	e, err := NewEmbedded(cfg)
+	if err != nil {
+		return 0, err
+	}
+	f := &factor{intern: f0.intern, feats: f0.feats, keys: f0.keys, dstat: f0.dstat, drms: f0.drms}
+	if err := e.factorLower(ctx, f, l, y); err != nil {
+		return 0, err
+	}
+	return f.logML(), nil
+}
+
+// sameGram reports whether configurations a and b give the same Gram
+// matrix K₁ and targets on any records: they may differ only in the
+// noise and jitter added to its diagonal, the scale's prior, the
+// catalogue, the cache size and the records' bound (an Effector is
+// named by its ID, as prepared.fits names it).
+func sameGram(a, b EmbeddedConfig) bool {
+	if (a.Effects == nil) != (b.Effects == nil) || (a.Effects != nil && a.Effects.ID() != b.Effects.ID()) {
+		return false
+	}
+	for _, c := range []*EmbeddedConfig{&a, &b} {
+		c.NoiseSigmas, c.Jitter, c.FitScale, c.ScalePseudoRecords = 0, 0, false, 0
+		c.Cards, c.CacheSize, c.MaxRecords, c.Effects = nil, 0, 0, nil
+	}
+	return reflect.DeepEqual(a, b)
 }

@@ -3,6 +3,8 @@ package rwm_test
 import (
 	"context"
 	"math"
+	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -78,4 +80,41 @@ func TestTune(t *testing.T) {
 	got, _, err = rwm.Tune(context.Background(), base, evidence(t, rs...), nil)
 	require.NoError(t, err)
 	require.Equal(t, 0.6, got.CorrAny)
+}
+
+// Tune builds K₁ once for the configurations that differ only in their
+// noise and visits them together; it still picks what a scan of the grid
+// in order with LogMarginal picks, bit for bit, ties to the earlier, with
+// effects on and off, and on a grid whose noise levels are not adjacent.
+func TestTuneMatchesLogMarginalScan(t *testing.T) {
+	ctx := context.Background()
+	var calls atomic.Int64
+	ev := dialsEvidence(60, 6, 3)
+	for name, base := range map[string]rwm.EmbeddedConfig{
+		"effects": dialsConfig(dials{&calls}), "plain": rwm.DefaultEmbeddedConfig(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			grid := rwm.TuneGrid(base)
+			// The grid twice over (a tie for every configuration) and
+			// reversed, so that equal K₁ are far apart in it.
+			grid = append(grid, grid...)
+			slices.Reverse(grid)
+			want, wantLM, wantI := base, math.Inf(-1), -1
+			for i, c := range grid {
+				lm, err := rwm.LogMarginal(ctx, c, ev)
+				require.NoError(t, err)
+				if lm > wantLM {
+					want, wantLM, wantI = c, lm, i
+				}
+			}
+			got, gotLM, err := rwm.Tune(ctx, base, ev, grid)
+			require.NoError(t, err)
+			require.Equal(t, wantLM, gotLM)
+			require.Equal(t, want.NoiseSigmas, got.NoiseSigmas)
+			require.Equal(t, want.Lengthscale, got.Lengthscale)
+			require.Equal(t, want.CorrMech, got.CorrMech)
+			require.Equal(t, want.CorrAny, got.CorrAny)
+			require.Less(t, wantI, len(grid)/2, "the earlier of two ties")
+		})
+	}
 }
