@@ -715,27 +715,31 @@ func sortRecords(rs []records.Record) ([]records.Record, []string) {
 	for i, r := range rs {
 		ks[i] = kr{r.Task.ID + "\x00" + r.Proposal.Key(), r}
 	}
-	slices.SortStableFunc(ks, func(a, b kr) int {
-		if c := cmp.Compare(a.key, b.key); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.r.Infeasible, b.r.Infeasible); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.r.Gain, b.r.Gain); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.r.Loss, b.r.Loss); c != 0 {
-			return c
-		}
-		return slices.Compare(a.r.Seeds, b.r.Seeds)
-	})
+	slices.SortStableFunc(ks, func(a, b kr) int { return compareRecords(a.key, a.r, b.key, b.r) })
 	out := make([]records.Record, len(rs))
 	keys := make([]string, len(rs))
 	for i, k := range ks {
 		out[i], keys[i] = k.r, k.key
 	}
 	return out, keys
+}
+
+// compareRecords is sortRecords' order of a and b, whose keys are ka and
+// kb.
+func compareRecords(ka string, a records.Record, kb string, b records.Record) int {
+	if c := cmp.Compare(ka, kb); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Infeasible, b.Infeasible); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Gain, b.Gain); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Loss, b.Loss); c != 0 {
+		return c
+	}
+	return slices.Compare(a.Seeds, b.Seeds)
 }
 
 // build factorises the Gram matrix of ev's records, honouring ctx
@@ -770,20 +774,9 @@ func (e *Embedded) recordFeatures(f *factor, p *prepared) []float64 {
 		f.intern, f.feats, f.dstat, f.drms = sf.intern, sf.feats, sf.dstat, sf.drms
 		return sf.y
 	}
-	n := len(p.rs)
 	f.intern = map[string]int32{}
-	f.feats = make([]feat, n)
-	y := make([]float64, n)
-	in := interner{tab: f.intern, add: true}
-	for i, r := range p.rs {
-		f.feats[i] = e.featuresOf(in, r.Task, r.Proposal, p.fx[i])
-		if r.Infeasible != "" {
-			y[i] = e.cfg.InfeasibleSigmas
-		} else {
-			y[i] = r.Gain / r.Task.SeedNoise
-		}
-		y[i] -= f.feats[i].mu
-	}
+	var y []float64
+	f.feats, y = e.rawFeatures(interner{tab: f.intern, add: true}, p.rs, p.fx)
 	if key.std || key.loss {
 		f.fitStats()
 	}
@@ -797,6 +790,28 @@ func (e *Embedded) recordFeatures(f *factor, p *prepared) []float64 {
 		p.feats = &sharedFeats{key: key, priors: e.priors, intern: f.intern, feats: f.feats, y: y, dstat: f.dstat, drms: f.drms}
 	}
 	return y
+}
+
+// rawFeatures returns the features of rs, whose effects are fx, interned
+// into in, before the context's statistics standardise them, and their
+// targets.
+func (e *Embedded) rawFeatures(in interner, rs []records.Record, fx []*effect) ([]feat, []float64) {
+	feats := make([]feat, len(rs))
+	y := make([]float64, len(rs))
+	for i, r := range rs {
+		feats[i] = e.featuresOf(in, r.Task, r.Proposal, fx[i])
+		y[i] = e.target(r) - feats[i].mu
+	}
+	return feats, y
+}
+
+// target is r's gain in σ_e units, an infeasible record counting
+// InfeasibleSigmas.
+func (e *Embedded) target(r records.Record) float64 {
+	if r.Infeasible != "" {
+		return e.cfg.InfeasibleSigmas
+	}
+	return r.Gain / r.Task.SeedNoise
 }
 
 // buildPrepared factorises the Gram matrix of p's records; p must fit
