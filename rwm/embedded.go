@@ -823,7 +823,7 @@ func (e *Embedded) buildPrepared(ctx context.Context, f *factor, p *prepared) er
 	if err != nil || l == nil {
 		return err
 	}
-	return e.factorLower(ctx, f, l, y)
+	return factorLower(ctx, &e.cfg, f, l, y)
 }
 
 // gramPrepared fills f's features from p's records (p must fit e's
@@ -863,7 +863,7 @@ func (e *Embedded) factorGram(ctx context.Context, f *factor, y []float64, k fun
 	if err != nil {
 		return err
 	}
-	return e.factorLower(ctx, f, l, y)
+	return factorLower(ctx, &e.cfg, f, l, y)
 }
 
 // gramLower returns the lower triangle of the n×n matrix of entries
@@ -885,14 +885,15 @@ func gramLower(ctx context.Context, n int, k func(i, j int) float64) ([]float64,
 	return l, nil
 }
 
-// factorLower fills f's factorisation of K₁ + noise, with l the lower
-// triangle of K₁ of f's n > 0 records (gramLower), which it factorises in
-// place into L, K = LLᵀ, kept row-major (the forward solve L·v = k then
-// reads rows), and y the targets.
-func (e *Embedded) factorLower(ctx context.Context, f *factor, l, y []float64) error {
+// factorLower fills f's factorisation of K₁ + noise under cfg, with l the
+// lower triangle of K₁ of f's n > 0 records (gramLower), which it
+// factorises in place into L, K = LLᵀ, kept row-major (the forward solve
+// L·v = k then reads rows), and y the targets. Of cfg it reads the noise,
+// the jitter and the scale's prior only.
+func factorLower(ctx context.Context, cfg *EmbeddedConfig, f *factor, l, y []float64) error {
 	n := len(y)
 	f.scale = 1
-	noise := e.cfg.NoiseSigmas*e.cfg.NoiseSigmas + e.cfg.Jitter
+	noise := cfg.NoiseSigmas*cfg.NoiseSigmas + cfg.Jitter
 	for i := range n {
 		l[i*n+i] += noise
 	}
@@ -910,8 +911,8 @@ func (e *Embedded) factorLower(ctx context.Context, f *factor, l, y []float64) e
 	blas64.Trsv(blas.Trans, f.l, blas64.Vector{N: n, Inc: 1, Data: a})
 	f.alpha = a
 	f.quad = blas64.Dot(blas64.Vector{N: n, Inc: 1, Data: y}, blas64.Vector{N: n, Inc: 1, Data: f.alpha})
-	if e.cfg.FitScale {
-		nu := e.cfg.ScalePseudoRecords
+	if cfg.FitScale {
+		nu := cfg.ScalePseudoRecords
 		f.scale = (nu + f.quad) / (nu + float64(n))
 	}
 	for i := range n {

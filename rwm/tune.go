@@ -107,25 +107,47 @@ func TuneGrid(base EmbeddedConfig) []EmbeddedConfig {
 // a configuration's MaxRecords) is an error wrapping ErrTooManyRecords,
 // before any factorisation.
 func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []EmbeddedConfig) (EmbeddedConfig, float64, error) {
+	c, lm, _, err := tune(ctx, base, ev, grid)
+	return c, lm, err
+}
+
+// tune is Tune, returning also the chosen configuration's factorisation
+// of ev (the one its Embedded would build: the same sums in the same
+// order, bit for bit; nil with an error).
+func tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []EmbeddedConfig) (EmbeddedConfig, float64, *factor, error) {
 	if err := base.Validate(); err != nil {
-		return base, 0, err
+		return base, 0, nil, err
 	}
 	if err := base.checkRecords(ev.Len()); err != nil {
-		return base, 0, err
+		return base, 0, nil, err
 	}
 	if ev.Len() < 10 {
-		lm, err := LogMarginal(ctx, base, ev)
-		return base, lm, err
+		if err := checkLogMarginal(ctx, base); err != nil {
+			return base, 0, nil, err
+		}
+		p, err := prepare(ctx, ev, base.effector(), base.readsDesc())
+		if err != nil {
+			return base, 0, nil, err
+		}
+		e, err := NewEmbedded(base)
+		if err != nil {
+			return base, 0, nil, err
+		}
+		f := &factor{}
+		if err := e.buildPrepared(ctx, f, p); err != nil {
+			return base, 0, nil, err
+		}
+		return base, f.logML(), f, nil
 	}
 	if grid == nil {
 		grid = TuneGrid(base)
 	}
 	for _, c := range grid {
 		if err := c.Validate(); err != nil {
-			return base, 0, err
+			return base, 0, nil, err
 		}
 		if err := c.checkRecords(ev.Len()); err != nil {
-			return base, 0, err
+			return base, 0, nil, err
 		}
 	}
 	// Configurations that differ only in what is added to K₁'s diagonal
@@ -136,36 +158,37 @@ func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []
 	for i := range grid {
 		lead[i] = i
 		for j := range i {
-			if lead[j] == j && sameGram(grid[j], grid[i]) {
+			if lead[j] == j && sameGram(&grid[j], &grid[i]) {
 				lead[i] = j
 				break
 			}
 		}
 	}
 	best, bestLM, bestI := base, math.Inf(-1), -1
+	var bestF *factor
 	var p *prepared // shared by the configurations it fits
 	for g, c := range grid {
 		if lead[g] != g {
 			continue
 		}
 		if err := checkLogMarginal(ctx, c); err != nil {
-			return base, 0, err
+			return base, 0, nil, err
 		}
 		if p == nil || !p.fits(c) {
 			var err error
 			if p, err = prepare(ctx, ev, c.effector(), c.readsDesc()); err != nil {
-				return base, 0, err
+				return base, 0, nil, err
 			}
 			p.share = true
 		}
 		e, err := NewEmbedded(c)
 		if err != nil {
-			return base, 0, err
+			return base, 0, nil, err
 		}
 		f := &factor{}
 		l, y, err := e.gramPrepared(ctx, f, p)
 		if err != nil {
-			return base, 0, err
+			return base, 0, nil, err
 		}
 		last := g
 		for i := g; i < len(grid); i++ {
@@ -181,38 +204,34 @@ func Tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []
 			if i < last {
 				k = slices.Clone(l)
 			}
-			lm, err := logMarginalGram(ctx, grid[i], f, k, y)
+			fi, err := factorShared(ctx, &grid[i], f, k, y)
 			if err != nil {
-				return base, 0, err
+				return base, 0, nil, err
 			}
-			if lm > bestLM || (lm == bestLM && i < bestI) {
-				best, bestLM, bestI = grid[i], lm, i
+			if lm := fi.logML(); lm > bestLM || (lm == bestLM && i < bestI) {
+				best, bestLM, bestI, bestF = grid[i], lm, i, fi
 			}
 		}
 	}
-	return best, bestLM, nil
+	return best, bestLM, bestF, nil
 }
 
-// logMarginalGram is logMarginal of cfg on the records whose features f
-// holds (gramPrepared by a configuration with the same K₁, sameGram),
-// with l the lower triangle of K₁ (nil for no records), which it
+// factorShared returns cfg's factorisation of the records whose features f0
+// holds (gramPrepared by a configuration with the same K₁, sameGram; cfg
+// valid), with l the lower triangle of K₁ (nil for no records), which it
 // overwrites, and y the targets.
-func logMarginalGram(ctx context.Context, cfg EmbeddedConfig, f0 *factor, l, y []float64) (float64, error) {
+func factorShared(ctx context.Context, cfg *EmbeddedConfig, f0 *factor, l, y []float64) (*factor, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("rwm: log marginal: %w", err)
+		return nil, fmt.Errorf("rwm: log marginal: %w", err)
 	}
+	f := &factor{intern: f0.intern, feats: f0.feats, keys: f0.keys, dstat: f0.dstat, drms: f0.drms, scale: 1}
 	if l == nil {
-		return 0, nil
+		return f, nil
 	}
-	e, err := NewEmbedded(cfg)
-	if err != nil {
-		return 0, err
+	if err := factorLower(ctx, cfg, f, l, y); err != nil {
+		return nil, err
 	}
-	f := &factor{intern: f0.intern, feats: f0.feats, keys: f0.keys, dstat: f0.dstat, drms: f0.drms}
-	if err := e.factorLower(ctx, f, l, y); err != nil {
-		return 0, err
-	}
-	return f.logML(), nil
+	return f, nil
 }
 
 // sameGram reports whether configurations a and b give the same Gram
@@ -220,13 +239,19 @@ func logMarginalGram(ctx context.Context, cfg EmbeddedConfig, f0 *factor, l, y [
 // noise and jitter added to its diagonal, the scale's prior, the
 // catalogue, the cache size and the records' bound (an Effector is
 // named by its ID, as prepared.fits names it).
-func sameGram(a, b EmbeddedConfig) bool {
+func sameGram(a, b *EmbeddedConfig) bool {
+	// What TuneGrid varies first, then everything else.
+	if a.CorrFamily != b.CorrFamily || a.CorrMetric != b.CorrMetric || a.CorrAny != b.CorrAny ||
+		a.CorrMech != b.CorrMech || a.Lengthscale != b.Lengthscale {
+		return false
+	}
 	if (a.Effects == nil) != (b.Effects == nil) || (a.Effects != nil && a.Effects.ID() != b.Effects.ID()) {
 		return false
 	}
-	for _, c := range []*EmbeddedConfig{&a, &b} {
+	x, y := *a, *b
+	for _, c := range []*EmbeddedConfig{&x, &y} {
 		c.NoiseSigmas, c.Jitter, c.FitScale, c.ScalePseudoRecords = 0, 0, false, 0
 		c.Cards, c.CacheSize, c.MaxRecords, c.Effects = nil, 0, 0, nil
 	}
-	return reflect.DeepEqual(a, b)
+	return reflect.DeepEqual(x, y)
 }

@@ -46,8 +46,9 @@ type Tuned struct {
 	grid []EmbeddedConfig
 	id   string
 
-	// tune is Tune; tests replace it to hold or fail a tuning.
-	tune func(context.Context, EmbeddedConfig, records.Evidence, []EmbeddedConfig) (EmbeddedConfig, float64, error)
+	// tune is Tune with the chosen configuration's factorisation (tune);
+	// tests replace it to hold or fail a tuning.
+	tune func(context.Context, EmbeddedConfig, records.Evidence, []EmbeddedConfig) (EmbeddedConfig, float64, *factor, error)
 
 	memo *memo[string, tunedModel] // by Evidence.Fingerprint
 }
@@ -89,7 +90,7 @@ func NewTuned(base EmbeddedConfig, grid []EmbeddedConfig) (*Tuned, error) {
 		fmt.Fprintf(h, "grid %s\n", embeddedDigest(c))
 	}
 	return &Tuned{
-		base: base, grid: grid, tune: Tune, memo: newMemo[string, tunedModel](tunedPolicy(base.CacheSize)),
+		base: base, grid: grid, tune: tune, memo: newMemo[string, tunedModel](tunedPolicy(base.CacheSize)),
 		id: "rwm.Tuned/" + hex.EncodeToString(h.Sum(nil)[:8]),
 	}, nil
 }
@@ -190,13 +191,17 @@ func (t *Tuned) Pin(ctx context.Context, ev records.Evidence) (WorldModel, error
 // flight.
 func (t *Tuned) tuned(ctx context.Context, ev records.Evidence) (tunedModel, error) {
 	m, _, err := t.memo.do(ctx, ev.Fingerprint(), func(ctx context.Context) (tunedModel, error) {
-		cfg, lm, err := t.tune(ctx, t.base, ev, t.grid)
+		cfg, lm, f, err := t.tune(ctx, t.base, ev, t.grid)
 		if err != nil {
 			return tunedModel{}, fmt.Errorf("rwm: tuned: tuning on %d records: %w", ev.Len(), err)
 		}
 		m, err := NewEmbedded(cfg)
 		if err != nil {
 			return tunedModel{}, fmt.Errorf("rwm: tuned: tuned configuration: %w", err)
+		}
+		if f != nil {
+			// The tuning's factorisation of ev is the one m would build.
+			m.factors.do(ctx, ev.Fingerprint(), func(context.Context) (*factor, error) { return f, nil })
 		}
 		return tunedModel{model: m, pin: newPinned(m, ev), logML: lm}, nil
 	})

@@ -15,17 +15,17 @@ import (
 // heldTune replaces t.tune with one that signals its start on started and
 // then waits for release (or its ctx) before running Tune.
 func heldTune(t *Tuned, started chan<- struct{}, release <-chan error) {
-	t.tune = func(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []EmbeddedConfig) (EmbeddedConfig, float64, error) {
+	t.tune = func(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []EmbeddedConfig) (EmbeddedConfig, float64, *factor, error) {
 		started <- struct{}{}
 		select {
 		case err := <-release:
 			if err != nil {
-				return base, 0, err
+				return base, 0, nil, err
 			}
 		case <-ctx.Done():
-			return base, 0, ctx.Err()
+			return base, 0, nil, ctx.Err()
 		}
-		return Tune(ctx, base, ev, grid)
+		return tune(ctx, base, ev, grid)
 	}
 }
 
