@@ -46,7 +46,9 @@ func heldOutStates(ev records.Evidence, nStates int, seed uint64) (rest records.
 // TuneGrid's 81 configurations), then predicting 8 proposals for each of
 // 128 states whose evidences add 1 to 8 records of the task's history.
 // "pin" is the tuning alone and "states" the 128 states' predictions on a
-// pinned model.
+// pinned model; "tuned" is what a Tuned that is not pinned does instead
+// for the first 16 states: a tuning on each state's evidence, then its 8
+// predictions.
 func BenchmarkHeldOutStates(b *testing.B) {
 	ev := dialsEvidence(300, 16, 11)
 	rest, states := heldOutStates(ev, 128, 5)
@@ -66,6 +68,18 @@ func BenchmarkHeldOutStates(b *testing.B) {
 	b.Run("pin", func(b *testing.B) {
 		for b.Loop() {
 			pin()
+		}
+	})
+	b.Run("tuned", func(b *testing.B) {
+		for b.Loop() {
+			m := newTuned(b, cfg, nil)
+			for _, s := range states[:16] {
+				for _, p := range props {
+					if _, err := m.Predict(ctx, rwm.Query{Task: task, Proposal: p, Evidence: s}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
 		}
 	})
 	b.Run("states", func(b *testing.B) {
