@@ -250,3 +250,35 @@ func TestTunedPin(t *testing.T) {
 	_, err = m.Pin(cctx, rwmtest.Evidence(40))
 	require.ErrorIs(t, err, context.Canceled)
 }
+
+// A Ledger over a Tuned pins through to it: the pinned model predicts as
+// the Tuned's own pinned model, tunes no more, and its calls are the
+// ledger's; a Ledger over a model that does not pin returns itself.
+func TestLedgerPinsThrough(t *testing.T) {
+	ctx := context.Background()
+	m := newTuned(t, rwm.DefaultEmbeddedConfig(), nil)
+	l := rwm.NewLedger(m)
+	flat := evidence(t, flatRecords()...)
+	pinned, err := l.Pin(ctx, flat)
+	require.NoError(t, err)
+	direct, err := m.Pin(ctx, flat)
+	require.NoError(t, err)
+	newTask := task("new", "f9", records.BitsPerByte)
+	q := rwm.Query{Task: newTask, Proposal: prop("m5"), Evidence: flat}
+	q.Evidence, err = flat.Add(real(newTask, prop("m1"), 3, 99))
+	require.NoError(t, err)
+	require.Equal(t, predict(t, direct, q), predict(t, pinned, q))
+	require.Equal(t, int64(1), m.Stats().Tunings, "one tuning, on the pinned evidence")
+	require.Equal(t, int64(1), l.Stats().Calls, "the pinned model's call is the ledger's")
+	require.Equal(t, direct.(rwm.Identifier).ID(), pinned.(rwm.Identifier).ID())
+
+	e := newEmbedded(t, rwm.DefaultEmbeddedConfig())
+	el := rwm.NewLedger(e)
+	same, err := el.Pin(ctx, flat)
+	require.NoError(t, err)
+	require.Same(t, el, same)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = l.Pin(cctx, rwmtest.Evidence(40))
+	require.ErrorIs(t, err, context.Canceled)
+}

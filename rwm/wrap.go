@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/lm2lm/lm2lm/internal/wait"
+	"github.com/lm2lm/lm2lm/records"
 )
 
 // Limit bounds the number of concurrent calls to a world model (an LLM
@@ -214,6 +215,7 @@ type Ledger struct {
 var (
 	_ WorldModel = (*Ledger)(nil)
 	_ Identifier = (*Ledger)(nil)
+	_ Pinner     = (*Ledger)(nil)
 )
 
 // NewLedger returns a ledger over inner.
@@ -225,6 +227,41 @@ func (l *Ledger) ID() string { return identity(l.inner) }
 // Predict calls the inner model and counts the call.
 func (l *Ledger) Predict(ctx context.Context, q Query) (Prediction, error) {
 	p, err := l.inner.Predict(ctx, q)
+	return l.count(p, err)
+}
+
+// Pin pins the inner model on ev when it is a Pinner (Tuned) and returns
+// the pinned model, whose calls this ledger counts as its own; over any
+// other model it returns the ledger itself (a model whose configuration
+// does not follow its evidence is pinned already). So a Ledger placed
+// outside a Tuned keeps lm2lm.Config.HeldOutTask's one tuning per task.
+func (l *Ledger) Pin(ctx context.Context, ev records.Evidence) (WorldModel, error) {
+	p, ok := l.inner.(Pinner)
+	if !ok {
+		return l, nil
+	}
+	w, err := p.Pin(ctx, ev)
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerPinned{ledger: l, inner: w}, nil
+}
+
+// ledgerPinned is a Ledger's pinned inner model, counted by the ledger.
+type ledgerPinned struct {
+	ledger *Ledger
+	inner  WorldModel
+}
+
+func (m *ledgerPinned) ID() string { return identity(m.inner) }
+
+func (m *ledgerPinned) Predict(ctx context.Context, q Query) (Prediction, error) {
+	p, err := m.inner.Predict(ctx, q)
+	return m.ledger.count(p, err)
+}
+
+// count adds one call's outcome to the counters and returns it.
+func (l *Ledger) count(p Prediction, err error) (Prediction, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.s.Calls++
