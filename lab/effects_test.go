@@ -3,6 +3,7 @@ package lab_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,9 +54,12 @@ func TestEffects(t *testing.T) {
 	require.ErrorIs(t, err, cards.ErrOutOfRange)
 	_, err = eff.Effect(records.Task{ID: "nope"}, prop("lr-scale", "factor", "2"))
 	require.ErrorIs(t, err, lab.ErrUnknownTask)
-	// The ID names the tasks and the catalogue.
+	// The ID names the catalogue and the computation, not the lab's task
+	// list: a lab of other tasks computes the same effects of the tasks
+	// both hold.
 	require.Equal(t, eff.ID(), tinyLab(t, records.NewMemStore()).Effects().ID())
 	other, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
 	require.NoError(t, err)
-	require.NotEqual(t, eff.ID(), other.Effects().ID())
+	require.Equal(t, eff.ID(), other.Effects().ID())
+	require.True(t, strings.HasPrefix(eff.ID(), "lab.Effects/"), eff.ID())
 }

@@ -80,8 +80,9 @@ func main() {
 // V2 suite's tasks (lab.SuiteV2(lab.DefaultSuiteSeed).All(), the tasks
 // examples/rwmeval's world models know) followed by the pretraining
 // corpus's perFamily tasks per family, with no records. Its Effects' ID,
-// which the prior file records, names this task list: a world model that
-// loads the prior builds its Effects over the same lab.
+// which the prior file records, names the catalogue and the effects'
+// computation (lab.Lab.Effects), so a world model over any lab of the
+// same catalogue, such as the V3 splits', loads the prior.
 func PriorLab(perFamily, parallel int, store records.Store) (*lab.Lab, error) {
 	cfg := lab.DefaultConfig()
 	cfg.Tasks = append(lab.SuiteV2(lab.DefaultSuiteSeed).All(), lab.PretrainTasks(perFamily)...)

@@ -25,8 +25,9 @@ func committedPrior(t *testing.T) *rwm.Prior {
 	return p
 }
 
-// The prior's models need -prior, and a prior over another corpus size
-// than the lab's is a mismatch.
+// The prior's models need -prior; the prior loads over a lab of another
+// corpus size (the lab's effects do not depend on its task list), and
+// not into a world model without the lab's effects.
 func TestPriorModelsNeedTheirPrior(t *testing.T) {
 	for _, k := range priorKeys {
 		_, err := landscapeModels([]string{k}, nil, 8)
@@ -34,6 +35,8 @@ func TestPriorModelsNeedTheirPrior(t *testing.T) {
 	}
 	p := committedPrior(t)
 	_, err := landscapeModels([]string{"fx-prior"}, p, 7)
+	require.NoError(t, err)
+	_, err = p.Config(rwm.DefaultEmbeddedConfig())
 	require.ErrorIs(t, err, rwm.ErrPriorMismatch)
 	ms, err := landscapeModels(append([]string{"fx-tuned"}, priorKeys...), p, 8)
 	require.NoError(t, err)
