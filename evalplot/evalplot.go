@@ -18,6 +18,10 @@ import (
 // ErrEmpty reports a chart with nothing to draw.
 var ErrEmpty = errors.New("evalplot: nothing to draw")
 
+// ErrNoRegion says a per-region chart was given a summary or a pair of no
+// region (evalstat.Summary.Region or evalstat.Paired.Region unset).
+var ErrNoRegion = errors.New("evalplot: no region")
+
 // Sigma is σ with a subscript e, the unit of seed-normalised gains
 // (METHOD.md §1 Headline results), as the charts write it.
 const Sigma = "σₑ"

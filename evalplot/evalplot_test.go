@@ -150,3 +150,42 @@ func TestLongTitleWidensTheFigure(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, float64(img.Bounds().Dx()), 5.2*DPI+1)
 }
+
+func regionSums() ([]evalstat.Summary, []evalstat.Paired) {
+	iv := func(p, w float64) evalstat.Interval { return evalstat.Interval{Point: p, Low: p - w, High: p + w} }
+	var s []evalstat.Summary
+	var p []evalstat.Paired
+	for ri, region := range []string{"in-distribution", "compute-starved", "compute-rich"} {
+		for mi, m := range []string{"Base", "rerank", "LM2LM"} {
+			s = append(s, evalstat.Summary{Method: m, Region: region, AvgK: iv(float64(mi-ri), 0.5+0.2*float64(mi)), Threshold: 2})
+			if m == "LM2LM" && region != "compute-rich" {
+				p = append(p, evalstat.Paired{Method: m, Against: "rerank", Region: region, Diff: iv(0.3-float64(ri), 0.6)})
+			}
+		}
+	}
+	return s, p
+}
+
+// Three regions, two of them with pairs: three rows of two tiles (the
+// last region's second tile blank), the same bytes again; a summary or a
+// pair of no region is refused.
+func TestRegions(t *testing.T) {
+	s, p := regionSums()
+	var buf bytes.Buffer
+	require.NoError(t, Regions(&buf, "held-out tasks by region, 3 seeds", 4, s, p))
+	save(t, "regions.png", buf.Bytes())
+	decode(t, buf.Bytes(), 2*5.2, 3*3.4+0.45+6.0/72)
+	var again bytes.Buffer
+	require.NoError(t, Regions(&again, "held-out tasks by region, 3 seeds", 4, s, p))
+	require.Equal(t, buf.Bytes(), again.Bytes(), "same values, same bytes")
+
+	require.ErrorIs(t, Regions(&buf, "x", 4, nil, nil), ErrEmpty)
+	bad := append([]evalstat.Summary(nil), s...)
+	bad[4].Region = ""
+	err := Regions(&buf, "x", 4, bad, p)
+	require.ErrorIs(t, err, ErrNoRegion)
+	require.ErrorContains(t, err, `"rerank"`)
+	badPairs := append([]evalstat.Paired(nil), p...)
+	badPairs[0].Region = ""
+	require.ErrorIs(t, Regions(&buf, "x", 4, s, badPairs), ErrNoRegion)
+}

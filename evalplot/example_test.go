@@ -26,3 +26,27 @@ func ExampleMethods() {
 	fmt.Println(img.Bounds().Dx(), "×", img.Bounds().Dy(), "pixels")
 	// Output: 998 × 1030 pixels
 }
+
+// Draw two methods' Avg@4 on two regions, beside their paired difference
+// on each region.
+func ExampleRegions() {
+	iv := func(p float64) evalstat.Interval { return evalstat.Interval{Point: p, Low: p - 1, High: p + 1} }
+	sums := []evalstat.Summary{
+		{Method: "rerank", Region: "in-distribution", AvgK: iv(0.4)},
+		{Method: "LM2LM", Region: "in-distribution", AvgK: iv(0.9)},
+		{Method: "rerank", Region: "compute-starved", AvgK: iv(0.2)},
+		{Method: "LM2LM", Region: "compute-starved", AvgK: iv(-0.6)},
+	}
+	pairs := []evalstat.Paired{
+		{Method: "LM2LM", Against: "rerank", Region: "in-distribution", Diff: iv(0.5)},
+		{Method: "LM2LM", Against: "rerank", Region: "compute-starved", Diff: iv(-0.8)},
+	}
+	var buf bytes.Buffer
+	if err := evalplot.Regions(&buf, "held-out tasks by region", 4, sums, pairs); err != nil {
+		fmt.Println(err)
+		return
+	}
+	img, _ := png.Decode(&buf)
+	fmt.Println(img.Bounds().Dx(), "×", img.Bounds().Dy(), "pixels")
+	// Output: 998 × 704 pixels
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -248,6 +249,13 @@ func TestReportPerRegion(t *testing.T) {
 				require.Contains(t, string(md), h)
 			}
 			require.Equal(t, tt.regions, strings.Contains(string(md), "| method | vs |"))
+			_, err = os.Stat(filepath.Join(dir, "compare-seeds1-2-base+sft+lm2lm-regions.png"))
+			if tt.regions {
+				require.NoError(t, err, "the V3 splits draw the regions chart")
+				require.Contains(t, w.String(), "-regions.png")
+			} else {
+				require.ErrorIs(t, err, fs.ErrNotExist, "lab v2's parts are not regions")
+			}
 			require.Contains(t, w.String(), first, "the printed table is the Markdown's")
 
 			b, err := os.ReadFile(filepath.Join(dir, "compare-seeds1-2-base+sft+lm2lm.json"))

@@ -522,6 +522,11 @@ func report(w io.Writer, o options, dir string, results []Result, scale *ScaleIn
 		return err
 	}
 	outs = append(outs, charts...)
+	regions, err := regionChart(o, cmp.Methods)
+	if err != nil {
+		return err
+	}
+	outs = append(outs, regions...)
 	if err := writeOutputs(dir, outs, o.force); err != nil {
 		return err
 	}
@@ -780,6 +785,34 @@ func drawCharts(o options, names []string, byMethod map[string][]Result, sums []
 		outs = append(outs, output{prefix(o) + "-" + d.name + ".png", buf.Bytes()})
 	}
 	return outs, nil
+}
+
+// regionChart draws, for the V3 splits, each region's Avg@K beside each
+// trained method's paired difference with the best baseline there
+// (PartSummary.VsBest), as the regions chart; none for other suites.
+func regionChart(o options, ms []MethodSummary) ([]output, error) {
+	var sums []evalstat.Summary
+	var pairs []evalstat.Paired
+	for _, m := range ms {
+		for _, p := range m.Parts {
+			if !isRegion(p.Part) {
+				continue
+			}
+			sums = append(sums, p.Summary)
+			if p.VsBest != nil {
+				pairs = append(pairs, *p.VsBest)
+			}
+		}
+	}
+	if len(sums) == 0 {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	title := fmt.Sprintf("test tasks by region (suite %s), %d seeds, profile %s: 95%% intervals (hierarchical bootstrap)%s", o.suite, o.seeds, o.profile, scaleTitle(o))
+	if err := evalplot.Regions(&buf, title, 4, sums, pairs); err != nil {
+		return nil, fmt.Errorf("chart regions: %w", err)
+	}
+	return []output{{prefix(o) + "-regions.png", buf.Bytes()}}, nil
 }
 
 func monitorRun(label string, seed uint64, cs []CalibrationResult) evalplot.MonitorRun {
