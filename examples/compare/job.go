@@ -98,6 +98,13 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	}
 	res.M0 = m0.Len()
 	res.Runs.M0 = cnt.take()
+	known := m0 // what the method ranks or imitates
+	if m.corpus {
+		if known, err = withCorpus(m0, o.corpusEv); err != nil {
+			return res, fmt.Errorf("%s: %w", j, err)
+		}
+		res.Corpus, res.CorpusRuns = o.corpusEv.Fingerprint(), o.corpusEv.Len()
+	}
 	pol, err := newPolicy(o, j.seed)
 	if err != nil {
 		return res, err
@@ -107,13 +114,13 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	var final records.Evidence
 	switch m.kind {
 	case "sft", "rft":
-		err = supervise(ctx, m.kind, prof.Steps, pol, m0, &res)
+		err = supervise(ctx, m.kind, prof.Steps, pol, known, &res)
 	case "rl":
 		if world, final, err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res); err == nil && m.rerank {
 			prop, err = baseline.NewRerank(set.RerankConfig(), pol, world, final)
 		}
 	case "bestknown":
-		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), m0)
+		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), known)
 	case "rerank":
 		var w rwm.WorldModel
 		if w, err = newWorld(o, e.lab); err == nil {

@@ -41,6 +41,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
+	"github.com/lm2lm/lm2lm/records"
 )
 
 const about = `compare runs every method (Base, SFT, RFT, best known changes, world-model
@@ -86,6 +87,14 @@ type options struct {
 	predict    bool
 	force      bool
 	scale      string // "raw" or "robust"; "" = raw (options built in tests)
+	// corpus is the store of the lab's pretraining corpus
+	// (examples/priorcorpus -store), read only, that the corpus methods
+	// draw on; "" = none.
+	corpus string
+	// corpusEv holds the corpus's real proposal runs once run has read
+	// them (loadCorpus); a corpus method's result file records its
+	// fingerprint.
+	corpusEv records.Evidence
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
 }
@@ -118,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fs.PrintDefaults()
 	}
 	methods := fs.String("methods", strings.Join(defaultMethods(), ","), "comma-separated methods: "+strings.Join(methodNames(), ", ")+
-		" (real-gains, a diagnostic of the policy's ceiling that trains on real gains instead of the world model's, runs only when named)")
+		" (real-gains, a diagnostic of the policy's ceiling that trains on real gains instead of the world model's, and rft-corpus and bestknown-corpus, which need -corpus, run only when named)")
 	fs.IntVar(&o.seeds, "seeds", 5, "number of seeds per method (seeds first-seed … first-seed+N−1)")
 	fs.Uint64Var(&o.firstSeed, "first-seed", 1, "first seed")
 	fs.StringVar(&o.profile, "profile", "default", "size of each run (setting.Profiles, the main job's table): "+strings.Join(setting.ProfileNames(), " | "))
@@ -134,6 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.trigger, "trigger", false, "time the calibrations of the calibrating methods by the adaptive trigger at the schedule's budgets (lm2lm.Config.Trigger; MinPairs capped at the smallest budget; METHOD.md §1 Known weaknesses: a fixed schedule)")
 	fs.BoolVar(&o.predict, "eval-predict", false, "the trained methods' world model (their final evidence in context) also predicts every evaluation proposal, and the report gives its within-state pairwise accuracy on the test tasks (predictions only, no real run; not for the real-gains diagnostic, whose world model is the lab)")
 	fs.StringVar(&o.scale, "scale", "raw", "scale of the reported gains: raw (σ_e units, the headline) | robust (each gain g·σ_e/τ_e with τ_e = max(σ_e, the family's median σ_e over the training tasks), clipped at the reward clip; a report-time transform of the same result files, written beside the raw files)")
+	fs.StringVar(&o.corpus, "corpus", "", "the store of the lab's pretraining corpus (examples/priorcorpus -store FILE), opened read only, that rft-corpus and bestknown-corpus draw on: outside knowledge no real-run budget counts (needed by those methods, refused without them)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -170,6 +180,13 @@ func (o options) validate() error {
 			bad("method %q appears twice in -methods", m)
 		}
 		seen[m] = true
+	}
+	needCorpus := slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].corpus })
+	if needCorpus && o.corpus == "" {
+		bad("-methods names a method that draws on the pretraining corpus (rft-corpus, bestknown-corpus): -corpus FILE names its store (examples/priorcorpus -store)")
+	}
+	if !needCorpus && o.corpus != "" {
+		bad("-corpus %q: no method of -methods draws on it (rft-corpus, bestknown-corpus)", o.corpus)
 	}
 	if o.seeds < 1 {
 		bad("-seeds %d; want ≥ 1", o.seeds)
@@ -234,6 +251,10 @@ func (o options) levers() []lever {
 		{o.predict, "-pred", " -eval-predict"},
 		{o.probe != 4, fmt.Sprintf("-probe%d", o.probe), fmt.Sprintf(" -probe %d", o.probe)},
 		{o.evalStatesSet(), fmt.Sprintf("-es%d", o.evalStates), fmt.Sprintf(" -eval-states %d", o.evalStates)},
+		// -corpus changes only the corpus methods, whose result files
+		// record the corpus's fingerprint: it names the command, not the
+		// run directory.
+		{o.corpus != "", "", " -corpus " + o.corpus},
 	}
 }
 

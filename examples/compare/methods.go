@@ -35,31 +35,41 @@ type method struct {
 	// diagnostic of the policy's ceiling, never a method or a result. It
 	// runs only when -methods names it.
 	realGains bool
+	// corpus: the method also draws on the lab's pretraining corpus
+	// (-corpus, the store of examples/priorcorpus): outside knowledge, as
+	// the world-model methods get it through setting prior, which no
+	// real-run budget counts. BestKnown ranks M'_0 and the corpus's
+	// records together; RFT imitates M_0's and the corpus's positive gains.
+	// It runs only when -methods names it.
+	corpus bool
 }
 
 var methods = map[string]method{
-	"base":      {label: "Base (untrained)", order: 0, kind: "none", baseline: true},
-	"sft":       {label: "SFT on M₀", order: 1, kind: "sft", baseline: true},
-	"rft":       {label: "RFT on M₀'s gains", order: 2, kind: "rft", baseline: true},
-	"bestknown": {label: "best known changes (M'₀)", order: 3, kind: "bestknown", extra: true, baseline: true},
-	"rerank":    {label: "world-model rerank (M'₀)", order: 4, kind: "rerank", extra: true, baseline: true},
-	"static":    {label: "static world model", order: 5, kind: "rl", calibration: lm2lm.Static},
+	"base":             {label: "Base (untrained)", order: 0, kind: "none", baseline: true},
+	"sft":              {label: "SFT on M₀", order: 1, kind: "sft", baseline: true},
+	"rft":              {label: "RFT on M₀'s gains", order: 2, kind: "rft", baseline: true},
+	"rft-corpus":       {label: "RFT on M₀'s and the corpus's gains", order: 3, kind: "rft", baseline: true, corpus: true},
+	"bestknown":        {label: "best known changes (M'₀)", order: 4, kind: "bestknown", extra: true, baseline: true},
+	"bestknown-corpus": {label: "best known changes (M'₀ + corpus)", order: 5, kind: "bestknown", extra: true, baseline: true, corpus: true},
+	"rerank":           {label: "world-model rerank (M'₀)", order: 6, kind: "rerank", extra: true, baseline: true},
+	"static":           {label: "static world model", order: 7, kind: "rl", calibration: lm2lm.Static},
 	// static-random is an ablation and a baseline (the static world model
 	// given LM2LM's real-run budget as random records): the strongest
 	// baseline is the one every calibrating method is paired with.
-	"static-random": {label: "static + random records (M'₀)", order: 6, kind: "rl", calibration: lm2lm.Static, extra: true, baseline: true},
-	"random":        {label: "random calibration", order: 7, kind: "rl", calibration: lm2lm.RandomCalibration},
-	"lm2lm":         {label: "LM2LM", order: 8, kind: "rl", calibration: lm2lm.TopRated},
-	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 9, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
-	"static-wmrl":   {label: "WMRL (static + anchors)", order: 10, kind: "rl", calibration: lm2lm.Static, wmrl: true},
-	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 11, kind: "rl", calibration: lm2lm.TopRated, rerank: true},
-	"real-gains":    {label: "trained on real gains (diagnostic)", order: 12, kind: "rl", calibration: lm2lm.Static, realGains: true},
+	"static-random": {label: "static + random records (M'₀)", order: 8, kind: "rl", calibration: lm2lm.Static, extra: true, baseline: true},
+	"random":        {label: "random calibration", order: 9, kind: "rl", calibration: lm2lm.RandomCalibration},
+	"lm2lm":         {label: "LM2LM", order: 10, kind: "rl", calibration: lm2lm.TopRated},
+	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 11, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
+	"static-wmrl":   {label: "WMRL (static + anchors)", order: 12, kind: "rl", calibration: lm2lm.Static, wmrl: true},
+	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 13, kind: "rl", calibration: lm2lm.TopRated, rerank: true},
+	"real-gains":    {label: "trained on real gains (diagnostic)", order: 14, kind: "rl", calibration: lm2lm.Static, realGains: true},
 }
 
 // defaultMethods lists the methods -methods runs by default, in row
-// order: every method but the real-gains diagnostic.
+// order: every method but the real-gains diagnostic and the methods that
+// draw on the pretraining corpus (they need -corpus).
 func defaultMethods() []string {
-	return slices.DeleteFunc(methodNames(), func(n string) bool { return methods[n].realGains })
+	return slices.DeleteFunc(methodNames(), func(n string) bool { return methods[n].realGains || methods[n].corpus })
 }
 
 // methodNames lists the methods in row order.

@@ -59,7 +59,13 @@ type Result struct {
 	// another action space (e.g. the size cards before they became
 	// relative), is never read back as this one's.
 	Tasks string `json:"tasks_digest"`
-	M0    int    `json:"m0_records"`
+	// Corpus is, for a method that draws on the pretraining corpus, the
+	// fingerprint of the corpus's records it drew on (-corpus,
+	// records.Evidence.Fingerprint); "" for every other method. CorpusRuns
+	// counts those records: outside knowledge, in no budget.
+	Corpus     string `json:"corpus,omitempty"`
+	CorpusRuns int    `json:"corpus_runs,omitempty"`
+	M0         int    `json:"m0_records"`
 	// Runs counts real runs per phase: fresh (paid for now) and reused
 	// (served from the store: run earlier, by this or another method).
 	Runs struct {
@@ -189,6 +195,14 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 	if want := tasksDigest(o.suite); r.Tasks != want {
 		return r, false, fmt.Errorf("%s was measured on other tasks of suite %s or another catalogue (digest %q, want %q: the task generator or the cards changed; move it away to run %s again)",
 			path, r.Suite, r.Tasks, want, j)
+	}
+	want := ""
+	if methods[j.method].corpus {
+		want = o.corpusEv.Fingerprint()
+	}
+	if r.Corpus != want {
+		return r, false, fmt.Errorf("%s drew on another pretraining corpus (fingerprint %q, -corpus gives %q; move it away to run %s again)",
+			path, records.Excerpt(r.Corpus), records.Excerpt(want), j)
 	}
 	return r, true, nil
 }

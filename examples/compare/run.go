@@ -44,6 +44,14 @@ func run(ctx context.Context, w io.Writer, o options) error {
 		return err
 	}
 	start := time.Now()
+	if o.corpus != "" {
+		var err error
+		if o.corpusEv, err = loadCorpus(ctx, o.corpus); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "corpus: %d real proposal runs of %d tasks from %s (outside knowledge: no budget counts them)\n",
+			o.corpusEv.Len(), len(corpusTasks(o.corpusEv)), o.corpus)
+	}
 	dir := runDir(o)
 	jobs := plan(o)
 	results := make([]Result, len(jobs))

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// errNotCorpus says a -corpus store holds a run of a task outside the
+// lab's pretraining corpus: the corpus never holds a training, validation
+// or test task.
+var errNotCorpus = errors.New("compare: -corpus holds a task outside the pretraining corpus")
+
+// loadCorpus reads the real proposal runs of the pretraining corpus's
+// store at path, opened read only (reference runs, records.NoChange, are
+// left out: the baselines rank and imitate proposals). A record of a task
+// whose ID is not a corpus task's (lab.PretrainName) is an error wrapping
+// errNotCorpus; a store with no proposal run is an error too.
+func loadCorpus(ctx context.Context, path string) (records.Evidence, error) {
+	cfg := records.DefaultFileConfig()
+	cfg.ReadOnly = true
+	st, err := records.OpenFile(path, cfg)
+	if err != nil {
+		return records.Evidence{}, fmt.Errorf("-corpus: %w", err)
+	}
+	defer st.Close()
+	rs, err := st.Scan(ctx, records.Filter{Source: records.Real})
+	if err != nil {
+		return records.Evidence{}, fmt.Errorf("-corpus %s: %w", path, err)
+	}
+	var keep []records.Record
+	for _, r := range rs {
+		if !strings.HasPrefix(r.Task.ID, lab.PretrainName+"/") {
+			return records.Evidence{}, fmt.Errorf("%w: %s holds %q", errNotCorpus, path, records.Excerpt(r.Task.ID))
+		}
+		if !r.Proposal.IsNoChange() {
+			keep = append(keep, r)
+		}
+	}
+	if len(keep) == 0 {
+		return records.Evidence{}, fmt.Errorf("-corpus %s: no proposal run (build it with examples/priorcorpus)", path)
+	}
+	ev, err := records.RealOnly(keep)
+	if err != nil {
+		return records.Evidence{}, fmt.Errorf("-corpus %s: %w", path, err)
+	}
+	return ev, nil
+}
+
+// corpusTasks lists the distinct tasks of ev's records.
+func corpusTasks(ev records.Evidence) []string {
+	seen := map[string]bool{}
+	var out []string
+	for i := range ev.Len() {
+		if id := ev.At(i).Task.ID; !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// withCorpus returns m0 followed by the corpus's records: what a corpus
+// method ranks or imitates. m0 alone is what it paid for.
+func withCorpus(m0, corpus records.Evidence) (records.Evidence, error) {
+	ev, err := m0.Add(corpus.Records()...)
+	if err != nil {
+		return records.Evidence{}, fmt.Errorf("M'_0 with the corpus: %w", err)
+	}
+	return ev, nil
+}
