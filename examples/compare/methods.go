@@ -36,9 +36,9 @@ type method struct {
 	// runs only when -methods names it.
 	realGains bool
 	// corpus: the method also draws on the lab's pretraining corpus
-	// (-corpus, the store of examples/priorcorpus): outside knowledge, as
-	// the world-model methods get it through setting prior, which no
-	// real-run budget counts. BestKnown ranks M'_0 and the corpus's
+	// (-corpus, the store of examples/priorcorpus): outside knowledge,
+	// as the world-model methods get it through the pretrained prior
+	// (lab/prior), which no real-run budget counts. BestKnown ranks M'_0 and the corpus's
 	// records together; RFT imitates M_0's and the corpus's positive gains.
 	// It runs only when -methods names it.
 	corpus bool

@@ -72,12 +72,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, o.validate()
 }
 
-// settingHelp describes -setting (setting.Validated, setting.Library,
-// setting.Prior).
+// settingHelp describes -setting (setting.Validated, setting.Library).
 const settingHelp = "validated (setting.Validated, chosen on lab v2's validation splits: world model over descriptors with effects, tuned; " +
 	"policy with descriptor features and a 32-unit hidden layer, Adam LR 0.02, no description features, rollouts at temperature 2 " +
-	"with rewards judged as for an unseen task; evaluation at temperature 0.5) | library (setting.Library: every library default) | " +
-	"prior (setting.Prior: validated with the lab's pretrained world-model prior, lab/prior, its hyperparameters kept; under measurement)"
+	"with rewards judged as for an unseen task; evaluation at temperature 0.5) | library (setting.Library: every library default)"
 
 var calibrations = []string{"top-rated", "random", "static"}
 

@@ -55,8 +55,8 @@ func TestLookupUnknown(t *testing.T) {
 	require.Less(t, len(err.Error()), 200)
 }
 
-// The lab's prior, loaded into a world model of the validated setting's
-// kind (lab/setting.Prior does this by name).
+// The lab's prior, read by name; its Config loads it into a world model
+// of the validated setting's kind (setting.Validated().WorldConfig(lab)).
 func Example() {
 	p, err := prior.Lookup(prior.V2Name)
 	if err != nil {

@@ -90,10 +90,10 @@ func TestLookup(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, n, s.Name)
 	}
-	require.Equal(t, []string{"validated", "library", "prior"}, setting.Names())
+	require.Equal(t, []string{"validated", "library"}, setting.Names())
 	_, err := setting.Lookup("chosen")
 	require.ErrorIs(t, err, setting.ErrUnknown)
-	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, prior`)
+	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library`)
 	_, err = setting.Lookup(strings.Repeat("x", 500))
 	require.ErrorIs(t, err, setting.ErrUnknown)
 	require.Less(t, len(err.Error()), 120, "the name is quoted as a bounded excerpt")
@@ -178,37 +178,6 @@ func TestSettingJSON(t *testing.T) {
 	var back setting.Setting
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.Equal(t, setting.Validated(), back)
-}
-
-// The prior setting is the validated one with the lab's pretrained prior
-// and its hyperparameters, untuned; its world model loads over a lab of
-// the V3 validation split's tasks (the prior was fitted over another task
-// list). An unknown prior is refused by Validate and NewWorld.
-func TestPriorSetting(t *testing.T) {
-	p := setting.Prior()
-	want := setting.Validated()
-	want.Name, want.World.Tune, want.World.Prior = "prior", false, "v2"
-	require.Equal(t, want, p)
-	require.NoError(t, p.Validate())
-	cfg := lab.DefaultConfig()
-	cfg.Tasks = append(append([]lab.TaskSpec(nil), lab.SuiteV2(lab.DefaultSuiteSeed).Train...), lab.V3Val().Tasks...)
-	l, err := lab.New(cfg, records.NewMemStore())
-	require.NoError(t, err)
-	w, err := p.NewWorld(l)
-	require.NoError(t, err)
-	e, ok := w.(*rwm.Embedded)
-	require.True(t, ok, "prior: the embedded model, untuned")
-	require.NotNil(t, e.Config().Prior)
-	require.Equal(t, 1.0, e.Config().DescriptorWeight)
-	b, err := json.Marshal(p.World)
-	require.NoError(t, err)
-	require.JSONEq(t, `{"descriptors":1,"effects":true,"tune":false,"prior":"v2"}`, string(b))
-
-	bad := setting.Validated()
-	bad.World.Prior = "v9"
-	require.ErrorContains(t, bad.Validate(), `unknown prior "v9"`)
-	_, err = bad.NewWorld(l)
-	require.ErrorContains(t, err, `unknown prior "v9"`)
 }
 
 func TestLabWMRL(t *testing.T) {
