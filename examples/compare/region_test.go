@@ -386,3 +386,41 @@ func TestReportPower(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, st.power, "one seed sizes nothing")
 }
+
+// The world model's judgement per region, by hand: within-state pairs
+// with real gains ≥ 1 σ_e apart, and the bias on each state's top-rated
+// proposal with both gains clipped to ±6.
+func TestEvalPredictionParts(t *testing.T) {
+	in, rich := "v3-val/in-distribution/mdm/00", "v3-val/compute-rich/mdm/00"
+	rs := []Result{
+		{Seed: 1, States: []StateResult{
+			// top-rated: the first (2 vs real 1, bias +1); pairs: (1,3) wrong, (1,−2) right, (3,−2) right.
+			{ID: in + "#0", Task: in, Gains: []float64{1, 3, -2}, Predicted: []float64{2, 1, 0}},
+			// top-rated: the first, clipped 6 vs −6: bias +12; the one pair wrong.
+			{ID: rich + "#0", Task: rich, Gains: []float64{-100, 2}, Predicted: []float64{10, 1}},
+		}},
+		{Seed: 2, States: []StateResult{
+			// bias 5 − 0; its pair is 0.5 σ_e apart and does not count.
+			{ID: in + "#0", Task: in, Gains: []float64{0, 0.5}, Predicted: []float64{5, 1}},
+			{ID: rich + "#0", Task: rich, Gains: []float64{1, 2}}, // no predictions: left out
+		}},
+	}
+	got := evalPredictionParts(lab.V3ValName, rs)
+	require.Len(t, got, 2)
+	require.Equal(t, lab.RegionIn, got[0].Part)
+	require.InDelta(t, 2.0/3, *got[0].Pairwise, 1e-12)
+	require.Equal(t, 3, got[0].Pairs)
+	require.InDelta(t, 3.0, got[0].TopBias, 1e-12)
+	require.Equal(t, 2, got[0].TopStates)
+	require.Equal(t, lab.RegionRich, got[1].Part)
+	require.InDelta(t, 0.0, *got[1].Pairwise, 1e-12)
+	require.Equal(t, 1, got[1].Pairs)
+	require.InDelta(t, 12.0, got[1].TopBias, 1e-12)
+	require.Equal(t, 1, got[1].TopStates)
+	require.Nil(t, evalPredictionParts(lab.V3ValName, []Result{{States: []StateResult{{Task: in, Gains: []float64{1}}}}}))
+
+	var b strings.Builder
+	evalPartsTable(&b, []MethodSummary{{Summary: evalstat.Summary{Method: "LM2LM"}, EvalParts: got}})
+	require.Contains(t, b.String(), "| LM2LM | 0.667 | +3.00 | 0.000 | +12.00 |")
+	require.Contains(t, b.String(), "in-distribution: pairwise accuracy | bias on the top-rated")
+}

@@ -81,6 +81,84 @@ type MethodSummary struct {
 	// over EvalPairs pairs (evalPairwise); nil without predictions.
 	EvalPairwise *float64 `json:"eval_pairwise_accuracy,omitempty"`
 	EvalPairs    int      `json:"eval_pairs,omitempty"`
+	// EvalParts is, with -eval-predict, the same accuracy on each part of
+	// the evaluation split and the bias of the world model on the
+	// proposal it rates highest in each state (evalPredictionParts); nil
+	// without predictions.
+	EvalParts []EvalPrediction `json:"eval_predictions_by_part,omitempty"`
+}
+
+// EvalPrediction is a trained world model's judgement of a method's
+// evaluation proposals on one part of the split (-eval-predict).
+type EvalPrediction struct {
+	Part string `json:"part"`
+	// Pairwise is the within-state pairwise accuracy over Pairs pairs
+	// (evalPairwise's); nil when no pair qualifies.
+	Pairwise *float64 `json:"pairwise_accuracy,omitempty"`
+	Pairs    int      `json:"pairs"`
+	// TopBias is the mean over TopStates states of predicted − real gain
+	// of the proposal the world model rates highest among the state's
+	// measured proposals (its top-rated: what a policy trained on it is
+	// drawn to), both clipped to ±evalClip σ_e; > 0 is over-trust (METHOD.md
+	// §1 Known weaknesses: exploitation of a static world model).
+	TopBias   float64 `json:"top_rated_bias_sigma"`
+	TopStates int     `json:"top_rated_states"`
+}
+
+// evalClip bounds the gains of TopBias, the reward clip's ±6 σ_e: on the
+// raw scale one tiny-σ_e task's gain would decide a mean.
+const evalClip = 6.0
+
+// evalPredictionParts groups rs's states with predictions by part (the
+// V3 splits' regions, lab v2's halves; partName order) and gives each
+// part's EvalPrediction; nil when no state carries predictions.
+func evalPredictionParts(suite string, rs []Result) []EvalPrediction {
+	type acc struct {
+		pred, real [][]float64
+		bias       float64
+		n, rank    int
+	}
+	parts := map[string]*acc{}
+	clip := func(x float64) float64 { return max(-evalClip, min(evalClip, x)) }
+	for _, r := range rs {
+		for _, st := range r.States {
+			if len(st.Predicted) != len(st.Gains) || len(st.Gains) == 0 {
+				continue
+			}
+			strat := stratum(st.Task)
+			if isV3(suite) {
+				strat = lab.RegionOf(st.Task)
+			}
+			name, rank := partName(strat)
+			a := parts[name]
+			if a == nil {
+				a = &acc{rank: rank}
+				parts[name] = a
+			}
+			a.pred, a.real = append(a.pred, st.Predicted), append(a.real, st.Gains)
+			top := 0
+			for i, p := range st.Predicted {
+				if p > st.Predicted[top] {
+					top = i
+				}
+			}
+			a.bias += clip(st.Predicted[top]) - clip(st.Gains[top])
+			a.n++
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	var out []EvalPrediction
+	for name, a := range parts {
+		e := EvalPrediction{Part: name, TopBias: a.bias / float64(a.n), TopStates: a.n}
+		if v, pairs := calibrate.PairwiseAccuracyPairs(a.pred, a.real, evalPairGap); pairs > 0 {
+			e.Pairwise, e.Pairs = &v, pairs
+		}
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(x, y EvalPrediction) int { return parts[x.Part].rank - parts[y.Part].rank })
+	return out
 }
 
 // evalPairGap is the least difference of real gains, in σ_e units, for a
@@ -557,6 +635,7 @@ func comparison(o options, dir string, names []string, byMethod map[string][]Res
 			c.Runs[m] = append(c.Runs[m], rel)
 		}
 		ms.EvalPairwise, ms.EvalPairs = evalPairwise(rs)
+		ms.EvalParts = evalPredictionParts(o.suite, rs)
 		c.Methods = append(c.Methods, ms)
 	}
 	return c
@@ -607,6 +686,7 @@ func markdown(c Comparison) string {
 				fmt.Fprintf(&b, "| %s | %.3f | %d |\n", m.Summary.Method, *m.EvalPairwise, m.EvalPairs)
 			}
 		}
+		evalPartsTable(&b, c.Methods)
 	}
 	if c.Scale != nil {
 		// The threshold columns count robust gains above 2: raw gains
@@ -830,4 +910,43 @@ func trainingRun(label string, r Result) evalplot.TrainingRun {
 			Entropy: s.Entropy, TopShare: val(s.TopShare)})
 	}
 	return tr
+}
+
+// evalPartsTable writes, per method with predictions, each part's
+// pairwise accuracy and the bias on the top-rated proposal (EvalParts).
+func evalPartsTable(b *strings.Builder, ms []MethodSummary) {
+	var parts []string
+	for _, m := range ms {
+		for _, e := range m.EvalParts {
+			if !slices.Contains(parts, e.Part) {
+				parts = append(parts, e.Part)
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n| method |")
+	for _, p := range parts {
+		fmt.Fprintf(b, " %s: pairwise accuracy | bias on the top-rated (predicted − real, σ_e, clipped ±%g) |", partLabel(p), evalClip)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|---|", len(parts)) + "\n")
+	for _, m := range ms {
+		if len(m.EvalParts) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "| %s |", m.Summary.Method)
+		for _, p := range parts {
+			i := slices.IndexFunc(m.EvalParts, func(e EvalPrediction) bool { return e.Part == p })
+			switch {
+			case i < 0:
+				b.WriteString(" – | – |")
+			case m.EvalParts[i].Pairwise == nil:
+				fmt.Fprintf(b, " – | %+.2f |", m.EvalParts[i].TopBias)
+			default:
+				fmt.Fprintf(b, " %.3f | %+.2f |", *m.EvalParts[i].Pairwise, m.EvalParts[i].TopBias)
+			}
+		}
+		b.WriteString("\n")
+	}
 }
