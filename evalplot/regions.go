@@ -19,7 +19,8 @@ import (
 // in order of first appearance, methods in order of first appearance, the
 // first on top; pairs are the per-region pairs (Region set), matched by
 // Method and Region, and a region without pairs has no second panel. A
-// summary or pair without a Region is an error wrapping ErrNoRegion; no sums is ErrEmpty. K names the metric (4 for Avg@4).
+// summary or pair without a Region is an error wrapping ErrNoRegion; no
+// sums is ErrEmpty. K names the metric (4 for Avg@4).
 func Regions(w io.Writer, title string, k int, sums []evalstat.Summary, pairs []evalstat.Paired) error {
 	if len(sums) == 0 {
 		return ErrEmpty
@@ -43,15 +44,13 @@ func Regions(w io.Writer, title string, k int, sums []evalstat.Summary, pairs []
 	}
 	var panels []*plot.Plot
 	for _, region := range regions {
-		rows := make([]row, len(names))
-		for i, m := range names {
-			rows[i] = row{m, evalstat.Interval{Point: math.NaN()}}
-			for _, s := range sums {
-				if s.Method == m && s.Region == region {
-					rows[i].iv = s.AvgK
-				}
+		rows := methodRows(names, func(m string) (evalstat.Interval, bool) {
+			i := slices.IndexFunc(sums, func(s evalstat.Summary) bool { return s.Method == m && s.Region == region })
+			if i < 0 {
+				return evalstat.Interval{}, false
 			}
-		}
+			return sums[i].AvgK, true
+		})
 		p, err := forest(fmt.Sprintf("%s: Avg@%d", region, k), "mean gain per state ("+Sigma+" units)", rows, 0, 1)
 		if err != nil {
 			return err
@@ -59,18 +58,16 @@ func Regions(w io.Writer, title string, k int, sums []evalstat.Summary, pairs []
 		panels = append(panels, p)
 
 		var against []string
-		diffs := make([]row, len(names))
-		for i, m := range names {
-			diffs[i] = row{m, evalstat.Interval{Point: math.NaN()}}
-			for _, pr := range pairs {
-				if pr.Method == m && pr.Region == region {
-					diffs[i].iv = pr.Diff
-					if !slices.Contains(against, pr.Against) {
-						against = append(against, pr.Against)
-					}
-				}
+		diffs := methodRows(names, func(m string) (evalstat.Interval, bool) {
+			i := slices.IndexFunc(pairs, func(p evalstat.Paired) bool { return p.Method == m && p.Region == region })
+			if i < 0 {
+				return evalstat.Interval{}, false
 			}
-		}
+			if !slices.Contains(against, pairs[i].Against) {
+				against = append(against, pairs[i].Against)
+			}
+			return pairs[i].Diff, true
+		})
 		if len(against) == 0 {
 			panels = append(panels, nil) // a blank tile
 			continue
@@ -87,4 +84,17 @@ func Regions(w io.Writer, title string, k int, sums []evalstat.Summary, pairs []
 		panels = append(panels, p)
 	}
 	return figure(w, title, panels, 2, nil)
+}
+
+// methodRows is a forest row per name, in names' order, holding of(name)'s
+// interval; a name of() has none for is drawn without a dot.
+func methodRows(names []string, of func(name string) (evalstat.Interval, bool)) []row {
+	rows := make([]row, len(names))
+	for i, m := range names {
+		rows[i] = row{m, evalstat.Interval{Point: math.NaN()}}
+		if iv, ok := of(m); ok {
+			rows[i].iv = iv
+		}
+	}
+	return rows
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/records"
 )
 
 // splitTasks returns every task of every split the lab evaluates on: the
@@ -75,5 +77,32 @@ func TestPretrainTasksStable(t *testing.T) {
 	for _, x := range big {
 		require.GreaterOrEqual(t, x.Budget, sp.Budget[0], x.ID)
 		require.Less(t, x.Budget, sp.Budget[1], x.ID)
+	}
+}
+
+// PretrainRuns keeps the corpus's real proposal runs in order, leaves its
+// reference runs and other sources out, and refuses a run of any split
+// task, naming it.
+func TestPretrainRuns(t *testing.T) {
+	corpus := records.Task{ID: PretrainName + "/in-distribution/ar-prose/00"}
+	rec := func(task records.Task, mech string, src records.Source) records.Record {
+		return records.Record{Task: task, Proposal: records.Proposal{Mechanism: mech}, Source: src}
+	}
+	rs := []records.Record{
+		rec(corpus, records.NoChange, records.Reference),
+		rec(corpus, "lr-scale", records.Real),
+		rec(corpus, "warmup", records.Predicted),
+		rec(corpus, "dropout", records.Real),
+	}
+	got, err := PretrainRuns(rs)
+	require.NoError(t, err)
+	require.Equal(t, []records.Record{rs[1], rs[3]}, got)
+	empty, err := PretrainRuns(rs[:1])
+	require.NoError(t, err)
+	require.Empty(t, empty)
+	for _, s := range splitTasks()[:3] {
+		_, err := PretrainRuns(append(rs, rec(records.Task{ID: s.ID}, "lr-scale", records.Real)))
+		require.ErrorIs(t, err, ErrNotPretrain)
+		require.ErrorContains(t, err, fmt.Sprintf("%q", s.ID))
 	}
 }

@@ -2,24 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/records"
 )
 
-// errNotCorpus says a -corpus store holds a run of a task outside the
-// lab's pretraining corpus: the corpus never holds a training, validation
-// or test task.
-var errNotCorpus = errors.New("compare: -corpus holds a task outside the pretraining corpus")
-
 // loadCorpus reads the real proposal runs of the pretraining corpus's
-// store at path, opened read only (reference runs, records.NoChange, are
-// left out: the baselines rank and imitate proposals). A record of a task
-// whose ID is not a corpus task's (lab.PretrainName) is an error wrapping
-// errNotCorpus; a store with no proposal run is an error too.
+// store at path, opened read only (lab.PretrainRuns: reference runs are
+// left out, the baselines rank and imitate proposals). A record of a task
+// outside the corpus is an error wrapping lab.ErrNotPretrain; a store with
+// no proposal run is an error too.
 func loadCorpus(ctx context.Context, path string) (records.Evidence, error) {
 	cfg := records.DefaultFileConfig()
 	cfg.ReadOnly = true
@@ -32,14 +25,9 @@ func loadCorpus(ctx context.Context, path string) (records.Evidence, error) {
 	if err != nil {
 		return records.Evidence{}, fmt.Errorf("-corpus %s: %w", path, err)
 	}
-	var keep []records.Record
-	for _, r := range rs {
-		if !strings.HasPrefix(r.Task.ID, lab.PretrainName+"/") {
-			return records.Evidence{}, fmt.Errorf("%w: %s holds %q", errNotCorpus, path, records.Excerpt(r.Task.ID))
-		}
-		if !r.Proposal.IsNoChange() {
-			keep = append(keep, r)
-		}
+	keep, err := lab.PretrainRuns(rs)
+	if err != nil {
+		return records.Evidence{}, fmt.Errorf("-corpus %s: %w", path, err)
 	}
 	if len(keep) == 0 {
 		return records.Evidence{}, fmt.Errorf("-corpus %s: no proposal run (build it with examples/priorcorpus)", path)

@@ -84,7 +84,7 @@ func TestLoadCorpus(t *testing.T) {
 
 	split := append(rs, corpusRecords(t, "v2s1/train/ar-prose/00", 2)...)
 	_, err = loadCorpus(ctx, writeStore(t, dir, "split.records", split))
-	require.ErrorIs(t, err, errNotCorpus)
+	require.ErrorIs(t, err, lab.ErrNotPretrain)
 	require.ErrorContains(t, err, `"v2s1/train/ar-prose/00"`)
 
 	_, err = loadCorpus(ctx, writeStore(t, dir, "refs.records", rs[:1]))

@@ -125,11 +125,7 @@ func evalPredictionParts(suite string, rs []Result) []EvalPrediction {
 			if len(st.Predicted) != len(st.Gains) || len(st.Gains) == 0 {
 				continue
 			}
-			strat := stratum(st.Task)
-			if isV3(suite) {
-				strat = lab.RegionOf(st.Task)
-			}
-			name, rank := partName(strat)
+			name, rank := partName(stratumOf(suite, st.Task))
 			a := parts[name]
 			if a == nil {
 				a = &acc{rank: rank}

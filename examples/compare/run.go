@@ -153,15 +153,10 @@ func avgLine(r Result) string {
 // the in- or out-of-distribution part (stratum, the labels of earlier
 // reports); one stratum for v1. Every bootstrap replicate keeps that mix.
 func cellsOf(suite string, rs []Result) []evalstat.Cell {
-	v3 := isV3(suite)
 	var out []evalstat.Cell
 	for _, r := range rs {
 		for _, s := range r.States {
-			c := evalstat.Cell{Seed: r.Seed, State: s.ID, Task: s.Task, Stratum: stratum(s.Task), Gains: s.Gains}
-			if v3 {
-				c.Stratum = lab.RegionOf(s.Task)
-			}
-			out = append(out, c)
+			out = append(out, evalstat.Cell{Seed: r.Seed, State: s.ID, Task: s.Task, Stratum: stratumOf(suite, s.Task), Gains: s.Gains})
 		}
 	}
 	return out
@@ -170,6 +165,15 @@ func cellsOf(suite string, rs []Result) []evalstat.Cell {
 // isV3 reports whether suite is one of lab's V3 splits, whose test tasks
 // fall in the regions lab.RegionNames.
 func isV3(suite string) bool { return suite == lab.V3ValName || suite == lab.V3TestName }
+
+// stratumOf is task's stratum under -suite suite: its V3 region
+// (lab.RegionOf) on the V3 splits, its part of lab v2 (stratum) otherwise.
+func stratumOf(suite, task string) string {
+	if isV3(suite) {
+		return lab.RegionOf(task)
+	}
+	return stratum(task)
+}
 
 func stratum(task string) string {
 	for _, part := range []string{"/test-in/", "/test-out/", "/val/", "/val-out/"} {

@@ -243,24 +243,17 @@ func keep(rs []records.Record, perFamily int) []records.Record {
 	return out
 }
 
-// errNotCorpus says a store holds a run of a task outside the corpus.
-var errNotCorpus = errors.New("priorcorpus: a task outside the pretraining corpus")
-
-// fit fits the prior on the corpus's real proposal runs (reference runs,
-// records.NoChange, are left out: a context holds proposals' runs) with
-// rwm.DefaultPriorFitConfig around the validated setting's world
-// configuration over l, and returns it with its file. A record of a task
-// that is not a corpus task is an error wrapping errNotCorpus: the corpus
-// never holds a training, validation or test task.
+// fit fits the prior on the corpus's real proposal runs (lab.PretrainRuns:
+// reference runs, records.NoChange, are left out, as a context holds
+// proposals' runs) with rwm.DefaultPriorFitConfig around the validated
+// setting's world configuration over l, and returns it with its file. A
+// record of a task that is not a corpus task is an error wrapping
+// lab.ErrNotPretrain: the corpus never holds a training, validation or
+// test task.
 func fit(ctx context.Context, l *lab.Lab, rs []records.Record, ridge float64) (*rwm.Prior, []byte, error) {
-	var corpus []records.Record
-	for _, r := range rs {
-		if !strings.HasPrefix(r.Task.ID, lab.PretrainName+"/") {
-			return nil, nil, fmt.Errorf("%w: %q", errNotCorpus, records.Excerpt(r.Task.ID))
-		}
-		if r.Source == records.Real && !r.Proposal.IsNoChange() {
-			corpus = append(corpus, r)
-		}
+	corpus, err := lab.PretrainRuns(rs)
+	if err != nil {
+		return nil, nil, err
 	}
 	cfg := rwm.DefaultPriorFitConfig(setting.Validated().WorldConfig(l))
 	cfg.Ridge = ridge

@@ -68,7 +68,7 @@ func TestFitRefusesSplitTasks(t *testing.T) {
 	require.NoError(t, err)
 	for _, id := range []string{lab.SuiteV2(lab.DefaultSuiteSeed).Train[0].ID, lab.SuiteV2(lab.DefaultSuiteSeed).Validation[0].ID, lab.V3Val().Tasks[0].ID} {
 		_, _, err := fit(context.Background(), l, []records.Record{{Task: records.Task{ID: id}, Source: records.Real}}, defaultRidge)
-		require.ErrorIs(t, err, errNotCorpus, id)
+		require.ErrorIs(t, err, lab.ErrNotPretrain, id)
 		require.Contains(t, err.Error(), id)
 	}
 }
