@@ -184,6 +184,27 @@ func topMean(pred, truth []float64, k int) float64 {
 	return s / float64(k)
 }
 
+// topBias is the predicted minus the real gain of the cell predicted best
+// (ties to the earlier cell), the prediction clipped to ±landClip as the
+// truth is (landGain): how far a predictor over-trusts the proposal a
+// policy maximising it would pick (the exploitation of METHOD.md §1 On-policy
+// calibration). NaN when pred is empty.
+func topBias(pred, truth []float64) float64 {
+	if len(pred) != len(truth) {
+		panic("rwmeval: topBias: length mismatch")
+	}
+	if len(pred) == 0 {
+		return math.NaN()
+	}
+	best := 0
+	for i, p := range pred {
+		if p > pred[best] {
+			best = i
+		}
+	}
+	return max(-landClip, min(landClip, pred[best])) - truth[best]
+}
+
 // interval is a mean over tasks and its percentile-bootstrap interval.
 type interval struct {
 	mean, lo, hi float64
@@ -276,9 +297,9 @@ const (
 
 // rankRow is one row of the report: a predictor at one context size.
 type rankRow struct {
-	name      string
-	n         int
-	pair, top interval
+	name            string
+	n               int
+	pair, top, bias interval
 }
 
 // rankLandscape scores the models and the baselines on cfg.reps context
@@ -308,9 +329,10 @@ func (cfg rankConfig) check() error {
 	return nil
 }
 
-// scoreFunc takes one predictor's (kind: its row group) pairwise accuracy
-// and top-k gain on one task.
-type scoreFunc = func(kind, task int, pair, top float64)
+// scoreFunc takes one predictor's (kind: its row group) pairwise accuracy,
+// top-k gain and bias on its top-rated cell (topBias; NaN for the blind
+// pick, which rates no cell above another) on one task.
+type scoreFunc = func(kind, task int, pair, top, bias float64)
 
 // rowNames names the row groups: the blind pick, the oracle, a noisy
 // oracle per noise level, then the models.
@@ -335,14 +357,15 @@ func rankRows(cfg rankConfig, names []string, tasks int, draw func(rep int) func
 		return nil, err
 	}
 	nrows := len(names) * len(cfg.sizes)
-	pair, top := perTask(nrows, tasks), perTask(nrows, tasks)
+	pair, top, bias := perTask(nrows, tasks), perTask(nrows, tasks), perTask(nrows, tasks)
 	for rep := range cfg.reps {
 		score := draw(rep)
 		for si, n := range cfg.sizes {
-			err := score(n, func(kind, task int, p, t float64) {
+			err := score(n, func(kind, task int, p, t, b float64) {
 				row := kind*len(cfg.sizes) + si
 				pair[row][task] = append(pair[row][task], p)
 				top[row][task] = append(top[row][task], t)
+				bias[row][task] = append(bias[row][task], b)
 			})
 			if err != nil {
 				return nil, fmt.Errorf("repetition %d, context %d: %w", rep, n, err)
@@ -353,7 +376,8 @@ func rankRows(cfg rankConfig, names []string, tasks int, draw func(rep int) func
 	for r := range rows {
 		rows[r] = rankRow{name: names[r/len(cfg.sizes)], n: cfg.sizes[r%len(cfg.sizes)],
 			pair: bootstrap(taskMeans(pair[r]), cfg.resamples, rand.New(rand.NewPCG(cfg.seed, 0xb007))),
-			top:  bootstrap(taskMeans(top[r]), cfg.resamples, rand.New(rand.NewPCG(cfg.seed, 0xb007)))}
+			top:  bootstrap(taskMeans(top[r]), cfg.resamples, rand.New(rand.NewPCG(cfg.seed, 0xb007))),
+			bias: bootstrap(taskMeans(bias[r]), cfg.resamples, rand.New(rand.NewPCG(cfg.seed, 0xb007)))}
 	}
 	return rows, nil
 }
@@ -405,21 +429,21 @@ func (l *landscape) scoreContext(ctx context.Context, d landDraw, n, k int, mode
 // top-k gain on the task.
 func (l *landscape) scoreTask(ctx context.Context, ti int, held []int, seen, truth []float64, ev records.Evidence, k int, noise, z []float64, models []rankModel, add scoreFunc) error {
 	blind := make([]float64, len(held))
-	add(0, ti, pairAccuracy(blind, truth), meanOf(truth))
-	add(1, ti, pairAccuracy(seen, truth), topMean(seen, truth, k))
+	add(0, ti, pairAccuracy(blind, truth), meanOf(truth), math.NaN())
+	add(1, ti, pairAccuracy(seen, truth), topMean(seen, truth, k), topBias(seen, truth))
 	for j, sd := range noise {
 		noisy := make([]float64, len(held))
 		for h, i := range held {
 			noisy[h] = seen[h] + sd*z[i]
 		}
-		add(2+j, ti, pairAccuracy(noisy, truth), topMean(noisy, truth, k))
+		add(2+j, ti, pairAccuracy(noisy, truth), topMean(noisy, truth, k), topBias(noisy, truth))
 	}
 	for mi, m := range models {
 		pred, err := l.predict(ctx, m, ev, held)
 		if err != nil {
 			return err
 		}
-		add(2+len(noise)+mi, ti, pairAccuracy(pred, truth), topMean(pred, truth, k))
+		add(2+len(noise)+mi, ti, pairAccuracy(pred, truth), topMean(pred, truth, k), topBias(pred, truth))
 	}
 	return nil
 }
@@ -460,11 +484,12 @@ func (l *landscape) predict(ctx context.Context, m rankModel, ev records.Evidenc
 // landscapeTable formats rows as a Markdown table.
 func landscapeTable(rows []rankRow, k int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| predictor | context | pairwise accuracy | 95%% interval | top-%d gain (σ_e) | 95%% interval |\n", k)
-	b.WriteString("|---|---:|---:|---|---:|---|\n")
+	fmt.Fprintf(&b, "| predictor | context | pairwise accuracy | 95%% interval | top-%d gain (σ_e) | 95%% interval | bias on the top-rated (σ_e) | 95%% interval |\n", k)
+	b.WriteString("|---|---:|---:|---|---:|---|---:|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", r.name, r.n,
-			num("%.3f", r.pair.mean), span("%.3f", r.pair), num("%+.2f", r.top.mean), span("%+.2f", r.top))
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", r.name, r.n,
+			num("%.3f", r.pair.mean), span("%.3f", r.pair), num("%+.2f", r.top.mean), span("%+.2f", r.top),
+			num("%+.2f", r.bias.mean), span("%+.2f", r.bias))
 	}
 	return b.String()
 }

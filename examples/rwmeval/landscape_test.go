@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -208,38 +209,47 @@ func TestScoreContextHandDerived(t *testing.T) {
 	for i := range d.order {
 		d.order[i] = i
 	}
-	type got struct{ pair, top float64 }
+	type got struct{ pair, top, bias float64 }
 	res := map[[2]int]got{}
 	m := &stubModel{}
-	require.NoError(t, l.scoreContext(context.Background(), d, 0, 4, []rankModel{{"stub", m}}, func(kind, task int, p, top float64) {
-		res[[2]int{kind, task}] = got{p, top}
+	require.NoError(t, l.scoreContext(context.Background(), d, 0, 4, []rankModel{{"stub", m}}, func(kind, task int, p, top, bias float64) {
+		res[[2]int{kind, task}] = got{p, top, bias}
 	}))
 	require.Equal(t, []int{0}, m.contexts)
 	const a, b, c = 0, 1, 2
 	const blind, oracle, stub = 0, 1, 2
+	nan := math.NaN()
 	want := map[[2]int]got{
-		// a: truth (2, 2, −1, −3, −6); 9 pairs ≥ 1 σ_e apart.
-		{blind, a}:  {0.5, -6.0 / 5},
-		{oracle, a}: {1, (2 + 2 - 1 - 3) / 4.0}, // seen (3, 1, 0, −2, −6) orders all 9
-		{stub, a}:   {3.0 / 9, (-3 + 2 - 6 - 1) / 4.0},
+		// a: truth (2, 2, −1, −3, −6); 9 pairs ≥ 1 σ_e apart. The oracle's
+		// top-rated (seen 3) has truth 2; the stub's (predicted 3) −3.
+		{blind, a}:  {0.5, -6.0 / 5, nan},
+		{oracle, a}: {1, (2 + 2 - 1 - 3) / 4.0, 3 - 2}, // seen (3, 1, 0, −2, −6) orders all 9
+		{stub, a}:   {3.0 / 9, (-3 + 2 - 6 - 1) / 4.0, 3 - -3},
 		// b: truth (0, 3, 1.5, −0.5, 6 clipped); the invalid prediction is −6.
-		{blind, b}:  {0.5, 10.0 / 5},
-		{oracle, b}: {1, (6 + 3 + 1.5 + 0) / 4},
-		{stub, b}:   {8.0 / 9, (6 + 1.5 + 3 - 0.5) / 4},
-		// c: no pair ≥ 1 σ_e apart.
-		{blind, c}:  {math.NaN(), 5.1 / 5},
-		{oracle, c}: {math.NaN(), (1.4 + 1.2 + 1 + 0.9) / 4},
-		{stub, c}:   {math.NaN(), (1 + 1.4 + 0.6 + 1.2) / 4},
+		// The oracle's top-rated is seen 9 clipped to 6, truth 6; the stub's
+		// predicted 5, truth 6.
+		{blind, b}:  {0.5, 10.0 / 5, nan},
+		{oracle, b}: {1, (6 + 3 + 1.5 + 0) / 4, 6 - 6},
+		{stub, b}:   {8.0 / 9, (6 + 1.5 + 3 - 0.5) / 4, 5 - 6},
+		// c: no pair ≥ 1 σ_e apart. Top-rated: seen 1.2 (truth 1.4),
+		// predicted 5 (truth 1).
+		{blind, c}:  {nan, 5.1 / 5, nan},
+		{oracle, c}: {nan, (1.4 + 1.2 + 1 + 0.9) / 4, 1.2 - 1.4},
+		{stub, c}:   {nan, (1 + 1.4 + 0.6 + 1.2) / 4, 5 - 1},
 	}
 	require.Len(t, res, len(want))
 	for k, w := range want {
 		g := res[k]
-		if math.IsNaN(w.pair) {
-			require.True(t, math.IsNaN(g.pair), "%v pair", k)
-		} else {
-			require.InDelta(t, w.pair, g.pair, 1e-12, "%v pair", k)
+		for _, f := range []struct {
+			name      string
+			want, got float64
+		}{{"pair", w.pair, g.pair}, {"top", w.top, g.top}, {"bias", w.bias, g.bias}} {
+			if math.IsNaN(f.want) {
+				require.True(t, math.IsNaN(f.got), "%v %s", k, f.name)
+			} else {
+				require.InDelta(t, f.want, f.got, 1e-12, "%v %s", k, f.name)
+			}
 		}
-		require.InDelta(t, w.top, g.top, 1e-12, "%v top", k)
 	}
 }
 
@@ -249,10 +259,10 @@ func TestScoreContextHeldOut(t *testing.T) {
 	l := handLandscape(t, false)
 	d := landDraw{seed: slices.Repeat([]int{1}, 15), order: []int{0, 5, 10, 1, 2, 3, 4, 6, 7, 8, 9, 11, 12, 13, 14}}
 	m := &stubModel{}
-	var aPair, aTop float64
-	require.NoError(t, l.scoreContext(context.Background(), d, 3, 4, []rankModel{{"stub", m}}, func(kind, task int, p, top float64) {
+	var aPair, aTop, aBias float64
+	require.NoError(t, l.scoreContext(context.Background(), d, 3, 4, []rankModel{{"stub", m}}, func(kind, task int, p, top, bias float64) {
 		if kind == 2 && task == 0 {
-			aPair, aTop = p, top
+			aPair, aTop, aBias = p, top, bias
 		}
 	}))
 	require.Equal(t, []int{3}, m.contexts)
@@ -260,6 +270,7 @@ func TestScoreContextHeldOut(t *testing.T) {
 	// (all ≥ 1 σ_e apart) right are (p1,p2), (p1,p4), (p3,p4).
 	require.InDelta(t, 0.5, aPair, 1e-12)
 	require.InDelta(t, -7.0/4, aTop, 1e-12)
+	require.InDelta(t, 3 - -2.0, aBias, 1e-12) // the top-rated (predicted 3) has truth −2
 	in, ev, err := l.context(d, 3)
 	require.NoError(t, err)
 	require.Equal(t, 3, ev.Len())
@@ -308,8 +319,9 @@ func TestRankLandscapeDeterministic(t *testing.T) {
 	first := run(1)
 	require.Len(t, first, 6)
 	require.Equal(t, []int{2, 6, 2, 6, 2, 6}, []int{first[0].n, first[1].n, first[2].n, first[3].n, first[4].n, first[5].n})
-	require.Equal(t, first, run(1))
-	require.NotEqual(t, first, run(2))
+	// %v prints NaN alike (the blind pick's bias), where == does not.
+	require.Equal(t, fmt.Sprint(first), fmt.Sprint(run(1)))
+	require.NotEqual(t, fmt.Sprint(first), fmt.Sprint(run(2)))
 
 	// A draw is a permutation and a seed per cell; contexts are nested.
 	d := l.draw(rand.New(rand.NewPCG(1, 0)))
@@ -357,13 +369,15 @@ func TestBootstrapAndQuantile(t *testing.T) {
 
 func TestLandscapeTable(t *testing.T) {
 	tab := landscapeTable([]rankRow{
-		{name: "catalogue", n: 50, pair: interval{mean: 0.61234, lo: 0.5, hi: 0.7}, top: interval{mean: 1.234, lo: -0.5, hi: 2}},
-		{name: rowMean, n: 50, pair: interval{mean: math.NaN(), lo: math.NaN(), hi: math.NaN()}, top: interval{mean: -0.7, lo: -1, hi: -0.4}},
+		{name: "catalogue", n: 50, pair: interval{mean: 0.61234, lo: 0.5, hi: 0.7}, top: interval{mean: 1.234, lo: -0.5, hi: 2},
+			bias: interval{mean: 2.346, lo: 1, hi: 3.5}},
+		{name: rowMean, n: 50, pair: interval{mean: math.NaN(), lo: math.NaN(), hi: math.NaN()}, top: interval{mean: -0.7, lo: -1, hi: -0.4},
+			bias: interval{mean: math.NaN(), lo: math.NaN(), hi: math.NaN()}},
 	}, 4)
-	require.Equal(t, "| predictor | context | pairwise accuracy | 95% interval | top-4 gain (σ_e) | 95% interval |\n"+
-		"|---|---:|---:|---|---:|---|\n"+
-		"| catalogue | 50 | 0.612 | [0.500, 0.700] | +1.23 | [-0.50, +2.00] |\n"+
-		"| mean gain | 50 | — | — | -0.70 | [-1.00, -0.40] |\n", tab)
+	require.Equal(t, "| predictor | context | pairwise accuracy | 95% interval | top-4 gain (σ_e) | 95% interval | bias on the top-rated (σ_e) | 95% interval |\n"+
+		"|---|---:|---:|---|---:|---|---:|---|\n"+
+		"| catalogue | 50 | 0.612 | [0.500, 0.700] | +1.23 | [-0.50, +2.00] | +2.35 | [+1.00, +3.50] |\n"+
+		"| mean gain | 50 | — | — | -0.70 | [-1.00, -0.40] | — | — |\n", tab)
 }
 
 func TestPartFilter(t *testing.T) {

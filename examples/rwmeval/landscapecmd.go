@@ -80,7 +80,7 @@ func runLandscape(ctx context.Context, o landscapeOptions, stdout io.Writer) err
 		fmt.Fprintf(&b, "## Ranking on the landscape %s\n\n", o.store)
 		fmt.Fprintf(&b, "%d cells (task, proposal) measured on two seeds, on %d tasks; %d context draws per size, seed %d.\n",
 			len(l.cells), len(l.tasks), o.rank.reps, o.rank.seed)
-		fmt.Fprintf(&b, "Per task, the cells outside the context are predicted and scored against the seed the context does not hold: pairwise accuracy over pairs whose real gains differ by ≥ %g σ_e, and the mean real gain (σ_e, clipped to ±%d, infeasible −%d) of the %d predicted best. Figures: mean over tasks of the mean over draws; 95%% percentile-bootstrap interval over tasks (%d resamples).\n\n",
+		fmt.Fprintf(&b, "Per task, the cells outside the context are predicted and scored against the seed the context does not hold: pairwise accuracy over pairs whose real gains differ by ≥ %g σ_e, and the mean real gain (σ_e, clipped to ±%d, infeasible −%d) of the %d predicted best; the bias on the top-rated is its prediction (clipped alike) minus its real gain. Figures: mean over tasks of the mean over draws; 95%% percentile-bootstrap interval over tasks (%d resamples).\n\n",
 			pairThreshold, landClip, landClip, o.rank.k, o.rank.resamples)
 		b.WriteString(landscapeTable(rows, o.rank.k))
 	} else {
@@ -103,7 +103,7 @@ func runLandscape(ctx context.Context, o landscapeOptions, stdout io.Writer) err
 		}
 		fmt.Fprintf(&b, "## Ranking on unseen tasks: %s (%d tasks) on a context of %s (%d cells on %d other tasks)\n\n",
 			o.store, len(l.tasks), o.context, len(src.cells), len(src.tasks))
-		fmt.Fprintf(&b, "Each context: n random cells of the context store (one seed each) and, per task ranked, %d of its own cells (its history); %d draws per size, seed %d. Per task, its other cells are predicted (an oracle + noise s predicts the seed the draw holds plus s·N(0, 1)) and scored against the seed the draw does not hold: pairwise accuracy over pairs whose real gains differ by ≥ %g σ_e, and the mean real gain (σ_e, clipped to ±%d, infeasible −%d) of the %d predicted best. Figures: mean over tasks of the mean over draws; 95%% percentile-bootstrap interval over tasks (%d resamples).\n\n",
+		fmt.Fprintf(&b, "Each context: n random cells of the context store (one seed each) and, per task ranked, %d of its own cells (its history); %d draws per size, seed %d. Per task, its other cells are predicted (an oracle + noise s predicts the seed the draw holds plus s·N(0, 1)) and scored against the seed the draw does not hold: pairwise accuracy over pairs whose real gains differ by ≥ %g σ_e, and the mean real gain (σ_e, clipped to ±%d, infeasible −%d) of the %d predicted best; the bias on the top-rated is its prediction (clipped alike) minus its real gain. Figures: mean over tasks of the mean over draws; 95%% percentile-bootstrap interval over tasks (%d resamples).\n\n",
 			o.hist, o.rank.reps, o.rank.seed, pairThreshold, landClip, landClip, o.rank.k, o.rank.resamples)
 		b.WriteString(landscapeTable(rows, o.rank.k))
 	}

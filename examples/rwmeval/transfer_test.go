@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -42,11 +43,11 @@ func TestScoreTransferHandDerived(t *testing.T) {
 		src: landDraw{seed: one(5), order: []int{4, 3, 2, 1, 0}},
 		dst: landDraw{seed: one(10), order: []int{0, 5, 1, 2, 3, 4, 6, 7, 8, 9}},
 	}
-	type got struct{ pair, top float64 }
+	type got struct{ pair, top, bias float64 }
 	res := map[[2]int]got{}
 	m := &stubModel{}
-	require.NoError(t, scoreTransfer(context.Background(), dst, src, d, 5, 1, 4, nil, []rankModel{{"stub", m}}, func(kind, task int, p, top float64) {
-		res[[2]int{kind, task}] = got{p, top}
+	require.NoError(t, scoreTransfer(context.Background(), dst, src, d, 5, 1, 4, nil, []rankModel{{"stub", m}}, func(kind, task int, p, top, bias float64) {
+		res[[2]int{kind, task}] = got{p, top, bias}
 	}))
 	// Each task's evidence: c's 5 cells and one of its own.
 	require.Equal(t, []int{6}, m.contexts)
@@ -55,20 +56,27 @@ func TestScoreTransferHandDerived(t *testing.T) {
 	want := map[[2]int]got{
 		// a without its first cell: truth (1, 0, −2, −6) on seed 1 (all 6
 		// pairs ≥ 1 σ_e apart), seen (2, −1, −3, −6), predictions (2, 0, 3, 1).
-		{blind, a}:  {0.5, -7.0 / 4},
-		{oracle, a}: {1, -7.0 / 4},
-		{stub, a}:   {0.5, -7.0 / 4},
+		// The top-rated: seen 2 (truth 1), predicted 3 (truth −2).
+		{blind, a}:  {0.5, -7.0 / 4, math.NaN()},
+		{oracle, a}: {1, -7.0 / 4, 2 - 1},
+		{stub, a}:   {0.5, -7.0 / 4, 3 - -2},
 		// b without its first cell: truth (4, 1, −1, 6 clipped), seen
 		// (3, 1.5, −0.5, 6), predictions (1, 2, 0, 5): of the 6 pairs only
 		// (p2,p3) is wrong.
-		{blind, b}:  {0.5, 10.0 / 4},
-		{oracle, b}: {1, 10.0 / 4},
-		{stub, b}:   {5.0 / 6, 10.0 / 4},
+		// The top-rated: seen 6 (truth 6), predicted 5 (truth 6).
+		{blind, b}:  {0.5, 10.0 / 4, math.NaN()},
+		{oracle, b}: {1, 10.0 / 4, 6 - 6},
+		{stub, b}:   {5.0 / 6, 10.0 / 4, 5 - 6},
 	}
 	require.Len(t, res, len(want))
 	for k, w := range want {
 		require.InDelta(t, w.pair, res[k].pair, 1e-12, "%v pair", k)
 		require.InDelta(t, w.top, res[k].top, 1e-12, "%v top", k)
+		if math.IsNaN(w.bias) {
+			require.True(t, math.IsNaN(res[k].bias), "%v bias", k)
+		} else {
+			require.InDelta(t, w.bias, res[k].bias, 1e-12, "%v bias", k)
+		}
 	}
 
 	// Noisy oracles: noise 0.5 and 2 with z = −1 on b's second cell only:
@@ -77,8 +85,8 @@ func TestScoreTransferHandDerived(t *testing.T) {
 	d.z = make([]float64, 10)
 	d.z[6] = -1
 	res = map[[2]int]got{}
-	require.NoError(t, scoreTransfer(context.Background(), dst, src, d, 5, 1, 4, []float64{0.5, 2}, []rankModel{{"stub", &stubModel{}}}, func(kind, task int, p, top float64) {
-		res[[2]int{kind, task}] = got{p, top}
+	require.NoError(t, scoreTransfer(context.Background(), dst, src, d, 5, 1, 4, []float64{0.5, 2}, []rankModel{{"stub", &stubModel{}}}, func(kind, task int, p, top, bias float64) {
+		res[[2]int{kind, task}] = got{p, top, bias}
 	}))
 	require.Equal(t, 1.0, res[[2]int{2, b}].pair)
 	require.InDelta(t, 5.0/6, res[[2]int{3, b}].pair, 1e-12)
@@ -132,7 +140,7 @@ func TestRankTransferHandDerived(t *testing.T) {
 	cfg.seed = 1
 	same, err := rankTransfer(context.Background(), dst, src, []rankModel{{"stub", &stubModel{}}}, cfg, 2, nil)
 	require.NoError(t, err)
-	require.Equal(t, again, same)
+	require.Equal(t, fmt.Sprint(again), fmt.Sprint(same)) // NaN biases of the blind pick
 	require.NotEqual(t, again[4], other[4], "the history's draw follows the seed")
 }
 
