@@ -72,7 +72,7 @@ type checkpoint struct {
 // empty); Trainer.MarshalBinary adds the policy's.
 
 // MarshalBinary returns a checkpoint of the loop: the step, the random
-// source, the evidence M, the pool of the training tasks, the rest of the
+// source, the evidence M, the pool of the training and unmeasured tasks, the rest of the
 // current rollout, the cost so far, WMRL's debiaser and weighter when WMRL
 // is on, the step in flight when there is one (InStep) and the groups
 // scored since the last calibration (ScoreGroups). It is the trainer's
@@ -121,7 +121,7 @@ func (l *Loop) checkpoint() (checkpoint, error) {
 		last := l.last
 		cp.Trigger = &last
 	}
-	for _, task := range l.tasks {
+	for _, task := range l.stateTasks() {
 		cp.Pool[task.ID] = l.pool.Records(task.ID)
 	}
 	cp.InFlight = l.inFlight()
@@ -196,14 +196,14 @@ func (t *Trainer) MarshalBinary() ([]byte, error) {
 // encoding.BinaryUnmarshaler. The whole checkpoint is validated before any
 // state is replaced: the format and checksum; the step and the calibrations
 // done against the schedule; the random source; real-only, valid evidence;
-// pool records of the training tasks only; mini-batches as many as the
-// rollout has left, of training tasks, with finite advantages, log-probs
+// pool records of the training and unmeasured tasks only (WithUnmeasured);
+// mini-batches as many as the rollout has left, of those tasks, with finite advantages, log-probs
 // and temperatures, one log-prob per token, and tokens the policy knows
 // (when it is a proposer.Scorer); a finite, non-negative cost; WMRL's state
 // (calibrate.ErrState); and the policy's own checkpoint. On error, which
 // wraps ErrCheckpoint, the trainer is unchanged. The trainer's pool is
-// replaced by a new one holding the checkpoint's records of the training
-// tasks, so a Components.Pool the host keeps is not updated afterwards
+// replaced by a new one holding the checkpoint's records of those tasks,
+// so a Components.Pool the host keeps is not updated afterwards
 // (read Trainer.Pool instead).
 func (t *Trainer) UnmarshalBinary(data []byte) error {
 	cp, err := openCheckpoint(data)
@@ -386,11 +386,11 @@ func (l *Loop) checkTrigger(cp checkpoint) error {
 // must belong to the training tasks they are filed under.
 func (l *Loop) restorePool(recs map[string][]records.Record) (*records.Pool, error) {
 	known := map[string]bool{}
-	for _, task := range l.tasks {
+	for _, task := range l.stateTasks() {
 		known[task.ID] = true
 	}
 	pool := &records.Pool{}
-	for _, task := range l.tasks {
+	for _, task := range l.stateTasks() {
 		for _, r := range recs[task.ID] {
 			if r.Task.ID != task.ID {
 				return nil, fmt.Errorf("pool: a record of task %q filed under %q", r.Task.ID, task.ID)
@@ -421,7 +421,7 @@ func (l *Loop) checkBatches(cp checkpoint, sc proposer.Scorer) error {
 		return fmt.Errorf("%d mini-batches left at step %d, want %d", len(cp.Batches), cp.Step, want)
 	}
 	tasks := map[string]records.Task{}
-	for _, task := range l.tasks {
+	for _, task := range l.stateTasks() {
 		tasks[task.ID] = task
 	}
 	for b, batch := range cp.Batches {

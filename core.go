@@ -114,6 +114,9 @@ func acceptPrediction(s *sample, p rwm.Prediction, err error) error {
 type core struct {
 	cfg  Config
 	corr correction // WMRL or none
+	// unmeasured holds the IDs of the tasks no real run measures
+	// (WithUnmeasured): calibration never picks their samples.
+	unmeasured map[string]bool
 }
 
 // shape computes τ_e per task over the rollout's valid predicted gains
@@ -294,6 +297,9 @@ func (c *core) calibrationPicks(ro *rolloutData, m records.Evidence, budget int,
 	var scores []float64
 	var keys []string
 	for gi, g := range ro.groups {
+		if c.unmeasured[g.state.Task.ID] {
+			continue
+		}
 		for i, s := range g.samples {
 			key := records.TaskChange{Task: g.state.Task, Proposal: s.Proposal}.Key()
 			if !s.measurable() || known[key] {

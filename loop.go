@@ -170,11 +170,13 @@ const (
 type Loop struct {
 	cfg   Config
 	tasks []records.Task
-	src   *rand.PCG
-	rng   *rand.Rand
-	m     records.Evidence
-	pool  *records.Pool
-	step  int
+	// unmeasured are the tasks no real run measures (WithUnmeasured).
+	unmeasured []records.Task
+	src        *rand.PCG
+	rng        *rand.Rand
+	m          records.Evidence
+	pool       *records.Pool
+	step       int
 
 	batches [][]proposer.Item // the current rollout's mini-batches
 	core    core              // the pure planning functions (core.go)
@@ -217,10 +219,31 @@ type calInFlight struct {
 	picks     []ref
 }
 
+// A LoopOption adds to what NewLoop is given.
+type LoopOption func(*loopOptions)
+
+type loopOptions struct{ unmeasured []records.Task }
+
+// WithUnmeasured adds training tasks that no real run measures: tasks
+// without reference runs, whose b_e and σ_e the host estimates (the lab's
+// lab.(*Lab).Unmeasured takes them from the measured tasks of the same
+// family). Their states are drawn with those of the training tasks
+// (uniformly over both) and rewarded by the world model alike, each
+// judged on M as it stands (M holds none of their records); calibration
+// never picks them, so no real run is asked of them. Beyond METHOD.md §1
+// Synthetic state expansion, which grows the histories of the training
+// tasks' states from the pool: these grow the tasks. A task's ID must not
+// be a training task's or another's, M_0 must hold none of its records,
+// and WMRL (whose anchor groups run real) refuses them: each is an error
+// wrapping ErrConfig.
+func WithUnmeasured(tasks ...records.Task) LoopOption {
+	return func(o *loopOptions) { o.unmeasured = append(o.unmeasured, tasks...) }
+}
+
 // NewLoop returns a loop over the training tasks with M_0 = evidence and
 // a state pool (nil: a pool of evidence's records), or an error wrapping
 // ErrConfig. The loop keeps pool and adds to it.
-func NewLoop(cfg Config, tasks []records.Task, evidence records.Evidence, pool *records.Pool) (*Loop, error) {
+func NewLoop(cfg Config, tasks []records.Task, evidence records.Evidence, pool *records.Pool, opts ...LoopOption) (*Loop, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -232,6 +255,14 @@ func NewLoop(cfg Config, tasks []records.Task, evidence records.Evidence, pool *
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
+	var o loopOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	unmeasured, err := checkUnmeasured(cfg, tasks, evidence, o.unmeasured)
+	if err != nil {
+		return nil, err
+	}
 	if pool == nil {
 		var err error
 		if pool, err = records.NewPool(evidence.Records()...); err != nil {
@@ -240,15 +271,16 @@ func NewLoop(cfg Config, tasks []records.Task, evidence records.Evidence, pool *
 	}
 	src := rand.NewPCG(cfg.Seed, 0x6c6d326c6d)
 	l := &Loop{
-		cfg:   cfg,
-		tasks: append([]records.Task(nil), tasks...),
-		src:   src,
-		rng:   rand.New(src),
-		m:     evidence,
-		pool:  pool,
-		last:  lastCalibration{Step: -1},
+		cfg:        cfg,
+		tasks:      append([]records.Task(nil), tasks...),
+		unmeasured: append([]records.Task(nil), o.unmeasured...),
+		src:        src,
+		rng:        rand.New(src),
+		m:          evidence,
+		pool:       pool,
+		last:       lastCalibration{Step: -1},
 	}
-	l.core = core{cfg: cfg, corr: noCorrection{}}
+	l.core = core{cfg: cfg, corr: noCorrection{}, unmeasured: unmeasured}
 	if cfg.WMRL != nil {
 		w, err := newWMRL(*cfg.WMRL, cfg.Reward)
 		if err != nil {
@@ -259,11 +291,54 @@ func NewLoop(cfg Config, tasks []records.Task, evidence records.Evidence, pool *
 	return l, nil
 }
 
+// checkUnmeasured checks the tasks of WithUnmeasured and returns their
+// IDs as a set (nil when there are none).
+func checkUnmeasured(cfg Config, tasks []records.Task, evidence records.Evidence, unmeasured []records.Task) (map[string]bool, error) {
+	if len(unmeasured) == 0 {
+		return nil, nil
+	}
+	if cfg.WMRL != nil {
+		return nil, fmt.Errorf("%w: unmeasured tasks with WMRL, whose anchor groups run real", ErrConfig)
+	}
+	seen := map[string]bool{}
+	for _, t := range tasks {
+		seen[t.ID] = true
+	}
+	set := map[string]bool{}
+	for _, t := range unmeasured {
+		if err := t.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: unmeasured task: %w", ErrConfig, err)
+		}
+		if seen[t.ID] {
+			return nil, fmt.Errorf("%w: unmeasured task %q is a training task or given twice", ErrConfig, records.Excerpt(t.ID))
+		}
+		seen[t.ID], set[t.ID] = true, true
+	}
+	for i := 0; i < evidence.Len(); i++ {
+		if id := evidence.At(i).Task.ID; set[id] {
+			return nil, fmt.Errorf("%w: M_0 holds a record of unmeasured task %q", ErrConfig, records.Excerpt(id))
+		}
+	}
+	return set, nil
+}
+
+// stateTasks returns the tasks states are drawn from: the training tasks,
+// then the unmeasured ones.
+func (l *Loop) stateTasks() []records.Task {
+	if len(l.unmeasured) == 0 {
+		return l.tasks
+	}
+	return append(append([]records.Task(nil), l.tasks...), l.unmeasured...)
+}
+
 // Config returns the loop's configuration.
 func (l *Loop) Config() Config { return l.cfg }
 
 // Tasks returns the training tasks.
 func (l *Loop) Tasks() []records.Task { return append([]records.Task(nil), l.tasks...) }
+
+// Unmeasured returns the unmeasured training tasks (WithUnmeasured).
+func (l *Loop) Unmeasured() []records.Task { return append([]records.Task(nil), l.unmeasured...) }
 
 // Evidence returns the current M (M_0 plus every calibration record).
 func (l *Loop) Evidence() records.Evidence { return l.m }
@@ -331,7 +406,7 @@ func (l *Loop) begin() {
 		l.ph = phaseUpdate
 		return
 	}
-	l.states = l.pool.States(l.rng, l.tasks, l.cfg.States, l.cfg.MaxHistory)
+	l.states = l.pool.States(l.rng, l.stateTasks(), l.cfg.States, l.cfg.MaxHistory)
 	l.seeds = make([][2]uint64, len(l.states))
 	for i := range l.seeds {
 		l.seeds[i] = [2]uint64{l.rng.Uint64(), l.rng.Uint64()}
@@ -355,7 +430,9 @@ func (l *Loop) predictJobs(ro *rolloutData, jobs []ref) []PredictJob {
 		base, ok := byGroup[j.g]
 		if !ok {
 			base = PredictJob{Query: rwm.Query{Task: g.state.Task, Evidence: l.m}}
-			if l.cfg.HeldOutTask {
+			// An unmeasured task has no record in M: M is M without it,
+			// and its history holds predictions only.
+			if l.cfg.HeldOutTask && !l.core.unmeasured[g.state.Task.ID] {
 				rest := l.withoutTask(g.state.Task.ID)
 				ev, err := rest.AddReal(g.state.History...)
 				if err != nil {

@@ -162,7 +162,7 @@ func (l *Loop) SetStep(step int) int {
 // (records.Pool.States over the training tasks, histories up to
 // Config.MaxHistory).
 func (l *Loop) Draw(n int) []records.State {
-	return l.pool.States(l.rng, l.tasks, n, l.cfg.MaxHistory)
+	return l.pool.States(l.rng, l.stateTasks(), n, l.cfg.MaxHistory)
 }
 
 // Calibrate starts the calibration point due at the current step, if any

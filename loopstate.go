@@ -84,7 +84,7 @@ func groupsJSON(ro *rolloutData) []groupJSON {
 // tasks and their numbers finite.
 func (l *Loop) groupsFromJSON(gs []groupJSON) (*rolloutData, error) {
 	known := map[string]bool{}
-	for _, t := range l.tasks {
+	for _, t := range l.stateTasks() {
 		known[t.ID] = true
 	}
 	ro := &rolloutData{groups: make([]*group, len(gs))}

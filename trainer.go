@@ -271,6 +271,9 @@ type Components struct {
 	Executor builder.Executor
 	// Tasks are the training tasks (METHOD.md §1 Objective: J_train).
 	Tasks []records.Task
+	// Unmeasured are training tasks no real run measures, their states
+	// rewarded by the world model only (WithUnmeasured); nil = none.
+	Unmeasured []records.Task
 	// Evidence is M_0, the initial real records.
 	Evidence records.Evidence
 	// Pool holds the records histories are drawn from; nil = a pool of
@@ -305,7 +308,7 @@ func New(cfg Config, c Components) (*Trainer, error) {
 	if (cfg.Calibration != Static || cfg.WMRL != nil) && (c.Builder == nil || c.Executor == nil) {
 		return nil, fmt.Errorf("%w: Builder and Executor are required unless Calibration is Static and WMRL is off", ErrConfig)
 	}
-	loop, err := NewLoop(cfg, c.Tasks, c.Evidence, c.Pool)
+	loop, err := NewLoop(cfg, c.Tasks, c.Evidence, c.Pool, WithUnmeasured(c.Unmeasured...))
 	if err != nil {
 		return nil, err
 	}
