@@ -72,7 +72,7 @@ func TestUnmeasured(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, spec.ID, task.ID)
 	require.Equal(t, records.Train, task.Split)
-	require.InDelta(t, 2.5, task.RefLoss, 1e-12)    // median of 1, 2, 3, 4
+	require.InDelta(t, 2.5, task.RefLoss, 1e-12)     // median of 1, 2, 3, 4
 	require.InDelta(t, 0.025, task.SeedNoise, 1e-12) // median of 0.01, 0.02, 0.03, 0.05
 	require.Equal(t, spec.Config.Steps, task.Budget)
 	require.Equal(t, spec.Description(), task.Description)
