@@ -494,3 +494,44 @@ func TestPredicts(t *testing.T) {
 		}
 	}
 }
+
+// Under the expanded setting the trainer draws states of the unmeasured
+// tasks too, and nothing of them is ever run: the store holds no record of
+// them (no reference run, no calibration), the budget is M_0 and the
+// calibrations', and the WMRL methods train without them.
+func TestExpandedRunsNothingOfTheUnmeasuredTasks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains tiny models; runs without -short")
+	}
+	var specs []lab.TaskSpec
+	s := lab.SuiteV2(lab.DefaultSuiteSeed)
+	for _, f := range lab.V2Families {
+		for _, x := range s.Train {
+			if x.Family == f {
+				specs = append(specs, x)
+				break
+			}
+		}
+	}
+	specs = append(specs, s.Validation[0])
+	o := options{methods: []string{"lm2lm"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v2-val", setting: "expanded",
+		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, specs: specs}
+	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
+	dir := runDir(o)
+	res, ok, err := readResult(dir, job{"lm2lm", 1}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	prof, _ := setting.LookupProfile("tiny")
+	require.Equal(t, prof.M0+prof.CalibrationBudget(), res.Budget())
+	env, err := newEnv(context.Background(), &bytes.Buffer{}, o, filepath.Join(dir, "records.jsonl"))
+	require.NoError(t, err)
+	defer env.store.Close()
+	all, err := env.store.Scan(context.Background(), records.Filter{})
+	require.NoError(t, err)
+	require.NotEmpty(t, all)
+	for _, r := range all {
+		require.False(t, strings.HasPrefix(r.Task.ID, lab.UnmeasuredName+"/"), "a record of %s", r.Task.ID)
+	}
+	require.Len(t, env.unmeasured, 16*len(lab.V2Families))
+	require.Len(t, env.train, len(lab.V2Families))
+}
