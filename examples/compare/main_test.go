@@ -532,6 +532,6 @@ func TestExpandedRunsNothingOfTheUnmeasuredTasks(t *testing.T) {
 	for _, r := range all {
 		require.False(t, strings.HasPrefix(r.Task.ID, lab.UnmeasuredName+"/"), "a record of %s", r.Task.ID)
 	}
-	require.Len(t, env.unmeasured, 16*len(lab.V2Families))
+	require.Len(t, env.unmeasured, 48*len(lab.V2Families))
 	require.Len(t, env.train, len(lab.V2Families))
 }

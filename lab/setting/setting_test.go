@@ -102,19 +102,19 @@ func TestLookup(t *testing.T) {
 	require.EqualError(t, err, `setting: unknown name: profile "huge"; valid: tiny, short, default, paper`)
 }
 
-// Expanded is Validated with 16 unmeasured tasks per family: their specs
-// are lab.UnmeasuredTasks(16), their tasks the lab's Unmeasured ones; the
+// Expanded is Validated with 48 unmeasured tasks per family: their specs
+// are lab.UnmeasuredTasks(48), their tasks the lab's Unmeasured ones; the
 // validated setting's JSON does not name the field (result files of it
 // stay as they were).
 func TestExpanded(t *testing.T) {
 	e, v := setting.Expanded(), setting.Validated()
-	require.Equal(t, 16, e.Trainer.Unmeasured)
+	require.Equal(t, 48, e.Trainer.Unmeasured)
 	e.Name, e.Trainer.Unmeasured = v.Name, 0
 	require.Equal(t, v, e)
 	require.Nil(t, v.UnmeasuredSpecs())
 	specs := setting.Expanded().UnmeasuredSpecs()
-	require.Equal(t, lab.UnmeasuredTasks(16), specs)
-	require.Len(t, specs, 16*len(lab.V2Families))
+	require.Equal(t, lab.UnmeasuredTasks(48), specs)
+	require.Len(t, specs, 48*len(lab.V2Families))
 	js, err := json.Marshal(v)
 	require.NoError(t, err)
 	require.NotContains(t, string(js), "unmeasured")
@@ -135,7 +135,7 @@ func TestExpanded(t *testing.T) {
 		measured = append(measured, records.Task{ID: f, Family: f, RefLoss: 2, SeedNoise: 0.01})
 	}
 	_, err = setting.Expanded().UnmeasuredTasks(l, measured)
-	require.ErrorIs(t, err, lab.ErrUnknownTask, "the lab holds 2 of the 64 specs")
+	require.ErrorIs(t, err, lab.ErrUnknownTask, "the lab holds 2 of the 192 specs")
 	two := setting.Expanded()
 	two.Trainer.Unmeasured = 1 // one per family: specs[:4], two of them in the lab
 	_, err = two.UnmeasuredTasks(l, measured)
