@@ -60,3 +60,64 @@ func ExampleLoop() {
 	// step 2: advantages 0.5 -0.5
 	// steps done: 2
 }
+
+// ExampleWithUnmeasured adds a training task no real run measures: its
+// states are drawn and rewarded by the world model like the measured
+// task's (the world model here rates every change three times higher on
+// it), and the calibration point's runs, at step 2, go to the measured
+// task only.
+func ExampleWithUnmeasured() {
+	measured := records.Task{ID: "measured", Family: "f", Split: records.Train, Metric: records.BitsPerByte,
+		RefLoss: 3, SeedNoise: 0.5, Budget: 100}
+	unmeasured := measured
+	unmeasured.ID, unmeasured.Budget = "unmeasured", 300 // b_e and σ_e: the host's estimates
+	lever := func(m string) records.Proposal {
+		return records.Proposal{Mechanism: m, Params: map[string]string{"level": "1"}}
+	}
+	m0, _ := records.NewEvidence(records.Record{Task: measured, Proposal: lever("z"), Gain: 0.1, Loss: 2.9, Source: records.Real})
+
+	cfg := lm2lm.DefaultConfig()
+	cfg.Steps, cfg.RolloutEvery, cfg.States = 2, 1, 8
+	cfg.DAPO.GroupSize, cfg.DAPO.Quota = 2, 1
+	cfg.Schedule.Steps, cfg.Schedule.Budgets = []int{1}, []int{4}
+	loop, err := lm2lm.NewLoop(cfg, []records.Task{measured}, m0, nil, lm2lm.WithUnmeasured(unmeasured))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	states := map[string]int{}
+	for {
+		rd := loop.Ready()
+		if rd.Need == lm2lm.NeedNothing {
+			break
+		}
+		var a lm2lm.Answer
+		switch rd.Need {
+		case lm2lm.NeedSamples:
+			for _, j := range rd.Propose {
+				states[j.State.Task.ID]++
+				a.Samples = append(a.Samples, []proposer.Sample{{Proposal: lever("a")}, {Proposal: lever("b")}})
+			}
+		case lm2lm.NeedPredictions:
+			for _, j := range rd.Predict {
+				g := map[string]float64{"a": 0.5, "b": 1.0}[j.Query.Proposal.Mechanism] * float64(j.Query.Task.Budget) / 100
+				a.Predictions = append(a.Predictions, lm2lm.Prediction{Prediction: rwm.Prediction{Valid: true, Gain: g}})
+			}
+		case lm2lm.NeedRuns:
+			for _, j := range rd.Execute {
+				fmt.Println("real run:", j.Change.Task.ID, j.Change.Proposal.Mechanism)
+				r := records.Record{Task: j.Change.Task, Proposal: j.Change.Proposal, Gain: 0.2, Loss: 2.8, Source: records.Real}
+				a.Runs = append(a.Runs, lm2lm.RealRun{Record: r, Measured: true, Ran: true})
+			}
+		}
+		if _, _, err := loop.Advance(a); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	fmt.Println("states:", states["measured"] > 0, states["unmeasured"] > 0, states["measured"]+states["unmeasured"])
+	// Output:
+	// real run: measured b
+	// real run: measured a
+	// states: true true 16
+}

@@ -27,9 +27,6 @@ type env struct {
 	lab         *lab.Lab
 	pool        *builder.Pool
 	train, test []records.Task
-	// unmeasured are the setting's unmeasured training tasks
-	// (setting.Trainer.Unmeasured): in the lab, with no reference run.
-	unmeasured []records.Task
 	// leftOut lists the tasks left out because a reference run failed.
 	leftOut []string
 	// refSeeds are the lab's reference seeds: the evaluation runs sample k
@@ -104,15 +101,6 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 	if o.specs != nil {
 		lcfg.Tasks = o.specs
 	}
-	set, err := o.chosen()
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	unmeasured := map[string]bool{}
-	for _, sp := range set.UnmeasuredSpecs() {
-		lcfg.Tasks, unmeasured[sp.ID] = append(lcfg.Tasks, sp), true
-	}
 	l, err := lab.New(lcfg, store)
 	if err != nil {
 		store.Close()
@@ -123,7 +111,7 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 		store.Close()
 		return nil, err
 	}
-	tasks, leftOut, err := references(ctx, w, o, l, unmeasured, len(lcfg.RefSeeds), storePath)
+	tasks, leftOut, err := references(ctx, w, o, l, len(lcfg.RefSeeds), storePath)
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -137,25 +125,16 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 			e.train = append(e.train, t) // v2-train evaluates on them too
 		}
 	}
-	if e.unmeasured, err = set.UnmeasuredTasks(l, e.train); err != nil {
-		store.Close()
-		return nil, err
-	}
 	return e, nil
 }
 
-// references trains (or reads back) the reference runs of every task but
-// the unmeasured ones, one task after the other, with progress counted in
-// tasks. A task whose reference run fails (lab.ErrReference: it diverged)
-// has no b_e or σ_e and is left out, named on w and in every result file.
-func references(ctx context.Context, w io.Writer, o options, l *lab.Lab, unmeasured map[string]bool, seeds int, storePath string) (tasks []records.Task, leftOut []string, err error) {
+// references trains (or reads back) every task's reference runs, one task
+// after the other, with progress counted in tasks. A task whose reference
+// run fails (lab.ErrReference: it diverged) has no b_e or σ_e and is left
+// out, named on w and in every result file.
+func references(ctx context.Context, w io.Writer, o options, l *lab.Lab, seeds int, storePath string) (tasks []records.Task, leftOut []string, err error) {
 	start := time.Now()
-	var ids []string
-	for _, id := range l.IDs("") {
-		if !unmeasured[id] {
-			ids = append(ids, id)
-		}
-	}
+	ids := l.IDs("")
 	fmt.Fprintf(w, "reference runs: %d tasks × %d seeds (b_e, σ_e; trained once, kept in %s)\n", len(ids), seeds, storePath)
 	rep, err := progress.New(w, progress.Config{Title: "reference runs (tasks)", Total: len(ids), Mode: progressMode(o)})
 	if err != nil {

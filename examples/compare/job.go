@@ -220,14 +220,8 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 		world = realGains{b: e.lab, ex: cnt}
 	}
 	cfg := trainerConfig(o, m, seed)
-	comp := lm2lm.Components{Policy: pol, World: world, Builder: e.lab, Executor: cnt, Tasks: e.train, Evidence: m0}
-	if !m.realGains && !m.wmrl {
-		// The setting's unmeasured tasks; not for the real-gains
-		// diagnostic, whose world model runs every state's proposals, nor
-		// for WMRL, whose anchor groups do (lm2lm.WithUnmeasured).
-		comp.Unmeasured = e.unmeasured
-	}
-	tr, err := lm2lm.New(cfg, comp)
+	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: e.lab,
+		Executor: cnt, Tasks: e.train, Evidence: m0})
 	if err != nil {
 		return nil, records.Evidence{}, err
 	}

@@ -232,8 +232,6 @@ func TestSettings(t *testing.T) {
 	_, err = parseFlags([]string{"-setting", "chosen"}, &bytes.Buffer{})
 	require.ErrorIs(t, err, setting.ErrUnknown)
 	require.ErrorContains(t, err, "valid: validated, library")
-	_, err = parseFlags([]string{"-setting", "expanded"}, &bytes.Buffer{})
-	require.ErrorContains(t, err, "the main job runs validated or library", "a candidate is not run as if it were validated")
 	_, err = parseFlags([]string{"-policy-lr", "0.01"}, &bytes.Buffer{})
 	require.Error(t, err, "the setting's levers are no flags")
 }

@@ -7,11 +7,10 @@
 // main job and the comparison cannot drift apart, and every result file
 // records the setting by name and by content.
 //
-// Validated is the setting chosen on lab v2's validation splits with
-// examples/compare (the main job's default); Library is every library
-// default (the catalogue-only world model, the log-linear policy, the
-// paper's trainer); Expanded adds unmeasured training tasks to Validated.
-// Lookup finds each by name.
+// Two settings exist. Validated is the setting chosen on lab v2's
+// validation splits with examples/compare (the main job's default);
+// Library is every library default (the catalogue-only world model, the
+// log-linear policy, the paper's trainer). Lookup finds either by name.
 //
 // The package depends on lab, rwm, proposer and the root package; none of
 // them depends on it.
@@ -27,7 +26,6 @@ import (
 	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/proposer"
-	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
 )
 
@@ -104,12 +102,6 @@ type Trainer struct {
 	// task (lm2lm.Config.HeldOutTask; beyond METHOD.md §1 Reward, whose W
 	// reads M whole).
 	HeldOutTask bool `json:"held_out_task"`
-	// Unmeasured is the number of unmeasured training tasks per V2 family
-	// (lab.UnmeasuredTasks) whose states the trainer draws beside the
-	// training tasks', rewarded by the world model only
-	// (lm2lm.WithUnmeasured; beyond METHOD.md §1 Synthetic state
-	// expansion); 0 = none. Library choice.
-	Unmeasured int `json:"unmeasured,omitempty"`
 }
 
 // Baselines is the baselines' part of a setting: each baseline in its
@@ -167,19 +159,8 @@ func Library() Setting {
 	}
 }
 
-// Expanded is Validated with 48 unmeasured training tasks per V2 family
-// (three times the training split's 16, so three of four training states
-// are of tasks no real run measures, their b_e and σ_e the family's
-// medians: lab.(*Lab).Unmeasured). Chosen on v3-val over 16 per family
-// (docs/results.md).
-func Expanded() Setting {
-	s := Validated()
-	s.Name, s.Trainer.Unmeasured = "expanded", 48
-	return s
-}
-
 // Names lists the settings' names, the default first.
-func Names() []string { return []string{"validated", "library", "expanded"} }
+func Names() []string { return []string{"validated", "library"} }
 
 // Lookup returns the setting of the given name; for any other name it
 // returns an error wrapping ErrUnknown that lists the valid names.
@@ -189,8 +170,6 @@ func Lookup(name string) (Setting, error) {
 		return Validated(), nil
 	case "library":
 		return Library(), nil
-	case "expanded":
-		return Expanded(), nil
 	}
 	return Setting{}, fmt.Errorf("%w: setting %q; valid: %s", ErrUnknown, excerpt(name), strings.Join(Names(), ", "))
 }
@@ -275,33 +254,6 @@ func (s Setting) NewPolicy(seed uint64) (*proposer.Policy, error) {
 // (lm2lm.Config.HeldOutTask).
 func (s Setting) ApplyTrainer(cfg *lm2lm.Config) { cfg.HeldOutTask = s.Trainer.HeldOutTask }
 
-// UnmeasuredSpecs returns the specs of the setting's unmeasured training
-// tasks (Trainer.Unmeasured per family, lab.UnmeasuredTasks), nil when it
-// has none: a driver adds them to its lab's tasks and trains no reference
-// run of them.
-func (s Setting) UnmeasuredSpecs() []lab.TaskSpec {
-	if s.Trainer.Unmeasured == 0 {
-		return nil
-	}
-	return lab.UnmeasuredTasks(s.Trainer.Unmeasured)
-}
-
-// UnmeasuredTasks returns the setting's unmeasured training tasks over the
-// lab l, whose tasks include UnmeasuredSpecs, with b_e and σ_e from the
-// measured training tasks of their family (lab.(*Lab).Unmeasured), for
-// lm2lm.Components.Unmeasured; nil when it has none.
-func (s Setting) UnmeasuredTasks(l *lab.Lab, measured []records.Task) ([]records.Task, error) {
-	var out []records.Task
-	for _, sp := range s.UnmeasuredSpecs() {
-		t, err := l.Unmeasured(sp.ID, measured)
-		if err != nil {
-			return nil, fmt.Errorf("setting %s: %w", s.Name, err)
-		}
-		out = append(out, t)
-	}
-	return out, nil
-}
-
 // Validate reports a setting whose parts the library would refuse: a
 // descriptor share outside [0, 1], or a policy configuration that
 // proposer.PolicyConfig.Validate rejects (a non-positive learning rate or
@@ -313,9 +265,6 @@ func (s Setting) Validate() error {
 	}
 	if !(s.Policy.EvalTemperature > 0 && s.Policy.EvalTemperature <= 100) {
 		return fmt.Errorf("setting %s: Policy.EvalTemperature = %g, want in (0, 100]", s.Name, s.Policy.EvalTemperature)
-	}
-	if s.Trainer.Unmeasured < 0 || s.Trainer.Unmeasured > 256 {
-		return fmt.Errorf("setting %s: Trainer.Unmeasured = %d, want in [0, 256]", s.Name, s.Trainer.Unmeasured)
 	}
 	if err := s.PolicyConfig().Validate(); err != nil {
 		return fmt.Errorf("setting %s: %w", s.Name, err)

@@ -90,71 +90,16 @@ func TestLookup(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, n, s.Name)
 	}
-	require.Equal(t, []string{"validated", "library", "expanded"}, setting.Names())
+	require.Equal(t, []string{"validated", "library"}, setting.Names())
 	_, err := setting.Lookup("chosen")
 	require.ErrorIs(t, err, setting.ErrUnknown)
-	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, expanded`)
+	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library`)
 	_, err = setting.Lookup(strings.Repeat("x", 500))
 	require.ErrorIs(t, err, setting.ErrUnknown)
 	require.Less(t, len(err.Error()), 120, "the name is quoted as a bounded excerpt")
 	_, err = setting.LookupProfile("huge")
 	require.True(t, errors.Is(err, setting.ErrUnknown))
 	require.EqualError(t, err, `setting: unknown name: profile "huge"; valid: tiny, short, default, paper`)
-}
-
-// Expanded is Validated with 48 unmeasured tasks per family: their specs
-// are lab.UnmeasuredTasks(48), their tasks the lab's Unmeasured ones; the
-// validated setting's JSON does not name the field (result files of it
-// stay as they were).
-func TestExpanded(t *testing.T) {
-	e, v := setting.Expanded(), setting.Validated()
-	require.Equal(t, 48, e.Trainer.Unmeasured)
-	e.Name, e.Trainer.Unmeasured = v.Name, 0
-	require.Equal(t, v, e)
-	require.Nil(t, v.UnmeasuredSpecs())
-	specs := setting.Expanded().UnmeasuredSpecs()
-	require.Equal(t, lab.UnmeasuredTasks(48), specs)
-	require.Len(t, specs, 48*len(lab.V2Families))
-	js, err := json.Marshal(v)
-	require.NoError(t, err)
-	require.NotContains(t, string(js), "unmeasured")
-
-	cfg := lab.DefaultConfig()
-	cfg.Tasks = specs[:2]
-	l, err := lab.New(cfg, records.NewMemStore())
-	require.NoError(t, err)
-	small := setting.Expanded()
-	small.Trainer.Unmeasured = 0
-	none, err := small.UnmeasuredTasks(l, nil)
-	require.NoError(t, err)
-	require.Nil(t, none)
-	_, err = setting.Expanded().UnmeasuredTasks(l, nil)
-	require.ErrorIs(t, err, lab.ErrNoFamily)
-	var measured []records.Task
-	for _, f := range lab.V2Families {
-		measured = append(measured, records.Task{ID: f, Family: f, RefLoss: 2, SeedNoise: 0.01})
-	}
-	_, err = setting.Expanded().UnmeasuredTasks(l, measured)
-	require.ErrorIs(t, err, lab.ErrUnknownTask, "the lab holds 2 of the 192 specs")
-	two := setting.Expanded()
-	two.Trainer.Unmeasured = 1 // one per family: specs[:4], two of them in the lab
-	_, err = two.UnmeasuredTasks(l, measured)
-	require.ErrorIs(t, err, lab.ErrUnknownTask)
-	cfg.Tasks = lab.UnmeasuredTasks(1)
-	l, err = lab.New(cfg, records.NewMemStore())
-	require.NoError(t, err)
-	got, err := two.UnmeasuredTasks(l, measured)
-	require.NoError(t, err)
-	require.Len(t, got, len(lab.V2Families))
-	for i, u := range got {
-		require.Equal(t, cfg.Tasks[i].ID, u.ID)
-		require.Equal(t, 0.01, u.SeedNoise)
-	}
-
-	bad := setting.Expanded()
-	bad.Trainer.Unmeasured = -1
-	require.ErrorContains(t, bad.Validate(), "Trainer.Unmeasured = -1")
-	require.NoError(t, setting.Expanded().Validate())
 }
 
 func TestHiddenSourceFollowsTheSeed(t *testing.T) {
