@@ -91,14 +91,6 @@ type PriorFitConfig struct {
 	Blocks, BlockRecords int
 	// Seed draws the blocks' tasks.
 	Seed uint64
-	// Centre centres the descriptors of the mean's features on the
-	// corpus: x_n becomes asinh(d_n) − c_n, with c_n the mean of
-	// asinh(d_n) over the corpus's records (a name a task lacks counting
-	// 0), recorded in the file. The ridge then shrinks each slope towards
-	// 0 around the corpus's average task instead of around descriptors
-	// of 0, the standardised regression of the offline ridge probe
-	// (docs/results.md).
-	Centre bool
 }
 
 // DefaultPriorFitConfig returns the documented defaults around base.
@@ -207,9 +199,6 @@ type priorBody struct {
 	Proposals   []string    `json:"proposals"`   // sorted keys
 	Mechanisms  []string    `json:"mechanisms"`  // sorted canonical names
 	Coef        []float64   `json:"coef"`        // layout of Prior.Names
-	// Centre is c_n of each descriptor (PriorFitConfig.Centre), nil for
-	// none (all 0).
-	Centre []float64 `json:"centre,omitempty"`
 	Hyper       PriorHyper  `json:"hyper"`
 	Corpus      PriorCorpus `json:"corpus"`
 }
@@ -374,7 +363,11 @@ func (p *Prior) dot(desc, delta []named, prop records.Proposal) (float64, bool) 
 	} else {
 		x = make([]float64, d)
 	}
-	p.fill(x, desc)
+	for _, d := range desc {
+		if n, ok := p.desc[d.key]; ok {
+			x[n] = d.x
+		}
+	}
 	w := p.body.Coef
 	var s float64
 	known := false
@@ -404,19 +397,6 @@ func (p *Prior) dot(desc, delta []named, prop records.Proposal) (float64, bool) 
 	return s, known
 }
 
-// fill sets x (zeroed, one per descriptor of the prior) to the
-// descriptors desc (asinh, sorted) minus the prior's centre.
-func (p *Prior) fill(x []float64, desc []named) {
-	for _, d := range desc {
-		if n, ok := p.desc[d.key]; ok {
-			x[n] = d.x
-		}
-	}
-	for n, c := range p.body.Centre {
-		x[n] -= c
-	}
-}
-
 // sparse is one nonzero feature: its index and value.
 type sparse struct {
 	i int
@@ -429,7 +409,11 @@ type sparse struct {
 // block (else its mean takes the fallback).
 func (p *Prior) features(desc, delta []named, prop records.Proposal, row []sparse) ([]sparse, bool) {
 	x := make([]float64, len(p.body.Descriptors))
-	p.fill(x, desc)
+	for _, d := range desc {
+		if n, ok := p.desc[d.key]; ok {
+			x[n] = d.x
+		}
+	}
 	known := false
 	block := func(at int) {
 		known = true
@@ -559,23 +543,6 @@ func layout(cfg PriorFitConfig, p *prepared) priorBody {
 		b.Effector = cfg.Base.Effects.ID()
 	}
 	b.Descriptors = sortedKeys(descs)
-	if cfg.Centre && len(p.rs) > 0 && len(b.Descriptors) > 0 {
-		at := make(map[string]int, len(b.Descriptors))
-		for n, d := range b.Descriptors {
-			at["d\x00"+d] = n
-		}
-		b.Centre = make([]float64, len(b.Descriptors))
-		for i := range p.rs {
-			for _, d := range p.fx[i].desc {
-				if n, ok := at[d.key]; ok {
-					b.Centre[n] += d.x
-				}
-			}
-		}
-		for n := range b.Centre {
-			b.Centre[n] /= float64(len(p.rs))
-		}
-	}
 	b.Proposals, b.Mechanisms = []string{}, []string{}
 	if cfg.Terms.Proposal {
 		for _, k := range sortedKeys(keys) {

@@ -230,66 +230,6 @@ func TestPriorZeroContextPredictsTheMean(t *testing.T) {
 	require.InDelta(t, 0.75, got.Gain/tk.SeedNoise, 1e-12)
 }
 
-func TestPriorCentre(t *testing.T) {
-	// PriorFitConfig.Centre: c_n is the mean of asinh(d_n) over the
-	// corpus's records, and with a negligible ridge the centred fit is a
-	// reparametrisation of the uncentred least squares: every block's
-	// intercept absorbs its slopes at c (v'_m = v_m + Σ_n v_mn·c_n), every
-	// effect's u_n absorbs s_n·c_n, the slopes are unchanged, and so are
-	// the predictions. The file keeps the centre and reads back.
-	rs := leverCorpus(2000, 40, 1, 2, func(tk records.Task, p records.Proposal) float64 { return handMean(truth, tk, p) })
-	fit := leverFit()
-	plain := fitLever(t, fit, rs)
-	fit.Centre = true
-	cen := fitLever(t, fit, rs)
-	var cl, co float64
-	for _, r := range rs {
-		cl += math.Asinh(r.Task.Descriptors["lr"])
-		co += math.Asinh(r.Task.Descriptors["opt"])
-	}
-	c := map[string]float64{"lr": cl / float64(len(rs)), "opt": co / float64(len(rs))}
-	require.Greater(t, c["lr"], 0.5, "a centre far from 0")
-	w, wc := map[string]float64{}, map[string]float64{}
-	for j, n := range plain.Names() {
-		w[n] = plain.Coefficients()[j]
-	}
-	require.Equal(t, plain.Names(), cen.Names())
-	for j, n := range cen.Names() {
-		wc[n] = cen.Coefficients()[j]
-	}
-	for _, m := range []string{"lr", "opt", "plain"} {
-		b := "mechanism|" + m + "|"
-		require.InDelta(t, w[b+"1"]+w[b+"lr"]*c["lr"]+w[b+"opt"]*c["opt"], wc[b+"1"], 1e-6, m)
-		require.InDelta(t, w[b+"lr"], wc[b+"lr"], 1e-6, m)
-		require.InDelta(t, w[b+"opt"], wc[b+"opt"], 1e-6, m)
-	}
-	for _, d := range []string{"lr", "opt"} {
-		b := "effect|" + d
-		require.InDelta(t, w[b]+w[b+"|x"]*c[d], wc[b], 1e-6, d)
-		require.InDelta(t, w[b+"|x"], wc[b+"|x"], 1e-6, d)
-		require.InDelta(t, w[b+"|sq"], wc[b+"|sq"], 1e-6, d)
-	}
-	b, err := cen.MarshalBinary()
-	require.NoError(t, err)
-	var env struct{ Format string }
-	require.NoError(t, json.Unmarshal(b, &env))
-	require.Equal(t, rwm.PriorFormat, env.Format, "a centred prior is written as v2")
-	pb, err := plain.MarshalBinary()
-	require.NoError(t, err)
-	require.NoError(t, json.Unmarshal(pb, &env))
-	require.Equal(t, rwm.PriorFormatV1, env.Format, "an uncentred prior is written as v1")
-	back, err := rwm.ReadPrior(b)
-	require.NoError(t, err)
-	require.Equal(t, cen.Digest(), back.Digest())
-	rng := rand.New(rand.NewPCG(6, 6))
-	for i := range 20 {
-		tk, p := leverTask(rng, 700+i), leverProposal(rng)
-		want := plain.Mean(tk, p, lever{}, 0)
-		require.InDelta(t, want, cen.Mean(tk, p, lever{}, 0), 1e-6*(1+math.Abs(want)))
-		require.Equal(t, cen.Mean(tk, p, lever{}, 0), back.Mean(tk, p, lever{}, 0))
-	}
-}
-
 func TestPriorInfluenceVanishesWithRecords(t *testing.T) {
 	// n records at the query's own task and proposal, in exact() (kernel
 	// k = amp² = 6.25 at one point, noise s² = 1, no offset, no scale): the
@@ -394,14 +334,9 @@ func TestPriorDeterministicAndOrderFree(t *testing.T) {
 }
 
 // leverFile is the file of a small fitted prior.
-func leverFile(t testing.TB) ([]byte, *rwm.Prior) { return leverFileCentred(t, false) }
-
-// leverFileCentred is leverFile's corpus fitted with
-// PriorFitConfig.Centre = centre.
-func leverFileCentred(t testing.TB, centre bool) ([]byte, *rwm.Prior) {
+func leverFile(t testing.TB) ([]byte, *rwm.Prior) {
 	t.Helper()
 	fit := leverFit()
-	fit.Centre = centre
 	fit.Base.Cards = []records.Card{{Mechanism: "lr"}, {Mechanism: "opt"}, {Mechanism: "plain"}}
 	for i := range fit.Grid {
 		fit.Grid[i].Cards = fit.Base.Cards
@@ -416,14 +351,8 @@ func leverFileCentred(t testing.TB, centre bool) ([]byte, *rwm.Prior) {
 
 func TestPriorFileRoundTrip(t *testing.T) {
 	// A read prior is the written one: same bytes, digest, coefficients
-	// and bit-identical predictions, with centres and without.
-	for _, centre := range []bool{false, true} {
-		t.Run(fmt.Sprint("centre=", centre), func(t *testing.T) { testPriorFileRoundTrip(t, centre) })
-	}
-}
-
-func testPriorFileRoundTrip(t *testing.T, centre bool) {
-	b, p := leverFileCentred(t, centre)
+	// and bit-identical predictions.
+	b, p := leverFile(t)
 	q, err := rwm.ReadPrior(b)
 	require.NoError(t, err)
 	b2, err := q.MarshalBinary()
@@ -486,21 +415,12 @@ func TestPriorFileErrors(t *testing.T) {
 	// Another version.
 	var env map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(b, &env))
-	env["format"] = json.RawMessage(`"lm2lm/rwm.Prior/v3"`)
-	v3, err := json.Marshal(env)
-	require.NoError(t, err)
-	_, err = rwm.ReadPrior(v3)
-	require.ErrorIs(t, err, rwm.ErrPriorVersion)
-	require.NotErrorIs(t, err, rwm.ErrPriorCorrupt)
-	// The format says whether the body has centres: a v1 file with
-	// centres and a v2 file without are corrupt.
-	_, err = rwm.ReadPrior(reenvelope(t, b, func(m map[string]any) { m["centre"] = []any{0.5, 0.5} }))
-	require.ErrorIs(t, err, rwm.ErrPriorCorrupt, "a v1 file with centres")
-	env["format"] = json.RawMessage(`"` + rwm.PriorFormat + `"`)
+	env["format"] = json.RawMessage(`"lm2lm/rwm.Prior/v2"`)
 	v2, err := json.Marshal(env)
 	require.NoError(t, err)
 	_, err = rwm.ReadPrior(v2)
-	require.ErrorIs(t, err, rwm.ErrPriorCorrupt, "a v2 file without centres")
+	require.ErrorIs(t, err, rwm.ErrPriorVersion)
+	require.NotErrorIs(t, err, rwm.ErrPriorCorrupt)
 	// Valid checksums over inconsistent bodies.
 	for name, edit := range map[string]func(map[string]any){
 		"short coef":     func(m map[string]any) { m["coef"] = m["coef"].([]any)[1:] },
@@ -510,7 +430,6 @@ func TestPriorFileErrors(t *testing.T) {
 		"unknown field":  func(m map[string]any) { m["extra"] = 1 },
 		"no effector":    func(m map[string]any) { delete(m, "effector") },
 		"bad catalogue":  func(m map[string]any) { m["catalogue"] = "xyz" },
-		"short centre":   func(m map[string]any) { m["centre"] = []any{0.5} },
 	} {
 		_, err := rwm.ReadPrior(reenvelope(t, b, edit))
 		require.ErrorIs(t, err, rwm.ErrPriorCorrupt, name)
@@ -594,8 +513,6 @@ func FuzzReadPrior(f *testing.F) {
 	b, _ := leverFile(f)
 	f.Add(b)
 	f.Add(b[:len(b)/2])
-	c, _ := leverFileCentred(f, true)
-	f.Add(c)
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"format":"lm2lm/rwm.Prior/v1","sha256":"","body":null}`))
 	f.Add([]byte(``))

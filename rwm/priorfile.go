@@ -12,17 +12,11 @@ import (
 	"github.com/lm2lm/lm2lm/records"
 )
 
-// PriorFormat names the layout of a prior's file (version 2: the body
-// holds the descriptors' centres, PriorFitConfig.Centre). A file is the
-// JSON envelope {"format", "sha256", "body"} of the project's
+// PriorFormat names the layout of a prior's file (version 1). A file is
+// the JSON envelope {"format", "sha256", "body"} of the project's
 // checkpoints: the SHA-256 (hex) of the body's bytes guards against
-// corruption, the format against another version. A prior without
-// centres is written as PriorFormatV1, the layout before centres, so its
-// file is what earlier versions wrote and read; ReadPrior reads both.
-const (
-	PriorFormat   = "lm2lm/rwm.Prior/v2"
-	PriorFormatV1 = "lm2lm/rwm.Prior/v1"
-)
+// corruption, the format against another version.
+const PriorFormat = "lm2lm/rwm.Prior/v1"
 
 // MaxPriorFile is the largest prior file ReadPrior reads: 64 MiB.
 const MaxPriorFile = 64 << 20
@@ -74,19 +68,14 @@ func catalogueDigest(cards []records.Card) string {
 }
 
 // MarshalBinary returns the prior's file: the envelope of PriorFormat
-// (PriorFormatV1 for a prior without centres) around its body (layout,
-// coefficients, centres, hyperparameters, corpus). Writing the same prior
-// twice gives the same bytes.
+// around its body (layout, coefficients, hyperparameters, corpus). Writing
+// the same prior twice gives the same bytes.
 func (p *Prior) MarshalBinary() ([]byte, error) {
 	body, err := encodeBody(p.body)
 	if err != nil {
 		return nil, err
 	}
-	format := PriorFormat
-	if p.body.Centre == nil {
-		format = PriorFormatV1
-	}
-	b, err := json.Marshal(priorEnvelope{Format: format, SHA256: checksum(body), Body: body})
+	b, err := json.Marshal(priorEnvelope{Format: PriorFormat, SHA256: checksum(body), Body: body})
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode: %w", ErrPrior, err)
 	}
@@ -94,9 +83,8 @@ func (p *Prior) MarshalBinary() ([]byte, error) {
 }
 
 // ReadPrior decodes a prior's file written by Prior.MarshalBinary. It
-// checks the size (MaxPriorFile), the envelope, the format (PriorFormat
-// or PriorFormatV1; an error wrapping ErrPriorVersion for another one),
-// the checksum and the body's
+// checks the size (MaxPriorFile), the envelope, the format (an error
+// wrapping ErrPriorVersion for another one), the checksum and the body's
 // consistency (sorted, unique, well-formed names; as many finite
 // coefficients as the layout has; valid hyperparameters); any other
 // problem wraps ErrPriorCorrupt. Whether the prior fits a model's
@@ -110,8 +98,8 @@ func ReadPrior(data []byte) (*Prior, error) {
 	if err := json.Unmarshal(data, &env); err != nil {
 		return nil, fmt.Errorf("%w: envelope: %w", ErrPriorCorrupt, err)
 	}
-	if env.Format != PriorFormat && env.Format != PriorFormatV1 {
-		return nil, fmt.Errorf("%w: format %q, want %q or %q", ErrPriorVersion, records.Excerpt(env.Format), PriorFormat, PriorFormatV1)
+	if env.Format != PriorFormat {
+		return nil, fmt.Errorf("%w: format %q, want %q", ErrPriorVersion, records.Excerpt(env.Format), PriorFormat)
 	}
 	if checksum(env.Body) != env.SHA256 {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrPriorCorrupt)
@@ -124,9 +112,6 @@ func ReadPrior(data []byte) (*Prior, error) {
 	}
 	if err := checkBody(body); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPriorCorrupt, err)
-	}
-	if (env.Format == PriorFormatV1) != (body.Centre == nil) {
-		return nil, fmt.Errorf("%w: format %s with centres %v", ErrPriorCorrupt, env.Format, body.Centre != nil)
 	}
 	return newPrior(body)
 }
@@ -171,14 +156,6 @@ func checkBody(b priorBody) error {
 	for i, c := range b.Coef {
 		if !fin(c) {
 			return fmt.Errorf("coefficient %d is not finite", i)
-		}
-	}
-	if b.Centre != nil && len(b.Centre) != len(b.Descriptors) {
-		return fmt.Errorf("%d centres for %d descriptors", len(b.Centre), len(b.Descriptors))
-	}
-	for n, c := range b.Centre {
-		if !fin(c) {
-			return fmt.Errorf("centre %d is not finite", n)
 		}
 	}
 	c := b.Hyper.apply(DefaultEmbeddedConfig())

@@ -56,7 +56,6 @@ type options struct {
 	perFamily, seeds, parallel int
 	store, out                 string
 	ridge                      float64 // λ of the prior's mean (rwm.PriorFitConfig.Ridge)
-	centre                     bool    // rwm.PriorFitConfig.Centre
 	maxProposals               int     // tests: the first n proposals of the catalogue only (0 = all)
 }
 
@@ -67,7 +66,6 @@ func main() {
 	flag.IntVar(&o.parallel, "parallel", 2, "runs trained at once")
 	flag.StringVar(&o.store, "store", "out/pretrain.records", "records file of the corpus's runs (reused: runs already there are not repeated)")
 	flag.Float64Var(&o.ridge, "ridge", defaultRidge, "λ of the prior mean's ridge regression (rwm.PriorFitConfig.Ridge)")
-	flag.BoolVar(&o.centre, "centre", false, "centre the mean's descriptors on the corpus (rwm.PriorFitConfig.Centre)")
 	flag.StringVar(&o.out, "out", "lab/prior/v2.prior", "prior file to write")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -117,7 +115,7 @@ func run(ctx context.Context, w, log io.Writer, o options) error {
 		return err
 	}
 	fitStart, cpu1 := time.Now(), processCPU()
-	p, file, err := fit(ctx, l, keep(rs, o.perFamily), o.ridge, o.centre)
+	p, file, err := fit(ctx, l, keep(rs, o.perFamily), o.ridge)
 	if err != nil {
 		return err
 	}
@@ -252,14 +250,13 @@ func keep(rs []records.Record, perFamily int) []records.Record {
 // record of a task that is not a corpus task is an error wrapping
 // lab.ErrNotPretrain: the corpus never holds a training, validation or
 // test task.
-func fit(ctx context.Context, l *lab.Lab, rs []records.Record, ridge float64, centre bool) (*rwm.Prior, []byte, error) {
+func fit(ctx context.Context, l *lab.Lab, rs []records.Record, ridge float64) (*rwm.Prior, []byte, error) {
 	corpus, err := lab.PretrainRuns(rs)
 	if err != nil {
 		return nil, nil, err
 	}
 	cfg := rwm.DefaultPriorFitConfig(setting.Validated().WorldConfig(l))
 	cfg.Ridge = ridge
-	cfg.Centre = centre
 	p, err := rwm.FitPrior(ctx, cfg, corpus)
 	if err != nil {
 		return nil, nil, err
