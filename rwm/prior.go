@@ -74,6 +74,13 @@ type PriorFitConfig struct {
 	// examples/priorcorpus fits with λ 10,000, chosen on lab v2's
 	// validation landscape (docs/results.md). Must be > 0.
 	Ridge float64
+	// Clip, when > 0, clips each record's target to ±Clip σ_e before the
+	// mean's ridge regression (the marginal-likelihood blocks read the
+	// records unclipped): a few heavy-tailed gains then do not decide the
+	// coefficients, as the reward's clip c keeps them from deciding a
+	// reward (METHOD.md §1 Reward 1). Default 0, no clip (library choice).
+	// Must be finite and ≥ 0.
+	Clip float64
 	// Grid is the kernel hyperparameters' search space; nil is
 	// TuneGrid(Base). Each configuration must carry Base's Cards and
 	// Effects.
@@ -117,6 +124,8 @@ func (c PriorFitConfig) Validate() error {
 		return fmt.Errorf("%w: MinProposalRecords %d, want ≥ 1", ErrPrior, c.MinProposalRecords)
 	case math.IsNaN(c.Ridge) || math.IsInf(c.Ridge, 0) || c.Ridge <= 0:
 		return fmt.Errorf("%w: Ridge %g, want finite and > 0", ErrPrior, c.Ridge)
+	case math.IsNaN(c.Clip) || math.IsInf(c.Clip, 0) || c.Clip < 0:
+		return fmt.Errorf("%w: Clip %g, want finite and ≥ 0", ErrPrior, c.Clip)
 	case c.Blocks < 1 || c.BlockRecords < 1:
 		return fmt.Errorf("%w: Blocks %d, BlockRecords %d, want ≥ 1", ErrPrior, c.Blocks, c.BlockRecords)
 	case c.Grid != nil && len(c.Grid) == 0:
@@ -169,6 +178,7 @@ type PriorCorpus struct {
 	Tasks            int     `json:"tasks"`             // distinct task IDs
 	InfeasibleSigmas float64 `json:"infeasible_sigmas"` // the target of infeasible records
 	Ridge            float64 `json:"ridge"`
+	Clip             float64 `json:"clip,omitempty"` // PriorFitConfig.Clip; 0 = none
 	// LogMarginal is the chosen configuration's summed log marginal
 	// likelihood over the blocks (0 when the grid was not searched).
 	LogMarginal float64 `json:"log_marginal"`
@@ -555,7 +565,7 @@ func layout(cfg PriorFitConfig, p *prepared) priorBody {
 		b.Mechanisms = append(b.Mechanisms, sortedKeys(mechs)...)
 	}
 	b.Corpus = PriorCorpus{Records: len(p.rs), Tasks: len(tasks), InfeasibleSigmas: cfg.Base.InfeasibleSigmas,
-		Ridge: cfg.Ridge, Seed: cfg.Seed}
+		Ridge: cfg.Ridge, Clip: cfg.Clip, Seed: cfg.Seed}
 	return b
 }
 
@@ -609,6 +619,9 @@ func fitMean(ctx context.Context, cfg PriorFitConfig, body priorBody, p *prepare
 		var known bool
 		row, known = lay.features(p.fx[i].desc, p.fx[i].delta, r.Proposal, row[:0])
 		y := target(r, cfg.Base.InfeasibleSigmas)
+		if cfg.Clip > 0 {
+			y = max(-cfg.Clip, min(cfg.Clip, y))
+		}
 		if !known {
 			y -= fallbackMean(cfg.Base, r.Proposal)
 		}

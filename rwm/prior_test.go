@@ -554,3 +554,43 @@ func TestPriorInTuned(t *testing.T) {
 	require.NoError(t, err)
 	require.Same(t, pr, tuned.Prior)
 }
+
+// Clip bounds the targets of the mean's regression: a corpus whose gains
+// are 1 σ_e but for every tenth record, 20 σ_e, fits a mean of about
+// 0.9·1 + 0.1·20 = 2.9 unclipped and 0.9·1 + 0.1·6 = 1.5 with Clip 6; the
+// file records the clip.
+func TestPriorClip(t *testing.T) {
+	rs := leverCorpus(3000, 30, 0, 21, func(records.Task, records.Proposal) float64 { return 1 })
+	for i := range rs {
+		if i%10 == 0 {
+			rs[i] = real(rs[i].Task, rs[i].Proposal, 20, rs[i].Seeds[0])
+		}
+	}
+	fit := leverFit()
+	fit.Terms = rwm.PriorTerms{Mechanism: true}
+	avg := func(p *rwm.Prior) float64 {
+		rng := rand.New(rand.NewPCG(5, 5))
+		s := 0.0
+		for range 200 {
+			s += p.Mean(leverTask(rng, 800), leverProposal(rng), nil, 0)
+		}
+		return s / 200
+	}
+	require.InDelta(t, 2.9, avg(fitLever(t, fit, rs)), 0.3)
+	fit.Clip = 6
+	clipped := fitLever(t, fit, rs)
+	require.InDelta(t, 1.5, avg(clipped), 0.15)
+	require.Equal(t, 6.0, clipped.Corpus().Clip)
+	b, err := clipped.MarshalBinary()
+	require.NoError(t, err)
+	back, err := rwm.ReadPrior(b)
+	require.NoError(t, err)
+	require.Equal(t, clipped.Digest(), back.Digest())
+	require.Equal(t, 6.0, back.Corpus().Clip)
+
+	for _, bad := range []float64{-1, math.Inf(1), math.NaN()} {
+		fit.Clip = bad
+		_, err := rwm.FitPrior(context.Background(), fit, rs)
+		require.ErrorIs(t, err, rwm.ErrPrior, "clip %g", bad)
+	}
+}

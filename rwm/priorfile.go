@@ -150,7 +150,7 @@ func checkBody(b priorBody) error {
 	case b.Catalogue != "" && (len(b.Catalogue) != 64 || !isHex(b.Catalogue)):
 		return fmt.Errorf("catalogue digest %q is not a SHA-256", records.Excerpt(b.Catalogue))
 	case b.Corpus.Records < 0 || b.Corpus.Tasks < 0 || b.Corpus.Blocks < 0 ||
-		!fin(b.Corpus.Ridge) || !fin(b.Corpus.LogMarginal) || !fin(b.Corpus.InfeasibleSigmas):
+		!fin(b.Corpus.Ridge) || !fin(b.Corpus.Clip) || b.Corpus.Clip < 0 || !fin(b.Corpus.LogMarginal) || !fin(b.Corpus.InfeasibleSigmas):
 		return fmt.Errorf("corpus %+v is not finite and non-negative", b.Corpus)
 	}
 	for i, c := range b.Coef {

@@ -56,6 +56,7 @@ type options struct {
 	perFamily, seeds, parallel int
 	store, out                 string
 	ridge                      float64 // λ of the prior's mean (rwm.PriorFitConfig.Ridge)
+	clip                       float64 // the mean's target clip (rwm.PriorFitConfig.Clip; 0 = none)
 	maxProposals               int     // tests: the first n proposals of the catalogue only (0 = all)
 }
 
@@ -66,6 +67,7 @@ func main() {
 	flag.IntVar(&o.parallel, "parallel", 2, "runs trained at once")
 	flag.StringVar(&o.store, "store", "out/pretrain.records", "records file of the corpus's runs (reused: runs already there are not repeated)")
 	flag.Float64Var(&o.ridge, "ridge", defaultRidge, "λ of the prior mean's ridge regression (rwm.PriorFitConfig.Ridge)")
+	flag.Float64Var(&o.clip, "clip", 0, "clip of the prior mean's targets in σ_e (rwm.PriorFitConfig.Clip; 0 = none)")
 	flag.StringVar(&o.out, "out", "lab/prior/v2.prior", "prior file to write")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -115,7 +117,7 @@ func run(ctx context.Context, w, log io.Writer, o options) error {
 		return err
 	}
 	fitStart, cpu1 := time.Now(), processCPU()
-	p, file, err := fit(ctx, l, keep(rs, o.perFamily), o.ridge)
+	p, file, err := fit(ctx, l, keep(rs, o.perFamily), o.ridge, o.clip)
 	if err != nil {
 		return err
 	}
@@ -250,13 +252,13 @@ func keep(rs []records.Record, perFamily int) []records.Record {
 // record of a task that is not a corpus task is an error wrapping
 // lab.ErrNotPretrain: the corpus never holds a training, validation or
 // test task.
-func fit(ctx context.Context, l *lab.Lab, rs []records.Record, ridge float64) (*rwm.Prior, []byte, error) {
+func fit(ctx context.Context, l *lab.Lab, rs []records.Record, ridge, clip float64) (*rwm.Prior, []byte, error) {
 	corpus, err := lab.PretrainRuns(rs)
 	if err != nil {
 		return nil, nil, err
 	}
 	cfg := rwm.DefaultPriorFitConfig(setting.Validated().WorldConfig(l))
-	cfg.Ridge = ridge
+	cfg.Ridge, cfg.Clip = ridge, clip
 	p, err := rwm.FitPrior(ctx, cfg, corpus)
 	if err != nil {
 		return nil, nil, err

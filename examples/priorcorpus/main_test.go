@@ -48,7 +48,7 @@ func TestRegeneratesBitIdentical(t *testing.T) {
 	l, err := PriorLab(1, 1, records.NewMemStore())
 	require.NoError(t, err)
 	slices.Reverse(rs)
-	p, third, err := fit(context.Background(), l, rs, defaultRidge)
+	p, third, err := fit(context.Background(), l, rs, defaultRidge, 0)
 	require.NoError(t, err)
 	require.Equal(t, first, third)
 	require.Equal(t, 4, p.Corpus().Tasks)
@@ -67,7 +67,7 @@ func TestFitRefusesSplitTasks(t *testing.T) {
 	l, err := PriorLab(1, 1, records.NewMemStore())
 	require.NoError(t, err)
 	for _, id := range []string{lab.SuiteV2(lab.DefaultSuiteSeed).Train[0].ID, lab.SuiteV2(lab.DefaultSuiteSeed).Validation[0].ID, lab.V3Val().Tasks[0].ID} {
-		_, _, err := fit(context.Background(), l, []records.Record{{Task: records.Task{ID: id}, Source: records.Real}}, defaultRidge)
+		_, _, err := fit(context.Background(), l, []records.Record{{Task: records.Task{ID: id}, Source: records.Real}}, defaultRidge, 0)
 		require.ErrorIs(t, err, lab.ErrNotPretrain, id)
 		require.Contains(t, err.Error(), id)
 	}
