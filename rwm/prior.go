@@ -71,15 +71,18 @@ type PriorFitConfig struct {
 	// records a negligible shrinkage, with a feature few records have it
 	// keeps its coefficient near 0). On the lab's pretraining corpus λ 1
 	// leaves the system singular (features that move together), and
-	// examples/priorcorpus fits with λ 10,000, chosen on lab v2's
+	// examples/priorcorpus fits with λ 100 and Clip 6, chosen on lab v2's
 	// validation landscape (docs/results.md). Must be > 0.
 	Ridge float64
 	// Clip, when > 0, clips each record's target to ±Clip σ_e before the
 	// mean's ridge regression (the marginal-likelihood blocks read the
 	// records unclipped): a few heavy-tailed gains then do not decide the
 	// coefficients, as the reward's clip c keeps them from deciding a
-	// reward (METHOD.md §1 Reward 1). Default 0, no clip (library choice).
-	// Must be finite and ≥ 0.
+	// reward (METHOD.md §1 Reward 1). Default 0, no clip (library choice:
+	// the corpus's gains are kept as measured); examples/priorcorpus clips
+	// at 6, the range its ranking is scored in, which on lab v2's
+	// validation landscape lifted the prior's ranking with a corpus of 95
+	// tasks (docs/results.md). Must be finite and ≥ 0.
 	Clip float64
 	// Grid is the kernel hyperparameters' search space; nil is
 	// TuneGrid(Base). Each configuration must carry Base's Cards and

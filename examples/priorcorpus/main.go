@@ -12,7 +12,8 @@
 // store runs nothing and refits); then the prior is fitted on the corpus's
 // real proposal runs with rwm.DefaultPriorFitConfig around the validated
 // setting's world configuration (setting.Validated().WorldConfig over
-// PriorLab) and written to -out. The fit depends only on the records, so
+// PriorLab), λ -ridge and targets clipped to ±-clip σ_e, and written to
+// -out. The fit depends only on the records, so
 // the same store gives the same file, byte for byte.
 //
 //	go run ./examples/priorcorpus -store out/pretrain.records -out lab/prior/v2.prior
@@ -41,15 +42,19 @@ import (
 	"github.com/lm2lm/lm2lm/rwm"
 )
 
-// Defaults of the flags (lab choices: 8 tasks per family, 32 in all, a
-// corpus of about 5,400 runs; the landscape's two seeds; λ 10,000, chosen
-// on v2-val's ranking (examples/rwmeval -prior) among 10, 100, 1,000,
-// 10,000 and 100,000: rwm's default λ 1 leaves the 4,442-feature ridge
-// system singular on this corpus, and smaller λ overfit the raw gains).
+// Defaults of the flags, lab choices made on v2-val's ranking
+// (examples/rwmeval -prior; docs/results.md): 24 tasks per family, 96 in
+// all, a corpus of about 16,600 runs (8 and 16 per family ranked worse);
+// the landscape's two seeds; targets clipped to ±6 σ_e, the range the
+// ranking scores (unclipped, a few heavy-tailed gains decide the
+// coefficients); λ 100, among 30, 100, 300, 1,000 and 3,000 with the
+// clip (rwm's default λ 1 leaves the 4,442-feature ridge system
+// singular on this corpus).
 const (
-	defaultPerFamily = 8
+	defaultPerFamily = 24
 	defaultSeeds     = 2
-	defaultRidge     = 10000
+	defaultRidge     = 100
+	defaultClip      = 6
 )
 
 type options struct {
@@ -67,7 +72,7 @@ func main() {
 	flag.IntVar(&o.parallel, "parallel", 2, "runs trained at once")
 	flag.StringVar(&o.store, "store", "out/pretrain.records", "records file of the corpus's runs (reused: runs already there are not repeated)")
 	flag.Float64Var(&o.ridge, "ridge", defaultRidge, "λ of the prior mean's ridge regression (rwm.PriorFitConfig.Ridge)")
-	flag.Float64Var(&o.clip, "clip", 0, "clip of the prior mean's targets in σ_e (rwm.PriorFitConfig.Clip; 0 = none)")
+	flag.Float64Var(&o.clip, "clip", defaultClip, "clip of the prior mean's targets in σ_e (rwm.PriorFitConfig.Clip; 0 = none)")
 	flag.StringVar(&o.out, "out", "lab/prior/v2.prior", "prior file to write")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -26,7 +26,7 @@ func TestRegeneratesBitIdentical(t *testing.T) {
 		t.Skip("trains about 40 tiny models")
 	}
 	dir := t.TempDir()
-	o := options{perFamily: 1, seeds: 2, parallel: 2, store: filepath.Join(dir, "c.records"), out: filepath.Join(dir, "a.prior"), maxProposals: 3, ridge: defaultRidge}
+	o := options{perFamily: 1, seeds: 2, parallel: 2, store: filepath.Join(dir, "c.records"), out: filepath.Join(dir, "a.prior"), maxProposals: 3, ridge: defaultRidge, clip: defaultClip}
 	var out, log bytes.Buffer
 	require.NoError(t, run(context.Background(), &out, &log, o))
 	first, err := os.ReadFile(o.out)
@@ -48,7 +48,7 @@ func TestRegeneratesBitIdentical(t *testing.T) {
 	l, err := PriorLab(1, 1, records.NewMemStore())
 	require.NoError(t, err)
 	slices.Reverse(rs)
-	p, third, err := fit(context.Background(), l, rs, defaultRidge, 0)
+	p, third, err := fit(context.Background(), l, rs, defaultRidge, defaultClip)
 	require.NoError(t, err)
 	require.Equal(t, first, third)
 	require.Equal(t, 4, p.Corpus().Tasks)
@@ -89,11 +89,12 @@ func TestCommittedPrior(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p.Config(setting.Validated().WorldConfig(l))
 	require.NoError(t, err)
-	// 8 tasks per family, less v2-pretrain/in-distribution/ar-code/03,
+	// 24 tasks per family, less v2-pretrain/in-distribution/ar-code/03,
 	// whose reference run diverges (the lab leaves it out).
 	require.Equal(t, defaultPerFamily*len(lab.V2Families)-1, p.Corpus().Tasks)
-	require.Equal(t, 5412, p.Corpus().Records)
+	require.Equal(t, 16610, p.Corpus().Records)
 	require.Equal(t, float64(defaultRidge), p.Corpus().Ridge)
+	require.Equal(t, float64(defaultClip), p.Corpus().Clip)
 	other, err := PriorLab(defaultPerFamily-1, 1, records.NewMemStore())
 	require.NoError(t, err)
 	_, err = p.Config(setting.Validated().WorldConfig(other))

@@ -118,7 +118,7 @@ func main() {
 	flag.StringVar(&noise, "oracle-noise", "", "-context-landscape: comma-separated noise levels s (σ_e) of noisy oracles ranked beside the models")
 	flag.StringVar(&models, "models", "", "-landscape: comma-separated world models to rank (catalogue, desc, desc-tuned, fx, fx-tuned, and fx-tuned's kernel ablations fx-S0 … fx-dl8, fx-np, fx-tuned-q90, fx-tuned-q10, and proposal-mean); empty = the first five")
 	flag.StringVar(&prior, "prior", "", "-landscape: a pretrained prior file (examples/priorcorpus, e.g. lab/prior/v2.prior) for the models fx-prior, fx-tuned-prior and prior-mean")
-	flag.IntVar(&priorPerFamily, "prior-per-family", 8, "-prior: the pretraining corpus's tasks per family the prior was fitted over (examples/priorcorpus -per-family)")
+	flag.IntVar(&priorPerFamily, "prior-per-family", 24, "-prior: the pretraining corpus's tasks per family the prior was fitted over (examples/priorcorpus -per-family)")
 	flag.Parse()
 	if landscape != "" && !flagSet("sizes") {
 		sizes = "50,100,200"
