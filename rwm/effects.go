@@ -147,9 +147,9 @@ type sharedFeats struct {
 // featsKey is every configuration field that featuresOf, the targets and
 // the statistics read.
 type featsKey struct {
-	signal, mean, numeric, infeasible float64
-	readsDesc, std, loss, effects     bool
-	prior                             *Prior
+	signal, mean, numeric, infeasible, clip float64
+	readsDesc, std, loss, effects           bool
+	prior                                   *Prior
 }
 
 // pairTerms holds, for each pair i ≥ j of a context's records (index

@@ -128,6 +128,15 @@ type EmbeddedConfig struct {
 	// an outcome of −c·σ_e makes the model predict about that reward for it
 	// and its neighbours, without a separate validity model.
 	InfeasibleSigmas float64
+	// ClipSigmas, when > 0, clips each record's gain in σ_e units to
+	// ±ClipSigmas before the model conditions on it (an infeasible record
+	// counts InfeasibleSigmas, clipped alike): a few heavy-tailed gains then
+	// do not decide the posterior, as the reward's clip c keeps them from
+	// deciding a reward (METHOD.md §1 Reward 1), and a prior fitted with
+	// PriorFitConfig.Clip reads its context on the scale it was fitted on.
+	// Default 0, no clip (library choice: records are read as measured).
+	// Must be finite and ≥ 0.
+	ClipSigmas float64
 	// Priors maps a mechanism (Proposal.Mechanism, canonical or not) to the
 	// expected gain N(Mean·σ_e, (Std·σ_e)²) of METHOD.md §1 Research World
 	// Model's "knowledge an LLM would bring" (records.Prior; a catalogue's
@@ -316,6 +325,8 @@ func (c EmbeddedConfig) Validate() error {
 		return fmt.Errorf("rwm: embedded: Mismatch %g, want in [0, 1]", c.Mismatch)
 	case !fin(c.InfeasibleSigmas):
 		return fmt.Errorf("rwm: embedded: InfeasibleSigmas %g, want finite", c.InfeasibleSigmas)
+	case !fin(c.ClipSigmas) || c.ClipSigmas < 0:
+		return fmt.Errorf("rwm: embedded: ClipSigmas %g, want finite and ≥ 0", c.ClipSigmas)
 	case c.MaxRecords < 0:
 		return fmt.Errorf("rwm: embedded: MaxRecords %d, want ≥ 0 (0: DefaultMaxRecords)", c.MaxRecords)
 	case c.CacheSize < 1:
@@ -425,6 +436,9 @@ func configDigest(c EmbeddedConfig, priors map[string]records.Prior) string {
 	fmt.Fprintf(h, "%v %v %v %v %v %v %v %v %v %v %v %v %v\n", c.SignalSigmas, c.MeanSigmas, c.NoiseSigmas,
 		c.CorrFamily, c.CorrMetric, c.CorrAny, c.CorrMech, c.CorrOtherMech, c.Lengthscale, c.NumericScale,
 		c.Mismatch, c.InfeasibleSigmas, c.Jitter)
+	if c.ClipSigmas != 0 {
+		fmt.Fprintf(h, "clip %v\n", c.ClipSigmas)
+	}
 	if c.DescriptorWeight != 0 {
 		fmt.Fprintf(h, "desc %v %v\n", c.DescriptorWeight, c.DescriptorLengthscale)
 	}
@@ -759,7 +773,7 @@ func (e *Embedded) build(ctx context.Context, f *factor, ev records.Evidence) er
 // targets and statistics depend on.
 func (e *Embedded) featsKey() featsKey {
 	c := &e.cfg
-	return featsKey{signal: c.SignalSigmas, mean: c.MeanSigmas, numeric: c.NumericScale, infeasible: c.InfeasibleSigmas,
+	return featsKey{signal: c.SignalSigmas, mean: c.MeanSigmas, numeric: c.NumericScale, infeasible: c.InfeasibleSigmas, clip: c.ClipSigmas,
 		readsDesc: c.readsDesc(), std: c.DescriptorStandardise && c.DescriptorWeight > 0, loss: c.loss(), effects: c.effects(), prior: c.Prior}
 }
 
@@ -806,12 +820,16 @@ func (e *Embedded) rawFeatures(in interner, rs []records.Record, fx []*effect) (
 }
 
 // target is r's gain in σ_e units, an infeasible record counting
-// InfeasibleSigmas.
+// InfeasibleSigmas, clipped to ±ClipSigmas when that is set.
 func (e *Embedded) target(r records.Record) float64 {
+	y := r.Gain / r.Task.SeedNoise
 	if r.Infeasible != "" {
-		return e.cfg.InfeasibleSigmas
+		y = e.cfg.InfeasibleSigmas
 	}
-	return r.Gain / r.Task.SeedNoise
+	if c := e.cfg.ClipSigmas; c > 0 {
+		y = max(-c, min(c, y))
+	}
+	return y
 }
 
 // buildPrepared factorises the Gram matrix of p's records; p must fit

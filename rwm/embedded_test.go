@@ -500,3 +500,35 @@ func ExampleEmbedded() {
 	// lr-scale{factor=4}     gain +0.0090  q10 -0.0021  q90 +0.0200
 	// warmup{}               gain +0.0041  q10 -0.0111  q90 +0.0194
 }
+
+func TestClipSigmasHandDerived(t *testing.T) {
+	// One record at the query's own task and proposal, in exact() (k =
+	// amp² = 6.25, noise s² = 1, prior mean 0): the posterior mean is
+	// k/(k + s²)·y. A gain of 20 σ_e predicts 6.25/7.25·20 unclipped and
+	// 6.25/7.25·6 with ClipSigmas 6; an infeasible record counts
+	// InfeasibleSigmas −6, clipped to −3 with ClipSigmas 3.
+	a, p := task("a", "fam", records.BitsPerByte), prop("lr-scale", "factor", "2")
+	q := func(cfg rwm.EmbeddedConfig, r records.Record) float64 {
+		return predict(t, newEmbedded(t, cfg), rwm.Query{Task: a, Proposal: p, Evidence: evidence(t, r)}).Gain / a.SeedNoise
+	}
+	big := real(a, p, 20, 1)
+	bad := records.Record{Task: a, Proposal: p, Infeasible: "out of memory", Source: records.Real, Seeds: []uint64{1}}
+	cfg := exact()
+	require.InDelta(t, 6.25/7.25*20, q(cfg, big), 1e-9)
+	require.InDelta(t, 6.25/7.25*-6, q(cfg, bad), 1e-9)
+	cfg.ClipSigmas = 6
+	require.InDelta(t, 6.25/7.25*6, q(cfg, big), 1e-9)
+	require.InDelta(t, 6.25/7.25*-6, q(cfg, bad), 1e-9)
+	cfg.ClipSigmas = 3
+	require.InDelta(t, 6.25/7.25*3, q(cfg, big), 1e-9)
+	require.InDelta(t, 6.25/7.25*-3, q(cfg, bad), 1e-9)
+	// The clip is part of the model's ID; no clip leaves the ID as it was.
+	require.NotEqual(t, newEmbedded(t, exact()).ID(), newEmbedded(t, cfg).ID())
+	cfg.ClipSigmas = 0
+	require.Equal(t, newEmbedded(t, exact()).ID(), newEmbedded(t, cfg).ID())
+	for _, c := range []float64{-1, math.NaN(), math.Inf(1)} {
+		cfg.ClipSigmas = c
+		_, err := rwm.NewEmbedded(cfg)
+		require.ErrorIs(t, err, rwm.ErrConfig, "clip %g", c)
+	}
+}

@@ -175,11 +175,13 @@ func partFilter(part string) (func(string) bool, error) {
 // the valid ones.
 //
 // With a pretrained prior p (rwm.ReadPrior of an examples/priorcorpus
-// file), three more keys: fx-prior (the validated setting's configuration
+// file), four more keys: fx-prior (the validated setting's configuration
 // with p's hyperparameters and mean, rwm.Prior.Config: frozen, conditioned
 // on the context's records), fx-tuned-prior (rwm.NewTuned around it: the
-// validated setting with the prior) and prior-mean (fx-prior without its
-// context: the prior's mean alone). Asking for them without p is an error.
+// validated setting with the prior), prior-mean (fx-prior without its
+// context: the prior's mean alone) and fx-prior-clip (fx-prior reading its
+// context's gains clipped to ±6 σ_e, rwm.EmbeddedConfig.ClipSigmas). Asking
+// for them without p is an error.
 //
 // The lab behind Effects holds lab.SuiteV2(lab.DefaultSuiteSeed)'s
 // training, validation and test tasks and no records (an effect needs no
@@ -266,6 +268,13 @@ func landscapeModels(keys []string, p *rwm.Prior, priorPerFamily int) ([]rankMod
 			all[m.key] = rankModel{m.name, wm}
 		}
 		all["prior-mean"] = rankModel{"the pretrained prior's mean alone (no records)", noContext{all["fx-prior"].model}}
+		cc := pc
+		cc.ClipSigmas = 6
+		wm, err := setting.NewModel(cc, false)
+		if err != nil {
+			return nil, fmt.Errorf("world model fx-prior-clip: %w", err)
+		}
+		all["fx-prior-clip"] = rankModel{"effects, pretrained prior, context clipped to ±6 σ_e", wm}
 	}
 	if len(keys) == 0 {
 		keys = standardKeys
@@ -326,7 +335,7 @@ func modelKeys() []string {
 }
 
 // priorKeys are the models of a pretrained prior (-prior).
-var priorKeys = []string{"fx-prior", "fx-tuned-prior", "prior-mean"}
+var priorKeys = []string{"fx-prior", "fx-tuned-prior", "prior-mean", "fx-prior-clip"}
 
 // noContext predicts with the inner model on no records: for a model with
 // a pretrained prior, the prior's mean (and its prior variance).

@@ -33,7 +33,8 @@
 // and -out/landscape-report.md.
 //
 // With -prior FILE (examples/priorcorpus), the models fx-prior,
-// fx-tuned-prior and prior-mean rank with the pretrained prior.
+// fx-tuned-prior, prior-mean and fx-prior-clip rank with the pretrained
+// prior.
 //
 // With -context-landscape STORE2 as well, the tasks of STORE are ranked as
 // unseen ones (transfer.go): each context is n cells of STORE2's tasks
@@ -117,7 +118,7 @@ func main() {
 	flag.IntVar(&hist, "history", 0, "-context-landscape: cells of each ranked task's own in its context (its history)")
 	flag.StringVar(&noise, "oracle-noise", "", "-context-landscape: comma-separated noise levels s (σ_e) of noisy oracles ranked beside the models")
 	flag.StringVar(&models, "models", "", "-landscape: comma-separated world models to rank (catalogue, desc, desc-tuned, fx, fx-tuned, and fx-tuned's kernel ablations fx-S0 … fx-dl8, fx-np, fx-tuned-q90, fx-tuned-q10, and proposal-mean); empty = the first five")
-	flag.StringVar(&prior, "prior", "", "-landscape: a pretrained prior file (examples/priorcorpus, e.g. lab/prior/v2.prior) for the models fx-prior, fx-tuned-prior and prior-mean")
+	flag.StringVar(&prior, "prior", "", "-landscape: a pretrained prior file (examples/priorcorpus, e.g. lab/prior/v2.prior) for the models fx-prior, fx-tuned-prior, prior-mean and fx-prior-clip")
 	flag.IntVar(&priorPerFamily, "prior-per-family", 24, "-prior: the pretraining corpus's tasks per family the prior was fitted over (examples/priorcorpus -per-family)")
 	flag.Parse()
 	if landscape != "" && !flagSet("sizes") {

@@ -40,7 +40,7 @@ func TestPriorModelsNeedTheirPrior(t *testing.T) {
 	require.ErrorIs(t, err, rwm.ErrPriorMismatch)
 	ms, err := landscapeModels(append([]string{"fx-tuned"}, priorKeys...), p, 8)
 	require.NoError(t, err)
-	require.Len(t, ms, 4)
+	require.Len(t, ms, 5)
 }
 
 // prior-mean predicts the prior's mean gain (σ_e units × the task's σ_e)
@@ -84,4 +84,22 @@ func TestPriorMeanModel(t *testing.T) {
 	want := p.Mean(task, prop, wc.Effects, fallback) * task.SeedNoise
 	require.InDelta(t, want, got.Gain, 1e-9)
 	require.NotZero(t, want)
+
+	// fx-prior-clip reads the context's gains clipped to ±6 σ_e: a record
+	// within the clip (5 σ_e) moves it as it moves fx-prior, one beyond it
+	// (50 σ_e) as a 6 σ_e record does.
+	cl, err := landscapeModels([]string{"fx-prior", "fx-prior-clip"}, p, 8)
+	require.NoError(t, err)
+	at := func(m rwm.WorldModel, sigmas float64) float64 {
+		r := other
+		r.Gain, r.Loss = sigmas*0.02, 3-sigmas*0.02
+		ev, err := records.NewEvidence(r)
+		require.NoError(t, err)
+		got, err := m.Predict(ctx, rwm.Query{Task: task, Proposal: prop, Evidence: ev})
+		require.NoError(t, err)
+		return got.Gain
+	}
+	require.InDelta(t, at(cl[0].model, 5), at(cl[1].model, 5), 1e-12)
+	require.InDelta(t, at(cl[0].model, 6), at(cl[1].model, 50), 1e-12)
+	require.NotEqual(t, at(cl[0].model, 6), at(cl[0].model, 50))
 }
