@@ -822,14 +822,7 @@ func (e *Embedded) rawFeatures(in interner, rs []records.Record, fx []*effect) (
 // target is r's gain in σ_e units, an infeasible record counting
 // InfeasibleSigmas, clipped to ±ClipSigmas when that is set.
 func (e *Embedded) target(r records.Record) float64 {
-	y := r.Gain / r.Task.SeedNoise
-	if r.Infeasible != "" {
-		y = e.cfg.InfeasibleSigmas
-	}
-	if c := e.cfg.ClipSigmas; c > 0 {
-		y = max(-c, min(c, y))
-	}
-	return y
+	return target(r, e.cfg.InfeasibleSigmas, e.cfg.ClipSigmas)
 }
 
 // buildPrepared factorises the Gram matrix of p's records; p must fit

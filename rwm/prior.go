@@ -582,12 +582,18 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// target is a record's gain in σ_e units as the embedded model reads it.
-func target(r records.Record, infeasible float64) float64 {
+// target is a record's gain in σ_e units as the embedded model reads it:
+// an infeasible record counts infeasible, and with clip > 0 the value is
+// clipped to ±clip (EmbeddedConfig.ClipSigmas, PriorFitConfig.Clip).
+func target(r records.Record, infeasible, clip float64) float64 {
+	y := r.Gain / r.Task.SeedNoise
 	if r.Infeasible != "" {
-		return infeasible
+		y = infeasible
 	}
-	return r.Gain / r.Task.SeedNoise
+	if clip > 0 {
+		y = max(-clip, min(clip, y))
+	}
+	return y
 }
 
 // fitMean solves the ridge regression of PriorFitConfig.Ridge on p's
@@ -621,10 +627,7 @@ func fitMean(ctx context.Context, cfg PriorFitConfig, body priorBody, p *prepare
 		}
 		var known bool
 		row, known = lay.features(p.fx[i].desc, p.fx[i].delta, r.Proposal, row[:0])
-		y := target(r, cfg.Base.InfeasibleSigmas)
-		if cfg.Clip > 0 {
-			y = max(-cfg.Clip, min(cfg.Clip, y))
-		}
+		y := target(r, cfg.Base.InfeasibleSigmas, cfg.Clip)
 		if !known {
 			y -= fallbackMean(cfg.Base, r.Proposal)
 		}
