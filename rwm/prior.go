@@ -25,6 +25,41 @@ var (
 	ErrPriorMismatch = fmt.Errorf("%w: does not fit the model", ErrPrior)
 )
 
+// Bounds of a prior's numbers. A prior's file carries a checksum against
+// corruption, not against a file written with any coefficients at all: a
+// file whose checksum was recomputed over absurd coefficients is still a
+// well-formed file. So ReadPrior refuses (ErrPriorCorrupt, naming the
+// feature) a coefficient that is not finite or whose magnitude exceeds
+// MaxPriorCoefficient, FitPrior refuses (ErrPrior) to produce one, and
+// Prior.Mean never returns a mean beyond ±MaxPriorMeanSigmas.
+const (
+	// MaxPriorCoefficient is the largest |coefficient| a prior may hold:
+	// 1e6. The features are asinh-scaled descriptors (|x| ≤ 710 for any
+	// float64), their differences and products, and the targets are gains
+	// in σ_e units; the lab's prior (lab/prior/v2.prior) peaks at |997|, a
+	// thousandth of the bound, and its other coefficients are below 230.
+	MaxPriorCoefficient = 1e6
+	// MaxPriorMeanSigmas bounds the prior mean gain Prior.Mean returns (and
+	// the embedded model reads): a mean beyond ±1e4 σ_e is clamped to it.
+	// Targets are clipped to a few σ_e (examples/priorcorpus fits with
+	// Clip 6); the lab's prior predicts within ±101 σ_e over every
+	// catalogue proposal on the V3 splits' tasks, a hundredth of the
+	// bound, so the clamp leaves its predictions unchanged.
+	MaxPriorMeanSigmas = 1e4
+)
+
+// checkCoef reports the first coefficient of p that is not finite or
+// exceeds MaxPriorCoefficient, naming its feature (see Prior.Names).
+func (p *Prior) checkCoef() error {
+	for i, c := range p.body.Coef {
+		if math.IsNaN(c) || math.IsInf(c, 0) || math.Abs(c) > MaxPriorCoefficient {
+			return fmt.Errorf("coefficient %d (%q) is %g, want finite and |coefficient| ≤ %g",
+				i, records.Excerpt(p.Names()[i]), c, float64(MaxPriorCoefficient))
+		}
+	}
+	return nil
+}
+
 // PriorTerms selects the groups of features of a prior's mean function.
 // With x_n = asinh(d_n) the task's descriptors (a name the task lacks
 // counting 0) and δ_n = asinh(after_n) − asinh(before_n) what the proposal
@@ -244,6 +279,9 @@ func newPrior(body priorBody) (*Prior, error) {
 	if at != len(body.Coef) {
 		return nil, fmt.Errorf("%w: %d coefficients, the layout has %d", ErrPriorCorrupt, len(body.Coef), at)
 	}
+	if err := p.checkCoef(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPriorCorrupt, err)
+	}
 	b, err := encodeBody(body)
 	if err != nil {
 		return nil, err
@@ -336,7 +374,8 @@ func (p *Prior) fits(c EmbeddedConfig) error {
 // Mean returns the prior mean gain of prop on t in σ_e units, calling eff
 // (the prior's Effector when its effect terms are on; nil otherwise) and
 // taking fallback for the groups a proposal has no coefficients for (see
-// PriorTerms).
+// PriorTerms). The mean is clamped to ±MaxPriorMeanSigmas; a mean that is
+// not a number (a descriptor that is not finite) is the fallback, clamped.
 func (p *Prior) Mean(t records.Task, prop records.Proposal, eff Effector, fallback float64) float64 {
 	c := EmbeddedConfig{Effects: eff}
 	return p.mean(t, prop, &effect{}, &c, fallback)
@@ -362,7 +401,10 @@ func (p *Prior) mean(t records.Task, prop records.Proposal, fx *effect, c *Embed
 	if !known {
 		s += fallback
 	}
-	return s
+	if math.IsNaN(s) {
+		s = fallback
+	}
+	return max(-MaxPriorMeanSigmas, min(MaxPriorMeanSigmas, s))
 }
 
 // dot is Σ coef·feature over features(desc, delta, prop) and its known,
@@ -662,9 +704,10 @@ func fitMean(ctx context.Context, cfg PriorFitConfig, body priorBody, p *prepare
 	}
 	for i := range nf {
 		body.Coef[i] = w.AtVec(i)
-		if math.IsNaN(body.Coef[i]) || math.IsInf(body.Coef[i], 0) {
-			return nil, fmt.Errorf("%w: ridge coefficient %d is not finite", ErrPrior, i)
-		}
+	}
+	lay.body.Coef = body.Coef
+	if err := lay.checkCoef(); err != nil {
+		return nil, fmt.Errorf("%w: ridge %w", ErrPrior, err)
 	}
 	return newPrior(body)
 }
