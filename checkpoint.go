@@ -18,6 +18,9 @@ import (
 )
 
 // ErrCheckpoint marks a checkpoint that cannot be written or restored.
+// Its errors quote the strings a checkpoint holds (its format, task IDs)
+// as records.Excerpt does, so that a damaged or hostile checkpoint cannot
+// make an error of its own size.
 var ErrCheckpoint = errors.New("lm2lm: checkpoint")
 
 // checkpointFormat names the checkpoint layout (version 3: a Loop's step
@@ -249,7 +252,7 @@ func openCheckpoint(data []byte) (checkpoint, error) {
 		return cp, nil
 	}
 	if env.Format != checkpointFormat && env.Format != checkpointFormatV2 {
-		return cp, fmt.Errorf("%w: format %q, want %q", ErrCheckpoint, env.Format, checkpointFormat)
+		return cp, fmt.Errorf("%w: format %q, want %q", ErrCheckpoint, records.Excerpt(env.Format), checkpointFormat)
 	}
 	sum := sha256.Sum256(env.Body)
 	if hex.EncodeToString(sum[:]) != env.SHA256 {
@@ -393,7 +396,7 @@ func (l *Loop) restorePool(recs map[string][]records.Record) (*records.Pool, err
 	for _, task := range l.stateTasks() {
 		for _, r := range recs[task.ID] {
 			if r.Task.ID != task.ID {
-				return nil, fmt.Errorf("pool: a record of task %q filed under %q", r.Task.ID, task.ID)
+				return nil, fmt.Errorf("pool: a record of task %q filed under %q", records.Excerpt(r.Task.ID), records.Excerpt(task.ID))
 			}
 		}
 		if err := pool.Add(recs[task.ID]...); err != nil {
@@ -402,7 +405,7 @@ func (l *Loop) restorePool(recs map[string][]records.Record) (*records.Pool, err
 	}
 	for id := range recs {
 		if !known[id] {
-			return nil, fmt.Errorf("pool: task %q is not a training task", id)
+			return nil, fmt.Errorf("pool: task %q is not a training task", records.Excerpt(id))
 		}
 	}
 	return pool, nil
@@ -440,7 +443,7 @@ func (l *Loop) checkBatches(cp checkpoint, sc proposer.Scorer) error {
 // checkItem checks one mini-batch item.
 func checkItem(it proposer.Item, tasks map[string]records.Task, sc proposer.Scorer) error {
 	if task, ok := tasks[it.State.Task.ID]; !ok || task.Validate() != nil {
-		return fmt.Errorf("task %q is not a training task", it.State.Task.ID)
+		return fmt.Errorf("task %q is not a training task", records.Excerpt(it.State.Task.ID))
 	}
 	s := it.Sample
 	switch {

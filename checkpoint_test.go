@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -156,4 +158,54 @@ func FuzzTrainerUnmarshal(f *testing.F) {
 		require.NoError(t, tr2.UnmarshalBinary(again))
 		require.Equal(t, tr.Step(), tr2.Step())
 	})
+}
+
+// A damaged checkpoint's error quotes no outside string whole: a 4 MiB
+// format, pool task or mini-batch task makes an error of bounded length
+// that still wraps ErrCheckpoint.
+func TestCheckpointErrorsBounded(t *testing.T) {
+	huge := strings.Repeat("x", 4<<20)
+	cp, _ := midRun(t)
+	cfg := smallConfig()
+	cfg.Steps = 20
+	cfg.WMRL = wmrlConfig()
+	fresh, _ := newTrainer(t, cfg, trapWorld(t))
+	check := func(t *testing.T, name string, data []byte) {
+		t.Helper()
+		err := fresh.UnmarshalBinary(data)
+		require.ErrorIs(t, err, lm2lm.ErrCheckpoint, name)
+		require.True(t, errors.Is(err, lm2lm.ErrCheckpoint), name)
+		require.Less(t, len(err.Error()), 1<<10, "%s: %.200s", name, err.Error())
+	}
+	var env map[string]any
+	require.NoError(t, json.Unmarshal(cp, &env))
+	env["format"] = huge
+	b, err := json.Marshal(env)
+	require.NoError(t, err)
+	check(t, "format", b)
+
+	for name, edit := range map[string]func(b map[string]any){
+		"pool task": func(b map[string]any) { b["pool"].(map[string]any)[huge] = []any{} },
+		"record filed under another task": func(b map[string]any) {
+			for _, rs := range b["pool"].(map[string]any) {
+				if rs := rs.([]any); len(rs) > 0 {
+					rs[0].(map[string]any)["task"].(map[string]any)["id"] = huge
+					return
+				}
+			}
+			panic("no pool record")
+		},
+		"mini-batch task": func(b map[string]any) {
+			item := b["batches"].([]any)[0].([]any)[0].(map[string]any)
+			item["State"].(map[string]any)["task"].(map[string]any)["id"] = huge
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, body := midRun(t)
+			edit(body)
+			raw, err := json.Marshal(body)
+			require.NoError(t, err)
+			check(t, name, seal(raw))
+		})
+	}
 }
