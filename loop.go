@@ -215,6 +215,7 @@ type Loop struct {
 // calInFlight is the calibration being executed.
 type calInFlight struct {
 	u, budget int
+	at        int // the step the point was picked at
 	why       string
 	picks     []ref
 }
@@ -532,7 +533,7 @@ func (l *Loop) advancePredictions(a Answer) error {
 	l.core.shape(l.ro)
 	if !l.rescore {
 		if u, b, why, ok := l.due(); ok {
-			l.cal = calInFlight{u: u, budget: b, why: why, picks: l.core.calibrationPicks(l.ro, l.m, b, l.rng)}
+			l.cal = calInFlight{u: u, budget: b, at: l.step, why: why, picks: l.core.calibrationPicks(l.ro, l.m, b, l.rng)}
 			l.ph = phaseCalibrate
 			return nil
 		}
@@ -578,32 +579,51 @@ func internalRuns(rs []RealRun) []realRun {
 }
 
 func (l *Loop) advanceCalibration(a Answer) error {
-	l.account(a.Runs)
 	if a.Err != nil {
+		l.account(a.Runs) // what reached the executor was paid for
 		return fmt.Errorf("lm2lm: calibration at step %d: %w", l.step, a.Err)
 	}
-	if len(a.Runs) != len(l.cal.picks) {
-		return fmt.Errorf("lm2lm: calibration at step %d: %d runs for %d jobs", l.step, len(a.Runs), len(l.cal.picks))
+	u := l.cal.u
+	cr, err := l.applyCalibration(a.Runs)
+	if l.calDone == u+1 {
+		// Its records are in M: report it with the step that completes,
+		// even if this attempt failed after that.
+		l.pendingCal = &cr
 	}
-	cr := l.core.calibrationReport(l.ro, l.step, l.cal.budget, l.cal.picks, internalRuns(a.Runs))
-	cr.Trigger = l.cal.why
-	m, err := l.m.Add(cr.Records...)
 	if err != nil {
-		return fmt.Errorf("lm2lm: calibration at step %d: %w", l.step, err)
-	}
-	l.m = m
-	l.calDone = l.cal.u + 1
-	l.last = lastCalibration{Step: l.step, Predicted: cr.Predicted, Real: cr.Real}
-	// Its records are in M: report it with the step that completes, even
-	// if this attempt fails below.
-	l.pendingCal = &cr
-	if err := l.pool.Add(cr.Records...); err != nil {
-		return fmt.Errorf("lm2lm: calibration at step %d: %w", l.step, err)
+		return err
 	}
 	// The segment after a calibration uses the new reward function
 	// r(·; M_{u+1}) (METHOD.md §1 On-policy calibration).
 	l.cal, l.rescore, l.ph = calInFlight{}, true, phasePredict
 	return nil
+}
+
+// applyCalibration is the one calibration path of both drivers (the
+// Trainer's Advance and an outside trainer's FinishCalibration): the runs of
+// the calibration in flight, in job order, are accounted, their report made
+// on the picks' predictions under M_u, and their records added to M (M_{u+1},
+// METHOD.md §1 On-policy calibration) and to the pool. A wrong number of runs
+// changes nothing; an error after M was extended leaves M extended (the
+// records were paid for).
+func (l *Loop) applyCalibration(runs []RealRun) (CalibrationReport, error) {
+	if len(runs) != len(l.cal.picks) {
+		return CalibrationReport{}, fmt.Errorf("lm2lm: calibration at step %d: %d runs for %d jobs", l.cal.at, len(runs), len(l.cal.picks))
+	}
+	l.account(runs)
+	cr := l.core.calibrationReport(l.ro, l.cal.at, l.cal.budget, l.cal.picks, internalRuns(runs))
+	cr.Trigger = l.cal.why
+	m, err := l.m.Add(cr.Records...)
+	if err != nil {
+		return cr, fmt.Errorf("lm2lm: calibration at step %d: %w", l.cal.at, err)
+	}
+	l.m = m
+	l.calDone = l.cal.u + 1
+	l.last = lastCalibration{Step: l.cal.at, Predicted: cr.Predicted, Real: cr.Real}
+	if err := l.pool.Add(cr.Records...); err != nil {
+		return cr, fmt.Errorf("lm2lm: calibration at step %d: %w", l.cal.at, err)
+	}
+	return cr, nil
 }
 
 // prepare keeps the informative groups and lets the correction pick its

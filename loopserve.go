@@ -186,7 +186,7 @@ func (l *Loop) Calibrate() (jobs []RunJob, ok bool) {
 	ro := &rolloutData{groups: l.since.groups}
 	l.since = rolloutData{}
 	l.ro, l.ph = ro, phaseCalibrate
-	l.cal = calInFlight{u: u, budget: l.cfg.Schedule.Budgets[u], picks: l.core.calibrationPicks(ro, l.m, l.cfg.Schedule.Budgets[u], l.rng)}
+	l.cal = calInFlight{u: u, budget: l.cfg.Schedule.Budgets[u], at: l.step, picks: l.core.calibrationPicks(ro, l.m, l.cfg.Schedule.Budgets[u], l.rng)}
 	return l.PendingRuns(), true
 }
 
@@ -207,28 +207,39 @@ func (l *Loop) PendingRuns() []RunJob {
 }
 
 // FinishCalibration takes the runs of the calibration in flight, in job
-// order: their records join M and the pool, and the report carries the
-// reliability monitors on them. On an error (a wrong number of runs) the
-// calibration stays in flight.
+// order, through the loop's one calibration path (the Trainer's too): their
+// records join M and the pool, and the report (stepped at the step the point
+// was picked at) carries the reliability monitors on them. Groups scored
+// while the runs went (ScoreGroups under M_u: each segment keeps a fixed
+// reward function, METHOD.md §1 On-policy calibration) stay candidates of
+// the next point. On an error (a wrong number of runs) the calibration stays
+// in flight.
 func (l *Loop) FinishCalibration(runs []RealRun) (CalibrationReport, error) {
 	if l.ph != phaseCalibrate || l.ro == nil {
 		return CalibrationReport{}, fmt.Errorf("lm2lm: no calibration in flight")
 	}
-	if len(runs) != len(l.cal.picks) {
-		return CalibrationReport{}, fmt.Errorf("lm2lm: calibration at step %d: %d runs for %d jobs", l.step, len(runs), len(l.cal.picks))
+	cr, err := l.applyCalibration(runs)
+	if err != nil && l.calDone != l.cal.u+1 {
+		return cr, err
 	}
-	cr := l.core.calibrationReport(l.ro, l.step, l.cal.budget, l.cal.picks, internalRuns(runs))
-	m, err := l.m.Add(cr.Records...)
-	if err != nil {
-		return cr, fmt.Errorf("lm2lm: calibration at step %d: %w", l.step, err)
-	}
-	if err := l.pool.Add(cr.Records...); err != nil {
-		return cr, fmt.Errorf("lm2lm: calibration at step %d: %w", l.step, err)
-	}
-	l.account(runs)
-	l.m = m
-	l.calDone = l.cal.u + 1
-	l.last = lastCalibration{Step: l.step, Predicted: cr.Predicted, Real: cr.Real}
 	l.abandon()
-	return cr, nil
+	return cr, err
+}
+
+// CalibrationInFlight reports whether a calibration's runs are pending
+// (Calibrate until FinishCalibration).
+func (l *Loop) CalibrationInFlight() bool { return l.ph == phaseCalibrate }
+
+// TrimCandidates keeps at most n of the groups scored since the last
+// calibration, dropping the oldest (those of the most stale policy; the
+// greedy top-B of METHOD.md §1 On-policy calibration picks among the
+// current policy's candidates), and returns how many it dropped. A host
+// that scores without bound calls it to bound the loop's memory.
+func (l *Loop) TrimCandidates(n int) int {
+	if n < 0 || len(l.since.groups) <= n {
+		return 0
+	}
+	drop := len(l.since.groups) - n
+	l.since.groups = append([]*group(nil), l.since.groups[drop:]...)
+	return drop
 }

@@ -43,6 +43,9 @@ type inFlight struct {
 	CalBudget int      `json:"cal_budget,omitempty"`
 	CalWhy    string   `json:"cal_why,omitempty"`
 	CalPicks  [][2]int `json:"cal_picks,omitempty"`
+	// CalAt is the step the point was picked at when it differs from the
+	// loop's step (an outside trainer's steps go on while its runs do).
+	CalAt *int `json:"cal_at,omitempty"`
 	// Report is the rollout report so far (from keep on).
 	Report *RolloutReport `json:"report,omitempty"`
 	Kept   []int          `json:"kept,omitempty"`
@@ -123,6 +126,10 @@ func (l *Loop) inFlight() *inFlight {
 	}
 	if l.ph == phaseCalibrate {
 		fl.CalU, fl.CalBudget, fl.CalWhy = l.cal.u, l.cal.budget, l.cal.why
+		if l.cal.at != l.step {
+			at := l.cal.at
+			fl.CalAt = &at
+		}
 		for _, p := range l.cal.picks {
 			fl.CalPicks = append(fl.CalPicks, [2]int{p.g, p.i})
 		}
@@ -186,6 +193,9 @@ func (l *Loop) checkInFlight(cp checkpoint) (*restoredFlight, error) {
 			return nil, fmt.Errorf("calibration pick %v outside the rollout", p)
 		}
 	}
+	if fl.CalAt != nil && (*fl.CalAt < 0 || *fl.CalAt > cp.Step) {
+		return nil, fmt.Errorf("calibration picked at step %d, after the checkpoint's step %d", *fl.CalAt, cp.Step)
+	}
 	for _, k := range fl.Kept {
 		if !ref(k, 0) {
 			return nil, fmt.Errorf("kept group %d outside the rollout", k)
@@ -223,7 +233,10 @@ func (r *restoredFlight) apply(l *Loop) {
 	fl := r.fl
 	l.ph, l.states, l.seeds, l.ro, l.rescore, l.stamp, l.kept = phase(fl.Phase), fl.States, fl.Seeds, r.ro, fl.Rescore, fl.Stamp, fl.Kept
 	if l.ph == phaseCalibrate {
-		l.cal = calInFlight{u: fl.CalU, budget: fl.CalBudget, why: fl.CalWhy}
+		l.cal = calInFlight{u: fl.CalU, budget: fl.CalBudget, at: l.step, why: fl.CalWhy}
+		if fl.CalAt != nil {
+			l.cal.at = *fl.CalAt
+		}
 		for _, p := range fl.CalPicks {
 			l.cal.picks = append(l.cal.picks, ref{p[0], p[1]})
 		}

@@ -134,3 +134,44 @@ func (p *Pool) States(rng *rand.Rand, tasks []Task, n, maxHist int) []State {
 	}
 	return out
 }
+
+// TrimSynthetic keeps at most perTask Synthetic records of each task,
+// dropping the oldest of a task beyond that (real and predicted records are
+// always kept), and returns how many it dropped. Pool order is otherwise
+// kept. A host that adds synthetic records without bound (an environment
+// service scoring an outside trainer's rollouts) calls it to bound the
+// pool's memory; histories are then drawn from the newest synthetic records
+// (METHOD.md §1 Synthetic state expansion). perTask < 0 keeps all.
+func (p *Pool) TrimSynthetic(perTask int) int {
+	if perTask < 0 {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	drop := map[int]bool{}
+	for _, idx := range p.byTask {
+		var syn []int
+		for _, j := range idx {
+			if p.all[j].Source == Synthetic {
+				syn = append(syn, j)
+			}
+		}
+		for _, j := range syn[:max(0, len(syn)-perTask)] {
+			drop[j] = true
+		}
+	}
+	if len(drop) == 0 {
+		return 0
+	}
+	all := make([]Record, 0, len(p.all)-len(drop))
+	byTask := map[string][]int{}
+	for j, r := range p.all {
+		if drop[j] {
+			continue
+		}
+		byTask[r.Task.ID] = append(byTask[r.Task.ID], len(all))
+		all = append(all, r)
+	}
+	p.all, p.byTask = all, byTask
+	return len(drop)
+}
