@@ -18,11 +18,15 @@ import (
 // cgroupHost is where this host lets the grader make a run's cgroups: a
 // cgroup v2 directory with the memory and pids controllers enabled for
 // its children, else the cgroup v1 memory and pids hierarchies, else none.
+// The cpu controller is optional: cpu (v1: its hierarchy's parent) is ""
+// and noCPU says why when the host does not give it.
 type cgroupHost struct {
 	version string // "v2", "v1" or ""
 	v2      string // the parent of v2 run cgroups
 	memory  string // v1: the parents of run cgroups in the memory and pids hierarchies
 	pids    string
+	cpu     string // v2: the same as v2; v1: the parent in the cpu hierarchy
+	noCPU   string
 	why     string // why there is none
 }
 
@@ -73,19 +77,38 @@ func findCgroups() cgroupHost {
 		own := v2mount.join(paths[""])
 		ctl, _ := os.ReadFile(filepath.Join(own, "cgroup.controllers"))
 		if hasWords(string(ctl), "memory", "pids") && own != v2mount.point {
-			return cgroupHost{version: "v2", v2: filepath.Dir(own)}
+			h := cgroupHost{version: "v2", v2: filepath.Dir(own)}
+			if hasWords(string(ctl), "cpu") { // the parent delegates it to its children, run cgroups included
+				h.cpu = h.v2
+			} else {
+				h.noCPU = "the cgroup v2 parent " + h.v2 + " does not delegate the cpu controller"
+			}
+			return h
 		}
 		if own == v2mount.point { // the root cgroup may delegate with processes in it
-			sub, _ := os.ReadFile(filepath.Join(own, "cgroup.subtree_control"))
+			subFile := filepath.Join(own, "cgroup.subtree_control")
+			sub, _ := os.ReadFile(subFile)
 			if hasWords(string(sub), "memory", "pids") ||
-				os.WriteFile(filepath.Join(own, "cgroup.subtree_control"), []byte("+memory +pids"), 0) == nil {
-				return cgroupHost{version: "v2", v2: own}
+				os.WriteFile(subFile, []byte("+memory +pids"), 0) == nil {
+				h := cgroupHost{version: "v2", v2: own}
+				if err := os.WriteFile(subFile, []byte("+cpu"), 0); err == nil || hasWords(string(sub), "cpu") {
+					h.cpu = own
+				} else {
+					h.noCPU = "cannot enable the cgroup v2 cpu controller: " + err.Error()
+				}
+				return h
 			}
 		}
 	}
 	mem, pids := v1mounts["memory"], v1mounts["pids"]
 	if mem != nil && pids != nil && paths["memory"] != "" && paths["pids"] != "" {
-		return cgroupHost{version: "v1", memory: mem.join(paths["memory"]), pids: pids.join(paths["pids"])}
+		h := cgroupHost{version: "v1", memory: mem.join(paths["memory"]), pids: pids.join(paths["pids"])}
+		if cpu := v1mounts["cpu"]; cpu != nil && paths["cpu"] != "" {
+			h.cpu = cpu.join(paths["cpu"])
+		} else {
+			h.noCPU = "no cgroup v1 cpu hierarchy"
+		}
+		return h
 	}
 	return cgroupHost{why: "no cgroup v2 with the memory and pids controllers, and no cgroup v1 memory and pids hierarchies"}
 }
@@ -103,7 +126,7 @@ func (m *cgroupMount) join(p string) string {
 }
 
 // cgroupMounts parses mountinfo(5): the first cgroup2 mount and the
-// cgroup v1 mount of each controller.
+// cgroup v1 mount of the memory, pids and cpu controllers.
 func cgroupMounts(mountinfo []byte) (*cgroupMount, map[string]*cgroupMount) {
 	var v2 *cgroupMount
 	v1 := map[string]*cgroupMount{}
@@ -122,7 +145,7 @@ func cgroupMounts(mountinfo []byte) (*cgroupMount, map[string]*cgroupMount) {
 			}
 		case "cgroup":
 			for _, o := range strings.Split(g[2], ",") {
-				if o == "memory" || o == "pids" {
+				if o == "memory" || o == "pids" || o == "cpu" {
 					v1[o] = m
 				}
 			}
@@ -164,17 +187,27 @@ func hasWords(s string, words ...string) bool {
 	return true
 }
 
-// runCgroup is the cgroup (v2) or cgroups (v1: memory and pids) of one run.
+// runCgroup is the cgroup (v2) or cgroups (v1: memory, pids and cpu) of
+// one run.
 type runCgroup struct {
 	version string
 	dirs    []string // to join, and to remove afterwards
 	memDir  string
+	cpu     bool   // the run has a CPU share of its own
+	noCPU   string // else why not
 }
 
+// cpuPeriod is the period of a run's CPU quota, in microseconds (the
+// kernel's default).
+const cpuPeriod = 100_000
+
 // newRunCgroup makes a run's cgroup with a memory limit of memory bytes
-// (0: none; swap included where the host accounts it) and a limit of
-// procs processes and threads.
-func newRunCgroup(h cgroupHost, memory int64, procs int) (*runCgroup, error) {
+// (0: none; swap included where the host accounts it), a limit of procs
+// processes and threads and, where the host gives the cpu controller, the
+// same CPU weight as every other run and a quota of cpus CPUs (0: none).
+// Without the cpu controller the run gets the other limits, and noCPU
+// says why.
+func newRunCgroup(h cgroupHost, memory int64, procs int, cpus float64) (*runCgroup, error) {
 	name := fmt.Sprintf("lm2lm-grade-%d-%d", os.Getpid(), cgroupSeq.Add(1))
 	rc := &runCgroup{version: h.version}
 	mk := func(parent string) (string, error) {
@@ -236,6 +269,45 @@ func newRunCgroup(h cgroupHost, memory int64, procs int) (*runCgroup, error) {
 		rc.remove()
 		return nil, fmt.Errorf("cgroup %s: %w", h.version, err)
 	}
+	if h.cpu == "" {
+		rc.noCPU = h.noCPU
+		return rc, nil
+	}
+	quota := "max"
+	if cpus > 0 {
+		quota = strconv.FormatInt(max(int64(cpus*cpuPeriod+0.5), 1000), 10)
+	}
+	err = func() error {
+		if h.version == "v2" { // the run's one cgroup, made above
+			if err := set(rc.memDir, "cpu.weight", "100"); err != nil {
+				return err
+			}
+			return set(rc.memDir, "cpu.max", quota+" "+strconv.Itoa(cpuPeriod))
+		}
+		d, err := mk(h.cpu)
+		if err != nil {
+			return err
+		}
+		if quota == "max" {
+			quota = "-1"
+		}
+		if err := set(d, "cpu.shares", "1024"); err != nil {
+			return err
+		}
+		if err := set(d, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err != nil {
+			return err
+		}
+		return set(d, "cpu.cfs_quota_us", quota)
+	}()
+	if err != nil {
+		if h.version == "v1" && len(rc.dirs) == 3 { // the cpu cgroup was made: drop it alone
+			_ = syscall.Rmdir(rc.dirs[2])
+			rc.dirs = rc.dirs[:2]
+		}
+		rc.noCPU = fmt.Sprintf("cgroup %s cpu: %v", h.version, err)
+		return rc, nil
+	}
+	rc.cpu = true
 	return rc, nil
 }
 

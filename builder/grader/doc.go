@@ -27,18 +27,25 @@
 // re-execution of this binary) that is a child subreaper. Enforced, where
 // the host allows (Grade.Sandbox says what a run had; Config.RequireIsolation
 // turns a shortfall into ErrIsolation): a user id of the run's own from
-// Config.UIDFirst..UIDCount (as root); private PID, network, mount and IPC
-// namespaces (no network, no host Unix socket, private /tmp, /var/tmp,
-// /dev/shm and /run, every task directory and Task.Hide masked, every
-// process of the run killed when it ends); cgroup v2 or v1 limits on the
-// memory and processes of the whole run (Config.Memory, Config.Processes;
-// as root); per process RLIMIT_AS, RLIMIT_FSIZE, a CPU-time backstop and
-// no core dumps; no_new_privs; a wall-clock limit (Config.Timeout); a
-// minimal environment (PATH, HOME, TMPDIR, LANG, PYTHONHASHSEED and one
-// BLAS thread; no proxies, no keys). Not enforced: a system-call filter,
-// CPU shares, disk use in the run directory beyond the file-size limit,
-// and a file-system view narrower than "what the run's user may read,
-// less the masked directories".
+// Config.UIDFirst..UIDCount (as root); a session of its own, with no
+// controlling terminal; private PID, network, mount and IPC namespaces (no
+// network, no host Unix socket, no terminal device, the run directory and
+// /tmp, /var/tmp, /dev/shm and /run each a private tmpfs bounded by
+// Config.Memory and Config.Inodes, every task directory and Task.Hide
+// masked, every process of the run killed when it ends); cgroup v2 or v1
+// limits on the memory and processes of the whole run (Config.Memory,
+// Config.Processes; as root) and, where the host gives the cpu controller,
+// an equal CPU weight and at most Config.CPUs CPUs; per process RLIMIT_AS,
+// RLIMIT_FSIZE, a CPU-time backstop and no core dumps; no_new_privs; a
+// wall-clock limit (Config.Timeout); a minimal environment (PATH, HOME,
+// TMPDIR, LANG, PYTHONHASHSEED and one BLAS thread; no proxies, no keys).
+// The run directory is removed after every grade, however deep the tree a
+// run left; a failure is named in Grade.Detail and logged. Not enforced: a
+// system-call filter, CPU shares without the cpu controller, disk use
+// without a mount namespace (the run directory is then on
+// Config.TempDir's file system, each file bounded by the file-size limit
+// only), and a file-system view narrower than "what the run's user may
+// read, less the masked directories".
 //
 // # Concurrency and I/O
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,9 +33,12 @@ type Config struct {
 	// scikit-learn with one BLAS thread peak near 200 MB). It is the
 	// address-space limit of each process (RLIMIT_AS) and, where the host
 	// has cgroups (Grade.Sandbox.Cgroup), the limit of the whole run: all
-	// its processes and what it writes to its private /tmp and /dev/shm.
-	// 0 = no limit. Exceeding it is a runtime error (ErrorType
-	// "MemoryError").
+	// its processes and what it writes to its directory, /tmp and /dev/shm
+	// (each a private tmpfs). With a mount namespace it is also the size=
+	// of each of those tmpfs (the run directory's: Memory bytes beyond the
+	// inputs), so that a run cannot fill a disk it shares. 0 = no limit
+	// (the tmpfs get the kernel's default, half of RAM). Exceeding it is a
+	// runtime error (ErrorType "MemoryError").
 	Memory int64
 	// FileSize is the largest file a run may write (RLIMIT_FSIZE); default
 	// 64 MiB. 0 = no limit.
@@ -42,6 +46,21 @@ type Config struct {
 	// Processes bounds the processes and threads of a whole run (the
 	// cgroup's pids.max, where the host has cgroups); default 256.
 	Processes int
+	// CPUs bounds the CPU time of a whole run, in CPUs: the cgroup's
+	// cpu.max (cgroup v2) or cpu.cfs_quota_us (v1), where the host gives
+	// the cpu controller (Grade.Sandbox.CPU); default 1. Every run's cgroup
+	// also gets the same CPU weight (cpu.weight 100, cpu.shares 1024), so
+	// that concurrent runs share the CPUs equally however many processes
+	// each starts. 0 = no cap, the equal weight only.
+	CPUs float64
+	// Inodes bounds the files and directories a run may make in each of
+	// its file systems: nr_inodes of the private tmpfs that holds its
+	// directory and of those on /tmp, /var/tmp, /dev/shm and /run, where
+	// it has a mount namespace (Grade.Sandbox.Mount); default 65,536.
+	// 0 = the kernel's default (half the pages of RAM). Without a mount
+	// namespace the run directory is on Config.TempDir's file system and
+	// nothing bounds its files.
+	Inodes int
 	// Isolate asks for the sandbox (docs/sandbox.md): private PID,
 	// network, mount and IPC namespaces (no network at all, a private /tmp,
 	// /dev/shm and /run, the task directories and Task.Hide masked, every
@@ -69,12 +88,16 @@ type Config struct {
 	// KillGrace is the wait between SIGTERM and SIGKILL of the run's process
 	// group on timeout or cancel; default 1 s.
 	KillGrace time.Duration
+	// Logger receives what the grader could not clean up after a run (a
+	// run directory it failed to remove, also named in Grade.Detail);
+	// nil = slog.Default().
+	Logger *slog.Logger
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{Python: "/usr/bin/python3", Timeout: 120 * time.Second, Memory: 1 << 30, FileSize: 64 << 20,
-		Processes: 256, Isolate: true, UIDFirst: 2_000_000_000, UIDCount: 1000, LogTail: 4 << 10, KillGrace: time.Second}
+		Processes: 256, CPUs: 1, Inodes: 1 << 16, Isolate: true, UIDFirst: 2_000_000_000, UIDCount: 1000, LogTail: 4 << 10, KillGrace: time.Second}
 }
 
 // Validate reports the first problem with c.
@@ -88,6 +111,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("grader: Memory = %d, FileSize = %d, want ≥ 0", c.Memory, c.FileSize)
 	case c.Processes < 1:
 		return fmt.Errorf("grader: Processes = %d, want > 0", c.Processes)
+	case !(c.CPUs >= 0 && c.CPUs <= 1<<20) || c.Inodes < 0:
+		return fmt.Errorf("grader: CPUs = %g, Inodes = %d, want ≥ 0", c.CPUs, c.Inodes)
 	case c.UIDFirst < 1 || c.UIDCount < 1 || int64(c.UIDFirst)+int64(c.UIDCount) > 1<<31-1:
 		return fmt.Errorf("grader: UIDFirst = %d, UIDCount = %d, want a range of positive ids below 2^31", c.UIDFirst, c.UIDCount)
 	case c.RequireIsolation && !c.Isolate:
@@ -132,13 +157,18 @@ type Grade struct {
 type Isolation struct {
 	// Network, PID and Mount: the run had private network, PID and mount
 	// (and IPC) namespaces: no network, its processes killed when it
-	// ended, private /tmp, /dev/shm and /run, task files masked.
+	// ended, its directory on a tmpfs of its own (Config.Memory bytes
+	// beyond its inputs, Config.Inodes files), private /tmp, /dev/shm
+	// and /run, task files masked, no terminal device.
 	Network, PID, Mount bool
 	// UID is the run's own user id (0 when it ran as the grader's user).
 	UID int
 	// Cgroup is "v2" or "v1" when Config.Memory and Config.Processes
 	// bounded the whole run, "" when they bounded each process only.
 	Cgroup string
+	// CPU: the run's cgroup had the cpu controller, the same CPU weight
+	// as every other run and at most Config.CPUs CPUs.
+	CPU bool
 	// Missing says what the host could not give, "" when nothing.
 	Missing string
 }

@@ -3,6 +3,7 @@ package grader
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -213,6 +214,9 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Memory = -1 },
 		func(c *Config) { c.LogTail = 0 },
 		func(c *Config) { c.Processes = 0 },
+		func(c *Config) { c.CPUs = -1 },
+		func(c *Config) { c.CPUs = math.NaN() },
+		func(c *Config) { c.Inodes = -1 },
 	} {
 		c := DefaultConfig()
 		edit(&c)

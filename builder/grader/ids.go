@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/lm2lm/lm2lm/records"
 )
 
 // rowIDs maps the ids a run sees to the task's own row ids. Each grade
@@ -103,7 +105,7 @@ func (ids rowIDs) translate(sub map[string]string) (map[string]string, error) {
 			t = "unknown id " + id
 		}
 		if _, dup := out[t]; dup {
-			return nil, fmt.Errorf("%w: task row %q given twice", ErrSubmission, t)
+			return nil, fmt.Errorf("%w: task row %q given twice", ErrSubmission, records.Excerpt(t))
 		}
 		out[t] = v
 	}

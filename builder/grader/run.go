@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/reward"
 )
 
@@ -53,16 +55,21 @@ type status struct {
 // copies of t.Inputs whose id columns are relabelled for this grade (ids a
 // fresh random permutation, test rows shuffled, so that an id says nothing
 // about its row; the submission's ids are mapped back before scoring),
-// inside the sandbox of docs/sandbox.md: its own user when root, private
-// namespaces, cgroup limits for the whole run, RLIMIT_AS, RLIMIT_FSIZE and
+// inside the sandbox of docs/sandbox.md: its own user when root, a
+// session of its own (no controlling terminal), private namespaces (the
+// directory then a tmpfs of the run's own), cgroup limits for the whole
+// run (memory, processes, a CPU share), RLIMIT_AS, RLIMIT_FSIZE and
 // RLIMIT_CPU per process, and the environment PATH=/usr/bin:/bin, HOME and
 // TMPDIR set to the directory, LANG=C.UTF-8, PYTHONHASHSEED=0 and one
 // BLAS/OpenMP thread; nothing else of this process's environment (no
 // proxies, no keys) reaches it. Every process of the run is gone when Grade
-// returns. Errors are only for machinery: a done ctx (wrapped ctx.Err()),
-// unreadable task files (ErrTask), a missing interpreter (errStart), a
-// sandbox the host cannot give under RequireIsolation (ErrIsolation).
-func (g *Grader) Grade(ctx context.Context, t Task, code string) (Grade, error) {
+// returns, and the directory is removed (a failure to remove it is named in
+// the grade's Detail and logged, see Config.Logger). Errors are only for
+// machinery: a done ctx (wrapped ctx.Err()), unreadable task files
+// (ErrTask), a missing interpreter or a host that cannot hand back what a
+// run left (errStart), a sandbox the host cannot give under
+// RequireIsolation (ErrIsolation).
+func (g *Grader) Grade(ctx context.Context, t Task, code string) (gr Grade, err error) {
 	if err := ctx.Err(); err != nil {
 		return Grade{}, fmt.Errorf("grader: %w", err)
 	}
@@ -84,12 +91,22 @@ func (g *Grader) Grade(ctx context.Context, t Task, code string) (Grade, error) 
 	if err != nil {
 		return Grade{}, fmt.Errorf("%w: %w", errStart, err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		// Every process of the run is gone: nothing changes the tree now.
+		rerr := removeRunDir(dir)
+		if rerr == nil {
+			return
+		}
+		g.logger().Warn("grader: run directory not removed", "task", records.Excerpt(t.ID), "dir", dir, "err", rerr)
+		if err == nil {
+			gr.Detail = boundDetail(strings.TrimPrefix(gr.Detail+"; ", "; ") + fmt.Sprintf("run directory %s not removed: %v", dir, rerr))
+		}
+	}()
 	ids, err := g.stage(t, dir, code, uid, answers)
 	if err != nil {
 		return Grade{}, err
 	}
-	gr, err := g.run(ctx, t, dir, uid)
+	gr, err = g.run(ctx, t, dir, uid)
 	if err != nil {
 		return Grade{}, err
 	}
@@ -104,12 +121,47 @@ func (g *Grader) Grade(ctx context.Context, t Task, code string) (Grade, error) 
 	return finish(t, gr)
 }
 
+// logger is where the grader reports what it could not clean up.
+func (g *Grader) logger() *slog.Logger {
+	if g.cfg.Logger != nil {
+		return g.cfg.Logger
+	}
+	return slog.Default()
+}
+
+// maxDetail bounds Grade.Detail and maxErrorType Grade.ErrorType, in
+// bytes: both quote what a solution wrote (its submission, its status
+// file), and a megabyte of hostile output must not become a megabyte of
+// grade. Every value quoted inside Detail is itself cut by
+// records.Excerpt.
+const (
+	maxDetail    = 1 << 10
+	maxErrorType = records.MaxExcerpt
+)
+
+// boundDetail returns s cut to at most maxDetail bytes (on a rune
+// boundary), the cut marked with "…" and the full length.
+func boundDetail(s string) string {
+	if len(s) <= maxDetail {
+		return s
+	}
+	cut := maxDetail - 32 // room for the marker
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
 func finish(t Task, gr Grade) (Grade, error) {
 	s, err := reward.LadderScore(gr.Status, gr.Percentile)
 	if err != nil {
-		return Grade{}, fmt.Errorf("grader: %s: %w", t.ID, err)
+		return Grade{}, fmt.Errorf("grader: %s: %w", records.Excerpt(t.ID), err)
 	}
 	gr.Score = s
+	gr.Detail = boundDetail(gr.Detail)
+	if len(gr.ErrorType) > maxErrorType {
+		gr.ErrorType = records.Excerpt(gr.ErrorType)
+	}
 	return gr, nil
 }
 
@@ -261,7 +313,8 @@ func (g *Grader) run(ctx context.Context, t Task, dir string, uid int) (Grade, e
 	sp := sandboxSpec{Python: g.cfg.Python, Env: env(dir), Dir: dir, UID: uid, GID: uid,
 		Args: []string{"-I", "-c", runnerSource, "solution.py", ".status.json",
 			strconv.FormatInt(g.cfg.Memory, 10), strconv.FormatInt(g.cfg.FileSize, 10), strconv.FormatInt(cpu, 10)},
-		Private: privateDirs, Hide: g.hidden(t), TmpSize: g.cfg.Memory}
+		Private: privateDirs, Hide: g.hidden(t), TmpSize: g.cfg.Memory, Inodes: g.cfg.Inodes,
+		Keep: []keepFile{{".status.json", statusMax}, {Submission, MaxSubmissionBytes}}}
 	var missing []string
 	if uid < 0 {
 		missing = append(missing, "a user of the run's own (not root)")
@@ -269,7 +322,7 @@ func (g *Grader) run(ctx context.Context, t Task, dir string, uid int) (Grade, e
 	var cg *runCgroup
 	if h := detectCgroups(); h.version == "" {
 		missing = append(missing, "cgroup limits ("+h.why+")")
-	} else if c, err := newRunCgroup(h, g.cfg.Memory, g.cfg.Processes); err != nil {
+	} else if c, err := newRunCgroup(h, g.cfg.Memory, g.cfg.Processes, g.cfg.CPUs); err != nil {
 		missing = append(missing, "cgroup limits ("+err.Error()+")")
 	} else {
 		cg = c
@@ -278,6 +331,11 @@ func (g *Grader) run(ctx context.Context, t Task, dir string, uid int) (Grade, e
 	}
 	if g.cfg.RequireIsolation && len(missing) > 0 {
 		return Grade{}, fmt.Errorf("%w: no %s", ErrIsolation, strings.Join(missing, ", no "))
+	}
+	if cg != nil && !cg.cpu {
+		// Not required: a host with memory and pids limits but no cpu
+		// controller still runs, and says so.
+		missing = append(missing, "a CPU share ("+cg.noCPU+")")
 	}
 	rctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
@@ -311,13 +369,16 @@ func (g *Grader) run(ctx context.Context, t Task, dir string, uid int) (Grade, e
 	gr := Grade{Wall: time.Since(start), Log: tail.String(), Isolated: ns,
 		Sandbox: Isolation{Network: ns, PID: ns, Mount: ns, UID: max(uid, 0), Missing: strings.Join(missing, "; ")}}
 	if cg != nil {
-		gr.Sandbox.Cgroup = cg.version
+		gr.Sandbox.Cgroup, gr.Sandbox.CPU = cg.version, cg.cpu
 	}
 	if ctx.Err() != nil {
 		return Grade{}, fmt.Errorf("grader: %w", ctx.Err())
 	}
 	if e.start != "" {
 		return Grade{}, fmt.Errorf("%w: %s: %s", errStart, g.cfg.Python, e.start)
+	}
+	if e.host != "" {
+		return Grade{}, fmt.Errorf("%w: run directory %s: %s", errStart, dir, e.host)
 	}
 	st := readStatus(filepath.Join(dir, ".status.json"))
 	failed, how := e.failed()
@@ -341,11 +402,14 @@ func (g *Grader) run(ctx context.Context, t Task, dir string, uid int) (Grade, e
 	return gr, nil
 }
 
+// statusMax bounds the runner's status file.
+const statusMax = 1 << 16
+
 // readStatus reads the runner's status file; anything unusable (missing,
 // not a regular file, too long, not JSON) reads as no status.
 func readStatus(path string) status {
 	var st status
-	b, err := readRunFile(path, 1<<16)
+	b, err := readRunFile(path, statusMax)
 	if err != nil || json.Unmarshal(b, &st) != nil {
 		return status{}
 	}
@@ -371,9 +435,17 @@ func (g *Grader) start(ctx context.Context, sp sandboxSpec, ns bool, out io.Writ
 	defer rep.Close()
 	cmd := exec.Command(sandboxExe)
 	cmd.Env = []string{sandboxEnv + "=" + string(spec)}
-	cmd.Stdout, cmd.Stderr = out, out
+	// No descriptor of the grader's terminal reaches the run: stdin is
+	// /dev/null (a nil Stdin), stdout and stderr are pipes (out is no
+	// *os.File), and every other descriptor of this process is close-on-
+	// exec.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, out, out
 	cmd.ExtraFiles = []*os.File{repW} // fd 3 (reportFD)
-	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// A session of its own (it is also its process group's leader): the
+	// init and the run have no controlling terminal, so /dev/tty opens to
+	// nothing and TIOCSTI cannot queue input to the terminal the grader
+	// was started from. No Setctty: the session never gets one.
+	attr := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if ns {
 		attr.Cloneflags = syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
 		if os.Geteuid() != 0 {

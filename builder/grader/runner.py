@@ -6,11 +6,14 @@
 # to tell a syntax error from a runtime error; the submission is checked by
 # the grader itself.
 import json
+import os
 import resource
 import sys
 import traceback
 
-sol, status_path = sys.argv[1], sys.argv[2]
+# The status file's path is made absolute now: a solution may change its
+# working directory before the runner writes what happened.
+sol, status_path = sys.argv[1], os.path.abspath(sys.argv[2])
 mem, fsize, cpu = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 
 

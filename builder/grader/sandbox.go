@@ -2,7 +2,9 @@ package grader
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -44,11 +46,18 @@ type sandboxSpec struct {
 	UID int `json:"uid"`
 	GID int `json:"gid"`
 	// Mount asks for the private mounts (the init is in a new mount
-	// namespace): fresh tmpfs on Private, Hide masked, a fresh /proc.
+	// namespace): fresh tmpfs on Private and on Dir (holding a copy of
+	// what the grader staged), Hide and the terminals masked, a fresh
+	// /proc (setupMounts).
 	Mount   bool     `json:"mount"`
 	Private []string `json:"private"`
 	Hide    []string `json:"hide"`
 	TmpSize int64    `json:"tmp_size"` // size= of the private tmpfs; 0: the kernel's default
+	Inodes  int      `json:"inodes"`   // nr_inodes= of the private tmpfs; 0: the kernel's default
+	// Keep are the files of the run directory that the init copies back to
+	// the grader's directory (Dir on the host) when the run has ended; with
+	// Mount the run writes to a tmpfs of its own mounted over Dir.
+	Keep []keepFile `json:"keep"`
 	// Cgroups are directories the init joins before starting the run.
 	Cgroups []string `json:"cgroups"`
 	// DropCaps: the init is root in a user namespace of its own; the run,
@@ -57,16 +66,28 @@ type sandboxSpec struct {
 	DropCaps bool `json:"drop_caps"`
 }
 
-// The init's report on fd 3, one line: "exit N", "signal N", or
-// "setup <message>" when the sandbox could not be set up (nothing ran).
+// keepFile is a file the grader reads after a run, and the most bytes it
+// reads of it.
+type keepFile struct {
+	Name string `json:"name"`
+	Max  int64  `json:"max"`
+}
+
+// The init's report on fd 3, one line: "exit N", "signal N", "setup
+// <message>" when the sandbox could not be set up (nothing ran), "start
+// <message>" when the interpreter could not be started, or "host
+// <message>" when what the run left could not be handed back to the
+// grader (a host failure, not the run's).
 const reportFD = 3
 
-// runSandbox is the init of one run. It becomes a child subreaper, sets
+// runSandbox is the init of one run, started by the grader in a session
+// of its own (no controlling terminal). It becomes a child subreaper, sets
 // up the mounts and joins the cgroups it is given, starts the interpreter
-// as its child (as the run's user, in a process group of its own, with
-// no_new_privs), waits for it, kills every remaining descendant and
-// reports how the interpreter ended. In a new PID namespace it is PID 1:
-// its exit kills whatever is left in the namespace.
+// as its child (as the run's user, in a process group of its own inside
+// that session, with no_new_privs), waits for it, kills every remaining
+// process of the run, copies the kept files out of the run's tmpfs (with
+// Mount) and reports how the interpreter ended. In a new PID namespace it
+// is PID 1: its exit would kill whatever is left in the namespace.
 func runSandbox(specJSON string) int {
 	report := os.NewFile(reportFD, "report")
 	syscall.CloseOnExec(reportFD)
@@ -84,8 +105,10 @@ func runSandbox(specJSON string) int {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
 		return say("setup subreaper: %v", e)
 	}
+	var host, run *os.File // with Mount: the grader's run directory and the run's tmpfs over it
 	if sp.Mount {
-		if err := setupMounts(sp); err != nil {
+		var err error
+		if host, run, err = setupMounts(sp); err != nil {
 			return say("setup mount: %v", err)
 		}
 	}
@@ -126,11 +149,19 @@ func runSandbox(specJSON string) int {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 	}
-	if os.Getpid() != 1 {
-		// PID 1 of a namespace needs no scan: its exit kills every process
-		// left in the namespace, and the grader's wait for it returns once
-		// they are gone. (A scan could miss them where /proc is the host's.)
+	if os.Getpid() == 1 {
+		// PID 1 of a namespace: kill(-1) reaches every other process of
+		// the namespace and nothing outside it (a scan of /proc could miss
+		// them where /proc is the host's). They are gone before what the
+		// run left is copied back.
+		killNamespace()
+	} else {
 		reap.KillDescendants()
+	}
+	if sp.Mount {
+		if err := copyOut(run, host, sp.Keep); err != nil {
+			return say("host %v", err)
+		}
 	}
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
@@ -151,32 +182,48 @@ const (
 // tmpfs (so /tmp, /dev/shm, /run and what lives there, host Unix sockets
 // included, are out of sight, and what the run writes there dies with the
 // namespace), every path of sp.Hide is masked (a directory by an empty
-// read-only tmpfs, a file by /dev/null), the run directory is bound back
-// at its own path when a mask covered it, and /proc is remounted for the
-// new PID namespace.
-func setupMounts(sp sandboxSpec) error {
+// read-only tmpfs, a file by /dev/null), the terminals are masked
+// (maskTerminals), the run directory gets a tmpfs of its own holding a
+// copy of what the grader staged there, and /proc is remounted for the new
+// PID namespace. Every tmpfs has size=sp.TmpSize and nr_inodes=sp.Inodes
+// (the run directory's that much beyond its staged files), so what a run
+// writes cannot fill a file system another run or the host uses, and
+// disappears with the namespace however many files it made. It returns
+// the grader's run directory (host, under the new tmpfs) and the run's
+// tmpfs (run), for copyOut.
+func setupMounts(sp sandboxSpec) (host, run *os.File, err error) {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make / private: %w", err)
+		return nil, nil, fmt.Errorf("make / private: %w", err)
 	}
-	dirFD, err := syscall.Open(sp.Dir, unix.O_PATH|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	host, err = os.OpenFile(sp.Dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return fmt.Errorf("open run directory: %w", err)
+		return nil, nil, fmt.Errorf("open run directory: %w", err)
 	}
-	defer syscall.Close(dirFD)
-	var before syscall.Stat_t
-	if err := syscall.Fstat(dirFD, &before); err != nil {
-		return err
+	defer func() {
+		if err != nil {
+			host.Close()
+			if run != nil {
+				run.Close()
+			}
+		}
+	}()
+	staged, err := host.ReadDir(-1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read run directory: %w", err)
 	}
-	opts := "mode=1777"
-	if sp.TmpSize > 0 {
-		opts += ",size=" + strconv.FormatInt(sp.TmpSize, 10)
+	var stagedBytes int64
+	for _, e := range staged {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			stagedBytes += fi.Size()
+		}
 	}
+	opts := "mode=1777" + tmpfsLimits(sp.TmpSize, sp.Inodes)
 	for _, p := range sp.Private {
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
 			continue // absent, or a symbolic link into another private directory (/var/run → /run)
 		}
 		if err := syscall.Mount("tmpfs", p, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
-			return fmt.Errorf("tmpfs on %s: %w", p, err)
+			return nil, nil, fmt.Errorf("tmpfs on %s: %w", p, err)
 		}
 	}
 	for _, p := range sp.Hide {
@@ -190,29 +237,193 @@ func setupMounts(sp sandboxSpec) error {
 			err = syscall.Mount("/dev/null", p, "", syscall.MS_BIND, "")
 		}
 		if err != nil {
-			return fmt.Errorf("hide %s: %w", p, err)
+			return nil, nil, fmt.Errorf("hide %s: %w", p, err)
 		}
 	}
-	var now syscall.Stat_t
-	if err := syscall.Stat(sp.Dir, &now); err != nil || now.Dev != before.Dev || now.Ino != before.Ino {
-		if err := os.MkdirAll(sp.Dir, 0o755); err != nil {
-			return fmt.Errorf("run directory: %w", err)
+	if err := maskTerminals(); err != nil {
+		return nil, nil, err
+	}
+	// The run directory: absent here when a private tmpfs or a mask
+	// covers it, made again (a read-only mask refuses, and the sandbox
+	// cannot be set up); then a tmpfs of its own on it.
+	if err := os.MkdirAll(sp.Dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("run directory: %w", err)
+	}
+	size := sp.TmpSize
+	if size > 0 {
+		size += stagedBytes
+	}
+	inodes := sp.Inodes
+	if inodes > 0 {
+		inodes += len(staged) + 1
+	}
+	ropts := "mode=0700" + tmpfsLimits(size, inodes)
+	if sp.UID >= 0 {
+		ropts += fmt.Sprintf(",uid=%d,gid=%d", sp.UID, sp.GID)
+	}
+	if err := syscall.Mount("tmpfs", sp.Dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, ropts); err != nil {
+		return nil, nil, fmt.Errorf("tmpfs on the run directory: %w", err)
+	}
+	if run, err = os.OpenFile(sp.Dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0); err != nil {
+		return nil, nil, fmt.Errorf("open the run directory's tmpfs: %w", err)
+	}
+	for _, e := range staged {
+		if !e.Type().IsRegular() {
+			continue // the grader stages regular files only
 		}
-		if err := syscall.Mount("/proc/self/fd/"+strconv.Itoa(dirFD), sp.Dir, "", syscall.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind run directory: %w", err)
+		if err := copyAt(host, run, e.Name(), -1, sp.UID, sp.GID, 0o644); err != nil {
+			return nil, nil, fmt.Errorf("copy %s into the run directory: %w", e.Name(), err)
 		}
 	}
 	// A fresh /proc shows the run's own PID namespace only. Some kernels
 	// refuse it inside containers; the run then sees the host's /proc,
 	// where it can signal nothing outside its namespace.
 	_ = syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "")
+	return host, run, nil
+}
+
+// tmpfsLimits is the size= and nr_inodes= options of a tmpfs (none for 0:
+// the kernel's defaults).
+func tmpfsLimits(size int64, inodes int) string {
+	var o string
+	if size > 0 {
+		o += ",size=" + strconv.FormatInt(size, 10)
+	}
+	if inodes > 0 {
+		o += ",nr_inodes=" + strconv.Itoa(inodes)
+	}
+	return o
+}
+
+// maskTerminals hides the terminals from the run in its mount namespace,
+// behind the new session that already leaves it no controlling terminal:
+// /dev/tty becomes a read-only empty file of mode 0, which the run (no
+// capability, and not its owner as a root grader's run; on a read-only
+// mount either way) cannot open, and /dev/pts an empty read-only tmpfs:
+// no pseudo-terminal slave can be opened, and /dev/ptmx, which finds its
+// devpts at /dev/pts, makes none. The mask file lives on a first tmpfs on
+// /dev/pts that the empty one then covers.
+func maskTerminals() error {
+	const flags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC
+	fi, err := os.Stat("/dev/pts")
+	if err != nil || !fi.IsDir() {
+		return nil // no pseudo-terminals here, and nowhere for the mask file
+	}
+	if err := syscall.Mount("tmpfs", "/dev/pts", "tmpfs", flags, "mode=0555,size=4k,nr_inodes=4"); err != nil {
+		return fmt.Errorf("tmpfs on /dev/pts: %w", err)
+	}
+	if _, err := os.Lstat("/dev/tty"); err == nil {
+		const mask = "/dev/pts/tty"
+		fd, err := syscall.Open(mask, syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("mask /dev/tty: %w", err)
+		}
+		syscall.Close(fd)
+		if err := syscall.Mount(mask, "/dev/tty", "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mask /dev/tty: %w", err)
+		}
+		if err := syscall.Mount("", "/dev/tty", "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY|flags, ""); err != nil {
+			return fmt.Errorf("mask /dev/tty read-only: %w", err)
+		}
+	}
+	if err := syscall.Mount("tmpfs", "/dev/pts", "tmpfs", syscall.MS_RDONLY|flags, "mode=0555,size=4k,nr_inodes=4"); err != nil {
+		return fmt.Errorf("read-only tmpfs on /dev/pts: %w", err)
+	}
 	return nil
+}
+
+// killNamespace, in PID 1 of a PID namespace, kills every other process
+// of the namespace and reaps them all: as PID 1 (a subreaper too) it is
+// the parent of every orphan.
+func killNamespace() {
+	_ = syscall.Kill(-1, syscall.SIGKILL)
+	for {
+		_, err := syscall.Wait4(-1, nil, 0, nil)
+		if err != nil && !errors.Is(err, syscall.EINTR) {
+			return // ECHILD: none left
+		}
+	}
+}
+
+// notRegular is the target of the symbolic link copyOut leaves in place
+// of a kept file that was not a regular file: the grader's read (no
+// symbolic link followed) reports errNotRegular, as it would have on the
+// run's own file.
+const notRegular = "(not a regular file)"
+
+// copyOut copies each kept file of the run's tmpfs (every process of the
+// run is gone) into the grader's run directory: at most its Max+1 bytes
+// (so that the grader still sees a file too large), opened without
+// following a symbolic link or blocking on a FIFO, and only a regular
+// file; anything else there is left as a symbolic link to notRegular. An
+// error is the host's: the grader's directory refused a write.
+func copyOut(run, host *os.File, keep []keepFile) error {
+	for _, k := range keep {
+		err := unix.Unlinkat(int(host.Fd()), k.Name, 0)
+		if err != nil && !errors.Is(err, syscall.ENOENT) {
+			return fmt.Errorf("copy out %s: %w", k.Name, err)
+		}
+		err = copyAt(run, host, k.Name, k.Max+1, -1, -1, 0o600)
+		switch {
+		case err == nil || errors.Is(err, syscall.ENOENT):
+		case errors.Is(err, errNotRegular):
+			if err := unix.Symlinkat(notRegular, int(host.Fd()), k.Name); err != nil {
+				return fmt.Errorf("copy out %s: %w", k.Name, err)
+			}
+		default:
+			return fmt.Errorf("copy out %s: %w", k.Name, err)
+		}
+	}
+	return nil
+}
+
+// copyAt copies the regular file name of directory from to a new file of
+// that name in directory to, at most max bytes (-1: all), owned by uid and
+// gid (-1: the init's) with mode perm. The source is opened without
+// following a symbolic link or blocking on a FIFO; anything but a regular
+// file there is errNotRegular, and an absent one ENOENT.
+func copyAt(from, to *os.File, name string, max int64, uid, gid int, perm uint32) error {
+	sfd, err := unix.Openat(int(from.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		return err
+	case err != nil: // ELOOP (a symbolic link), ENXIO (a socket), EACCES...
+		return errNotRegular
+	}
+	src := os.NewFile(uintptr(sfd), name)
+	defer src.Close()
+	if fi, err := src.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return errNotRegular
+	}
+	dfd, err := unix.Openat(int(to.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
+	if err != nil {
+		return err
+	}
+	dst := os.NewFile(uintptr(dfd), name)
+	defer dst.Close()
+	var r io.Reader = src
+	if max >= 0 {
+		r = io.LimitReader(src, max)
+	}
+	if _, err := io.Copy(dst, r); err != nil {
+		return err
+	}
+	if uid >= 0 {
+		if err := dst.Chown(uid, gid); err != nil {
+			return err
+		}
+	}
+	if err := dst.Chmod(os.FileMode(perm)); err != nil { // whatever the umask took
+		return err
+	}
+	return dst.Close()
 }
 
 // ending is how a run's interpreter ended, from the init's report.
 type ending struct {
 	setup  string // non-empty: the sandbox could not be set up
 	start  string // non-empty: the interpreter could not be started
+	host   string // non-empty: what the run left could not be handed back
 	code   int
 	signal syscall.Signal
 	ok     bool // a report was read
@@ -227,6 +438,8 @@ func parseReport(b []byte) ending {
 		return ending{setup: oneLine(rest, 300), ok: true}
 	case "start":
 		return ending{start: oneLine(rest, 300), ok: true}
+	case "host":
+		return ending{host: oneLine(rest, 300), ok: true}
 	case "exit", "signal":
 		n, err := strconv.Atoi(rest)
 		if err != nil || n < 0 || n > 255 {

@@ -123,7 +123,8 @@ func TestCgroupMounts(t *testing.T) {
 	require.Equal(t, &cgroupMount{root: "/docker/abc", point: "/sys/fs/cgroup/unified"}, v2)
 	require.Equal(t, "/sys/fs/cgroup/memory", v1["memory"].point)
 	require.Equal(t, "/sys/fs/cgroup/pids", v1["pids"].point)
-	require.Len(t, v1, 2)
+	require.Equal(t, "/sys/fs/cgroup/cpu,cpuacct", v1["cpu"].point)
+	require.Len(t, v1, 3)
 	require.Equal(t, "/sys/fs/cgroup/unified/x", v2.join("/docker/abc/x"))
 	require.Equal(t, "/sys/fs/cgroup/unified", v2.join("/elsewhere"), "outside the mounted root")
 	require.Equal(t, "/mnt/with space", unescapeMount(`/mnt/with\040space`))
@@ -140,6 +141,7 @@ func TestParseReport(t *testing.T) {
 		{"signal 9\n", ending{signal: syscall.SIGKILL, ok: true}, "signal: killed"},
 		{"setup mount: tmpfs on /tmp: operation not permitted\n", ending{setup: "mount: tmpfs on /tmp: operation not permitted", ok: true}, ""},
 		{"start fork/exec /nope: no such file", ending{start: "fork/exec /nope: no such file", ok: true}, ""},
+		{"host copy out submission.csv: no space left on device", ending{host: "copy out submission.csv: no space left on device", ok: true}, ""},
 		{"exit 300", ending{}, ""},
 		{"exit -1", ending{}, ""},
 		{"", ending{}, ""},
@@ -161,7 +163,7 @@ func FuzzParseReport(f *testing.F) {
 		if !e.ok && (e != ending{}) {
 			t.Fatalf("%q: an unread report with content %+v", s, e)
 		}
-		if e.code < 0 || e.code > 255 || e.signal < 0 || e.signal > 255 || len(e.setup) > 400 || len(e.start) > 400 {
+		if e.code < 0 || e.code > 255 || e.signal < 0 || e.signal > 255 || len(e.setup) > 400 || len(e.start) > 400 || len(e.host) > 400 {
 			t.Fatalf("%q: out of range %+v", s, e)
 		}
 	})

@@ -193,7 +193,7 @@ func ReadTable(r io.Reader) (map[string]string, error) {
 		}
 	}
 	if id < 0 || target < 0 {
-		return nil, fmt.Errorf("%w: header %q lacks id or target", ErrSubmission, strings.Join(head, ","))
+		return nil, fmt.Errorf("%w: header %q lacks id or target", ErrSubmission, records.Excerpt(strings.Join(head, ",")))
 	}
 	out := map[string]string{}
 	for line := 2; ; line++ {
@@ -209,7 +209,7 @@ func ReadTable(r io.Reader) (map[string]string, error) {
 			return nil, fmt.Errorf("%w: line %d: empty id", ErrSubmission, line)
 		}
 		if _, dup := out[k]; dup {
-			return nil, fmt.Errorf("%w: line %d: id %q repeated", ErrSubmission, line, k)
+			return nil, fmt.Errorf("%w: line %d: id %q repeated", ErrSubmission, line, records.Excerpt(k))
 		}
 		out[k] = strings.TrimSpace(row[target])
 	}
@@ -239,7 +239,7 @@ func Score(m Metric, answers, sub map[string]string) (float64, error) {
 	for id, want := range answers {
 		got, ok := sub[id]
 		if !ok {
-			return 0, fmt.Errorf("%w: id %q missing", ErrSubmission, id)
+			return 0, fmt.Errorf("%w: id %q missing", ErrSubmission, records.Excerpt(id))
 		}
 		switch m {
 		case Accuracy:
@@ -250,10 +250,10 @@ func Score(m Metric, answers, sub map[string]string) (float64, error) {
 			g, err1 := strconv.ParseFloat(got, 64)
 			w, err2 := strconv.ParseFloat(want, 64)
 			if err2 != nil {
-				return 0, fmt.Errorf("%w: answer %q for id %q is not a number", ErrTask, want, id)
+				return 0, fmt.Errorf("%w: answer %q for id %q is not a number", ErrTask, records.Excerpt(want), records.Excerpt(id))
 			}
 			if err1 != nil || math.IsNaN(g) || math.IsInf(g, 0) {
-				return 0, fmt.Errorf("%w: id %q: prediction %q is not a finite number", ErrSubmission, id, got)
+				return 0, fmt.Errorf("%w: id %q: prediction %q is not a finite number", ErrSubmission, records.Excerpt(id), records.Excerpt(got))
 			}
 			sq += (g - w) * (g - w)
 		default:
