@@ -172,6 +172,9 @@ type Loop struct {
 	tasks []records.Task
 	// unmeasured are the tasks no real run measures (WithUnmeasured).
 	unmeasured []records.Task
+	// deferred: calibrations may complete after their step
+	// (WithDeferredCalibration).
+	deferred bool
 	src        *rand.PCG
 	rng        *rand.Rand
 	m          records.Evidence
@@ -223,7 +226,19 @@ type calInFlight struct {
 // A LoopOption adds to what NewLoop is given.
 type LoopOption func(*loopOptions)
 
-type loopOptions struct{ unmeasured []records.Task }
+type loopOptions struct {
+	unmeasured []records.Task
+	deferred   bool
+}
+
+// WithDeferredCalibration lets calibrations complete after their
+// scheduled step: an outside trainer (the environment service) goes on
+// stepping while a calibration's runs go, so a checkpoint may hold a step
+// past a point whose records are not yet in M. The Trainer, whose
+// calibration runs inside its step, does not need it.
+func WithDeferredCalibration() LoopOption {
+	return func(o *loopOptions) { o.deferred = true }
+}
 
 // WithUnmeasured adds training tasks that no real run measures: tasks
 // without reference runs, whose b_e and σ_e the host estimates (the lab's
@@ -274,7 +289,7 @@ func NewLoop(cfg Config, tasks []records.Task, evidence records.Evidence, pool *
 	l := &Loop{
 		cfg:        cfg,
 		tasks:      append([]records.Task(nil), tasks...),
-		unmeasured: append([]records.Task(nil), o.unmeasured...),
+		unmeasured: append([]records.Task(nil), o.unmeasured...), deferred: o.deferred,
 		src:        src,
 		rng:        rand.New(src),
 		m:          evidence,

@@ -67,7 +67,7 @@ func newAdapterCase(sr serve.StatesResponse) adapterCase {
 func (c adapterCase) want(t *testing.T) []float64 {
 	_, srv, _ := newService(t, t.TempDir(), nil, servetest.Options{})
 	states(t, srv.URL, 2, "")
-	q := serve.ScoreRequest{}
+	q := serve.ScoreRequest{Step: ip(0)}
 	idx := map[string]int{}
 	for k, id := range c.ids {
 		g, ok := idx[id]
@@ -85,7 +85,7 @@ func (c adapterCase) want(t *testing.T) []float64 {
 	var out []float64
 	seen := map[string]int{}
 	for _, id := range c.ids {
-		out = append(out, sr.Groups[idx[id]].Samples[seen[id]].Reward)
+		out = append(out, *sr.Groups[idx[id]].Samples[seen[id]].Reward)
 		seen[id]++
 	}
 	return out
@@ -121,30 +121,30 @@ import json
 from lm2lm_openrlhf import remote_reward
 ids, comps = IDS, COMPS
 prompts = ["PROMPT " + i + "\n" for i in ids]
-print(json.dumps(remote_reward([p + c for p, c in zip(prompts, comps)], prompts, ids)))
+print(json.dumps(remote_reward([p + c for p, c in zip(prompts, comps)], prompts, ids, group_size=3)))
 `, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := servetest.Config(t.TempDir())
-			cfg.Token = "sesame"
+			cfg.Token = "sesame-sesame-sesame"
 			comp, _, err := servetest.Components(servetest.Options{})
 			require.NoError(t, err)
 			s, err := serve.New(cfg, comp)
 			require.NoError(t, err)
 			defer s.Close()
 			url := startLoopback(t, s)
-			code, b := post(t, url+"/v1/states", "sesame", serve.StatesRequest{N: 2})
+			code, b := post(t, url+"/v1/states", "sesame-sesame-sesame", serve.StatesRequest{N: 2})
 			require.Equal(t, http.StatusOK, code, string(b))
 			var sr serve.StatesResponse
 			require.NoError(t, json.Unmarshal(b, &sr))
 			ac := newAdapterCase(sr)
 			script := strings.NewReplacer("IDS", pyList(ac.ids), "COMPS", pyList(ac.completions)).Replace(c.script)
-			out := runPython(t, url, "sesame", script)
+			out := runPython(t, url, "sesame-sesame-sesame", script)
 			var got []float64
 			require.NoError(t, json.Unmarshal([]byte(out), &got), out)
 			require.Equal(t, ac.want(t), got)
 			in := s.Info()
-			require.Equal(t, 1, in.Scored)
+			require.Equal(t, 2, in.Scored)
 			require.Equal(t, c.step, in.Step)
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,14 +16,17 @@ import (
 	"github.com/lm2lm/lm2lm/serve/servetest"
 )
 
-// BenchmarkScore256x8 scores trainer-sized rollouts, 256 states × 8
-// completions, over HTTP against the embedded world model, with
-// Parallel = GOMAXPROCS world-model calls. It reports latency percentiles
-// and completions per second.
-func BenchmarkScore256x8(b *testing.B) {
+// BenchmarkPerSample256 is verl's Reward Loop pattern: 256 concurrent
+// callers each post one sample at a time, over HTTP, against the embedded
+// world model with Parallel = GOMAXPROCS world-model calls. One iteration
+// is one trainer step: 256 groups × G = 8 samples, whose groups the
+// service assembles across requests. It reports samples per second and the
+// percentiles of the time from a group's last sample being sent to its
+// answer.
+func BenchmarkPerSample256(b *testing.B) {
 	cfg := servetest.Config(b.TempDir())
 	cfg.Parallel = runtime.GOMAXPROCS(0)
-	cfg.Loop.Schedule.Steps, cfg.Loop.Schedule.Budgets = []int{1 << 30}, []int{1} // no calibration inside the benchmark
+	cfg.Schedule.Steps, cfg.Schedule.Budgets = []int{1 << 30}, []int{1} // no calibration inside the benchmark
 	c, _, err := servetest.Components(servetest.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -32,8 +36,7 @@ func BenchmarkScore256x8(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	srv := &http.Server{Handler: s.Handler()}
-	url := startBench(b, srv)
+	url := startBench(b, s)
 	js, _ := json.Marshal(serve.StatesRequest{RequestID: "st", N: 256})
 	resp, err := http.Post(url+"/v1/states", "application/json", bytes.NewReader(js))
 	if err != nil {
@@ -44,52 +47,69 @@ func BenchmarkScore256x8(b *testing.B) {
 		b.Fatal(err)
 	}
 	resp.Body.Close()
-	bodies := make([][]byte, 16)
-	for k := range bodies {
-		q := serve.ScoreRequest{}
-		for i, st := range sr.States {
-			q.Groups = append(q.Groups, serve.ScoreGroup{StateID: st.StateID, Completions: servetest.Completions(i+k, 8)})
-		}
-		bodies[k], _ = json.Marshal(q)
-	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	const G, callers = 8, 256
 	var lat []time.Duration
+	var samples int
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		var q map[string]any
-		_ = json.Unmarshal(bodies[i%len(bodies)], &q)
-		q["request_id"] = fmt.Sprintf("bench-%d", i)
-		body, _ := json.Marshal(q)
-		start := time.Now()
-		resp, err := http.Post(url+"/v1/score", "application/json", bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
+	start := time.Now()
+	for it := 0; it < b.N; it++ {
+		type job struct{ g, i int }
+		jobs := make(chan job)
+		sent := make([][G]time.Time, len(sr.States))
+		got := make([][G]time.Time, len(sr.States))
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() {
+				for j := range jobs {
+					idx := j.i
+					q := serve.ScoreRequest{Step: &it, Samples: []serve.ScoreSample{{Group: fmt.Sprintf("uid-%d", j.g),
+						StateID: sr.States[j.g].StateID, GroupSize: G, Index: &idx, Completion: servetest.Completions(j.g+it, G)[j.i]}}}
+					body, _ := json.Marshal(q)
+					sent[j.g][j.i] = time.Now()
+					resp, err := client.Post(url+"/v1/score", "application/json", bytes.NewReader(body))
+					if err != nil {
+						b.Error(err)
+						continue
+					}
+					var out serve.ScoreResponse
+					if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || out.Samples[0].Reward == nil {
+						b.Errorf("status %d: %v", resp.StatusCode, err)
+					}
+					resp.Body.Close()
+					got[j.g][j.i] = time.Now()
+				}
+			})
 		}
-		var out serve.ScoreResponse
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
-			b.Fatalf("status %d: %v", resp.StatusCode, err)
+		for i := range G {
+			for g := range sr.States {
+				jobs <- job{g, i}
+			}
 		}
-		resp.Body.Close()
-		lat = append(lat, time.Since(start))
+		close(jobs)
+		wg.Wait()
+		for g := range sent {
+			lat = append(lat, slices.MaxFunc(got[g][:], func(a, b time.Time) int { return a.Compare(b) }).Sub(
+				slices.MaxFunc(sent[g][:], func(a, b time.Time) int { return a.Compare(b) })))
+		}
+		samples += len(sr.States) * G
 	}
+	wall := time.Since(start)
 	b.StopTimer()
 	slices.Sort(lat)
 	pct := func(p float64) float64 { return lat[int(p*float64(len(lat)-1))].Seconds() * 1000 }
-	b.ReportMetric(pct(0.5), "p50-ms")
-	b.ReportMetric(pct(0.9), "p90-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	var total time.Duration
-	for _, d := range lat {
-		total += d
-	}
-	b.ReportMetric(float64(len(lat)*256*8)/total.Seconds(), "completions/s")
+	b.ReportMetric(pct(0.5), "group-p50-ms")
+	b.ReportMetric(pct(0.99), "group-p99-ms")
+	b.ReportMetric(float64(samples)/wall.Seconds(), "samples/s")
 }
 
-func startBench(b *testing.B, srv *http.Server) string {
-	ln, err := netListen()
+func startBench(b *testing.B, s *serve.Service) string {
+	ln, err := s.Listen("127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
+	srv := s.Server()
 	go func() { _ = srv.Serve(ln) }()
 	b.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String()

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lm2lm/lm2lm/serve"
 	"github.com/lm2lm/lm2lm/serve/servetest"
@@ -20,12 +21,16 @@ func FuzzParseScoreRequest(f *testing.F) {
 	f.Add([]byte(`{"groups": [{"state_id": "a", "completions": ["x"]}]} trailing`))
 	f.Add([]byte(`{"unknown": 1}`))
 	f.Add([]byte(`[1, 2]`))
+	f.Add([]byte(`{"step": 2, "samples": [{"group": "uid-1", "state_id": "s-00", "group_size": 8, "index": 3, "completion": "x"}]}`))
+	f.Add([]byte(`{"step": 2, "samples": [{"group": "g", "group": "h"}]}`))
+	f.Add([]byte(`{"Step": 2}`))
+	f.Add([]byte(`{"step": 2, "samples": [{"group": "g", "state_id": "s", "group_size": 1, "index": -1, "completion": ""}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		q, err := serve.ParseScoreRequest(b)
 		if err != nil {
 			return
 		}
-		if q.Step != nil && *q.Step < 0 {
+		if q.Step != nil && (*q.Step < 0 || *q.Step > serve.MaxStep) {
 			t.Fatalf("accepted step %d", *q.Step)
 		}
 		for i, g := range q.Groups {
@@ -62,6 +67,7 @@ func FuzzParseRewardRequest(f *testing.F) {
 func FuzzHandler(f *testing.F) {
 	dir := f.TempDir()
 	cfg := servetest.Config(dir)
+	cfg.GroupDeadline = 10 * time.Millisecond // a partial group is scored at once
 	c, _, err := servetest.Components(servetest.Options{})
 	if err != nil {
 		f.Fatal(err)
@@ -80,7 +86,8 @@ func FuzzHandler(f *testing.F) {
 	}
 	id := sr.States[0].StateID
 	routes := []string{"/v1/score", "/v1/states", "/v1/advance", "/v1/dataset", "/get_reward"}
-	f.Add(uint8(0), `{"groups": [{"state_id": "`+id+`", "completions": ["{\"mechanism\": \"lr-scale\", \"params\": {\"factor\": \"2\"}}", "x"]}]}`)
+	f.Add(uint8(0), `{"step": 0, "groups": [{"state_id": "`+id+`", "completions": ["{\"mechanism\": \"lr-scale\", \"params\": {\"factor\": \"2\"}}", "x"]}]}`)
+	f.Add(uint8(0), `{"step": 0, "samples": [{"group": "u", "state_id": "`+id+`", "group_size": 2, "index": 1, "completion": "x"}]}`)
 	f.Add(uint8(1), `{"n": 1, "split": "test"}`)
 	f.Add(uint8(2), `{"step": 1}`)
 	f.Add(uint8(3), `{"n": 0}`)
@@ -90,7 +97,8 @@ func FuzzHandler(f *testing.F) {
 		path := routes[int(route)%len(routes)]
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
-		if rec.Code >= 500 {
+		// 503 is a retry signal (busy, a failed group), never a crash.
+		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("%s %q: status %d: %s", path, body, rec.Code, rec.Body.String())
 		}
 		if rec.Code != http.StatusOK && !json.Valid(rec.Body.Bytes()) {

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -8,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lm2lm/lm2lm/records"
@@ -33,6 +37,14 @@ func tooLarge(code, format string, args ...any) error {
 	return &RequestError{Status: http.StatusRequestEntityTooLarge, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+func conflict(code, format string, args ...any) error {
+	return &RequestError{Status: http.StatusConflict, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func unavailable(code, format string, args ...any) error {
+	return &RequestError{Status: http.StatusServiceUnavailable, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
 // errorBody is the JSON of an error response.
 type errorBody struct {
 	API   string `json:"api"`
@@ -50,6 +62,9 @@ func writeError(w http.ResponseWriter, err error) int {
 	var b errorBody
 	b.API, b.Error.Code, b.Error.Message = APIVersion, re.Code, re.Message
 	w.Header().Set("Content-Type", "application/json")
+	if re.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
 	w.WriteHeader(re.Status)
 	_ = json.NewEncoder(w).Encode(b)
 	return re.Status
@@ -65,13 +80,14 @@ type StatesRequest struct {
 	Split     string `json:"split"`
 }
 
-// ScoreRequest asks to score groups of completions. Step is the trainer's
-// global step (TRL's trainer_state.global_step); absent, the step is the
-// number of score requests applied before this one.
+// ScoreRequest asks to score samples (Samples: any granularity, each
+// naming its group) and whole groups (Groups) at the trainer's Step
+// (required unless the service counts steps).
 type ScoreRequest struct {
-	RequestID string       `json:"request_id"`
-	Step      *int         `json:"step"`
-	Groups    []ScoreGroup `json:"groups"`
+	RequestID string        `json:"request_id"`
+	Step      *int          `json:"step"`
+	Samples   []ScoreSample `json:"samples"`
+	Groups    []ScoreGroup  `json:"groups"`
 }
 
 // AdvanceRequest sets the trainer's step.
@@ -82,8 +98,11 @@ type AdvanceRequest struct {
 
 // RewardRequest is OpenRLHF's remote reward request: query[i] is the
 // prompt and response of sample i, prompts[i] its prompt and labels[i] its
-// label (the dataset's label column: the state id). A group is the
-// samples of one label in the request, in order.
+// label (the dataset's label column: the state id). OpenRLHF sends one
+// sample per request; the samples of one label at one step form a group of
+// G (the group_size URL parameter, or Config.GroupSize). The step is the
+// body's step, or the step URL parameter: a number, or "current" for the
+// service's step (as the trainer's /v1/advance calls set it).
 type RewardRequest struct {
 	Query   []string `json:"query"`
 	Prompts []string `json:"prompts"`
@@ -100,45 +119,53 @@ type RewardResponse struct {
 
 // Handler returns the service's HTTP handler: the JSON API under /v1/,
 // OpenRLHF's /get_reward and Prometheus metrics at /metrics. Every route
-// needs the bearer token when Config.Token is set; bodies are bounded by
-// MaxBody and requests in process by MaxInFlight (503 beyond).
+// needs the bearer token when Config.Token is set. A body is read (bounded
+// by MaxBody, in time by the server's ReadTimeout) before the request
+// takes one of the MaxInFlight slots (503 beyond); /v1/info, /v1/health
+// and /metrics take none.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/info", s.route("info", func(r *http.Request, body []byte) (any, error) { return s.Info(), nil }))
-	mux.HandleFunc("GET /v1/monitors", s.route("monitors", func(r *http.Request, body []byte) (any, error) { return s.Monitors(), nil }))
-	mux.HandleFunc("POST /v1/states", s.route("states", func(r *http.Request, body []byte) (any, error) {
+	mux.HandleFunc("GET /v1/info", s.route("info", false, func(r *http.Request, body []byte) (any, error) {
+		if r.URL.Query().Get("digest") == "1" {
+			return s.InfoDigest(), nil
+		}
+		return s.Info(), nil
+	}))
+	mux.HandleFunc("GET /v1/health", s.route("health", false, func(r *http.Request, body []byte) (any, error) { return s.Health(), nil }))
+	mux.HandleFunc("GET /v1/monitors", s.route("monitors", true, func(r *http.Request, body []byte) (any, error) { return s.Monitors(), nil }))
+	mux.HandleFunc("GET /v1/calibrations", s.route("calibrations", true, func(r *http.Request, body []byte) (any, error) { return s.Calibrations(), nil }))
+	mux.HandleFunc("POST /v1/states", s.route("states", true, func(r *http.Request, body []byte) (any, error) {
 		var q StatesRequest
 		if err := decode(body, &q); err != nil {
 			return nil, err
 		}
 		return s.States(requestKey("states", q.RequestID, body), q.N, q.Split)
 	}))
-	mux.HandleFunc("POST /v1/score", s.route("score", func(r *http.Request, body []byte) (any, error) {
+	mux.HandleFunc("POST /v1/score", s.route("score", true, func(r *http.Request, body []byte) (any, error) {
 		q, err := ParseScoreRequest(body)
 		if err != nil {
 			return nil, err
 		}
-		step := -1
-		if q.Step != nil {
-			step = *q.Step
-		}
-		return s.Score(r.Context(), requestKey("score", q.RequestID, body), step, q.Groups)
+		return s.Score(r.Context(), requestKey("score", q.RequestID, body), digest(body), q)
 	}))
-	mux.HandleFunc("POST /v1/advance", s.route("advance", func(r *http.Request, body []byte) (any, error) {
+	mux.HandleFunc("POST /v1/advance", s.route("advance", true, func(r *http.Request, body []byte) (any, error) {
 		var q AdvanceRequest
 		if err := decode(body, &q); err != nil {
 			return nil, err
 		}
-		return s.Advance(r.Context(), requestKey("advance", q.RequestID, body), q.Step)
+		return s.Advance(q.Step)
 	}))
-	mux.HandleFunc("POST /v1/evaluate", s.route("evaluate", func(r *http.Request, body []byte) (any, error) {
+	mux.HandleFunc("POST /v1/evaluate", s.route("evaluate", true, func(r *http.Request, body []byte) (any, error) {
 		q, err := ParseScoreRequest(body)
 		if err != nil {
 			return nil, err
 		}
+		if len(q.Samples) > 0 {
+			return nil, badRequest("bad_request", "evaluate takes whole groups")
+		}
 		return s.Evaluate(r.Context(), requestKey("evaluate", q.RequestID, body), q.Groups)
 	}))
-	mux.HandleFunc("POST /v1/dataset", s.route("dataset", func(r *http.Request, body []byte) (any, error) {
+	mux.HandleFunc("POST /v1/dataset", s.route("dataset", true, func(r *http.Request, body []byte) (any, error) {
 		var q StatesRequest
 		if err := decode(body, &q); err != nil {
 			return nil, err
@@ -146,12 +173,12 @@ func (s *Service) Handler() http.Handler {
 		b, err := s.Dataset(requestKey("states", q.RequestID, body), q.N, q.Split)
 		return jsonl(b), err
 	}))
-	mux.HandleFunc("POST /get_reward", s.route("get_reward", func(r *http.Request, body []byte) (any, error) {
+	mux.HandleFunc("POST /get_reward", s.route("get_reward", true, func(r *http.Request, body []byte) (any, error) {
 		q, err := ParseRewardRequest(body)
 		if err != nil {
 			return nil, err
 		}
-		return s.reward(r, requestKey("reward", "", body), q)
+		return s.reward(r, q)
 	}))
 	mux.Handle("GET /metrics", s.met.handler())
 	return s.guard(mux)
@@ -167,11 +194,15 @@ func requestKey(kind, id string, body []byte) string {
 	if id != "" {
 		return kind + ":" + id
 	}
-	sum := sha256.Sum256(body)
-	return kind + ":body:" + hex.EncodeToString(sum[:])
+	return kind + ":body:" + digest(body)
 }
 
-// guard checks the token, then bounds the requests in process.
+func digest(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
+}
+
+// guard checks the token.
 func (s *Service) guard(next http.Handler) http.Handler {
 	want := []byte("Bearer " + s.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -179,25 +210,13 @@ func (s *Service) guard(next http.Handler) http.Handler {
 			s.met.request("auth", writeError(w, &RequestError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a bearer token is required"}))
 			return
 		}
-		if r.URL.Path == "/metrics" || r.URL.Path == "/v1/info" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		select {
-		case s.admit <- struct{}{}:
-			defer func() { <-s.admit }()
-		default:
-			w.Header().Set("Retry-After", "1")
-			s.met.request("busy", writeError(w, &RequestError{Status: http.StatusServiceUnavailable, Code: "busy",
-				Message: fmt.Sprintf("%d requests in process; retry later with the same request_id", s.cfg.MaxInFlight)}))
-			return
-		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// route reads the bounded body, calls f and writes its JSON answer.
-func (s *Service) route(name string, f func(r *http.Request, body []byte) (any, error)) http.HandlerFunc {
+// route reads the bounded body, takes an in-flight slot when slot is set,
+// calls f and writes its JSON answer.
+func (s *Service) route(name string, slot bool, f func(r *http.Request, body []byte) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
@@ -210,6 +229,16 @@ func (s *Service) route(name string, f func(r *http.Request, body []byte) (any, 
 			}
 			s.met.request(name, writeError(w, err))
 			return
+		}
+		if slot {
+			select {
+			case s.admit <- struct{}{}:
+				defer func() { <-s.admit }()
+			default:
+				s.met.request("busy", writeError(w, unavailable("busy",
+					"%d requests in process; retry later with the same request (see GET /v1/health)", s.cfg.MaxInFlight)))
+				return
+			}
 		}
 		v, err := f(r, body)
 		if err != nil {
@@ -232,10 +261,14 @@ func (s *Service) route(name string, f func(r *http.Request, body []byte) (any, 
 	}
 }
 
-// decode reads a JSON object strictly: unknown fields and trailing data
-// are errors.
+// decode reads a JSON object strictly: duplicate keys, keys that are not
+// lower snake_case (encoding/json would match them case-insensitively),
+// unknown fields and trailing data are errors.
 func decode(body []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	if err := checkKeys(body, true); err != nil {
+		return badRequest("bad_json", "%s", records.Excerpt(err.Error()))
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return badRequest("bad_json", "%s", records.Excerpt(err.Error()))
@@ -246,16 +279,82 @@ func decode(body []byte, v any) error {
 	return nil
 }
 
-// ParseScoreRequest decodes a score or evaluate request and checks its
-// shape (every group names a state). It is the parser of outside input
-// the fuzz target covers.
+// checkKeys walks a JSON document and refuses an object with a duplicate
+// key and, when lower is set, a key that is not lower snake_case.
+func checkKeys(body []byte, lower bool) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	type frame struct {
+		obj  bool
+		key  bool // the next string token in an object is a key
+		seen map[string]bool
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.obj && top.key {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			k, _ := tok.(string)
+			if top.seen[k] {
+				return fmt.Errorf("duplicate key %q", records.Excerpt(k))
+			}
+			if lower && !snakeCase(k) {
+				return fmt.Errorf("key %q: keys are lower snake_case", records.Excerpt(k))
+			}
+			top.seen[k] = true
+			top.key = false
+			continue
+		}
+		if top != nil && top.obj {
+			top.key = true // a value was read; the next token is a key
+		}
+		if d, ok := tok.(json.Delim); ok {
+			switch d {
+			case '{':
+				stack = append(stack, &frame{obj: true, key: true, seen: map[string]bool{}})
+			case '[':
+				stack = append(stack, &frame{})
+			case '}', ']':
+				stack = stack[:len(stack)-1]
+			}
+		}
+	}
+}
+
+func snakeCase(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseScoreRequest decodes a score or evaluate request strictly. It is a
+// parser of outside input the fuzz targets cover.
 func ParseScoreRequest(body []byte) (ScoreRequest, error) {
 	var q ScoreRequest
 	if err := decode(body, &q); err != nil {
 		return q, err
 	}
-	if q.Step != nil && *q.Step < 0 {
-		return q, badRequest("bad_step", "step = %d, want ≥ 0", *q.Step)
+	if q.Step != nil && (*q.Step < 0 || *q.Step > MaxStep) {
+		return q, badRequest("bad_step", "step = %d, want 0..%d", *q.Step, MaxStep)
 	}
 	for i, g := range q.Groups {
 		if g.StateID == "" {
@@ -266,11 +365,13 @@ func ParseScoreRequest(body []byte) (ScoreRequest, error) {
 }
 
 // ParseRewardRequest decodes OpenRLHF's request: query and labels of equal
-// length, prompts empty or of the same length.
+// length, prompts empty or of the same length. Unknown fields are ignored
+// (later OpenRLHF versions may send more); duplicate keys are refused.
 func ParseRewardRequest(body []byte) (RewardRequest, error) {
 	var q RewardRequest
-	// OpenRLHF may send more fields in later versions: unknown ones are
-	// ignored here.
+	if err := checkKeys(body, false); err != nil {
+		return q, badRequest("bad_json", "%s", records.Excerpt(err.Error()))
+	}
 	if err := json.Unmarshal(body, &q); err != nil {
 		return q, badRequest("bad_json", "%s", records.Excerpt(err.Error()))
 	}
@@ -278,55 +379,132 @@ func ParseRewardRequest(body []byte) (RewardRequest, error) {
 		return q, badRequest("empty", "no query")
 	}
 	if len(q.Labels) != len(q.Query) {
-		return q, badRequest("bad_labels", "%d labels for %d queries: the dataset's label column must carry the state id (--label_key)", len(q.Labels), len(q.Query))
+		return q, badRequest("bad_labels", "%d labels for %d queries: the dataset's label column must carry the state id", len(q.Labels), len(q.Query))
 	}
 	if len(q.Prompts) != 0 && len(q.Prompts) != len(q.Query) {
 		return q, badRequest("bad_prompts", "%d prompts for %d queries", len(q.Prompts), len(q.Query))
 	}
-	if q.Step != nil && *q.Step < 0 {
-		return q, badRequest("bad_step", "step = %d, want ≥ 0", *q.Step)
+	if q.Step != nil && (*q.Step < 0 || *q.Step > MaxStep) {
+		return q, badRequest("bad_step", "step = %d, want 0..%d", *q.Step, MaxStep)
 	}
 	return q, nil
 }
 
 // reward answers OpenRLHF: the completions are the queries with their
-// prompt cut off, grouped by label in order of first appearance.
-func (s *Service) reward(r *http.Request, key string, q RewardRequest) (any, error) {
-	var gs []ScoreGroup
-	where := make([][2]int, len(q.Query))
-	byLabel := map[string]int{}
+// prompt cut off; each is a sample of the group (step, label). A group
+// that failed is answered 503 (OpenRLHF retries), never with a made-up
+// reward.
+func (s *Service) reward(r *http.Request, q RewardRequest) (any, error) {
+	size := s.cfg.GroupSize
+	if v := r.URL.Query().Get("group_size"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, badRequest("bad_group_size", "group_size %q", records.Excerpt(v))
+		}
+		size = n
+	}
+	sq := ScoreRequest{Step: q.Step}
+	if sq.Step == nil {
+		switch v := r.URL.Query().Get("step"); v {
+		case "":
+		case "current":
+			st := s.Info().Step
+			sq.Step = &st
+		default:
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, badRequest("bad_step", "step %q: a number or \"current\"", records.Excerpt(v))
+			}
+			sq.Step = &n
+		}
+	}
 	for i, query := range q.Query {
 		c := query
 		if len(q.Prompts) > 0 {
 			c = strings.TrimPrefix(query, q.Prompts[i])
 		}
-		g, ok := byLabel[q.Labels[i]]
-		if !ok {
-			g = len(gs)
-			byLabel[q.Labels[i]] = g
-			gs = append(gs, ScoreGroup{StateID: q.Labels[i]})
-		}
-		where[i] = [2]int{g, len(gs[g].Completions)}
-		gs[g].Completions = append(gs[g].Completions, c)
+		sq.Samples = append(sq.Samples, ScoreSample{Group: q.Labels[i], StateID: q.Labels[i], GroupSize: size, Completion: c})
 	}
-	step := -1
-	if q.Step != nil {
-		step = *q.Step
-	}
-	b, err := s.Score(r.Context(), key, step, gs)
+	sr, err := s.Score(r.Context(), "", "", sq)
 	if err != nil {
-		return nil, err
-	}
-	var sr ScoreResponse
-	if err := json.Unmarshal(b, &sr); err != nil {
 		return nil, err
 	}
 	out := RewardResponse{Rewards: make([]float64, len(q.Query)), Scores: make([]float64, len(q.Query)),
 		ExtraLogs: map[string]float64{"lm2lm_step": float64(sr.Step), "lm2lm_mean_reward": sr.MeanReward,
 			"lm2lm_invalid": float64(sr.Invalid), "lm2lm_kept_groups": float64(sr.Kept), "lm2lm_flat_groups": float64(sr.Flat)}}
-	for i, w := range where {
-		smp := sr.Groups[w[0]].Samples[w[1]]
-		out.Rewards[i], out.Scores[i] = smp.Reward, smp.Reward
+	for i, smp := range sr.Samples {
+		if smp.Reward == nil {
+			return nil, unavailable("no_reward", "sample %d: %s", i, smp.FailureReason)
+		}
+		out.Rewards[i], out.Scores[i] = *smp.Reward, *smp.Reward
 	}
 	return out, nil
+}
+
+// Server returns an HTTP server for the service's Handler with its read
+// and idle timeouts (Config.ReadTimeout, IdleTimeout): a slow client
+// cannot hold a connection by trickling its request, an idle one is
+// closed. Serve it on Listen's listener, which bounds open connections.
+func (s *Service) Server() *http.Server {
+	return &http.Server{Handler: s.Handler(), ReadHeaderTimeout: s.cfg.ReadTimeout, ReadTimeout: s.cfg.ReadTimeout,
+		IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: 64 << 10}
+}
+
+// Listen listens on Config.Addr (or addr, when not empty) with at most
+// Config.MaxConns connections open at once: a connection beyond it waits
+// in the kernel's backlog until one closes.
+func (s *Service) Listen(addr string) (net.Listener, error) {
+	if addr == "" {
+		addr = s.cfg.Addr
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return LimitListener(ln, s.cfg.MaxConns), nil
+}
+
+// LimitListener returns a listener that accepts at most n connections
+// open at once.
+func LimitListener(ln net.Listener, n int) net.Listener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+type limitListener struct {
+	net.Listener
+	sem       chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	err := l.Listener.Close()
+	l.closeOnce.Do(func() { close(l.done) })
+	return err
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

@@ -1,9 +1,9 @@
 package serve_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -49,9 +49,18 @@ func TestServeChild(t *testing.T) {
 		RunDelay: env("LM2LM_RUN_DELAY_MS"), DelayAfter: int64(after), ArmFile: filepath.Join(dir, "run-armed"),
 		PredictDelay: env("LM2LM_PREDICT_DELAY_MS"), PredictArm: filepath.Join(dir, "predict-armed")})
 	require.NoError(t, err)
+	if point := os.Getenv("LM2LM_CRASH_AT"); point != "" {
+		nth, _ := strconv.Atoi(os.Getenv("LM2LM_CRASH_NTH"))
+		var seen int
+		serve.SetCrashHook(func(p string) {
+			if p == point {
+				if seen++; seen >= nth {
+					os.Exit(3) // as a SIGKILL would leave it: nothing flushed, nothing closed
+				}
+			}
+		})
+	}
 	s, err := serve.New(servetest.Config(servetest.StateDir(dir)), c)
-	require.NoError(t, err)
-	_, err = s.Resume(context.Background())
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -87,27 +96,81 @@ func kill(t *testing.T, cmd *exec.Cmd) {
 }
 
 // clientOps are the client's requests: states, then six score requests
-// (steps counted: calibrations before the third and the fifth).
+// at steps 0..5 (calibration points start at steps 2 and 4). Before each
+// step the client waits until no calibration's runs are going, so that a
+// calibration applies at the step after it started, whatever the timing.
 func clientOps(t *testing.T, url string, from, to int) map[int]string {
+	out, err := tryOps(url, from, to)
+	require.NoError(t, err)
+	return out
+}
+
+// tryOps is clientOps stopping at the first failed request.
+func tryOps(url string, from, to int) (map[int]string, error) {
 	out := map[int]string{}
-	code, b := post(t, url+"/v1/states", "", serve.StatesRequest{RequestID: "st", N: 4})
-	require.Equal(t, http.StatusOK, code, string(b))
+	code, b, err := tryPost(url+"/v1/states", serve.StatesRequest{RequestID: "st", N: 4})
+	if err != nil || code != http.StatusOK {
+		return out, fmt.Errorf("states: %d %s %v", code, b, err)
+	}
 	if from == 0 {
 		out[0] = string(b)
 	}
 	var sr serve.StatesResponse
-	require.NoError(t, json.Unmarshal(b, &sr))
+	if err := json.Unmarshal(b, &sr); err != nil {
+		return out, err
+	}
 	for k := max(from, 1); k < to; k++ {
-		q := scoreOp(sr, k)
-		code, b := post(t, url+"/v1/score", "", q)
-		require.Equal(t, http.StatusOK, code, string(b))
+		if err := waitRuns(url); err != nil {
+			return out, err
+		}
+		code, b, err := tryPost(url+"/v1/score", scoreOp(sr, k))
+		if err != nil || code != http.StatusOK {
+			return out, fmt.Errorf("score %d: %d %s %v", k, code, b, err)
+		}
 		out[k] = string(b)
 	}
-	return out
+	return out, nil
+}
+
+func tryPost(url string, body any) (int, []byte, error) {
+	js, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", strings.NewReader(string(js)))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// waitRuns waits until no calibration's runs are going.
+func waitRuns(url string) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url + "/v1/calibrations")
+		if err != nil {
+			return err
+		}
+		var ar serve.AdvanceResponse
+		err = json.NewDecoder(resp.Body).Decode(&ar)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		busy := false
+		for _, c := range ar.Calibrations {
+			busy = busy || c.State == serve.CalRunning
+		}
+		if !busy {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Errorf("a calibration never finished")
 }
 
 func scoreOp(sr serve.StatesResponse, k int) serve.ScoreRequest {
-	q := serve.ScoreRequest{RequestID: fmt.Sprintf("sc-%d", k)}
+	q := serve.ScoreRequest{RequestID: fmt.Sprintf("sc-%d", k), Step: ip(k - 1)}
 	for i, st := range sr.States {
 		q.Groups = append(q.Groups, serve.ScoreGroup{StateID: st.StateID, Completions: servetest.Completions(i+k, 8)})
 	}
@@ -117,7 +180,7 @@ func scoreOp(sr serve.StatesResponse, k int) serve.ScoreRequest {
 const nOps = 7
 
 func info(t *testing.T, url string) serve.Info {
-	resp, err := http.Get(url + "/v1/info")
+	resp, err := http.Get(url + "/v1/info?digest=1")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var in serve.Info
@@ -210,8 +273,8 @@ func TestKillDuringCalibration(t *testing.T) {
 	got := clientOps(t, url, 0, 3)
 	sr := serve.StatesResponse{}
 	require.NoError(t, json.Unmarshal([]byte(got[0]), &sr))
-	// Request 3 is at step 2: calibration point 0 runs first; the first
-	// run finishes, the others hang until the kill.
+	// Request 3 is at step 2: calibration point 0 starts in the
+	// background; the first run finishes, the others hang until the kill.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -236,11 +299,45 @@ func TestKillDuringCalibration(t *testing.T) {
 	// The restarted service resumes the calibration: the finished run is
 	// served from the store, the two others run.
 	_, url = child(t, dir)
-	require.Equal(t, 1, info(t, url).Calibrations)
+	require.NoError(t, waitRuns(url))
+	require.Equal(t, 0, info(t, url).Calibrations, "its records apply at the next step")
 	for k, v := range clientOps(t, url, 0, nOps) {
 		got[k] = v
 	}
 	require.Equal(t, wantOps, got, "the answers")
 	require.Equal(t, wantInfo, info(t, url), "the state")
 	require.ElementsMatch(t, wantRuns, paidRuns(t, dir), "the runs paid, none twice")
+}
+
+// TestCrashBetweenTheStepsOfAWrite stops the service between the steps of
+// a journal write and of a checkpoint (as a SIGKILL there would), restarts
+// it and replays the client: the same answers and state as without the
+// crash, no entry applied twice, no run paid twice.
+func TestCrashBetweenTheStepsOfAWrite(t *testing.T) {
+	wantOps, wantInfo, wantRuns := uninterrupted(t)
+	for _, c := range []struct {
+		point string
+		nth   int
+	}{
+		{"journal-mid-write", 1}, {"journal-mid-write", 6},
+		{"checkpoint-before-rename", 1}, {"checkpoint-before-truncate", 1}, {"checkpoint-before-truncate", 2},
+	} {
+		t.Run(fmt.Sprintf("%s-%d", c.point, c.nth), func(t *testing.T) {
+			dir := t.TempDir()
+			cmd, url := child(t, dir, "LM2LM_CRASH_AT="+c.point, fmt.Sprintf("LM2LM_CRASH_NTH=%d", c.nth))
+			got, err := tryOps(url, 0, nOps)
+			require.Error(t, err, "the service stops at the crash point")
+			_ = cmd.Wait()
+			_, url = child(t, dir)
+			for k, v := range clientOps(t, url, 0, nOps) {
+				if _, ok := got[k]; ok {
+					require.Equal(t, got[k], v, "an answer given before the crash is given again")
+				}
+				got[k] = v
+			}
+			require.Equal(t, wantOps, got, "the answers")
+			require.Equal(t, wantInfo, info(t, url), "the state")
+			require.ElementsMatch(t, wantRuns, paidRuns(t, dir), "the runs paid, none twice")
+		})
+	}
 }

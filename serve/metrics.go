@@ -16,6 +16,7 @@ type metrics struct {
 	requests     *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
 	repeats      prometheus.Counter
+	failures     prometheus.Counter
 	completions  *prometheus.CounterVec
 	groups       *prometheus.CounterVec
 	meanReward   prometheus.Gauge
@@ -32,15 +33,16 @@ func newMetrics() *metrics {
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lm2lm_serve_request_seconds", Help: "Latency of successful requests, by route.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"route"})
 	m.repeats = prometheus.NewCounter(prometheus.CounterOpts{Name: "lm2lm_serve_repeated_requests_total", Help: "Requests answered from the first result of the same request id."})
+	m.failures = prometheus.NewCounter(prometheus.CounterOpts{Name: "lm2lm_serve_failed_groups_total", Help: "Groups answered with a failure reason instead of rewards."})
 	m.completions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lm2lm_serve_completions_total", Help: "Completions scored, by validity."}, []string{"valid"})
 	m.groups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lm2lm_serve_groups_total", Help: "Groups scored, by dynamic sampling verdict (kept or flat)."}, []string{"verdict"})
-	m.meanReward = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_serve_mean_reward", Help: "Mean shaped reward of the last score request."})
+	m.meanReward = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_serve_mean_reward", Help: "Mean shaped reward of the last scored group."})
 	m.step = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_step", Help: "The trainer's step as the service knows it."})
 	m.calibrations = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_calibrations", Help: "Calibration points executed."})
 	m.evidence = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_evidence_records", Help: "Real records in M."})
 	m.realRuns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_real_runs", Help: "Calibration runs paid for."})
 	m.monitor = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lm2lm_monitor", Help: "Reliability monitors of the last calibration (delta_m, gap, advantage_cosine, pairwise_accuracy)."}, []string{"monitor"})
-	m.reg.MustRegister(m.requests, m.latency, m.repeats, m.completions, m.groups, m.meanReward, m.step, m.calibrations, m.evidence, m.realRuns, m.monitor)
+	m.reg.MustRegister(m.requests, m.latency, m.repeats, m.failures, m.completions, m.groups, m.meanReward, m.step, m.calibrations, m.evidence, m.realRuns, m.monitor)
 	return m
 }
 

@@ -37,6 +37,16 @@ def post(path, body, retries=5):
         time.sleep(2 ** attempt)
 
 
+def get(path):
+    """GET a JSON answer."""
+    headers = {}
+    if TOKEN:
+        headers["Authorization"] = "Bearer " + TOKEN
+    req = urllib.request.Request(URL + path, headers=headers)
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
 def text(completion):
     """A completion as text: a string, or a chat completion's last message."""
     if isinstance(completion, str):
@@ -47,7 +57,9 @@ def text(completion):
 def score(state_ids, completions, step=None):
     """Score completions[i] of state state_ids[i]; return one reward each.
 
-    A group is the completions of one state id, in order.
+    A group is the completions of one state id, in order. Without a step,
+    the service's current step is used (as the trainer's /v1/advance calls
+    set it). A sample whose group failed (a world-model outage) gets None.
     """
     groups, where = [], []
     index = {}
@@ -58,8 +70,7 @@ def score(state_ids, completions, step=None):
         g = groups[index[sid]]
         where.append((index[sid], len(g["completions"])))
         g["completions"].append(text(c))
-    body = {"groups": groups}
-    if step is not None:
-        body["step"] = int(step)
-    out = post("/v1/score", body)
+    if step is None:
+        step = get("/v1/info")["step"]
+    out = post("/v1/score", {"groups": groups, "step": int(step)})
     return [out["groups"][g]["samples"][i]["reward"] for g, i in where]

@@ -6,7 +6,7 @@ once per batch with lists (data_sources, solution_strs, ground_truths,
 extra_infos); the naive manager's one-sample call (data_source,
 solution_str, ground_truth, extra_info) works too. The state id is in
 extra_info["state_id"] (and reward_model.ground_truth) of the service's
-dataset rows; the step is counted by the service.
+dataset rows; the step is the service's current step (set by /v1/advance).
 """
 from lm2lm_client import score
 

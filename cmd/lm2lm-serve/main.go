@@ -1,8 +1,8 @@
 // Command lm2lm-serve runs LM2LM's environment service (package serve)
-// over the embedded lab: an outside RL trainer (TRL, verl, OpenRLHF)
-// samples completions from its LLM policy and gets rewards from the
-// embedded world model, with calibration runs on real tiny-LM trainings.
-// See docs/service.md.
+// over the embedded lab: an outside RL trainer (verl, TRL, OpenRLHF, slime,
+// prime-rl) samples completions from its LLM policy and gets rewards from
+// the embedded world model, with calibration runs on real tiny-LM
+// trainings in the background. See docs/service.md.
 package main
 
 import (
@@ -12,10 +12,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,51 +24,65 @@ import (
 	"github.com/lm2lm/lm2lm/serve/servelab"
 )
 
-const usage = `lm2lm-serve: the LM2LM environment service for RL trainers (TRL, verl, OpenRLHF).
+const usage = `lm2lm-serve: the LM2LM environment service for RL trainers (verl, TRL, OpenRLHF, slime, prime-rl).
 
 It hands out research states as chat prompts (a dataset file or a JSON API),
-scores groups of completions with the embedded world model (parse, predict,
-shape, group-relative advantages, dynamic sampling), counts the trainer's
-steps and runs the calibration points as real tiny-LM trainings on the
-embedded lab, evaluates proposals on held-out states with real runs, and
-reports the reliability monitors and Prometheus metrics.
+assembles each group of completions however the trainer sends it (whole,
+per sample, split across processes), scores it with the embedded world
+model (parse, predict, shape, group-relative advantages, dynamic sampling),
+follows the trainer's step, runs the calibration points in the background as
+real tiny-LM trainings on the embedded lab, evaluates proposals on held-out
+states with real runs, and reports the reliability monitors and Prometheus
+metrics.
 
-Routes: GET /v1/info, POST /v1/states, POST /v1/dataset, POST /v1/score,
-POST /v1/advance, POST /v1/evaluate, GET /v1/monitors, POST /get_reward
-(OpenRLHF), GET /metrics. State lives in -dir: a killed service restarted
-on the same -dir and -store resumes with nothing lost and no run paid twice.
+Routes: GET /v1/info, GET /v1/health, POST /v1/states, POST /v1/dataset,
+POST /v1/score, POST /v1/advance, GET /v1/calibrations, POST /v1/evaluate,
+GET /v1/monitors, POST /get_reward (OpenRLHF), GET /metrics. State lives in
+-dir: a killed service restarted on the same -dir and -store resumes with
+nothing lost and no run paid twice.
 
-It binds loopback by default; any other -addr needs a bearer token
-(-token or LM2LM_SERVE_TOKEN). See docs/service.md for each framework's
-configuration.
+It binds loopback by default; any other -addr needs a bearer token, read from
+$LM2LM_TOKEN or -token-file (never from the command line). See
+docs/service.md for each framework's configuration.
 
 Usage: lm2lm-serve [flags]
 `
 
 type options struct {
-	addr, token, dir, store string
-	train, test, m0         int
-	seed                    uint64
-	parallel                int
+	addr, tokenFile, dir, store string
+	train, test, m0             int
+	seed                        uint64
+	parallel, maxInFlight       int
+	groupSize                   int
+	groupDeadline               time.Duration
+	stepLag, maxStepJump        int
+	countSteps                  bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
+	d := serve.DefaultConfig()
 	fs := flag.NewFlagSet("lm2lm-serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address; a non-loopback address needs -token")
-	fs.StringVar(&o.token, "token", os.Getenv("LM2LM_SERVE_TOKEN"), "bearer token every request must carry (default $LM2LM_SERVE_TOKEN)")
-	fs.StringVar(&o.dir, "dir", "out/serve", "state directory (checkpoint and journal)")
+	fs.StringVar(&o.addr, "addr", d.Addr, "listen address; a non-loopback address needs a token")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every request must carry (default: $"+serve.TokenEnv+", or none)")
+	fs.StringVar(&o.dir, "dir", "out/serve", "state directory (checkpoint, journal, lock)")
 	fs.StringVar(&o.store, "store", "out/serve-records.jsonl", "records store of every real run (reference runs, M_0, calibrations, evaluations)")
 	fs.IntVar(&o.train, "train", 1, "training tasks per family of the lab's V2 suite")
 	fs.IntVar(&o.test, "test", 1, "held-out tasks per family")
 	fs.IntVar(&o.m0, "m0", 8, "initial real records M_0 (catalogue proposals drawn uniformly)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the loop and of M_0's draws")
-	fs.IntVar(&o.parallel, "parallel", 2, "concurrent world-model calls and real runs")
+	fs.IntVar(&o.parallel, "parallel", d.Parallel, "concurrent world-model calls and real runs")
+	fs.IntVar(&o.maxInFlight, "max-in-flight", d.MaxInFlight, "requests in process at once, waiting samples included (503 beyond; GET /v1/health reports it)")
+	fs.IntVar(&o.groupSize, "group-size", d.GroupSize, "G for requests that do not state it (OpenRLHF's /get_reward)")
+	fs.DurationVar(&o.groupDeadline, "group-deadline", d.GroupDeadline, "how long a group waits for its last sample before it is scored partial")
+	fs.IntVar(&o.stepLag, "step-lag", d.StepLag, "how many steps behind the service's step a request may be (asynchronous trainers)")
+	fs.IntVar(&o.maxStepJump, "max-step-jump", d.MaxStepJump, "how far one request may move the step forward")
+	fs.BoolVar(&o.countSteps, "count-steps", false, "take a score request without a step as the count of score requests before it (opt-in)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -89,18 +103,45 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o, os.Stderr); err != nil {
+	if err := run(ctx, o, os.Getenv, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "lm2lm-serve:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, o options, w io.Writer) error {
+// token reads the bearer token from -token-file, else from the
+// environment.
+func token(o options, getenv func(string) string) (string, error) {
+	if o.tokenFile == "" {
+		return getenv(serve.TokenEnv), nil
+	}
+	b, err := os.ReadFile(o.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+func run(ctx context.Context, o options, getenv func(string) string, w io.Writer) error {
 	cfg := serve.DefaultConfig()
-	cfg.Addr, cfg.Token, cfg.Dir, cfg.Parallel = o.addr, o.token, o.dir, o.parallel
-	cfg.Loop.Seed = o.seed
-	// Check the bind before the lab's minutes of reference runs.
+	tok, err := token(o, getenv)
+	if err != nil {
+		return err
+	}
+	cfg.Addr, cfg.Token, cfg.Dir, cfg.Parallel, cfg.MaxInFlight = o.addr, tok, o.dir, o.parallel, o.maxInFlight
+	cfg.GroupSize, cfg.GroupDeadline, cfg.StepLag, cfg.MaxStepJump, cfg.CountSteps = o.groupSize, o.groupDeadline, o.stepLag, o.maxStepJump, o.countSteps
+	cfg.Seed = o.seed
+	// Check the configuration, the port and the state directory before
+	// the lab's minutes of reference runs.
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if err := serve.CheckDir(cfg.Dir); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(o.store), 0o700); err != nil {
@@ -120,20 +161,11 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	defer s.Close()
-	if rep, err := s.Resume(ctx); err != nil {
-		return fmt.Errorf("resume the calibration in flight: %w", err)
-	} else if rep != nil {
-		fmt.Fprintf(w, "resumed the calibration at step %d: %d runs\n", rep.Step, rep.Executed)
-	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := s.Server()
 	in := s.Info()
 	fmt.Fprintf(w, "serving %s on http://%s (step %d, %d calibrations, M %d records)\n", serve.APIVersion, ln.Addr(), in.Step, in.Calibrations, in.Evidence)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(serve.LimitListener(ln, cfg.MaxConns)) }()
 	select {
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,18 +19,60 @@ func TestHelpSaysWhatItDoes(t *testing.T) {
 	var b bytes.Buffer
 	_, err := parseFlags([]string{"-h"}, &b)
 	require.ErrorIs(t, err, flag.ErrHelp)
-	require.Contains(t, b.String(), "environment service for RL trainers (TRL, verl, OpenRLHF)")
+	require.Contains(t, b.String(), "environment service for RL trainers (verl, TRL, OpenRLHF, slime, prime-rl)")
 	require.Contains(t, b.String(), "-addr")
 	require.Contains(t, b.String(), "/get_reward")
+	require.Contains(t, b.String(), "-max-in-flight")
+	require.NotContains(t, b.String(), "-token ", "the token never travels on the command line")
 }
+
+func noEnv(string) string { return "" }
 
 func TestRefusesPublicAddressWithoutToken(t *testing.T) {
 	var b bytes.Buffer
-	o, err := parseFlags([]string{"-addr", "0.0.0.0:9", "-token", "", "-dir", t.TempDir()}, &b)
+	o, err := parseFlags([]string{"-addr", "0.0.0.0:9", "-dir", t.TempDir()}, &b)
 	require.NoError(t, err)
-	err = run(context.Background(), o, &b)
+	err = run(context.Background(), o, noEnv, &b)
 	require.True(t, errors.Is(err, serve.ErrConfig), "%v", err)
 	require.Contains(t, err.Error(), "bearer token is required")
+}
+
+func TestTokenFromFileOrEnvironment(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(f, []byte("a-file-token-of-enough-bytes\n"), 0o600))
+	tok, err := token(options{tokenFile: f}, noEnv)
+	require.NoError(t, err)
+	require.Equal(t, "a-file-token-of-enough-bytes", tok)
+	tok, err = token(options{}, func(k string) string { return map[string]string{serve.TokenEnv: "from-env"}[k] })
+	require.NoError(t, err)
+	require.Equal(t, "from-env", tok)
+	// A blank token for a public address is refused.
+	require.NoError(t, os.WriteFile(f, []byte(" \n"), 0o600))
+	o, err := parseFlags([]string{"-addr", "0.0.0.0:9", "-dir", t.TempDir(), "-token-file", f}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.ErrorIs(t, run(context.Background(), o, noEnv, &bytes.Buffer{}), serve.ErrConfig)
+}
+
+func TestBusyPortAndLockedDirFailFirst(t *testing.T) {
+	// Both are found before any reference run (which would take minutes
+	// and write the store).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	dir := t.TempDir()
+	o, err := parseFlags([]string{"-addr", ln.Addr().String(), "-dir", filepath.Join(dir, "s"), "-store", filepath.Join(dir, "r.jsonl")}, &bytes.Buffer{})
+	require.NoError(t, err)
+	err = run(context.Background(), o, noEnv, &bytes.Buffer{})
+	require.ErrorContains(t, err, "address already in use")
+	require.NoFileExists(t, filepath.Join(dir, "r.jsonl"))
+
+	release, err := serve.LockDir(filepath.Join(dir, "s"))
+	require.NoError(t, err)
+	defer release()
+	o.addr = "127.0.0.1:0"
+	err = run(context.Background(), o, noEnv, &bytes.Buffer{})
+	require.ErrorIs(t, err, serve.ErrLocked)
+	require.NoFileExists(t, filepath.Join(dir, "r.jsonl"))
 }
 
 func TestRejectsArguments(t *testing.T) {

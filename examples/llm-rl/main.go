@@ -23,8 +23,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -92,7 +90,7 @@ type Options struct {
 // Calibration is one calibration point: the service's result and the
 // monitors read right after it.
 type Calibration struct {
-	Result   serve.CalibrationResult `json:"result"`
+	Result   serve.CalibrationStatus `json:"result"`
 	Monitors serve.MonitorsResponse  `json:"monitors"`
 }
 
@@ -194,18 +192,18 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 	}
 	cfg := serve.DefaultConfig()
 	cfg.Addr, cfg.Dir, cfg.Parallel = "127.0.0.1:0", filepath.Join(o.Dir, "serve"), o.Parallel
-	cfg.Loop.Seed = o.Seed
-	cfg.Loop.Schedule = o.Profile.Schedule
+	cfg.Seed = o.Seed
+	cfg.Schedule = o.Profile.Schedule
 	s, err := serve.New(cfg, c)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := s.Listen("127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := s.Server()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	defer func() {
@@ -264,9 +262,13 @@ func Print(w io.Writer, p Profile, s *Summary) {
 		fmt.Fprintf(w, "  %4d  %+.3f  %5.2f  %7.3f  %4d  %4d  %.3f\n", st.Step, st.MeanReward, st.Valid, st.Entropy, st.Kept, st.Flat, st.ClipFrac)
 	}
 	for _, c := range s.Calibrations {
-		r, m := c.Result, c.Monitors
+		st, m := c.Result, c.Monitors
+		var r serve.CalibrationResult
+		if st.Result != nil {
+			r = *st.Result
+		}
 		fmt.Fprintf(w, "calibration at step %d: budget %d, executed %d, infeasible %d, mean real gain %+.3f σ; monitors Δ_M %s gap %s cosine %s accuracy %s\n",
-			r.Step, r.Budget, r.Executed, r.Infeasible, r.MeanRealGain, opt(m.DeltaM), opt(m.Gap), opt(m.Cosine), opt(m.Accuracy))
+			st.Step, st.Budget, r.Executed, r.Infeasible, r.MeanRealGain, opt(m.DeltaM), opt(m.Gap), opt(m.Cosine), opt(m.Accuracy))
 	}
 	in := s.Info
 	fmt.Fprintf(w, "real-run budget: M_0 %d runs, calibration %d runs (%d reused), evaluation %d runs\n", s.M0Runs, in.RealRuns, in.Reused, in.EvalRuns)

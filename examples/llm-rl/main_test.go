@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/dapo"
+	"github.com/lm2lm/lm2lm/serve"
 )
 
 var (
@@ -157,14 +158,23 @@ func TestTinyProfile(t *testing.T) {
 		require.Equal(t, i, st.Step)
 		require.Equal(t, p.States, st.Kept+st.Flat, "step %d: every group is kept or flat", i)
 	}
-	// Both calibration points ran inside the service, in schedule order.
-	require.Len(t, s.Calibrations, len(p.Schedule.Steps))
+	// The calibration points before the last step applied, in schedule
+	// order (a point at the last step runs, but no step is scored after
+	// it: its records never reach a reward).
+	applied := 0
+	for _, st := range p.Schedule.Steps {
+		if st < p.Steps {
+			applied++
+		}
+	}
+	require.Len(t, s.Calibrations, applied)
 	for i, c := range s.Calibrations {
 		require.Equal(t, p.Schedule.Steps[i], c.Result.Step)
 		require.Equal(t, p.Schedule.Budgets[i], c.Result.Budget)
-		require.LessOrEqual(t, c.Result.Executed, c.Result.Budget)
+		require.Equal(t, serve.CalApplied, c.Result.State)
+		require.LessOrEqual(t, c.Result.Result.Executed, c.Result.Budget)
 	}
-	require.Equal(t, len(p.Schedule.Steps), s.Info.Calibrations)
+	require.Equal(t, applied, s.Info.Calibrations)
 	require.Equal(t, p.Steps, s.Info.Step)
 	require.Positive(t, s.CPU)
 }

@@ -390,6 +390,8 @@ def rl_step(pol, opt, step, sts, g, epochs):
     nvalid = ntotal = 0
     for st, (texts, ids, lps), gs in zip(sts, samples, sc["groups"]):
         for i, smp in enumerate(gs["samples"]):
+            if smp.get("reward") is None:
+                continue  # the world model failed: no reward, the sample is dropped
             ntotal += 1
             nvalid += bool(smp.get("valid"))
             if not gs.get("kept"):
@@ -422,9 +424,16 @@ def rl_step(pol, opt, step, sts, g, epochs):
     else:
         _, _, ent = pol.logprobs([pol.prompt_ids(st) for st in sts], [[pol.eos] for _ in sts])
     adv_resp = call("/v1/advance", {"request_id": "advance-%d" % (step + 1), "step": step + 1})
+    # A calibration's runs go in the background; this trainer waits for
+    # them, as the paper's loop does, so that step + 1 is scored under
+    # M_{u+1} (the service applies finished runs at the next step).
+    started = len(adv_resp.get("calibrations") or [])
+    while any(c["state"] == "running" for c in adv_resp.get("calibrations") or []):
+        time.sleep(0.2)
+        adv_resp = call("/v1/calibrations")
     return {"step": step, "mean_reward": sc.get("mean_reward", 0.0), "valid": nvalid / max(ntotal, 1),
             "entropy": ent, "kept": sc.get("kept", 0), "flat": sc.get("flat", 0), "loss": loss_v,
-            "clip_frac": clip_v}, adv_resp.get("calibrations") or []
+            "clip_frac": clip_v}, started
 
 
 def train(args):
@@ -463,18 +472,22 @@ def train(args):
     log("before RL: valid %.2f, Avg@4 %+.3f (%d runs)" % (before["valid"], before["avg4"], before["runs"]))
 
     opt = torch.optim.AdamW(pol.model.parameters(), lr=args.lr, weight_decay=0.0)
-    steps, cals = [], []
+    steps, cals, applied = [], [], 0
     for step in range(args.steps):
         sts = states(args.states, "train", "rl-%d" % step)
-        row, cs = rl_step(pol, opt, step, sts, args.group, args.epochs)
+        row, started = rl_step(pol, opt, step, sts, args.group, args.epochs)
         steps.append(row)
         log("RL step %d: reward %+.3f valid %.2f entropy %.3f kept %d flat %d" % (
             step, row["mean_reward"], row["valid"], row["entropy"], row["kept"], row["flat"]))
-        if cs:
+        # The monitors of a calibration are read once it applied (at the
+        # step after its runs finished).
+        done = [c for c in call("/v1/calibrations")["calibrations"] if c["state"] == "applied"]
+        if len(done) > applied:
             mon = call("/v1/monitors")
-            for c in cs:
+            for c in done[applied:]:
                 cals.append({"result": c, "monitors": mon})
-                log("calibration at step %d: %d runs" % (c.get("step", -1), c.get("executed", 0)))
+                log("calibration at step %d: %d runs" % (c["step"], c["result"]["executed"]))
+            applied = len(done)
     after = evaluate(pol, held, "after")
     log("after RL: valid %.2f, Avg@4 %+.3f (%d runs)" % (after["valid"], after["avg4"], after["runs"]))
     with open(args.out, "w") as f:

@@ -70,6 +70,11 @@ type Options struct {
 	// at the first.
 	PredictDelay time.Duration
 	PredictArm   string
+	// RunGate, when set, holds every run until it is closed.
+	RunGate chan struct{}
+	// PredictFail, when set, makes the world model fail every call with
+	// this error (an outage, not a bad proposal).
+	PredictFail error
 }
 
 // Executor runs buildertest's deterministic "training": the loss is
@@ -84,6 +89,13 @@ func (e *Executor) Runs() int64 { return e.runs.Load() }
 
 // Execute implements builder.Executor.
 func (e *Executor) Execute(ctx context.Context, j builder.Job) (builder.Outcome, error) {
+	if e.opt.RunGate != nil {
+		select {
+		case <-ctx.Done():
+			return builder.Outcome{}, fmt.Errorf("%w: %w", builder.ErrCancelled, ctx.Err())
+		case <-e.opt.RunGate:
+		}
+	}
 	n := e.runs.Add(1)
 	if e.opt.RunDelay > 0 && n > e.opt.DelayAfter {
 		if e.opt.ArmFile != "" {
@@ -147,6 +159,16 @@ func (w slowWorld) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, er
 	return w.WorldModel.Predict(ctx, q)
 }
 
+// failWorld fails every call.
+type failWorld struct {
+	rwm.WorldModel
+	err error
+}
+
+func (w failWorld) Predict(context.Context, rwm.Query) (rwm.Prediction, error) {
+	return rwm.Prediction{}, w.err
+}
+
 // Components returns the service's components over the fakes: four
 // training tasks and two held-out ones of rwmtest, M_0 of 24 records, the
 // embedded world model with default settings, and the executor (returned
@@ -172,6 +194,9 @@ func Components(opt Options) (serve.Components, *Executor, error) {
 	if opt.PredictDelay > 0 {
 		world = slowWorld{WorldModel: world, d: opt.PredictDelay, arm: opt.PredictArm}
 	}
+	if opt.PredictFail != nil {
+		world = failWorld{world, opt.PredictFail}
+	}
 	tasks := []records.Task{rwmtest.Task(0), rwmtest.Task(1), rwmtest.Task(2), rwmtest.Task(3)}
 	var held []records.Task
 	for i := 4; i < 6; i++ {
@@ -188,8 +213,7 @@ func Components(opt Options) (serve.Components, *Executor, error) {
 func Config(dir string) serve.Config {
 	cfg := serve.DefaultConfig()
 	cfg.Dir = dir
-	cfg.Loop.Schedule.Steps, cfg.Loop.Schedule.Budgets = []int{2, 4}, []int{3, 3}
-	cfg.Loop.DAPO.Quota, cfg.Loop.States = 1, 1
+	cfg.Schedule.Steps, cfg.Schedule.Budgets = []int{2, 4}, []int{3, 3}
 	return cfg
 }
 

@@ -1,0 +1,293 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// Calibration runs off the scoring path (METHOD.md §1 On-policy
+// calibration: each training segment between calibrations has a fixed
+// world-model reward). When the trainer's step reaches a scheduled point,
+// the service picks the point's runs (greedy top-B_u over the candidates
+// scored since the last point), checkpoints the picks and executes them in
+// the background; scoring goes on under M_u meanwhile. Once the runs are
+// done, their records join M at the next step boundary: the first request
+// of a later step applies them before it is scored, and that step is the
+// calibration's effective_step, from which every group is scored under
+// M_{u+1}. A calibration's runs that fail are retried at the next step
+// boundary (an idempotent executor pays nothing twice).
+
+// Calibration states.
+const (
+	CalRunning = "running" // its runs are executing
+	CalReady   = "ready"   // its runs are done; they apply at the next step
+	CalFailed  = "failed"  // its runs failed; retried at the next step
+	CalApplied = "applied" // its records are in M from EffectiveStep on
+)
+
+// CalibrationStatus is one calibration point as the service reports it.
+type CalibrationStatus struct {
+	// Point is u, Step the trainer's step it was picked at, Budget B_u
+	// and Runs the number of runs picked.
+	Point  int    `json:"point"`
+	Step   int    `json:"step"`
+	Budget int    `json:"budget"`
+	Runs   int    `json:"runs"`
+	State  string `json:"state"`
+	Error  string `json:"error,omitempty"`
+	// EffectiveStep is the first step scored under M_{u+1}.
+	EffectiveStep *int               `json:"effective_step,omitempty"`
+	Result        *CalibrationResult `json:"result,omitempty"`
+}
+
+// CalibrationResult is an applied calibration's report on the wire
+// (lm2lm.CalibrationReport; monitors that are undefined are absent).
+type CalibrationResult struct {
+	Executed     int              `json:"executed"`
+	Infeasible   int              `json:"infeasible"`
+	MeanRealGain float64          `json:"mean_real_gain_sigmas"`
+	Records      []records.Record `json:"records"`
+	Failures     []string         `json:"failures,omitempty"`
+	DeltaM       *float64         `json:"delta_m,omitempty"`
+	Gap          *float64         `json:"gap,omitempty"`
+	Cosine       *float64         `json:"advantage_cosine,omitempty"`
+	Accuracy     *float64         `json:"pairwise_accuracy,omitempty"`
+}
+
+func calibrationResult(r lm2lm.CalibrationReport) CalibrationResult {
+	m := r.Monitors
+	return CalibrationResult{Executed: r.Executed, Infeasible: r.Infeasible, MeanRealGain: r.MeanRealGain, Records: r.Records,
+		Failures: r.Failures, DeltaM: finPtr(m.Bias.Delta), Gap: finPtr(m.Bias.Gap()), Cosine: finPtr(m.Cosine), Accuracy: finPtr(m.Accuracy)}
+}
+
+// calRun is the calibration in flight. Guarded by Service.mu.
+type calRun struct {
+	u       int
+	jobs    []lm2lm.RunJob
+	runs    []lm2lm.RealRun
+	err     error
+	done    bool
+	running bool
+}
+
+// status returns the status entry of point u. The caller holds mu.
+func (s *Service) status(u int) *CalibrationStatus {
+	for i := range s.cals {
+		if s.cals[i].Point == u {
+			return &s.cals[i]
+		}
+	}
+	return nil
+}
+
+// startDue starts the calibration due at the current step, or resumes the
+// runs of one restored in flight. The caller holds mu.
+func (s *Service) startDue() error {
+	if s.closed {
+		return nil
+	}
+	if s.loop.CalibrationInFlight() {
+		if s.cal == nil {
+			s.cal = &calRun{u: s.loop.Calibrations(), jobs: s.loop.PendingRuns()}
+			s.launch(s.cal)
+		}
+		return nil
+	}
+	jobs, ok := s.loop.Calibrate()
+	if !ok {
+		return nil
+	}
+	u := s.loop.Calibrations()
+	s.cals = append(s.cals, CalibrationStatus{Point: u, Step: s.loop.Step(), Budget: s.cfg.Schedule.Budgets[u], Runs: len(jobs), State: CalRunning})
+	if err := s.checkpoint(); err != nil {
+		return err
+	}
+	s.cal = &calRun{u: u, jobs: jobs}
+	s.launch(s.cal)
+	return nil
+}
+
+// launch executes a calibration's runs in the background. The caller
+// holds mu.
+func (s *Service) launch(c *calRun) {
+	c.running, c.err = true, nil
+	if st := s.status(c.u); st != nil {
+		st.State, st.Error = CalRunning, ""
+	}
+	s.goBG(func() {
+		runs, err := s.execute(s.ctx, c.jobs)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c.running = false
+		st := s.status(c.u)
+		if err != nil {
+			c.err = err
+			if st != nil {
+				st.State, st.Error = CalFailed, records.Excerpt(err.Error())
+			}
+			return
+		}
+		c.runs, c.done = runs, true
+		if st != nil {
+			st.State = CalReady
+		}
+	})
+}
+
+// applyReady adds a finished calibration's records to M before the first
+// request of step is scored. The caller holds mu.
+func (s *Service) applyReady(step int) error {
+	c := s.cal
+	if c == nil || !c.done {
+		return nil
+	}
+	rep, err := s.loop.FinishCalibration(c.runs)
+	if s.loop.CalibrationInFlight() {
+		return fmt.Errorf("%w: calibration %d: %w", ErrState, c.u, err)
+	}
+	s.cal = nil
+	res := calibrationResult(rep)
+	eff := step
+	if st := s.status(c.u); st != nil {
+		st.State, st.EffectiveStep, st.Result = CalApplied, &eff, &res
+		if err != nil {
+			st.Error = records.Excerpt(err.Error())
+		}
+	}
+	s.mon = &MonitorsResponse{API: APIVersion, Calibrated: true, Point: c.u, DeltaM: res.DeltaM, Gap: res.Gap, Cosine: res.Cosine, Accuracy: res.Accuracy}
+	s.met.calibrated(rep)
+	s.met.update(s)
+	return s.checkpoint()
+}
+
+// observeStep takes a request's step: a step more than StepLag behind,
+// more than MaxStepJump ahead or beyond MaxStep is refused; a later step
+// applies a finished calibration, is journalled, and starts the
+// calibration due at it. The caller holds mu.
+func (s *Service) observeStep(step int) error {
+	cur := s.loop.Step()
+	switch {
+	case step < 0 || step > MaxStep:
+		return badRequest("bad_step", "step = %d, want 0..%d", step, MaxStep)
+	case step < cur-s.cfg.StepLag:
+		return conflict("stale_step", "step %d is behind the service's step %d (at most %d behind are accepted)", step, cur, s.cfg.StepLag)
+	case step > cur+s.cfg.MaxStepJump:
+		return badRequest("step_jump", "step %d is more than %d steps after the service's step %d", step, s.cfg.MaxStepJump, cur)
+	case step <= cur:
+		return nil
+	}
+	if err := s.applyReady(step); err != nil {
+		return err
+	}
+	if c := s.cal; c != nil && !c.running && c.err != nil {
+		s.launch(c) // retry a calibration whose runs failed
+	}
+	if _, err := s.commit(op{Kind: "step", Step: step}); err != nil {
+		return err
+	}
+	return s.startDue()
+}
+
+// AdvanceResponse answers an advance request at once: the step and every
+// calibration point started so far (poll GET /v1/calibrations, or advance
+// again, to follow them).
+type AdvanceResponse struct {
+	API          string              `json:"api"`
+	Step         int                 `json:"step"`
+	Calibrations []CalibrationStatus `json:"calibrations"`
+}
+
+// Advance records the trainer's step (a step already passed changes
+// nothing) and answers at once with the calibrations' status; a
+// calibration due at the step starts in the background. A retried advance
+// answers the same.
+func (s *Service) Advance(step int) (AdvanceResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.observeStep(step); err != nil {
+		return AdvanceResponse{}, err
+	}
+	return AdvanceResponse{API: APIVersion, Step: s.loop.Step(), Calibrations: s.calibrations()}, nil
+}
+
+// Calibrations returns every calibration point started so far.
+func (s *Service) Calibrations() AdvanceResponse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return AdvanceResponse{API: APIVersion, Step: s.loop.Step(), Calibrations: s.calibrations()}
+}
+
+func (s *Service) calibrations() []CalibrationStatus {
+	return append([]CalibrationStatus{}, s.cals...)
+}
+
+// execute runs jobs for real, at most Parallel at once, in job order.
+func (s *Service) execute(ctx context.Context, jobs []lm2lm.RunJob) ([]lm2lm.RealRun, error) {
+	runs := make([]lm2lm.RealRun, len(jobs))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(s.cfg.Parallel)
+	for i, j := range jobs {
+		eg.Go(func() error {
+			r, err := lm2lm.RunRealJob(ectx, s.c.Builder, s.c.Executor, j)
+			runs[i] = r
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, fmt.Errorf("serve: runs: %w", err)
+	}
+	return runs, nil
+}
+
+// MonitorsResponse reports the reliability monitors.
+type MonitorsResponse struct {
+	API string `json:"api"`
+	// Calibrated is false before the first applied calibration; the
+	// monitors are then absent. Point is that calibration's u.
+	Calibrated bool `json:"calibrated"`
+	Point      int  `json:"point"`
+	// DeltaM is Δ_M = J̄ − Ĵ_M and Gap = Ĵ_M − J̄ on the last
+	// calibration's runs (METHOD.md §1 Known weaknesses); Cosine the
+	// advantage cosine, Accuracy the pairwise accuracy.
+	DeltaM   *float64 `json:"delta_m,omitempty"`
+	Gap      *float64 `json:"gap,omitempty"`
+	Cosine   *float64 `json:"advantage_cosine,omitempty"`
+	Accuracy *float64 `json:"pairwise_accuracy,omitempty"`
+	// Share is each mechanism's share of the proposals scored since the
+	// last calibration point started.
+	Share []ShareRow `json:"mechanism_share"`
+}
+
+// ShareRow is one mechanism's share.
+type ShareRow struct {
+	Mechanism string  `json:"mechanism"`
+	Count     int     `json:"count"`
+	Fraction  float64 `json:"fraction"`
+}
+
+// Monitors returns the monitors (NaN ones absent); they survive restarts.
+func (s *Service) Monitors() MonitorsResponse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := MonitorsResponse{API: APIVersion}
+	if s.mon != nil {
+		r = *s.mon
+	}
+	r.Share = []ShareRow{}
+	for _, sh := range s.loop.CandidateShare() {
+		r.Share = append(r.Share, ShareRow{Mechanism: sh.Mechanism, Count: sh.Count, Fraction: sh.Fraction})
+	}
+	return r
+}
+
+func finPtr(x float64) *float64 {
+	if x != x || x > 1e308 || x < -1e308 {
+		return nil
+	}
+	return &x
+}

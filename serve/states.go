@@ -1,0 +1,342 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/proposer/openai"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// StateID returns the id of the n-th issued state st: "s-" and the first
+// 16 hex digits of the SHA-256 of its JSON encoding and n. Every issued
+// row has its own id, even when the pool draws the same state twice, so
+// that the rows of a dataset never merge into one group.
+func StateID(st records.State, n int) string {
+	b, _ := json.Marshal(st)
+	h := sha256.New()
+	h.Write(b)
+	h.Write([]byte("#" + strconv.Itoa(n)))
+	return "s-" + hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// addState remembers an issued state, forgetting the oldest beyond
+// MaxIssued. The caller holds mu.
+func (s *Service) addState(e stateEntry) {
+	if _, ok := s.states[e.ID]; !ok {
+		s.order = append(s.order, e.ID)
+	}
+	s.states[e.ID] = e
+	for len(s.order) > s.cfg.MaxIssued {
+		delete(s.states, s.order[0])
+		s.order = s.order[1:]
+	}
+}
+
+// StateRow is one research state as handed out: its id, task, split and
+// the chat prompt (proposer/openai's prompt format, PromptVersion).
+type StateRow struct {
+	StateID string           `json:"state_id"`
+	Task    string           `json:"task"`
+	Split   string           `json:"split"`
+	Prompt  []openai.Message `json:"prompt"`
+}
+
+// StatesResponse answers a states request.
+type StatesResponse struct {
+	API           string     `json:"api"`
+	PromptVersion string     `json:"prompt_version"`
+	Step          int        `json:"step"`
+	States        []StateRow `json:"states"`
+}
+
+func (s *Service) applyStates(o op) StatesResponse {
+	var sts []records.State
+	if o.Split == SplitTest {
+		sts = s.drawTest(o.N)
+	} else {
+		sts = s.loop.Draw(o.N)
+	}
+	resp := StatesResponse{API: APIVersion, PromptVersion: openai.PromptVersion, Step: s.loop.Step(), States: make([]StateRow, 0, len(sts))}
+	for _, st := range sts {
+		id := StateID(st, s.issued)
+		s.issued++
+		s.addState(stateEntry{ID: id, State: st, Split: o.Split})
+		msgs, err := openai.Messages(st, s.c.Catalogue, s.cfg.AllowNoChange, 0)
+		if err != nil {
+			// A state of a valid task renders; a failure is a broken
+			// catalogue, reported in the prompt's place.
+			msgs = []openai.Message{{Role: "system", Content: "prompt unavailable: " + records.Excerpt(err.Error())}}
+		}
+		resp.States = append(resp.States, StateRow{StateID: id, Task: st.Task.ID, Split: o.Split, Prompt: msgs})
+	}
+	return resp
+}
+
+// drawTest draws n held-out states: a task uniformly and a history from
+// Components.Histories, from a source derived from the seed and the number
+// of held-out draws so far.
+func (s *Service) drawTest(n int) []records.State {
+	if len(s.c.HeldOut) == 0 {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, 0x74657374+uint64(s.testDraw)))
+	s.testDraw++
+	pool := s.c.Histories
+	if pool == nil {
+		pool = &records.Pool{}
+	}
+	return pool.States(rng, s.c.HeldOut, n, s.cfg.MaxHistory)
+}
+
+// once answers key from the cache, or computes it with f while other
+// requests with the same key wait for its result.
+func (s *Service) once(key string, f func() (json.RawMessage, error)) (json.RawMessage, error) {
+	for {
+		s.mu.Lock()
+		if b, ok := s.cache.get(key); ok {
+			s.mu.Unlock()
+			s.met.repeats.Inc()
+			return b, nil
+		}
+		ch, busy := s.pending[key]
+		if !busy {
+			s.pending[key] = make(chan struct{})
+			s.mu.Unlock()
+			break
+		}
+		s.mu.Unlock()
+		<-ch
+	}
+	b, err := f()
+	s.mu.Lock()
+	if ch, ok := s.pending[key]; ok {
+		delete(s.pending, key)
+		close(ch)
+	}
+	s.mu.Unlock()
+	return b, err
+}
+
+// States draws n new states of split (SplitTrain or SplitTest) and
+// returns them with their prompts; key makes a repeated request return
+// the first answer (while it is cached: CacheBytes).
+func (s *Service) States(key string, n int, split string) (json.RawMessage, error) {
+	if split == "" {
+		split = SplitTrain
+	}
+	if split != SplitTrain && split != SplitTest {
+		return nil, badRequest("bad_split", "split %q: want %q or %q", records.Excerpt(split), SplitTrain, SplitTest)
+	}
+	if n < 1 || n > s.cfg.MaxStates {
+		return nil, badRequest("bad_count", "n = %d, want 1..%d", n, s.cfg.MaxStates)
+	}
+	return s.once(key, func() (json.RawMessage, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.commit(op{Kind: "states", Key: key, N: n, Split: split})
+	})
+}
+
+// Dataset writes n new states of split as JSON Lines dataset rows (see
+// DatasetRow); key makes a repeated request return the same rows.
+func (s *Service) Dataset(key string, n int, split string) ([]byte, error) {
+	b, err := s.States(key, n, split)
+	if err != nil {
+		return nil, err
+	}
+	var sr StatesResponse
+	if err := json.Unmarshal(b, &sr); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, st := range sr.States {
+		if err := enc.Encode(NewDatasetRow(st)); err != nil {
+			return nil, err
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+// DatasetRow is one row of the exported dataset. The state id travels in
+// the columns each framework hands back to the reward: TRL passes every
+// dataset column to a reward function as a keyword argument (state_id);
+// verl passes extra_info (and reward_model.ground_truth); OpenRLHF passes
+// the label column (label). Each row's state id is its own (StateID).
+type DatasetRow struct {
+	Prompt      []openai.Message  `json:"prompt"`
+	StateID     string            `json:"state_id"`
+	Task        string            `json:"task"`
+	Split       string            `json:"split"`
+	DataSource  string            `json:"data_source"`
+	RewardModel map[string]string `json:"reward_model"`
+	ExtraInfo   map[string]string `json:"extra_info"`
+	Label       string            `json:"label"`
+	// Text is the prompt as one string (system and user messages joined),
+	// for a trainer that takes a plain-text input column.
+	Text string `json:"text"`
+}
+
+// DataSource is the data_source column of exported rows.
+const DataSource = "lm2lm"
+
+// NewDatasetRow returns the dataset row of a state.
+func NewDatasetRow(st StateRow) DatasetRow {
+	var text string
+	for i, m := range st.Prompt {
+		if i > 0 {
+			text += "\n\n"
+		}
+		text += m.Content
+	}
+	return DatasetRow{Prompt: st.Prompt, StateID: st.StateID, Task: st.Task, Split: st.Split, DataSource: DataSource,
+		RewardModel: map[string]string{"style": "rule", "ground_truth": st.StateID},
+		ExtraInfo:   map[string]string{"state_id": st.StateID, "split": st.Split}, Label: st.StateID, Text: text}
+}
+
+// EvalResult is the real outcome of one evaluated completion.
+type EvalResult struct {
+	Valid      bool    `json:"valid"`
+	Measured   bool    `json:"measured"`
+	Mechanism  string  `json:"mechanism,omitempty"`
+	Gain       float64 `json:"gain"`
+	GainSigmas float64 `json:"gain_sigmas"`
+	Infeasible string  `json:"infeasible,omitempty"`
+	Failure    string  `json:"failure,omitempty"`
+}
+
+// EvalResponse answers an evaluate request.
+type EvalResponse struct {
+	API     string         `json:"api"`
+	Groups  [][]EvalResult `json:"groups"`
+	Runs    int            `json:"runs"`
+	MeanSig float64        `json:"mean_gain_sigmas"`
+}
+
+// Evaluate runs a policy's proposals for real, one run per distinct
+// (task, change) of the request, on issued states (held-out ones for a
+// test-split evaluation), and returns the real gains (METHOD.md §1 Data
+// and evaluation); unparseable, infeasible and unmeasured proposals are
+// reported as such, and the mean is over the feasible runs in σ_e units.
+// Runs are never added to M, and the runs it paid are counted durably.
+func (s *Service) Evaluate(ctx context.Context, key string, gs []ScoreGroup) (json.RawMessage, error) {
+	n := 0
+	for i, g := range gs {
+		if g.StateID == "" || len(g.Completions) == 0 {
+			return nil, badRequest("bad_group", "group %d: a state_id and completions are required", i)
+		}
+		if len(g.Completions) > s.cfg.MaxCompletions {
+			return nil, tooLarge("too_many_completions", "group %d: %d completions, at most %d", i, len(g.Completions), s.cfg.MaxCompletions)
+		}
+		for j, c := range g.Completions {
+			if len(c) > s.cfg.MaxCompletionBytes {
+				return nil, tooLarge("completion_too_long", "group %d completion %d: %d bytes, at most %d", i, j, len(c), s.cfg.MaxCompletionBytes)
+			}
+		}
+		n += len(g.Completions)
+	}
+	switch {
+	case n == 0:
+		return nil, badRequest("empty", "no groups")
+	case n > s.cfg.MaxSamples:
+		return nil, tooLarge("too_many_samples", "%d completions, at most %d", n, s.cfg.MaxSamples)
+	case s.c.Builder == nil || s.c.Executor == nil:
+		return nil, badRequest("no_executor", "the service has no executor")
+	}
+	return s.once(key, func() (json.RawMessage, error) {
+		type grp struct {
+			state records.State
+			texts []string
+		}
+		lg := make([]grp, len(gs))
+		s.mu.Lock()
+		for i, g := range gs {
+			e, ok := s.states[g.StateID]
+			if !ok {
+				s.mu.Unlock()
+				return nil, badRequest("unknown_state", "group %d: unknown state_id %q", i, records.Excerpt(g.StateID))
+			}
+			lg[i] = grp{e.State, g.Completions}
+		}
+		s.mu.Unlock()
+		idx := map[string]int{}
+		var jobs []lm2lm.RunJob
+		at := make([][]int, len(lg))
+		parsed := make([][]proposerSample, len(lg))
+		for gi, g := range lg {
+			at[gi] = make([]int, len(g.texts))
+			for i, smp := range s.parse(g.texts) {
+				parsed[gi] = append(parsed[gi], proposerSample{smp.Invalid, smp.Proposal})
+				at[gi][i] = -1
+				if smp.Invalid || smp.Proposal.IsNoChange() {
+					continue
+				}
+				tc := records.TaskChange{Task: g.state.Task, Proposal: smp.Proposal}
+				k, ok := idx[tc.Key()]
+				if !ok {
+					k = len(jobs)
+					idx[tc.Key()] = k
+					jobs = append(jobs, lm2lm.RunJob{Change: tc})
+				}
+				at[gi][i] = k
+			}
+		}
+		runs, err := s.execute(ctx, jobs)
+		if err != nil {
+			return nil, err
+		}
+		resp := EvalResponse{API: APIVersion, Groups: make([][]EvalResult, len(lg)), Runs: len(jobs)}
+		var sum float64
+		var nf int
+		for gi, g := range lg {
+			for i, smp := range parsed[gi] {
+				r := EvalResult{Valid: !smp.invalid}
+				if !smp.invalid {
+					r.Mechanism = smp.p.Mechanism
+				}
+				if k := at[gi][i]; k >= 0 {
+					run := runs[k]
+					r.Measured, r.Failure = run.Measured, records.Excerpt(run.Failure)
+					r.Infeasible = records.Excerpt(run.Record.Infeasible)
+					if run.Measured && run.Record.Infeasible == "" {
+						r.Gain, r.GainSigmas = run.Record.Gain, run.Record.Gain/g.state.Task.SeedNoise
+						sum += r.GainSigmas
+						nf++
+					}
+				}
+				resp.Groups[gi] = append(resp.Groups[gi], r)
+			}
+		}
+		if nf > 0 {
+			resp.MeanSig = sum / float64(nf)
+		}
+		b, err := json.Marshal(resp)
+		if err != nil {
+			return nil, err
+		}
+		var paid int
+		var cost records.Cost
+		for _, r := range runs {
+			if r.Ran && !r.Reused {
+				paid++
+				cost = cost.Add(r.Cost)
+			}
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.commit(op{Kind: "eval", Key: key, Runs: paid, Cost: &cost, Body: b})
+	})
+}
+
+// proposerSample is a parsed evaluated completion.
+type proposerSample struct {
+	invalid bool
+	p       records.Proposal
+}
