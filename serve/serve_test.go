@@ -660,3 +660,30 @@ func TestMemoryBounds(t *testing.T) {
 	require.Equal(t, "unknown_state", errCode(t, b), "the oldest issued states are forgotten")
 	score(t, srv.URL, "m5", 5, more, 2)
 }
+
+func TestDamagedJournalRefusesToStart(t *testing.T) {
+	dir := t.TempDir()
+	s, srv, _ := newService(t, dir, nil, servetest.Options{})
+	sr := states(t, srv.URL, 2, "")
+	// A completion of '<' is journalled as itself, not as six bytes of
+	// JSON escape each.
+	lt := strings.Repeat("<", 8000)
+	code, b := post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.ScoreGroup{{StateID: sr.States[0].StateID, Completions: []string{lt, lt}}}})
+	require.Equal(t, http.StatusOK, code, string(b))
+	score(t, srv.URL, "x", 0, sr, 4)
+	srv.Close()
+	require.NoError(t, s.Close())
+	path := filepath.Join(dir, "journal.log")
+	j, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Less(t, len(j), 3*8000+20000, "journal of %d bytes", len(j))
+	j[len(j)/2] ^= 0x04
+	require.NoError(t, os.WriteFile(path, j, 0o600))
+	c, _, err := servetest.Components(servetest.Options{})
+	require.NoError(t, err)
+	_, err = serve.New(servetest.Config(dir), c)
+	var je *serve.JournalError
+	require.ErrorAs(t, err, &je)
+	require.ErrorIs(t, err, serve.ErrState)
+	require.Contains(t, err.Error(), "damaged at byte")
+}
