@@ -10,59 +10,6 @@ import (
 // ErrConfig is wrapped by every Validate of the package.
 var ErrConfig = errors.New("calibrate: invalid config")
 
-// Config gathers the package's parameters with the papers' defaults.
-type Config struct {
-	// Schedule is the fixed calibration schedule: steps 16, 40, 64 with
-	// B_u 31, 38, 31 (METHOD.md §1 On-policy calibration).
-	Schedule Schedule
-	// Adaptive enables Trigger in addition to Schedule. Default false
-	// (library choice: the paper's schedule is fixed).
-	Adaptive bool
-	// Trigger is the adaptive rule (beyond the paper); DefaultTrigger().
-	Trigger Trigger
-	// PerTask is k of TopBWith, the most calibration runs per task in one
-	// calibration; 0 = no limit. Default 0 (METHOD.md §1: plain top-B_u).
-	PerTask int
-	// UniqueKeys makes TopBWith pick at most one candidate per canonical
-	// key. Default true (library choice: a second run of the same change
-	// in one calibration buys noise, not new knowledge).
-	UniqueKeys bool
-	// WMRL holds the anchor, debiasing and weighting parameters
-	// (METHOD.md §2); DefaultWMRLConfig().
-	WMRL WMRLConfig
-}
-
-// DefaultConfig returns the defaults documented on Config's fields.
-func DefaultConfig() Config {
-	return Config{
-		Schedule:   DefaultSchedule(),
-		Trigger:    DefaultTrigger(),
-		UniqueKeys: true,
-		WMRL:       DefaultWMRLConfig(),
-	}
-}
-
-// Validate reports the first invalid field, wrapping ErrConfig.
-func (c Config) Validate() error {
-	if err := c.Schedule.Validate(); err != nil {
-		return err
-	}
-	if err := c.Trigger.Validate(); c.Adaptive && err != nil {
-		return err
-	}
-	if c.PerTask < 0 {
-		return fmt.Errorf("%w: PerTask = %d, want ≥ 0", ErrConfig, c.PerTask)
-	}
-	return c.WMRL.Validate()
-}
-
-// Select picks the candidates of one calibration: TopBWith(scores, b)
-// with c's PerTask and UniqueKeys and the given tasks and keys (either may
-// be nil).
-func (c Config) Select(scores []float64, b int, task, key []string) []int {
-	return TopBWith(scores, b, Options{Task: task, Key: key, PerTask: c.PerTask, UniqueKeys: c.UniqueKeys})
-}
-
 // WMRLConfig parameterises WMRL's corrections (METHOD.md §2): anchor
 // groups, the online isotonic debiaser and the inverse-variance weighter.
 // It is the one WMRL configuration of the library: the trainer's

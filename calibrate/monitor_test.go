@@ -157,19 +157,14 @@ func TestTrigger(t *testing.T) {
 	require.ErrorIs(t, bad.Validate(), ErrConfig)
 }
 
-func TestConfig(t *testing.T) {
-	c := DefaultConfig()
-	require.NoError(t, c.Validate())
+func TestWMRLConfig(t *testing.T) {
+	type Config struct{ WMRL WMRLConfig }
+	c := Config{DefaultWMRLConfig()}
+	require.NoError(t, c.WMRL.Validate())
 	require.Equal(t, 26, c.WMRL.AnchorCount(256))
-	require.Equal(t, []int{0, 2}, c.Select([]float64{3, 2, 1}, 2, nil, []string{"k", "k", "j"}))
-	c.PerTask = 1
-	require.Equal(t, []int{0, 2}, c.Select([]float64{3, 2, 1}, 3, []string{"a", "a", "b"}, nil))
-	c.PerTask = 0
 	require.Equal(t, 1.0, c.WMRL.NewWeighter().Weight())
 	require.True(t, debiaser(t, c.WMRL).Map().Identity())
 	for i, f := range []func(*Config){
-		func(c *Config) { c.Schedule.Budgets = nil },
-		func(c *Config) { c.PerTask = -1 },
 		func(c *Config) { c.WMRL.AnchorFraction = 1.5 },
 		func(c *Config) { c.WMRL.AnchorMin, c.WMRL.AnchorMax = 5, 2 },
 		func(c *Config) { c.WMRL.AnchorMin = -1 },
@@ -185,11 +180,10 @@ func TestConfig(t *testing.T) {
 		func(c *Config) { c.WMRL.Target = math.NaN() },
 		func(c *Config) { c.WMRL.MaxWeight = 1.5 },
 		func(c *Config) { c.WMRL.MaxWeight = math.Inf(1) },
-		func(c *Config) { c.Adaptive = true; c.Trigger.Budget = 0 },
 	} {
-		c := DefaultConfig()
+		c := Config{DefaultWMRLConfig()}
 		f(&c)
-		require.ErrorIs(t, c.Validate(), ErrConfig, "case %d", i)
+		require.ErrorIs(t, c.WMRL.Validate(), ErrConfig, "case %d", i)
 	}
 	// A part that is off is not validated: it is never built.
 	w := DefaultWMRLConfig()
