@@ -82,8 +82,9 @@ func BenchmarkPerSample256(b *testing.B) {
 				}
 			})
 		}
-		for i := range G {
-			for g := range sr.States {
+		// verl's batch layout: a prompt's G responses are adjacent.
+		for g := range sr.States {
+			for i := range G {
 				jobs <- job{g, i}
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -60,13 +59,21 @@ func TestServeChild(t *testing.T) {
 			}
 		})
 	}
-	s, err := serve.New(servetest.Config(servetest.StateDir(dir)), c)
+	cfg := servetest.Config(servetest.StateDir(dir))
+	if every, _ := strconv.Atoi(os.Getenv("LM2LM_CAL_EVERY")); every > 0 {
+		// The soak's schedule: a point of 4 runs every `every` steps.
+		cfg.Schedule.Steps, cfg.Schedule.Budgets = nil, nil
+		for u := 1; u <= 1000; u++ {
+			cfg.Schedule.Steps, cfg.Schedule.Budgets = append(cfg.Schedule.Steps, u*every), append(cfg.Schedule.Budgets, 4)
+		}
+	}
+	s, err := serve.New(cfg, c)
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := s.Listen("127.0.0.1:0")
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "addr.tmp"), []byte(ln.Addr().String()), 0o600))
 	require.NoError(t, os.Rename(filepath.Join(dir, "addr.tmp"), filepath.Join(dir, "addr")))
-	_ = http.Serve(ln, s.Handler())
+	_ = s.Server().Serve(ln)
 }
 
 // child starts the service in a child process on dir.

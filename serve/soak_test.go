@@ -1,0 +1,154 @@
+package serve_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm/serve"
+	"github.com/lm2lm/lm2lm/serve/servetest"
+)
+
+// TestSoak runs the service in a child process for LM2LM_SOAK (a
+// duration, e.g. 30m) under verl's pattern: 256 concurrent callers, one
+// sample per request, groups of 8 adjacent, a new step every 256 groups,
+// new states every 10 steps, a calibration point of 4 real runs every 50
+// steps running beside scoring. It writes a report of throughput, group
+// latency, the child's RSS, the checkpoint and journal sizes and the cost
+// of /v1/info to LM2LM_SOAK_REPORT (default soak-report.txt in the test's
+// temporary directory, printed to the log). It is a measurement, not a
+// check of timings: it asserts only that every sample got a reward.
+func TestSoak(t *testing.T) {
+	d, err := time.ParseDuration(os.Getenv("LM2LM_SOAK"))
+	if err != nil || d <= 0 {
+		t.Skip("the soak runs only with LM2LM_SOAK=<duration>")
+	}
+	dir := t.TempDir()
+	cmd, url := child(t, dir, "LM2LM_CAL_EVERY=50")
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	const G, callers, nStates = 8, 256, 256
+	var sr serve.StatesResponse
+	newStates := func(step int) {
+		code, b := post(t, url+"/v1/states", "", serve.StatesRequest{RequestID: fmt.Sprint("soak-", step), N: nStates})
+		require.Equal(t, http.StatusOK, code, string(b))
+		require.NoError(t, json.Unmarshal(b, &sr))
+	}
+	rss := func() int64 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+		require.NoError(t, err)
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				return kb << 10
+			}
+		}
+		return 0
+	}
+	size := func(name string) int64 {
+		fi, err := os.Stat(filepath.Join(servetest.StateDir(dir), name))
+		if err != nil {
+			return 0
+		}
+		return fi.Size()
+	}
+	var report strings.Builder
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(&report, format+"\n", args...)
+		t.Logf(format, args...)
+	}
+	var lat []time.Duration
+	var samples, failed int
+	var maxRSS, maxCkpt, maxJournal int64
+	var infoLat []time.Duration
+	start, lastLog := time.Now(), time.Now()
+	step := 0
+	for ; time.Since(start) < d; step++ {
+		if step%10 == 0 {
+			newStates(step)
+		}
+		type job struct{ g, i int }
+		jobs := make(chan job)
+		sent := make([][G]time.Time, nStates)
+		got := make([][G]time.Time, nStates)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() {
+				for j := range jobs {
+					idx, st := j.i, step
+					q := serve.ScoreRequest{Step: &st, Samples: []serve.ScoreSample{{Group: fmt.Sprintf("uid-%d-%d", step, j.g),
+						StateID: sr.States[j.g].StateID, GroupSize: G, Index: &idx, Completion: servetest.Completions(j.g+step, G)[j.i]}}}
+					body, _ := json.Marshal(q)
+					sent[j.g][j.i] = time.Now()
+					resp, err := client.Post(url+"/v1/score", "application/json", bytes.NewReader(body))
+					if err != nil {
+						t.Error(err)
+						continue
+					}
+					var out serve.ScoreResponse
+					err = json.NewDecoder(resp.Body).Decode(&out)
+					resp.Body.Close()
+					if err != nil || resp.StatusCode != 200 || out.Samples[0].Reward == nil {
+						mu.Lock()
+						failed++
+						mu.Unlock()
+					}
+					got[j.g][j.i] = time.Now()
+				}
+			})
+		}
+		for g := range nStates {
+			for i := range G {
+				jobs <- job{g, i}
+			}
+		}
+		close(jobs)
+		wg.Wait()
+		for g := range sent {
+			lat = append(lat, slices.MaxFunc(got[g][:], func(a, b time.Time) int { return a.Compare(b) }).Sub(
+				slices.MaxFunc(sent[g][:], func(a, b time.Time) int { return a.Compare(b) })))
+		}
+		samples += nStates * G
+		t0 := time.Now()
+		resp, err := http.Get(url + "/v1/info")
+		require.NoError(t, err)
+		var in serve.Info
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&in))
+		resp.Body.Close()
+		infoLat = append(infoLat, time.Since(t0))
+		maxRSS, maxCkpt, maxJournal = max(maxRSS, rss()), max(maxCkpt, size("checkpoint.json")), max(maxJournal, size("journal.log"))
+		if time.Since(lastLog) > time.Minute {
+			lastLog = time.Now()
+			logf("%6.0f s: step %d, %d samples, %.0f samples/s, RSS %d MB (max %d), checkpoint %d MB, journal %d MB, calibrations %d, M %d, candidates %d, pool %d, issued %d",
+				time.Since(start).Seconds(), step, samples, float64(samples)/time.Since(start).Seconds(), rss()>>20, maxRSS>>20,
+				size("checkpoint.json")>>20, size("journal.log")>>20, in.Calibrations, in.Evidence, in.Candidates, in.Pool, in.Issued)
+		}
+	}
+	wall := time.Since(start)
+	slices.Sort(lat)
+	slices.Sort(infoLat)
+	pct := func(xs []time.Duration, p float64) time.Duration { return xs[int(p*float64(len(xs)-1))] }
+	logf("soak %s: %d steps, %d samples (%d without a reward), %.0f samples/s", wall.Round(time.Second), step, samples, failed, float64(samples)/wall.Seconds())
+	logf("group latency (last sample sent → answer): p50 %s, p99 %s, max %s", pct(lat, 0.5), pct(lat, 0.99), lat[len(lat)-1])
+	logf("child RSS: max %d MB, at the end %d MB; checkpoint max %d MB; journal max %d MB", maxRSS>>20, rss()>>20, maxCkpt>>20, maxJournal>>20)
+	logf("/v1/info: p50 %s, p99 %s", pct(infoLat, 0.5), pct(infoLat, 0.99))
+	time.Sleep(30 * time.Second)
+	logf("child RSS after 30 s idle: %d MB", rss()>>20)
+	out := os.Getenv("LM2LM_SOAK_REPORT")
+	if out == "" {
+		out = filepath.Join(dir, "soak-report.txt")
+	}
+	require.NoError(t, os.WriteFile(out, []byte(report.String()), 0o644))
+	require.Zero(t, failed, "every sample got a reward")
+}
