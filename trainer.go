@@ -71,11 +71,11 @@ type Config struct {
 	States int
 	// DAPO holds G (GroupSize, default 8), the quota of informative groups
 	// kept per rollout (Quota, default 256), the advantage norm (default
-	// mean-centred) and the flat tolerance. DAPO.Loss is validated but not
-	// applied here: the clipped surrogate (ε_low 0.2, ε_high 0.28) is the
-	// policy's own (proposer.PolicyConfig.Loss for the embedded policy), and
-	// MaxDraws is unused (the rollout's States groups are drawn up front).
-	DAPO dapo.Config
+	// mean-centred) and the flat tolerance (METHOD.md §1 Policy
+	// optimisation); DefaultDAPOConfig(). The clipped surrogate (ε_low 0.2,
+	// ε_high 0.28) is the policy's own (proposer.PolicyConfig.Loss for the
+	// embedded policy).
+	DAPO DAPOConfig
 	// Reward parameterises reward shaping; default reward.DefaultConfig()
 	// (METHOD.md §1 Reward: the clip c, the infeasible and no-change
 	// penalties; Reward.Pessimism is beyond it, METHOD.md §1 Known
@@ -178,13 +178,44 @@ func (c TriggerConfig) Validate() error {
 	return nil
 }
 
+// DAPOConfig is the loop's part of DAPO (METHOD.md §1 Policy
+// optimisation): what it samples, keeps and normalises. The loss is the
+// policy's.
+type DAPOConfig struct {
+	// GroupSize is G, proposals per state; default 8.
+	GroupSize int
+	// Quota is the number of informative groups a rollout keeps; default
+	// 256 (the paper samples 277 states and keeps 256).
+	Quota int
+	// Norm is the advantage normalisation; default dapo.MeanCentered.
+	Norm dapo.Norm
+	// Eps is ε added to the group std by the z-scored norms; default 1e-6.
+	Eps float64
+	// FlatTol is the tolerance under which a group's rewards count as all
+	// equal (dropped by dynamic sampling); default 1e-9.
+	FlatTol float64
+}
+
+// DefaultDAPOConfig returns dapo.DefaultConfig's values of these fields.
+func DefaultDAPOConfig() DAPOConfig {
+	d := dapo.DefaultConfig()
+	return DAPOConfig{GroupSize: d.GroupSize, Quota: d.Quota, Norm: d.Norm, Eps: d.Eps, FlatTol: d.FlatTol}
+}
+
+// Validate reports the first invalid field, wrapping dapo.ErrConfig.
+func (c DAPOConfig) Validate() error {
+	d := dapo.DefaultConfig()
+	d.GroupSize, d.Quota, d.MaxDraws, d.Norm, d.Eps, d.FlatTol = c.GroupSize, c.Quota, max(c.Quota, 1), c.Norm, c.Eps, c.FlatTol
+	return d.Validate()
+}
+
 // DefaultConfig returns the paper's configuration (METHOD.md §1).
 func DefaultConfig() Config {
 	return Config{
 		Steps:        96,
 		RolloutEvery: 8,
 		States:       277,
-		DAPO:         dapo.DefaultConfig(),
+		DAPO:         DefaultDAPOConfig(),
 		Reward:       reward.DefaultConfig(),
 		Schedule:     calibrate.DefaultSchedule(),
 		Calibration:  TopRated,
