@@ -175,11 +175,11 @@ type Loop struct {
 	// deferred: calibrations may complete after their step
 	// (WithDeferredCalibration).
 	deferred bool
-	src        *rand.PCG
-	rng        *rand.Rand
-	m          records.Evidence
-	pool       *records.Pool
-	step       int
+	src      *rand.PCG
+	rng      *rand.Rand
+	m        records.Evidence
+	pool     *records.Pool
+	step     int
 
 	batches [][]proposer.Item // the current rollout's mini-batches
 	core    core              // the pure planning functions (core.go)
@@ -290,11 +290,11 @@ func NewLoop(cfg Config, tasks []records.Task, evidence records.Evidence, pool *
 		cfg:        cfg,
 		tasks:      append([]records.Task(nil), tasks...),
 		unmeasured: append([]records.Task(nil), o.unmeasured...), deferred: o.deferred,
-		src:        src,
-		rng:        rand.New(src),
-		m:          evidence,
-		pool:       pool,
-		last:       lastCalibration{Step: -1},
+		src:  src,
+		rng:  rand.New(src),
+		m:    evidence,
+		pool: pool,
+		last: lastCalibration{Step: -1},
 	}
 	l.core = core{cfg: cfg, corr: noCorrection{}, unmeasured: unmeasured}
 	if cfg.WMRL != nil {
