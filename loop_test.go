@@ -400,3 +400,50 @@ func TestLoopScoresOutsideGroups(t *testing.T) {
 	b, _ := r.MarshalBinary()
 	require.Equal(t, string(a), string(b))
 }
+
+func TestDeferredCalibration(t *testing.T) {
+	// An outside trainer steps on while a calibration's runs go: groups
+	// scored meanwhile (under M_u) become the next point's candidates, the
+	// report keeps the step the point was picked at, and only a loop made
+	// WithDeferredCalibration restores a checkpoint past a point whose
+	// records are not yet in M.
+	cfg := loopConfig()
+	cfg.Steps = 1 << 20
+	cfg.Schedule = calibrate.Schedule{Steps: []int{1, 3}, Budgets: []int{1, 1}}
+	l, err := NewLoop(cfg, []records.Task{coreTask}, loopEvidence(t), nil, WithDeferredCalibration())
+	require.NoError(t, err)
+	gs := []Group{{State: records.State{Task: coreTask}, Samples: fourSamples()}}
+	score := func() {
+		t.Helper()
+		jobs := l.ScoreJobs(gs)
+		_, err := l.ScoreGroups(gs, fixedGains(jobs), time.Time{})
+		require.NoError(t, err)
+	}
+	score()
+	l.SetStep(1)
+	runs, ok := l.Calibrate()
+	require.True(t, ok)
+	require.True(t, l.CalibrationInFlight())
+	l.SetStep(cfg.Schedule.Steps[1] + 3) // past the next point too
+	score()
+	require.Equal(t, 1, l.Candidates())
+	cp, err := l.MarshalBinary()
+	require.NoError(t, err)
+	strict := newTestLoop(t, cfg)
+	require.ErrorIs(t, strict.UnmarshalBinary(cp), ErrCheckpoint)
+	r, err := NewLoop(cfg, []records.Task{coreTask}, loopEvidence(t), nil, WithDeferredCalibration())
+	require.NoError(t, err)
+	require.NoError(t, r.UnmarshalBinary(cp))
+	rec := records.Record{Task: coreTask, Proposal: runs[0].Change.Proposal, Gain: 0.2, Loss: 2.8, Source: records.Real}
+	for _, x := range []*Loop{l, r} {
+		rep, err := x.FinishCalibration([]RealRun{{Record: rec, Measured: true, Ran: true}})
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Step, "the step it was picked at")
+		require.Equal(t, 1, x.Candidates(), "the group scored during the runs waits for the next point")
+		require.False(t, x.CalibrationInFlight())
+		require.Zero(t, x.TrimCandidates(-1))
+		require.Zero(t, x.TrimCandidates(5))
+	}
+	require.Equal(t, 1, l.TrimCandidates(0))
+	require.Zero(t, l.Candidates())
+}
