@@ -103,13 +103,13 @@ type Config struct {
 	MaxStates int
 	// MaxIssued bounds the issued states the service remembers; the
 	// oldest are forgotten beyond it (a score naming one is refused with
-	// code unknown_state). Default 16384.
+	// code unknown_state). Default 8192 (a dataset of 8192 rows).
 	MaxIssued int
 	// MaxPendingGroups bounds the groups being assembled; a sample that
 	// would open one more is answered 503. Default 4096.
 	MaxPendingGroups int
 	// MaxDoneGroups bounds the scored groups whose answers are kept for
-	// late or retried samples; default 16384.
+	// late or retried samples; default 8192 (32 steps of 256 groups).
 	MaxDoneGroups int
 	// GroupDeadline is how long a group may wait for its last sample after
 	// its first arrived; it is then scored on what arrived and marked
@@ -120,11 +120,12 @@ type Config struct {
 	// reward. Default 120 s.
 	PredictTimeout time.Duration
 	// PoolPerTask bounds the synthetic records of each task in the state
-	// pool (records.Pool.TrimSynthetic); default 4096.
+	// pool (records.Pool.TrimSynthetic); default 1024 (a state's history
+	// holds at most 8 records).
 	PoolPerTask int
 	// MaxCandidates bounds the groups kept as the next calibration's
 	// candidates (lm2lm.Loop.TrimCandidates, the oldest dropped); default
-	// 8192.
+	// 4096 (the main job's segments score at most 3,072 groups).
 	MaxCandidates int
 	// MaxInFlight bounds the requests being processed at once, waiting
 	// samples included; a request beyond it is answered 503. Default 1024.
@@ -174,8 +175,8 @@ func DefaultConfig() Config {
 		Schedule: calibrate.DefaultSchedule(), Calibration: lm2lm.TopRated, MaxHistory: records.MaxHistory, Seed: 1,
 		GroupSize: d.GroupSize,
 		Addr:      "127.0.0.1:8080", MaxBody: 16 << 20, MaxSamples: 4096, MaxCompletions: 64, MaxCompletionBytes: 8192,
-		MaxStates: 512, MaxIssued: 16384, MaxPendingGroups: 4096, MaxDoneGroups: 16384, GroupDeadline: 60 * time.Second,
-		PredictTimeout: 120 * time.Second, PoolPerTask: 4096, MaxCandidates: 8192, MaxInFlight: 1024, MaxConns: 2048,
+		MaxStates: 512, MaxIssued: 8192, MaxPendingGroups: 4096, MaxDoneGroups: 8192, GroupDeadline: 60 * time.Second,
+		PredictTimeout: 120 * time.Second, PoolPerTask: 1024, MaxCandidates: 4096, MaxInFlight: 1024, MaxConns: 2048,
 		ReadTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second, Parallel: 2, CacheBytes: 32 << 20,
 		SnapshotBytes: 32 << 20, MaxStepJump: 64, AllowNoChange: true, TextBytes: 512}
 }

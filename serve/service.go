@@ -81,7 +81,7 @@ const (
 
 // snapshot is the body of the service's checkpoint file.
 type snapshot struct {
-	Loop         []byte              `json:"loop"`
+	Loop         json.RawMessage     `json:"loop"` // the loop's checkpoint (JSON)
 	JournalSeq   uint64              `json:"journal_seq"`
 	States       []stateEntry        `json:"states"`
 	Issued       int                 `json:"issued"`
@@ -301,11 +301,15 @@ func (s *Service) checkpoint() error {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	sum := sha256.Sum256(body)
-	b, err := json.Marshal(envelope{Format: snapshotFormat, SHA256: hex.EncodeToString(sum[:]), Body: body})
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	if err := writeAtomic(s.snapshotPath(), b); err != nil {
+	// The envelope written by hand: the body, tens of megabytes, is not
+	// copied again.
+	var b bytes.Buffer
+	b.Grow(len(body) + 128)
+	fmt.Fprintf(&b, `{"format":%q,"sha256":%q,"body":`, snapshotFormat, hex.EncodeToString(sum[:]))
+	b.Write(body)
+	b.WriteString("}")
+	body = nil
+	if err := writeAtomic(s.snapshotPath(), b.Bytes()); err != nil {
 		return fmt.Errorf("%w: checkpoint: %w", ErrState, err)
 	}
 	_ = testHook("checkpoint-before-truncate")
