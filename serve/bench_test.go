@@ -3,12 +3,10 @@ package serve_test
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"runtime"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,45 +53,11 @@ func BenchmarkPerSample256(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	for it := 0; it < b.N; it++ {
-		type job struct{ g, i int }
-		jobs := make(chan job)
-		sent := make([][G]time.Time, len(sr.States))
-		got := make([][G]time.Time, len(sr.States))
-		var wg sync.WaitGroup
-		for range callers {
-			wg.Go(func() {
-				for j := range jobs {
-					idx := j.i
-					q := serve.ScoreRequest{Step: &it, Samples: []serve.ScoreSample{{Group: fmt.Sprintf("uid-%d", j.g),
-						StateID: sr.States[j.g].StateID, GroupSize: G, Index: &idx, Completion: servetest.Completions(j.g+it, G)[j.i]}}}
-					body, _ := json.Marshal(q)
-					sent[j.g][j.i] = time.Now()
-					resp, err := client.Post(url+"/v1/score", "application/json", bytes.NewReader(body))
-					if err != nil {
-						b.Error(err)
-						continue
-					}
-					var out serve.ScoreResponse
-					if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || out.Samples[0].Reward == nil {
-						b.Errorf("status %d: %v", resp.StatusCode, err)
-					}
-					resp.Body.Close()
-					got[j.g][j.i] = time.Now()
-				}
-			})
+		l, failed := verlStep(client, url, sr, it, G, callers)
+		if failed > 0 {
+			b.Fatalf("step %d: %d samples without a reward", it, failed)
 		}
-		// verl's batch layout: a prompt's G responses are adjacent.
-		for g := range sr.States {
-			for i := range G {
-				jobs <- job{g, i}
-			}
-		}
-		close(jobs)
-		wg.Wait()
-		for g := range sent {
-			lat = append(lat, slices.MaxFunc(got[g][:], func(a, b time.Time) int { return a.Compare(b) }).Sub(
-				slices.MaxFunc(sent[g][:], func(a, b time.Time) int { return a.Compare(b) })))
-		}
+		lat = append(lat, l...)
 		samples += len(sr.States) * G
 	}
 	wall := time.Since(start)

@@ -262,8 +262,11 @@ func (s *Service) finish(as []*assembly) {
 		}
 		for k, a := range as {
 			p := ps[k]
+			_, known := s.states[a.stateID]
 			switch {
 			case p == nil:
+			case !known: // forgotten while its predictions ran: journal nothing replay could not apply
+				s.fail(a, "state_evicted: the state was forgotten before its group was scored")
 			case p.err != nil:
 				s.fail(a, "world_model: "+records.Excerpt(p.err.Error()))
 			default:

@@ -1,7 +1,6 @@
 package serve_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -77,48 +75,8 @@ func TestSoak(t *testing.T) {
 		if step%10 == 0 {
 			newStates(step)
 		}
-		type job struct{ g, i int }
-		jobs := make(chan job)
-		sent := make([][G]time.Time, nStates)
-		got := make([][G]time.Time, nStates)
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for range callers {
-			wg.Go(func() {
-				for j := range jobs {
-					idx, st := j.i, step
-					q := serve.ScoreRequest{Step: &st, Samples: []serve.ScoreSample{{Group: fmt.Sprintf("uid-%d-%d", step, j.g),
-						StateID: sr.States[j.g].StateID, GroupSize: G, Index: &idx, Completion: servetest.Completions(j.g+step, G)[j.i]}}}
-					body, _ := json.Marshal(q)
-					sent[j.g][j.i] = time.Now()
-					resp, err := client.Post(url+"/v1/score", "application/json", bytes.NewReader(body))
-					if err != nil {
-						t.Error(err)
-						continue
-					}
-					var out serve.ScoreResponse
-					err = json.NewDecoder(resp.Body).Decode(&out)
-					resp.Body.Close()
-					if err != nil || resp.StatusCode != 200 || out.Samples[0].Reward == nil {
-						mu.Lock()
-						failed++
-						mu.Unlock()
-					}
-					got[j.g][j.i] = time.Now()
-				}
-			})
-		}
-		for g := range nStates {
-			for i := range G {
-				jobs <- job{g, i}
-			}
-		}
-		close(jobs)
-		wg.Wait()
-		for g := range sent {
-			lat = append(lat, slices.MaxFunc(got[g][:], func(a, b time.Time) int { return a.Compare(b) }).Sub(
-				slices.MaxFunc(sent[g][:], func(a, b time.Time) int { return a.Compare(b) })))
-		}
+		l, f := verlStep(client, url, sr, step, G, callers)
+		lat, failed = append(lat, l...), failed+f
 		samples += nStates * G
 		t0 := time.Now()
 		resp, err := http.Get(url + "/v1/info")
