@@ -74,3 +74,36 @@ def score(state_ids, completions, step=None):
         step = get("/v1/info")["step"]
     out = post("/v1/score", {"groups": groups, "step": int(step)})
     return [out["groups"][g]["samples"][i]["reward"] for g, i in where]
+
+
+def score_samples(samples, step, request_id=None):
+    """Score samples of any granularity; return the service's answer per sample.
+
+    samples: dicts with "group" (the trainer's name for the group, unique
+    within the step), "state_id", "group_size" (G), "completion" and,
+    for safe retries, "index" (0..G-1). The call returns once every group
+    it touches is scored (complete, or at the service's group deadline).
+    Each answer holds "reward" (None when "failure_reason" says the world
+    model failed or the sample came late: drop it, do not learn from it),
+    "advantage", "valid", "mechanism", "gain", "tau", "kept", "partial",
+    "received" and "group_size".
+    """
+    body = {"step": int(step), "samples": [dict(s, completion=text(s["completion"])) for s in samples]}
+    if request_id is not None:
+        body["request_id"] = request_id
+    return post("/v1/score", body)["samples"]
+
+
+def advance(step):
+    """Tell the service the trainer's step; return every calibration's status."""
+    return post("/v1/advance", {"step": int(step)})["calibrations"]
+
+
+def calibrations():
+    """Every calibration point started so far, with its state."""
+    return get("/v1/calibrations")["calibrations"]
+
+
+def health():
+    """The service's capacity: in-flight requests and their bound, and more."""
+    return get("/v1/health")
