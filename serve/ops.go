@@ -37,7 +37,7 @@ func (s *Service) apply(o op) (json.RawMessage, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.cache.put(o.Key, b)
+		s.cache.put(o.Key, b) // the ids issued, not the prompts: renderStates makes them again
 		return b, nil
 	case "group":
 		if o.Group == nil {

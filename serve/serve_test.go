@@ -658,6 +658,9 @@ func TestMemoryBounds(t *testing.T) {
 	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(5), Groups: []serve.ScoreGroup{{StateID: first.States[0].StateID, Completions: []string{"x"}}}})
 	require.Equal(t, http.StatusBadRequest, code, string(b))
 	require.Equal(t, "unknown_state", errCode(t, b), "the oldest issued states are forgotten")
+	code, b = post(t, srv.URL+"/v1/states", "", serve.StatesRequest{RequestID: "st--4", N: 4})
+	require.Equal(t, http.StatusGone, code, string(b))
+	require.Equal(t, "states_forgotten", errCode(t, b), "a repeated states request whose states were forgotten says so")
 	score(t, srv.URL, "m5", 5, more, 2)
 }
 

@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 
 	"github.com/lm2lm/lm2lm"
@@ -56,27 +58,55 @@ type StatesResponse struct {
 	States        []StateRow `json:"states"`
 }
 
-func (s *Service) applyStates(o op) StatesResponse {
+// issuedStates is what a states request issued: the step and the ids, in
+// order. The prompts are made again from the issued states when asked.
+type issuedStates struct {
+	Step int      `json:"step"`
+	IDs  []string `json:"ids"`
+}
+
+// applyStates draws and remembers the states of a states op. The caller
+// holds mu.
+func (s *Service) applyStates(o op) issuedStates {
 	var sts []records.State
 	if o.Split == SplitTest {
 		sts = s.drawTest(o.N)
 	} else {
 		sts = s.loop.Draw(o.N)
 	}
-	resp := StatesResponse{API: APIVersion, PromptVersion: openai.PromptVersion, Step: s.loop.Step(), States: make([]StateRow, 0, len(sts))}
+	out := issuedStates{Step: s.loop.Step(), IDs: make([]string, 0, len(sts))}
 	for _, st := range sts {
 		id := StateID(st, s.issued)
 		s.issued++
 		s.addState(stateEntry{ID: id, State: st, Split: o.Split})
-		msgs, err := openai.Messages(st, s.c.Catalogue, s.cfg.AllowNoChange, 0)
+		out.IDs = append(out.IDs, id)
+	}
+	return out
+}
+
+// renderStates answers a states request from what it issued. The caller
+// holds mu.
+func (s *Service) renderStates(b json.RawMessage) (json.RawMessage, error) {
+	var is issuedStates
+	if err := json.Unmarshal(b, &is); err != nil {
+		return nil, err
+	}
+	resp := StatesResponse{API: APIVersion, PromptVersion: openai.PromptVersion, Step: is.Step, States: make([]StateRow, 0, len(is.IDs))}
+	for _, id := range is.IDs {
+		e, ok := s.states[id]
+		if !ok {
+			return nil, &RequestError{Status: http.StatusGone, Code: "states_forgotten",
+				Message: fmt.Sprintf("state %s of this request was forgotten (more than %d issued since): ask with a new request_id", id, s.cfg.MaxIssued)}
+		}
+		msgs, err := openai.Messages(e.State, s.c.Catalogue, s.cfg.AllowNoChange, 0)
 		if err != nil {
 			// A state of a valid task renders; a failure is a broken
 			// catalogue, reported in the prompt's place.
 			msgs = []openai.Message{{Role: "system", Content: "prompt unavailable: " + records.Excerpt(err.Error())}}
 		}
-		resp.States = append(resp.States, StateRow{StateID: id, Task: st.Task.ID, Split: o.Split, Prompt: msgs})
+		resp.States = append(resp.States, StateRow{StateID: id, Task: e.State.Task.ID, Split: e.Split, Prompt: msgs})
 	}
-	return resp
+	return json.Marshal(resp)
 }
 
 // drawTest draws n held-out states: a task uniformly and a history from
@@ -126,7 +156,7 @@ func (s *Service) once(key string, f func() (json.RawMessage, error)) (json.RawM
 
 // States draws n new states of split (SplitTrain or SplitTest) and
 // returns them with their prompts; key makes a repeated request return
-// the first answer (while it is cached: CacheBytes).
+// the same states (while they are remembered: MaxIssued).
 func (s *Service) States(key string, n int, split string) (json.RawMessage, error) {
 	if split == "" {
 		split = SplitTrain
@@ -137,11 +167,18 @@ func (s *Service) States(key string, n int, split string) (json.RawMessage, erro
 	if n < 1 || n > s.cfg.MaxStates {
 		return nil, badRequest("bad_count", "n = %d, want 1..%d", n, s.cfg.MaxStates)
 	}
-	return s.once(key, func() (json.RawMessage, error) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.commit(op{Kind: "states", Key: key, N: n, Split: split})
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.cache.get(key)
+	if ok {
+		s.met.repeats.Inc()
+	} else {
+		var err error
+		if b, err = s.commit(op{Kind: "states", Key: key, N: n, Split: split}); err != nil {
+			return nil, err
+		}
+	}
+	return s.renderStates(b)
 }
 
 // Dataset writes n new states of split as JSON Lines dataset rows (see
