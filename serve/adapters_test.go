@@ -102,12 +102,19 @@ func TestAdapters(t *testing.T) {
 		step         int // the step the service ends at
 	}{
 		{"trl", `
-import asyncio, json, types
+import asyncio, json, os, types
+os.environ["LM2LM_GROUP_SIZE"] = "3"
 from lm2lm_trl import lm2lm_reward
 ids, comps = IDS, COMPS
-chat = [[{"role": "assistant", "content": c}] for c in comps]
+# TRL's layout: each prompt's G completions in a row.
+order = sorted(range(len(ids)), key=lambda k: (ids.index(ids[k]), k))
+chat = [[{"role": "assistant", "content": comps[k]}] for k in order]
 state = types.SimpleNamespace(global_step=1)
-print(json.dumps(asyncio.run(lm2lm_reward(["p"] * len(ids), chat, state_id=ids, trainer_state=state))))
+got = asyncio.run(lm2lm_reward(["p"] * len(ids), chat, state_id=[ids[k] for k in order], trainer_state=state))
+out = [None] * len(ids)
+for r, k in zip(got, order):
+    out[k] = r
+print(json.dumps(out))
 `, 1},
 		{"verl", `
 import json
