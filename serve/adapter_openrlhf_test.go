@@ -59,6 +59,9 @@ func runSim(t *testing.T, url, name string, env map[string]string, args ...strin
 	t.Helper()
 	path, err := filepath.Abs("../adapters/python/sim/" + name)
 	require.NoError(t, err)
+	if env == nil {
+		env = map[string]string{}
+	}
 	e, _ := json.Marshal(env)
 	argv, _ := json.Marshal(append([]string{path}, args...))
 	script := fmt.Sprintf("import json, os, runpy, sys\nos.environ.update(json.loads(%q))\nsys.argv = json.loads(%q)\nrunpy.run_path(%q, run_name=\"__main__\")\n",
@@ -183,7 +186,7 @@ func TestOpenRLHFSimulator(t *testing.T) {
 	s, url := simService(t, servetest.Options{})
 	data, rows := simDataset(t, url, simToken, 3)
 	out := runSim(t, url, "openrlhf_sim.py", map[string]string{"LM2LM_SYNC_CALIBRATION": "1"},
-		openrlhfArgs(data, "--algo.dynamic_filtering_enable", "--sim.steps", "5")...)
+		openrlhfArgs(data, "--algo.dynamic_filtering_enable", "--sim.steps", "5", "--sim.flat_every", "3")...)
 	var got openrlhfOut
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
 	require.Len(t, got.Steps, 5)
@@ -238,6 +241,7 @@ func TestOpenRLHFSimulator(t *testing.T) {
 		dropped += len(st.Dropped)
 	}
 	require.Positive(t, kept)
+	require.Equal(t, 5*openrlhfG, dropped) // the flat prompt of every step
 	twinAdvance(t, twin.URL, 5)
 	require.Equal(t, 5, s.Info().Step)
 	sameCalibrations(t, got.Calibrations, twinCalibrations(t, twin.URL))

@@ -76,6 +76,7 @@ def parse(argv=None):
     a("--ckpt.output_dir", dest="output_dir", default=None)
     a("--sim.steps", dest="steps", type=int, default=1)
     a("--sim.seed", dest="seed", type=int, default=1)
+    a("--sim.flat_every", dest="flat_every", type=int, default=0)  # every k-th prompt answers nonsense G times
     return p.parse_args(argv)
 
 
@@ -117,9 +118,9 @@ class Actor:
         spec.loader.exec_module(mod)
         self.reward_func = mod.reward_func
 
-    async def execute(self, rng, prompt, label):
+    async def execute(self, rng, prompt, label, flat=False):
         acts = actions(prompt)
-        response = rng.choice(acts) + EOS
+        response = ("no idea" if flat else rng.choice(acts)) + EOS
         await asyncio.sleep(rng.random() * 0.02)  # generation finishes out of order
         query = prompt + response
         out = {"label": label, "completion": response, "reward": None, "score": None, "index": None}
@@ -131,19 +132,21 @@ class Actor:
             out["error"] = str(e)
         return out
 
-    async def generate_responses(self, rng, prompt, label, n):
-        return await asyncio.gather(*[self.execute(random.Random(rng.random()), prompt, label) for _ in range(n)])
+    async def generate_responses(self, rng, prompt, label, n, flat=False):
+        return await asyncio.gather(*[self.execute(random.Random(rng.random()), prompt, label, flat) for _ in range(n)])
 
 
 async def rollout(args, actor, rng, rows):
     """samples_generator._generate_vllm for one step."""
-    queue = list(rows)
+    queue = list(enumerate(rows))
     pending = set()
+
     def dispatch(k):
         for _ in range(k):
             if queue:
-                prompt, label = queue.pop(0)
-                pending.add(asyncio.ensure_future(actor.generate_responses(rng, prompt, label, args.n_samples)))
+                i, (prompt, label) = queue.pop(0)
+                flat = args.flat_every > 0 and i % args.flat_every == 0
+                pending.add(asyncio.ensure_future(actor.generate_responses(rng, prompt, label, args.n_samples, flat)))
     dispatch(args.rollout_batch_size)
     kept, dropped = [], []
     while pending:
