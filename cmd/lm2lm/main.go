@@ -1,0 +1,252 @@
+// Command lm2lm runs LM2LM's pipeline on a team's own training code from
+// one config file (package envconfig; docs/own-environment.md): the tasks'
+// reference runs (b_e, σ_e), the initial real records M_0, and the
+// environment service that an RL trainer trains an LLM proposer against.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lm2lm/lm2lm/envconfig"
+	"github.com/lm2lm/lm2lm/progress"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/serve"
+)
+
+const usage = `lm2lm: LM2LM on your own training code, from one config file.
+
+Usage: lm2lm -config FILE [-progress auto|bar|lines] VERB [verb flags]
+
+Verbs:
+  print-config  print the config with every default filled in
+  reference     run each task's reference recipe for its seeds: b_e and σ_e
+                (<out>/reference.json); stored runs are never paid again
+  m0            reference, then M_0: catalogue changes drawn over the
+                training tasks and run for real (<out>/m0.json)
+  serve         reference, M_0, then the environment service over them
+                (docs/service.md); flags: -addr HOST:PORT, -token-file FILE
+                (default: serve.addr and serve.token_file of the file, the
+                token else from $LM2LM_TOKEN)
+
+Every real run goes to the store (store: in the file) before it is used, so
+a killed verb run again pays for nothing twice. See docs/own-environment.md.
+
+Flags:
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "lm2lm:", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func usageErr(stderr io.Writer, format string, args ...any) error {
+	fmt.Fprintf(stderr, "lm2lm: "+format+"\n", args...)
+	return errUsage
+}
+
+// run runs one invocation: results go to stdout, progress and logs to
+// stderr.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("lm2lm", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	config := fs.String("config", "", "the environment's config file (required)")
+	prog := fs.String("progress", "auto", "progress of long stages: auto (a bar on a terminal), bar or lines")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return usageErr(stderr, "no verb")
+	}
+	if *config == "" {
+		return usageErr(stderr, "-config FILE is required")
+	}
+	mode, ok := map[string]progress.Mode{"auto": progress.Auto, "bar": progress.Bar, "lines": progress.Lines}[*prog]
+	if !ok {
+		return usageErr(stderr, "-progress %q, want auto, bar or lines", *prog)
+	}
+	verb, rest := fs.Arg(0), fs.Args()[1:]
+	cfg, err := envconfig.Load(*config)
+	if err != nil {
+		return err
+	}
+	switch verb {
+	case "print-config":
+		if len(rest) > 0 {
+			return usageErr(stderr, "print-config takes no arguments")
+		}
+		b, err := envconfig.Format(cfg)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(b)
+		return err
+	case "reference", "m0":
+		if len(rest) > 0 {
+			return usageErr(stderr, "%s takes no arguments", verb)
+		}
+		e, err := open(cfg, mode, stderr)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		_, _, err = prepare(ctx, e, verb == "m0", stdout)
+		return err
+	case "serve":
+		return serveVerb(ctx, cfg, mode, rest, getenv, stdout, stderr)
+	}
+	return usageErr(stderr, "unknown verb %q (print-config, reference, m0, serve)", verb)
+}
+
+// prepare runs the reference stage and, with withM0, M_0, printing what
+// each measured and paid.
+func prepare(ctx context.Context, e *env, withM0 bool, w io.Writer) ([]RefTask, *records.Evidence, error) {
+	b := newBuilder(e.cfg, e.cards)
+	start := time.Now()
+	refs, err := e.references(ctx, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	paid, reused := 0, 0
+	for _, r := range refs {
+		paid, reused = paid+r.PaidNow, reused+r.Reused
+		if r.LeftOut != "" {
+			fmt.Fprintf(w, "%-24s %-8s left out: reference run infeasible (%s)\n", r.Task.ID, r.Task.Split, r.LeftOut)
+			continue
+		}
+		fmt.Fprintf(w, "%-24s %-8s b_e %.6g, σ_e %.3g (%d seeds)\n", r.Task.ID, r.Task.Split, r.Task.RefLoss, r.Task.SeedNoise, len(r.Seeds))
+	}
+	p, err := e.writeReport("reference.json", refs)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(w, "reference: %d runs paid now, %d reused from %s (%.1f s); report %s\n", paid, reused, e.cfg.Store, time.Since(start).Seconds(), p)
+	if !withM0 {
+		return refs, nil, nil
+	}
+	train, _ := ready(refs)
+	start = time.Now()
+	ev, rep, err := e.m0(ctx, b, train)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p, err = e.writeReport("m0.json", rep); err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(w, "M_0: %d records (%d infeasible): %d runs paid now, %d reused from the store (%.1f s); report %s\n",
+		rep.Records, rep.Infeasible, rep.PaidNow, rep.Reused, time.Since(start).Seconds(), p)
+	return refs, &ev, nil
+}
+
+// serveVerb runs the environment service over the environment.
+func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("lm2lm serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", cfg.Serve.Addr, "listen address; a non-loopback address needs a token")
+	tokenFile := fs.String("token-file", cfg.Serve.TokenFile, "file holding the bearer token (default: $"+serve.TokenEnv+", or none)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErr(stderr, "serve: unexpected arguments %q", fs.Args())
+	}
+	tok := getenv(serve.TokenEnv)
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("token file: %w", err)
+		}
+		tok = strings.TrimRight(string(b), "\r\n")
+	}
+	sc := serve.DefaultConfig()
+	sc.Addr, sc.Token, sc.Dir = *addr, tok, cfg.Serve.Dir
+	sc.GroupSize, sc.Parallel, sc.Seed = cfg.Serve.GroupSize, cfg.Serve.Parallel, cfg.Serve.Seed
+	sc.Schedule.Steps, sc.Schedule.Budgets = cfg.Calibration.Steps, cfg.Calibration.Budgets
+	// The address, the token and the state directory are checked before
+	// any run is paid for.
+	if err := sc.Validate(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", sc.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if err := serve.CheckDir(sc.Dir); err != nil {
+		return err
+	}
+	e, err := open(cfg, mode, stderr)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	world, err := e.world(getenv)
+	if err != nil {
+		return err
+	}
+	refs, m0, err := prepare(ctx, e, true, stdout)
+	if err != nil {
+		return err
+	}
+	train, held := ready(refs)
+	pool, err := e.pool(e.store)
+	if err != nil {
+		return err
+	}
+	s, err := serve.New(sc, serve.Components{World: world, Builder: newBuilderWithRefs(e, refs), Executor: pool,
+		Tasks: train, HeldOut: held, Evidence: *m0, Catalogue: e.cards})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	srv := s.Server()
+	in := s.Info()
+	fmt.Fprintf(stdout, "serving %s on http://%s (%d training and %d held-out tasks, step %d, %d calibrations, M %d records)\n",
+		serve.APIVersion, ln.Addr(), len(train), len(held), in.Step, in.Calibrations, in.Evidence)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(serve.LimitListener(ln, sc.MaxConns)) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	case err := <-errc:
+		return err
+	}
+}
+
+// newBuilderWithRefs returns a builder that knows the reference losses.
+func newBuilderWithRefs(e *env, refs []RefTask) *envBuilder {
+	b := newBuilder(e.cfg, e.cards)
+	for _, r := range refs {
+		for i, l := range r.Losses {
+			b.setReference(r.Task.ID, r.Seeds[i], l)
+		}
+	}
+	return b
+}
