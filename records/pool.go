@@ -163,7 +163,8 @@ func (p *Pool) TrimSynthetic(perTask int) int {
 	if len(drop) == 0 {
 		return 0
 	}
-	all := make([]Record, 0, len(p.all)-len(drop))
+	n := len(p.all) - len(drop)
+	all := make([]Record, 0, n+n/4) // room for the adds before the next trim
 	byTask := map[string][]int{}
 	for j, r := range p.all {
 		if drop[j] {

@@ -120,12 +120,14 @@ type Config struct {
 	// reward. Default 120 s.
 	PredictTimeout time.Duration
 	// PoolPerTask bounds the synthetic records of each task in the state
-	// pool (records.Pool.TrimSynthetic); default 1024 (a state's history
-	// holds at most 8 records).
+	// pool (records.Pool.TrimSynthetic, every 64 scored groups: the pool
+	// holds at most 64·G more between two trims); default 1024 (a state's
+	// history holds at most 8 records).
 	PoolPerTask int
 	// MaxCandidates bounds the groups kept as the next calibration's
-	// candidates (lm2lm.Loop.TrimCandidates, the oldest dropped); default
-	// 4096 (the main job's segments score at most 3,072 groups).
+	// candidates (lm2lm.Loop.TrimCandidates, the oldest dropped, every 64
+	// scored groups: at most 64 more between two trims); default 4096 (the
+	// main job's segments score at most 3,072 groups).
 	MaxCandidates int
 	// MaxInFlight bounds the requests being processed at once, waiting
 	// samples included; a request beyond it is answered 503. Default 1024.

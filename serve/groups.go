@@ -314,8 +314,13 @@ func (s *Service) applyGroup(g *groupOp) (*groupAnswer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.loop.TrimCandidates(s.cfg.MaxCandidates)
-	s.loop.Pool().TrimSynthetic(s.cfg.PoolPerTask)
+	s.scored++
+	if s.scored%trimEvery == 0 {
+		// Trimmed every trimEvery groups, not at each: a trim copies what
+		// it keeps.
+		s.loop.TrimCandidates(s.cfg.MaxCandidates)
+		s.loop.Pool().TrimSynthetic(s.cfg.PoolPerTask)
+	}
 	sg := sc.Groups[0]
 	ans := &groupAnswer{StateID: g.StateID, Size: g.Size, Partial: g.Partial, Tau: sg.Tau, Kept: sg.Kept, Index: g.Index,
 		Samples: make([]SampleScore, len(g.Index))}
@@ -328,7 +333,6 @@ func (s *Service) applyGroup(g *groupOp) (*groupAnswer, error) {
 		}
 		ans.Samples[i] = smp
 	}
-	s.scored++
 	s.done.put(g.Key, ans)
 	s.met.scored(sc)
 	if a := s.asm[g.Key]; a != nil {
@@ -338,6 +342,11 @@ func (s *Service) applyGroup(g *groupOp) (*groupAnswer, error) {
 	}
 	return ans, nil
 }
+
+// trimEvery is how many scored groups pass between two trims of the
+// candidates and the state pool to their bounds (MaxCandidates,
+// PoolPerTask), which they may exceed by as many groups in between.
+const trimEvery = 64
 
 // parse turns completions into samples: a proposal of the catalogue, or
 // an invalid sample with the parser's reason (METHOD.md §1 Reward 2).

@@ -643,11 +643,14 @@ func TestMemoryBounds(t *testing.T) {
 		c.Schedule.Steps = []int{100, 200}
 	}, servetest.Options{})
 	first := states(t, srv.URL, 4, "")
-	for k := range 5 {
+	for k := range 16 { // 64 groups: the bounds are applied every 64
 		score(t, srv.URL, fmt.Sprintf("m%d", k), k, first, 8)
+		if k == 14 {
+			require.Equal(t, 60, s.Info().Candidates, "not yet trimmed")
+		}
 	}
 	in := s.Info()
-	require.Equal(t, 20, in.Scored)
+	require.Equal(t, 64, in.Scored)
 	require.Equal(t, 5, in.Candidates)
 	require.LessOrEqual(t, in.Pool, 24+4*3, "M_0 and at most 3 synthetic records per task")
 	code, b := post(t, srv.URL+"/v1/states", "", serve.StatesRequest{RequestID: "more", N: 4})
@@ -655,13 +658,13 @@ func TestMemoryBounds(t *testing.T) {
 	var more serve.StatesResponse
 	require.NoError(t, json.Unmarshal(b, &more))
 	require.Equal(t, 6, s.Info().Issued)
-	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(5), Groups: []serve.ScoreGroup{{StateID: first.States[0].StateID, Completions: []string{"x"}}}})
+	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(16), Groups: []serve.ScoreGroup{{StateID: first.States[0].StateID, Completions: []string{"x"}}}})
 	require.Equal(t, http.StatusBadRequest, code, string(b))
 	require.Equal(t, "unknown_state", errCode(t, b), "the oldest issued states are forgotten")
 	code, b = post(t, srv.URL+"/v1/states", "", serve.StatesRequest{RequestID: "st--4", N: 4})
 	require.Equal(t, http.StatusGone, code, string(b))
 	require.Equal(t, "states_forgotten", errCode(t, b), "a repeated states request whose states were forgotten says so")
-	score(t, srv.URL, "m5", 5, more, 2)
+	score(t, srv.URL, "m16", 16, more, 2)
 }
 
 func TestDamagedJournalRefusesToStart(t *testing.T) {
