@@ -116,13 +116,6 @@ for r, k in zip(got, order):
     out[k] = r
 print(json.dumps(out))
 `, 1},
-		{"verl", `
-import json
-from lm2lm_verl import compute_score
-ids, comps = IDS, COMPS
-extra = [{"state_id": i} for i in ids]
-print(json.dumps(compute_score(data_sources=["lm2lm"] * len(ids), solution_strs=comps, ground_truths=ids, extra_infos=extra)))
-`, 0},
 		{"openrlhf", `
 import json
 from lm2lm_openrlhf import remote_reward

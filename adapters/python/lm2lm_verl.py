@@ -111,23 +111,8 @@ async def _wait_calibrations(step):
         _cleared_step = max(_cleared_step, step)
 
 
-def compute_score(data_source=None, solution_str=None, ground_truth=None, extra_info=None,
-                  data_sources=None, solution_strs=None, ground_truths=None, extra_infos=None, **kwargs):
-    """verl's reward function.
-
-    One sample (the Reward Loop): an awaitable of compute_score_async's
-    dict. Lists (verl's deprecated BatchRewardManager): the rewards, the
-    completions grouped by state id and scored whole at the service's
-    current step.
-    """
-    if solution_strs is not None:
-        ids = [(e or {}).get("state_id") or g for e, g in zip(extra_infos, ground_truths)]
-        return lm2lm_client.score(ids, solution_strs)
-    return compute_score_async(data_source, solution_str, ground_truth, extra_info, **kwargs)
-
-
-async def compute_score_async(data_source=None, solution_str=None, ground_truth=None, extra_info=None, **kwargs):
-    """Score one completion; its group is scored once at the service.
+async def compute_score(data_source=None, solution_str=None, ground_truth=None, extra_info=None, **kwargs):
+    """verl's reward function: score one completion; its group is scored once at the service.
 
     extra_info holds the dataset row's state_id and split, and, added by
     LM2LMRewardManager, lm2lm_group (verl's uid), lm2lm_group_size (G),
@@ -172,6 +157,10 @@ async def compute_score_async(data_source=None, solution_str=None, ground_truth=
         # exactly when the service's dynamic sampling drops the group.
         "kept_advantage": float(ans.get("advantage", 0.0)) if kept else 0.0,
     }
+
+
+# The name the recipe in docs/frameworks/verl.md gives the function.
+compute_score_async = compute_score
 
 
 def _cfg(config, path, default=None):
