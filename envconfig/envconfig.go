@@ -106,6 +106,9 @@ type Config struct {
 	Calibration Calibration `yaml:"calibration"`
 	// Serve is the environment service's address and state.
 	Serve Serve `yaml:"serve"`
+	// Evaluate is the held-out evaluation of a trained proposer (the
+	// evaluate verb).
+	Evaluate Evaluate `yaml:"evaluate"`
 
 	dir string // the config file's directory; relative paths are relative to it
 }
@@ -333,6 +336,38 @@ type Serve struct {
 	Parallel int `yaml:"parallel"`
 	// Seed seeds the service's loop. Default 1.
 	Seed uint64 `yaml:"seed"`
+}
+
+// Evaluate is the held-out evaluation of a trained LLM proposer (METHOD.md
+// §1 Data and evaluation): K proposals per held-out state, each run for
+// real, summarised as Avg@K and Best@K with bootstrap intervals.
+type Evaluate struct {
+	// Proposer is the trained policy behind an OpenAI-compatible server
+	// (proposer/openai). Required by the evaluate verb only.
+	Proposer *ProposerConfig `yaml:"proposer,omitempty"`
+	// K is the number of proposals per state. Default 4 (METHOD.md §1:
+	// Avg@4, Best@4).
+	K int `yaml:"k"`
+	// StatesPerTask is the number of states drawn per held-out task.
+	// Default 4.
+	StatesPerTask int `yaml:"states_per_task"`
+	// Seed fixes the states and the sampling. Default 1.
+	Seed uint64 `yaml:"seed"`
+}
+
+// ProposerConfig is a trained proposer behind an OpenAI-compatible
+// chat-completions server.
+type ProposerConfig struct {
+	// BaseURL, e.g. http://localhost:8000/v1. Required.
+	BaseURL string `yaml:"base_url"`
+	// Model is the model name sent with every request. Required.
+	Model string `yaml:"model"`
+	// APIKeyEnv names the environment variable holding the API key; the
+	// file never holds the key. Default "" (no key: local servers).
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Temperature of sampling, in [0, 2]. Default 1 (METHOD.md §1: the
+	// policy samples at temperature 1.0).
+	Temperature *float64 `yaml:"temperature,omitempty"`
 }
 
 // Dir returns the directory relative paths of c are relative to.

@@ -74,6 +74,11 @@ func TestStrictErrorsNameTheirKey(t *testing.T) {
 		kind             error
 	}{
 		{"unknown top-level key", valid + "stor: x\n", "stor", ErrUnknownKey},
+		{"evaluate k out of range", valid + "evaluate: {k: 100}\n", "evaluate.k", ErrRange},
+		{"evaluate proposer without a model", valid + "evaluate:\n  proposer: {base_url: http://localhost:8001/v1}\n", "evaluate.proposer.model", ErrMissing},
+		{"evaluate proposer url", valid + "evaluate:\n  proposer: {base_url: localhost:8001, model: m}\n", "evaluate.proposer.base_url", ErrRange},
+		{"evaluate proposer temperature", valid + "evaluate:\n  proposer: {base_url: http://h/v1, model: m, temperature: 3}\n", "evaluate.proposer.temperature", ErrRange},
+		{"evaluate proposer key in the file", valid + "evaluate:\n  proposer: {base_url: http://h/v1, model: m, api_key: sk-1}\n", "evaluate.proposer.api_key", ErrUnknownKey},
 		{"unknown nested key", strings.Replace(slurm, "gres: gpu:1", "partion: gpu", 1), "executor.slurm.partion", ErrUnknownKey},
 		{"unknown task key", strings.Replace(valid, "budget: 160", "budgets: 160", 1), "tasks[0].budgets", ErrUnknownKey},
 		{"api key in the file", openai + "    api_key: sk-123\n", "world_model.openai.api_key", ErrUnknownKey},

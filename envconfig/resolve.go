@@ -195,6 +195,19 @@ func (c Config) Resolve() Config {
 	if c.Serve.Seed == 0 {
 		c.Serve.Seed = 1
 	}
+	if c.Evaluate.K == 0 {
+		c.Evaluate.K = 4
+	}
+	if c.Evaluate.StatesPerTask == 0 {
+		c.Evaluate.StatesPerTask = 4
+	}
+	if c.Evaluate.Seed == 0 {
+		c.Evaluate.Seed = 1
+	}
+	if p := c.Evaluate.Proposer; p != nil && p.Temperature == nil {
+		one := 1.0
+		p.Temperature = &one
+	}
 	return c
 }
 
@@ -215,6 +228,14 @@ func (c Config) clone() Config {
 	if c.WorldModel.OpenAI != nil {
 		o := *c.WorldModel.OpenAI
 		c.WorldModel.OpenAI = &o
+	}
+	if c.Evaluate.Proposer != nil {
+		p := *c.Evaluate.Proposer
+		if p.Temperature != nil {
+			t := *p.Temperature
+			p.Temperature = &t
+		}
+		c.Evaluate.Proposer = &p
 	}
 	c.Tasks = slices.Clone(c.Tasks)
 	return c
@@ -306,7 +327,35 @@ func (c Config) Validate() error {
 	if err := s.Validate(); err != nil {
 		return bad("calibration", ErrRange, "%v", err)
 	}
-	return c.validateServe()
+	if err := c.validateServe(); err != nil {
+		return err
+	}
+	return c.validateEvaluate()
+}
+
+func (c Config) validateEvaluate() error {
+	e := c.Evaluate
+	switch {
+	case e.K < 1 || e.K > MaxGroupSize:
+		return bad("evaluate.k", ErrRange, "%d, want 1..%d", e.K, MaxGroupSize)
+	case e.StatesPerTask < 1 || e.StatesPerTask > MaxM0:
+		return bad("evaluate.states_per_task", ErrRange, "%d, want 1..%d", e.StatesPerTask, MaxM0)
+	}
+	p := e.Proposer
+	switch {
+	case p == nil:
+	case p.BaseURL == "":
+		return bad("evaluate.proposer.base_url", ErrMissing, "required, e.g. http://localhost:8000/v1")
+	case !strings.HasPrefix(p.BaseURL, "http://") && !strings.HasPrefix(p.BaseURL, "https://"):
+		return bad("evaluate.proposer.base_url", ErrRange, "%q, want an http:// or https:// URL", excerpt(p.BaseURL))
+	case p.Model == "":
+		return bad("evaluate.proposer.model", ErrMissing, "required")
+	case p.APIKeyEnv != "" && !envName(p.APIKeyEnv):
+		return bad("evaluate.proposer.api_key_env", ErrRange, "%q is not a variable name (name the variable, never write the key here)", excerpt(p.APIKeyEnv))
+	case p.Temperature != nil && (!finite(*p.Temperature) || *p.Temperature < 0 || *p.Temperature > 2):
+		return bad("evaluate.proposer.temperature", ErrRange, "%g, want 0..2", *p.Temperature)
+	}
+	return nil
 }
 
 func (c Config) validateTraining() error {

@@ -1,7 +1,8 @@
 // Command lm2lm runs LM2LM's pipeline on a team's own training code from
 // one config file (package envconfig; docs/own-environment.md): the tasks'
-// reference runs (b_e, σ_e), the initial real records M_0, and the
-// environment service that an RL trainer trains an LLM proposer against.
+// reference runs (b_e, σ_e), the initial real records M_0, the
+// environment service that an RL trainer trains an LLM proposer against,
+// and the held-out evaluation of the trained proposer.
 package main
 
 import (
@@ -37,6 +38,9 @@ Verbs:
                 (docs/service.md); flags: -addr HOST:PORT, -token-file FILE
                 (default: serve.addr and serve.token_file of the file, the
                 token else from $LM2LM_TOKEN)
+  evaluate      reference, then the trained proposer of evaluate.proposer on
+                the held-out tasks: k proposals per state run for real, Avg@K
+                and Best@K with bootstrap intervals (<out>/evaluate.json)
 
 Every real run goes to the store (store: in the file) before it is used, so
 a killed verb run again pays for nothing twice. See docs/own-environment.md.
@@ -119,8 +123,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	case "serve":
 		return serveVerb(ctx, cfg, mode, rest, getenv, stdout, stderr)
+	case "evaluate":
+		if len(rest) > 0 {
+			return usageErr(stderr, "evaluate takes no arguments")
+		}
+		return evaluateVerb(ctx, cfg, mode, getenv, stdout, stderr)
 	}
-	return usageErr(stderr, "unknown verb %q (print-config, reference, m0, serve)", verb)
+	return usageErr(stderr, "unknown verb %q (print-config, reference, m0, serve, evaluate)", verb)
 }
 
 // prepare runs the reference stage and, with withM0, M_0, printing what

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/envconfig"
+	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/progress"
+	"github.com/lm2lm/lm2lm/proposer/openai"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// EvalSummary is the evaluate verb's report (<out>/evaluate.json): a
+// trained proposer on the held-out tasks (METHOD.md §1 Data and
+// evaluation), gains in σ_e units, intervals 95% bootstrap over states.
+type EvalSummary struct {
+	Model         string            `json:"model"`
+	K             int               `json:"k"`
+	StatesPerTask int               `json:"states_per_task"`
+	Seed          uint64            `json:"seed"`
+	Tasks         []string          `json:"tasks"`
+	States        int               `json:"states"`
+	AvgK          evalstat.Interval `json:"avg_k"`
+	BestK         evalstat.Interval `json:"best_k"`
+	NegativeRate  evalstat.Interval `json:"negative_rate"`
+	Above2Sigma   evalstat.Interval `json:"above_2sigma"`
+	Invalid       int               `json:"invalid"`
+	Infeasible    float64           `json:"infeasible_rate"`
+	Runs          int               `json:"runs_paid"`
+	Reused        int               `json:"runs_reused"`
+	Cost          records.Cost      `json:"cost"`
+	Failures      []string          `json:"failures,omitempty"`
+}
+
+// proposer returns the trained proposer of evaluate.proposer.
+func (e *env) proposer(getenv func(string) string) (*openai.Proposer, error) {
+	pc := e.cfg.Evaluate.Proposer
+	oc := openai.DefaultConfig()
+	oc.BaseURL, oc.Model, oc.Temperature, oc.Catalogue = pc.BaseURL, pc.Model, *pc.Temperature, e.cards
+	if pc.APIKeyEnv != "" {
+		oc.APIKey = getenv(pc.APIKeyEnv)
+		if oc.APIKey == "" {
+			return nil, fmt.Errorf("lm2lm: evaluate.proposer.api_key_env names %s, which is not set", pc.APIKeyEnv)
+		}
+	}
+	// Nothing else comes from the environment: the file names the server.
+	oc.Getenv = func(string) string { return "" }
+	return openai.New(oc)
+}
+
+// evaluateVerb evaluates the trained proposer on the held-out tasks.
+func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, getenv func(string) string, stdout, stderr io.Writer) error {
+	if cfg.Evaluate.Proposer == nil {
+		return usageErr(stderr, "evaluate needs evaluate.proposer (base_url and model of the trained proposer's server) in the config")
+	}
+	e, err := open(cfg, mode, stderr)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	prop, err := e.proposer(getenv)
+	if err != nil {
+		return err
+	}
+	refs, _, err := prepare(ctx, e, false, stdout)
+	if err != nil {
+		return err
+	}
+	_, held := ready(refs)
+	if len(held) == 0 {
+		return fmt.Errorf("lm2lm: evaluate: no held-out task with a reference (give tasks split: held-out)")
+	}
+	pool, err := e.pool(e.store)
+	if err != nil {
+		return err
+	}
+	ec := lm2lm.DefaultEvalConfig()
+	ec.K, ec.StatesPerTask, ec.Seed, ec.Parallel = cfg.Evaluate.K, cfg.Evaluate.StatesPerTask, cfg.Evaluate.Seed, int(cfg.Executor.Slots)
+	start := time.Now()
+	rep, err := lm2lm.Evaluate(ctx, ec, prop, newBuilderWithRefs(e, refs), pool, held, &records.Pool{})
+	if err != nil {
+		return err
+	}
+	sum, err := summarize(cfg, rep)
+	if err != nil {
+		return err
+	}
+	for _, t := range held {
+		sum.Tasks = append(sum.Tasks, t.ID)
+	}
+	p, err := e.writeReport("evaluate.json", sum)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "evaluate %s: %d held-out tasks × %d states × %d proposals\n", sum.Model, len(held), sum.StatesPerTask, sum.K)
+	fmt.Fprintf(stdout, "  Avg@%d %s σ_e   Best@%d %s σ_e   (95%% bootstrap over %d states)\n", sum.K, sum.AvgK, sum.K, sum.BestK, sum.States)
+	fmt.Fprintf(stdout, "  gain ≤ 0: %s   gain > 2σ_e: %s   infeasible %.1f%%   invalid %d\n", sum.NegativeRate, sum.Above2Sigma, 100*sum.Infeasible, sum.Invalid)
+	fmt.Fprintf(stdout, "evaluate: %d runs paid now, %d reused from %s (%.1f s); report %s\n", sum.Runs, sum.Reused, cfg.Store, time.Since(start).Seconds(), p)
+	return nil
+}
+
+// summarize turns an evaluation into its report: Avg@K, Best@K and the
+// rates with bootstrap intervals over the states that have a measured
+// proposal.
+func summarize(cfg envconfig.Config, rep lm2lm.EvalReport) (EvalSummary, error) {
+	s := EvalSummary{Model: cfg.Evaluate.Proposer.Model, K: cfg.Evaluate.K, StatesPerTask: cfg.Evaluate.StatesPerTask,
+		Seed: cfg.Evaluate.Seed, Invalid: rep.Invalid, Infeasible: rep.InfeasibleRate, Runs: rep.Runs, Reused: rep.Reused,
+		Cost: rep.Cost, Failures: rep.Failures}
+	var cells []evalstat.Cell
+	for i, st := range rep.States {
+		c := evalstat.Cell{Seed: cfg.Evaluate.Seed, State: strconv.Itoa(i), Task: st.State.Task.ID}
+		for _, x := range st.Samples {
+			if x.Measured && !math.IsNaN(x.Gain) {
+				c.Gains = append(c.Gains, x.Gain)
+			}
+		}
+		if len(c.Gains) > 0 {
+			cells = append(cells, c)
+		}
+	}
+	s.States = len(cells)
+	if len(cells) == 0 {
+		return s, fmt.Errorf("lm2lm: evaluate: no proposal was measured (%d invalid, %d failures)", rep.Invalid, len(rep.Failures))
+	}
+	sm, err := evalstat.Summarize(evalstat.DefaultConfig(), s.Model, cells, rand.New(rand.NewPCG(cfg.Evaluate.Seed, 0x6576616c)))
+	if err != nil {
+		return s, err
+	}
+	s.AvgK, s.BestK, s.NegativeRate, s.Above2Sigma = sm.AvgK, sm.BestK, sm.NegativeRate, sm.Above
+	return s, nil
+}
