@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -290,26 +291,22 @@ func (s *Service) checkpoint() error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
-	sn := snapshot{Loop: lb, JournalSeq: s.j.seq, Issued: s.issued, TestDraw: s.testDraw, Requests: s.requests,
-		Scored: s.scored, Failed: s.failed, Cache: s.cache.entries(), RequestIDs: s.reqs.entries(), Done: s.done.entries(),
-		Calibrations: s.cals, Monitors: s.mon, EvalRuns: s.evalRuns, EvalCost: s.evalCost}
-	for _, id := range s.order {
-		sn.States = append(sn.States, s.states[id])
-	}
-	body, err := json.Marshal(sn)
+	// The checkpoint is streamed to its file, its large lists an element
+	// at a time and the body hashed as it goes, so that a checkpoint of
+	// tens of megabytes never sits whole in memory. Its sum follows the
+	// body (JSON keys are unordered).
+	err = writeAtomicFunc(s.snapshotPath(), func(w io.Writer) error {
+		if _, err := fmt.Fprintf(w, `{"format":%q,"body":`, snapshotFormat); err != nil {
+			return err
+		}
+		h := sha256.New()
+		if err := s.writeSnapshotBody(io.MultiWriter(w, h), lb); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(w, `,"sha256":%q}`, hex.EncodeToString(h.Sum(nil)))
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	sum := sha256.Sum256(body)
-	// The envelope written by hand: the body, tens of megabytes, is not
-	// copied again.
-	var b bytes.Buffer
-	b.Grow(len(body) + 128)
-	fmt.Fprintf(&b, `{"format":%q,"sha256":%q,"body":`, snapshotFormat, hex.EncodeToString(sum[:]))
-	b.Write(body)
-	b.WriteString("}")
-	body = nil
-	if err := writeAtomic(s.snapshotPath(), b.Bytes()); err != nil {
 		return fmt.Errorf("%w: checkpoint: %w", ErrState, err)
 	}
 	_ = testHook("checkpoint-before-truncate")
@@ -319,6 +316,77 @@ func (s *Service) checkpoint() error {
 		return fmt.Errorf("%w: journal: %w", ErrState, err)
 	}
 	return nil
+}
+
+// writeSnapshotBody writes the snapshot's JSON (the fields of type
+// snapshot) to w. The caller holds mu.
+func (s *Service) writeSnapshotBody(w io.Writer, loop []byte) error {
+	sw := &jsonWriter{w: w}
+	sw.raw(`{"loop":`)
+	sw.raw(string(loop))
+	sw.field("journal_seq", s.j.seq)
+	sw.raw(`,"states":[`)
+	for i, id := range s.order {
+		if i > 0 {
+			sw.raw(",")
+		}
+		sw.value(s.states[id])
+	}
+	sw.raw("]")
+	sw.field("issued", s.issued)
+	sw.field("test_draws", s.testDraw)
+	sw.field("requests", s.requests)
+	sw.field("scored_groups", s.scored)
+	sw.field("failed_groups", s.failed)
+	sw.list("cache", len(s.cache.order), func(i int) any { k := s.cache.order[i]; return cacheEntry{Key: k, Body: s.cache.m[k]} })
+	sw.list("request_ids", len(s.reqs.order), func(i int) any { k := s.reqs.order[i]; return cacheEntry{Key: k, Body: s.reqs.m[k]} })
+	sw.list("done", len(s.done.order), func(i int) any { k := s.done.order[i]; return doneEntry{Key: k, Answer: *s.done.m[k]} })
+	sw.field("calibrations", s.cals)
+	sw.field("monitors", s.mon)
+	sw.field("eval_runs", s.evalRuns)
+	sw.field("eval_cost", s.evalCost)
+	sw.raw("}")
+	return sw.err
+}
+
+// jsonWriter writes JSON to w, keeping the first error.
+type jsonWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (j *jsonWriter) raw(s string) {
+	if j.err == nil {
+		_, j.err = io.WriteString(j.w, s)
+	}
+}
+
+func (j *jsonWriter) value(v any) {
+	if j.err != nil {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		j.err = err
+		return
+	}
+	_, j.err = j.w.Write(b)
+}
+
+func (j *jsonWriter) field(name string, v any) {
+	j.raw(`,"` + name + `":`)
+	j.value(v)
+}
+
+func (j *jsonWriter) list(name string, n int, at func(i int) any) {
+	j.raw(`,"` + name + `":[`)
+	for i := range n {
+		if i > 0 {
+			j.raw(",")
+		}
+		j.value(at(i))
+	}
+	j.raw("]")
 }
 
 // commit journals o durably, then applies it. The caller holds mu.
