@@ -20,22 +20,6 @@ import (
 	"github.com/lm2lm/lm2lm/serve/servetest"
 )
 
-const simToken = "sim-token-sim-token-sim"
-
-// simService starts the real service with a token over the fakes and
-// returns it with its URL.
-func simService(t *testing.T, opt servetest.Options) (*serve.Service, string) {
-	t.Helper()
-	cfg := servetest.Config(t.TempDir())
-	cfg.Token = simToken
-	comp, _, err := servetest.Components(opt)
-	require.NoError(t, err)
-	s, err := serve.New(cfg, comp)
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
-	return s, startLoopback(t, s)
-}
-
 // simDataset writes n dataset rows of the service at url to a JSON Lines
 // file and returns its path and the rows.
 func simDataset(t *testing.T, url, token string, n int) (string, []serve.DatasetRow) {

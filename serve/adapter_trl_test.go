@@ -20,8 +20,6 @@ import (
 	"github.com/lm2lm/lm2lm/serve/servetest"
 )
 
-const trlToken = "sesame-sesame-sesame-trl"
-
 // trlSample is one sample of the TRL simulator's output.
 type trlSample struct {
 	Step           int      `json:"step"`
@@ -79,7 +77,7 @@ func runTRLSim(t *testing.T, url string, args ...string) string {
 	require.NoError(t, err)
 	a, _ := json.Marshal(append([]string{"trl_sim.py"}, args...))
 	d, _ := json.Marshal(dir)
-	return runPython(t, url, trlToken, fmt.Sprintf("import sys\nsys.path.insert(0, %s)\nimport trl_sim\ntrl_sim.main(%s)\n", d, a))
+	return runPython(t, url, simToken, fmt.Sprintf("import sys\nsys.path.insert(0, %s)\nimport trl_sim\ntrl_sim.main(%s)\n", d, a))
 }
 
 // simulate runs the simulator for trainer against url with spec.
@@ -98,15 +96,8 @@ func simulate(t *testing.T, url, trainer string, spec map[string]any) trlRun {
 // loopback port and issues n training states.
 func startTRLService(t *testing.T, opt servetest.Options, n int) (*serve.Service, string, serve.StatesResponse) {
 	t.Helper()
-	cfg := servetest.Config(t.TempDir())
-	cfg.Token = trlToken
-	comp, _, err := servetest.Components(opt)
-	require.NoError(t, err)
-	s, err := serve.New(cfg, comp)
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
-	url := startLoopback(t, s)
-	code, b := post(t, url+"/v1/states", trlToken, serve.StatesRequest{N: n})
+	s, url := simService(t, opt)
+	code, b := post(t, url+"/v1/states", simToken, serve.StatesRequest{N: n})
 	require.Equal(t, http.StatusOK, code, string(b))
 	var sr serve.StatesResponse
 	require.NoError(t, json.Unmarshal(b, &sr))
@@ -201,7 +192,7 @@ func checkCalibrations(t *testing.T, url string, twin []serve.CalibrationStatus)
 	var cr serve.AdvanceResponse
 	req, err := http.NewRequest(http.MethodGet, url+"/v1/calibrations", nil)
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+trlToken)
+	req.Header.Set("Authorization", "Bearer "+simToken)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

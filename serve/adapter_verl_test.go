@@ -17,8 +17,6 @@ import (
 	"github.com/lm2lm/lm2lm/serve/servetest"
 )
 
-const verlToken = "verl-adapter-token-0123"
-
 // verlRecipe returns the key=value overrides of the launch recipe in
 // docs/frameworks/verl.md (the block that runs verl.trainer.main_ppo).
 func verlRecipe(t *testing.T) []string {
@@ -87,25 +85,13 @@ runpy.run_path(SIM, run_name="__main__")
 `
 	simJSON, _ := json.Marshal(sim)
 	script = strings.NewReplacer("ARGS", pyList(args), "SIM", string(simJSON)).Replace(script)
-	out := runPython(t, url, verlToken, script)
+	out := runPython(t, url, simToken, script)
 	if k := strings.LastIndex(out, "\n"); k >= 0 {
 		out = out[k+1:]
 	}
 	var res verlSimOut
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
 	return res
-}
-
-func startVerlService(t *testing.T, opt servetest.Options) (*serve.Service, string) {
-	t.Helper()
-	cfg := servetest.Config(t.TempDir())
-	cfg.Token = verlToken
-	comp, _, err := servetest.Components(opt)
-	require.NoError(t, err)
-	s, err := serve.New(cfg, comp)
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
-	return s, startLoopback(t, s)
 }
 
 func verlCalibrations(t *testing.T, url, token string) []serve.CalibrationStatus {
@@ -132,7 +118,7 @@ func verlCalibrations(t *testing.T, url, token string) []serve.CalibrationStatus
 func TestVerlRewardLoop(t *testing.T) {
 	// Slow runs: the adapter must wait for a calibration to apply it at
 	// the step after its point.
-	s, url := startVerlService(t, servetest.Options{RunDelay: 50 * time.Millisecond})
+	s, url := simService(t, servetest.Options{RunDelay: 50 * time.Millisecond})
 	const B, steps = 3, 5 // every third prompt's policy collapsed (--flat-every 3)
 	res := runVerlSim(t, url, "data.train_batch_size=3", "trainer.total_training_steps=5",
 		"reward.num_workers=2", "actor_rollout_ref.rollout.agent.num_workers=2")
@@ -211,7 +197,7 @@ func TestVerlRewardLoop(t *testing.T) {
 	// The calibrations fell on the trainer's steps 2 and 4 (budget 3 runs
 	// each; the flat groups are no candidates) and, the adapter waiting for
 	// them, applied at the next step.
-	for _, cals := range [][]serve.CalibrationStatus{res.Calibrations, verlCalibrations(t, url, verlToken)} {
+	for _, cals := range [][]serve.CalibrationStatus{res.Calibrations, verlCalibrations(t, url, simToken)} {
 		require.Len(t, cals, 2)
 		for i, c := range cals {
 			require.Equal(t, []int{2, 4}[i], c.Step)
@@ -233,7 +219,7 @@ func TestVerlRewardLoop(t *testing.T) {
 // compute_score raises, verl marks the group "failure" and stores no
 // trajectory: the trainer gets no reward to learn from.
 func TestVerlWorldModelFailure(t *testing.T) {
-	s, url := startVerlService(t, servetest.Options{PredictFail: errors.New("world model down")})
+	s, url := simService(t, servetest.Options{PredictFail: errors.New("world model down")})
 	res := runVerlSim(t, url, "data.train_batch_size=2", "trainer.total_training_steps=1",
 		"reward.num_workers=2", "actor_rollout_ref.rollout.agent.num_workers=1")
 	require.Len(t, res.Steps, 1)

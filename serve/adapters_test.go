@@ -30,6 +30,24 @@ func startLoopback(t *testing.T, s *serve.Service) string {
 	return "http://" + ln.Addr().String()
 }
 
+// simToken is the bearer token of the services the adapters are tested
+// against.
+const simToken = "sim-token-sim-token-sim"
+
+// simService starts the real service with a token over the fakes and
+// returns it with its URL.
+func simService(t *testing.T, opt servetest.Options) (*serve.Service, string) {
+	t.Helper()
+	cfg := servetest.Config(t.TempDir())
+	cfg.Token = simToken
+	comp, _, err := servetest.Components(opt)
+	require.NoError(t, err)
+	s, err := serve.New(cfg, comp)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s, startLoopback(t, s)
+}
+
 // runPython runs script with the adapters on its path against url.
 func runPython(t *testing.T, url, token, script string) string {
 	t.Helper()
@@ -125,21 +143,14 @@ print(json.dumps(remote_reward([p + c for p, c in zip(prompts, comps)], prompts,
 `, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := servetest.Config(t.TempDir())
-			cfg.Token = "sesame-sesame-sesame"
-			comp, _, err := servetest.Components(servetest.Options{})
-			require.NoError(t, err)
-			s, err := serve.New(cfg, comp)
-			require.NoError(t, err)
-			defer s.Close()
-			url := startLoopback(t, s)
-			code, b := post(t, url+"/v1/states", "sesame-sesame-sesame", serve.StatesRequest{N: 2})
+			s, url := simService(t, servetest.Options{})
+			code, b := post(t, url+"/v1/states", simToken, serve.StatesRequest{N: 2})
 			require.Equal(t, http.StatusOK, code, string(b))
 			var sr serve.StatesResponse
 			require.NoError(t, json.Unmarshal(b, &sr))
 			ac := newAdapterCase(sr)
 			script := strings.NewReplacer("IDS", pyList(ac.ids), "COMPS", pyList(ac.completions)).Replace(c.script)
-			out := runPython(t, url, "sesame-sesame-sesame", script)
+			out := runPython(t, url, simToken, script)
 			var got []float64
 			require.NoError(t, json.Unmarshal([]byte(out), &got), out)
 			require.Equal(t, ac.want(t), got)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lm2lm/lm2lm/serve"
 	"github.com/lm2lm/lm2lm/serve/servetest"
 )
 
@@ -15,15 +14,8 @@ import (
 // scoring per sample, calibrations at steps 2 and 4 in the background, and
 // the mean reward of its last five steps above that of its first five.
 func TestTabularTrainerLearns(t *testing.T) {
-	cfg := servetest.Config(t.TempDir())
-	cfg.Token = "tabular-token-0123456789"
-	c, _, err := servetest.Components(servetest.Options{})
-	require.NoError(t, err)
-	s, err := serve.New(cfg, c)
-	require.NoError(t, err)
-	defer s.Close()
-	url := startLoopback(t, s)
-	out := runPython(t, url, cfg.Token, "import json, lm2lm_tabular; print(json.dumps(lm2lm_tabular.train()))")
+	s, url := simService(t, servetest.Options{})
+	out := runPython(t, url, simToken, "import json, lm2lm_tabular; print(json.dumps(lm2lm_tabular.train()))")
 	var curve []float64
 	require.NoError(t, json.Unmarshal([]byte(out), &curve), out)
 	require.Len(t, curve, 30)
