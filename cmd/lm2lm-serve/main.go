@@ -11,11 +11,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -109,22 +107,9 @@ func main() {
 	}
 }
 
-// token reads the bearer token from -token-file, else from the
-// environment.
-func token(o options, getenv func(string) string) (string, error) {
-	if o.tokenFile == "" {
-		return getenv(serve.TokenEnv), nil
-	}
-	b, err := os.ReadFile(o.tokenFile)
-	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
-	}
-	return strings.TrimRight(string(b), "\r\n"), nil
-}
-
 func run(ctx context.Context, o options, getenv func(string) string, w io.Writer) error {
 	cfg := serve.DefaultConfig()
-	tok, err := token(o, getenv)
+	tok, err := serve.Token(o.tokenFile, getenv)
 	if err != nil {
 		return err
 	}
@@ -133,17 +118,11 @@ func run(ctx context.Context, o options, getenv func(string) string, w io.Writer
 	cfg.Seed = o.seed
 	// Check the configuration, the port and the state directory before
 	// the lab's minutes of reference runs.
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", cfg.Addr)
+	ln, err := serve.Bind(cfg)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	if err := serve.CheckDir(cfg.Dir); err != nil {
-		return err
-	}
 	if err := os.MkdirAll(filepath.Dir(o.store), 0o700); err != nil {
 		return err
 	}
@@ -161,17 +140,7 @@ func run(ctx context.Context, o options, getenv func(string) string, w io.Writer
 		return err
 	}
 	defer s.Close()
-	srv := s.Server()
 	in := s.Info()
 	fmt.Fprintf(w, "serving %s on http://%s (step %d, %d calibrations, M %d records)\n", serve.APIVersion, ln.Addr(), in.Step, in.Calibrations, in.Evidence)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(serve.LimitListener(ln, cfg.MaxConns)) }()
-	select {
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		return srv.Shutdown(sctx)
-	case err := <-errc:
-		return err
-	}
+	return s.Serve(ctx, ln)
 }

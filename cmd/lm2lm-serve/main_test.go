@@ -40,10 +40,10 @@ func TestRefusesPublicAddressWithoutToken(t *testing.T) {
 func TestTokenFromFileOrEnvironment(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(f, []byte("a-file-token-of-enough-bytes\n"), 0o600))
-	tok, err := token(options{tokenFile: f}, noEnv)
+	tok, err := serve.Token(f, noEnv)
 	require.NoError(t, err)
 	require.Equal(t, "a-file-token-of-enough-bytes", tok)
-	tok, err = token(options{}, func(k string) string { return map[string]string{serve.TokenEnv: "from-env"}[k] })
+	tok, err = serve.Token("", func(k string) string { return map[string]string{serve.TokenEnv: "from-env"}[k] })
 	require.NoError(t, err)
 	require.Equal(t, "from-env", tok)
 	// A blank token for a public address is refused.

@@ -11,10 +11,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -184,13 +182,9 @@ func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, ar
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "serve: unexpected arguments %q", fs.Args())
 	}
-	tok := getenv(serve.TokenEnv)
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			return fmt.Errorf("token file: %w", err)
-		}
-		tok = strings.TrimRight(string(b), "\r\n")
+	tok, err := serve.Token(*tokenFile, getenv)
+	if err != nil {
+		return err
 	}
 	sc := serve.DefaultConfig()
 	sc.Addr, sc.Token, sc.Dir = *addr, tok, cfg.Serve.Dir
@@ -198,17 +192,11 @@ func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, ar
 	sc.Schedule.Steps, sc.Schedule.Budgets = cfg.Calibration.Steps, cfg.Calibration.Budgets
 	// The address, the token and the state directory are checked before
 	// any run is paid for.
-	if err := sc.Validate(); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", sc.Addr)
+	ln, err := serve.Bind(sc)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	if err := serve.CheckDir(sc.Dir); err != nil {
-		return err
-	}
 	e, err := open(cfg, mode, stderr)
 	if err != nil {
 		return err
@@ -233,20 +221,10 @@ func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, ar
 		return err
 	}
 	defer s.Close()
-	srv := s.Server()
 	in := s.Info()
 	fmt.Fprintf(stdout, "serving %s on http://%s (%d training and %d held-out tasks, step %d, %d calibrations, M %d records)\n",
 		serve.APIVersion, ln.Addr(), len(train), len(held), in.Step, in.Calibrations, in.Evidence)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(serve.LimitListener(ln, sc.MaxConns)) }()
-	select {
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		return srv.Shutdown(sctx)
-	case err := <-errc:
-		return err
-	}
+	return s.Serve(ctx, ln)
 }
 
 // newBuilderWithRefs returns a builder that knows the reference losses.
