@@ -342,17 +342,13 @@ func (c Config) validateEvaluate() error {
 		return bad("evaluate.states_per_task", ErrRange, "%d, want 1..%d", e.StatesPerTask, MaxM0)
 	}
 	p := e.Proposer
-	switch {
-	case p == nil:
-	case p.BaseURL == "":
-		return bad("evaluate.proposer.base_url", ErrMissing, "required, e.g. http://localhost:8000/v1")
-	case !strings.HasPrefix(p.BaseURL, "http://") && !strings.HasPrefix(p.BaseURL, "https://"):
-		return bad("evaluate.proposer.base_url", ErrRange, "%q, want an http:// or https:// URL", excerpt(p.BaseURL))
-	case p.Model == "":
-		return bad("evaluate.proposer.model", ErrMissing, "required")
-	case p.APIKeyEnv != "" && !envName(p.APIKeyEnv):
-		return bad("evaluate.proposer.api_key_env", ErrRange, "%q is not a variable name (name the variable, never write the key here)", excerpt(p.APIKeyEnv))
-	case p.Temperature != nil && (!finite(*p.Temperature) || *p.Temperature < 0 || *p.Temperature > 2):
+	if p == nil {
+		return nil
+	}
+	if err := validateEndpoint("evaluate.proposer", p.BaseURL, p.Model, p.APIKeyEnv); err != nil {
+		return err
+	}
+	if p.Temperature != nil && (!finite(*p.Temperature) || *p.Temperature < 0 || *p.Temperature > 2) {
 		return bad("evaluate.proposer.temperature", ErrRange, "%g, want 0..2", *p.Temperature)
 	}
 	return nil
@@ -590,23 +586,34 @@ func (c Config) validateWorld() error {
 		return bad("world_model.kind", ErrRange, "%q, want embedded or openai", excerpt(w.Kind))
 	}
 	o := w.OpenAI
-	switch {
-	case o == nil:
+	if o == nil {
 		return bad("world_model.openai", ErrMissing, "required with world_model.kind: openai")
-	case o.BaseURL == "":
-		return bad("world_model.openai.base_url", ErrMissing, "required, e.g. http://localhost:8000/v1")
-	case !strings.HasPrefix(o.BaseURL, "http://") && !strings.HasPrefix(o.BaseURL, "https://"):
-		return bad("world_model.openai.base_url", ErrRange, "%q, want an http:// or https:// URL", excerpt(o.BaseURL))
-	case o.Model == "":
-		return bad("world_model.openai.model", ErrMissing, "required")
-	case o.APIKeyEnv != "" && !envName(o.APIKeyEnv):
-		return bad("world_model.openai.api_key_env", ErrRange, "%q is not a variable name (name the variable, never write the key here)", excerpt(o.APIKeyEnv))
+	}
+	if err := validateEndpoint("world_model.openai", o.BaseURL, o.Model, o.APIKeyEnv); err != nil {
+		return err
+	}
+	switch {
 	case o.Concurrency < 1 || o.Concurrency > MaxConcurrency:
 		return bad("world_model.openai.concurrency", ErrRange, "%d, want 1..%d", o.Concurrency, MaxConcurrency)
 	case o.PromptVersion != rwmopenai.PromptVersion:
 		return bad("world_model.openai.prompt_version", ErrRange, "%q, want %q (the only prompt this build has)", excerpt(o.PromptVersion), rwmopenai.PromptVersion)
 	case !finite(o.Temperature) || o.Temperature < 0 || o.Temperature > 2:
 		return bad("world_model.openai.temperature", ErrRange, "%g, want 0..2", o.Temperature)
+	}
+	return nil
+}
+
+// validateEndpoint checks an OpenAI-compatible server's keys under path.
+func validateEndpoint(path, baseURL, model, apiKeyEnv string) error {
+	switch {
+	case baseURL == "":
+		return bad(path+".base_url", ErrMissing, "required, e.g. http://localhost:8000/v1")
+	case !strings.HasPrefix(baseURL, "http://") && !strings.HasPrefix(baseURL, "https://"):
+		return bad(path+".base_url", ErrRange, "%q, want an http:// or https:// URL", excerpt(baseURL))
+	case model == "":
+		return bad(path+".model", ErrMissing, "required")
+	case apiKeyEnv != "" && !envName(apiKeyEnv):
+		return bad(path+".api_key_env", ErrRange, "%q is not a variable name (name the variable, never write the key here)", excerpt(apiKeyEnv))
 	}
 	return nil
 }
