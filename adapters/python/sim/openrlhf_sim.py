@@ -44,6 +44,8 @@ import random
 import sys
 import tempfile
 
+import lm2lm_tabular
+
 EOS = "<|im_end|>"
 
 
@@ -85,14 +87,8 @@ def chat_template(messages):
 
 
 def actions(prompt):
-    out = []
-    for line in prompt.splitlines():
-        if line.startswith("CARD "):
-            card, combos = json.loads(line[5:]), [{}]
-            for par in card.get("params") or []:
-                combos = [dict(c, **{par["name"]: v}) for c in combos for v in par["choices"]]
-            out += [json.dumps({"mechanism": card["mechanism"], "params": c}) for c in combos]
-    return out + ['{"mechanism": "none"}', "no idea"]
+    """The catalogue's changes (lm2lm_tabular.actions), the no-change proposal and an unparseable answer."""
+    return lm2lm_tabular.actions(prompt) + ['{"mechanism": "none"}', "no idea"]
 
 
 def trainer_module():

@@ -40,6 +40,8 @@ import tomllib
 import types
 import uuid
 
+import lm2lm_tabular
+
 KEYS = {  # the recipe's keys this simulator reads or accepts
     "max_steps", "seq_len", "model.name", "trainer.optim.lr", "trainer.loss.dppo_mask_low",
     "trainer.loss.dppo_mask_high", "orchestrator.batch_size", "orchestrator.group_size",
@@ -138,14 +140,8 @@ def stand_ins():
 
 
 def actions(prompt):
-    out = []
-    for line in prompt.splitlines():
-        if line.startswith("CARD "):
-            card, combos = json.loads(line[5:]), [{}]
-            for par in card.get("params") or []:
-                combos = [dict(c, **{par["name"]: v}) for c in combos for v in par["choices"]]
-            out += [json.dumps({"mechanism": card["mechanism"], "params": c}) for c in combos]
-    return out + ['{"mechanism": "none"}', "no idea"]
+    """The catalogue's changes (lm2lm_tabular.actions), the no-change proposal and an unparseable answer."""
+    return lm2lm_tabular.actions(prompt) + ['{"mechanism": "none"}', "no idea"]
 
 
 class Trace:

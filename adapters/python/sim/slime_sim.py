@@ -43,6 +43,8 @@ import sys
 import tempfile
 import types
 
+import lm2lm_tabular
+
 
 def parse(argv=None):
     p = argparse.ArgumentParser()
@@ -123,14 +125,8 @@ def load_function(path):  # slime/utils/misc.py
 
 
 def actions(prompt):
-    out = []
-    for line in prompt.splitlines():
-        if line.startswith("CARD "):
-            card, combos = json.loads(line[5:]), [{}]
-            for par in card.get("params") or []:
-                combos = [dict(c, **{par["name"]: v}) for c in combos for v in par["choices"]]
-            out += [json.dumps({"mechanism": card["mechanism"], "params": c}) for c in combos]
-    return out + ['{"mechanism": "none"}', "no idea"]
+    """The catalogue's changes (lm2lm_tabular.actions), the no-change proposal and an unparseable answer."""
+    return lm2lm_tabular.actions(prompt) + ['{"mechanism": "none"}', "no idea"]
 
 
 class DataSource:  # slime/rollout/data_source.py
