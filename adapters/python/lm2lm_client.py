@@ -104,6 +104,19 @@ def calibrations():
     return get("/v1/calibrations")["calibrations"]
 
 
+def wait_calibrations(poll=0.2):
+    """Wait while a calibration point's runs go; return every point's status.
+
+    A trainer that wants the paper's synchronous loop calls it after
+    advancing, so that the next step is scored under the new records.
+    """
+    while True:
+        cals = calibrations()
+        if not any(c["state"] == "running" for c in cals):
+            return cals
+        time.sleep(poll)
+
+
 def health():
     """The service's capacity: in-flight requests and their bound, and more."""
     return get("/v1/health")

@@ -61,9 +61,8 @@ import importlib.util
 import os
 import sys
 import threading
-import time
 
-from lm2lm_client import advance, calibrations, get, post, score_samples
+from lm2lm_client import advance, get, post, score_samples, wait_calibrations
 
 KEPT_SCORE, FLAT_SCORE, FAILED_SCORE = 0.5, 0.0, -1.0
 
@@ -130,15 +129,6 @@ def reward_func(queries, prompts, labels, **kwargs):
     if len(samples) == 1:  # SingleTurnAgentExecutor wraps each as torch.tensor([value])
         return {"rewards": rewards[0], "scores": scores[0], "extra_logs": logs[0]}
     return {"rewards": rewards, "scores": scores, "extra_logs": logs}
-
-
-def wait_calibrations(poll=0.2):
-    """Wait while a calibration point runs; return every point's status."""
-    while True:
-        cals = calibrations()
-        if not any(c["state"] == "running" for c in cals):
-            return cals
-        time.sleep(poll)
 
 
 def _patch(mod):

@@ -40,9 +40,8 @@ a placeholder 0 until the group is scored.
 import asyncio
 import json
 import os
-import time
 
-from lm2lm_client import calibrations, post, text
+from lm2lm_client import post, text, wait_calibrations
 
 
 def state_id(trace):
@@ -89,13 +88,6 @@ async def score_group(episodes, trainable, reward_cls, assign):
     answers = (await asyncio.to_thread(post, "/v1/score", body))["groups"][0]["samples"]
     apply(traces, answers, reward_cls, assign)
     return True
-
-
-def wait_calibrations(poll=0.2):
-    """Wait while a calibration point runs (LM2LM_SYNC_CALIBRATION=1: every
-    group is scored under the records of the points picked before it)."""
-    while any(c["state"] == "running" for c in calibrations()):
-        time.sleep(poll)
 
 
 def install():

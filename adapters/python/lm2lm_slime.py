@@ -38,9 +38,8 @@ batch is full.
 import asyncio
 import importlib
 import os
-import time
 
-from lm2lm_client import advance, calibrations, get, post
+from lm2lm_client import advance, get, post, wait_calibrations
 
 
 def step():
@@ -105,15 +104,6 @@ def keep(args, samples, **kwargs):
     except ImportError:
         return ok
     return DynamicFilterOutput(keep=ok, reason=reason)
-
-
-def wait_calibrations(poll=0.2):
-    """Wait while a calibration point runs; return every point's status."""
-    while True:
-        cals = calibrations()
-        if not any(c["state"] == "running" for c in cals):
-            return cals
-        time.sleep(poll)
 
 
 def generate_rollout(args, rollout_id, data_source, evaluation=False):
