@@ -201,11 +201,12 @@ func (s *Service) deadline(a *assembly) {
 // reason and changes nothing: the trainer may send the group again.
 func (s *Service) finish(as []*assembly) {
 	type prepared struct {
-		idx   []int
-		texts []string
-		jobs  []lm2lm.PredictJob
-		preds []predJSON
-		err   error
+		idx    []int
+		texts  []string
+		parsed []proposer.Sample
+		jobs   []lm2lm.PredictJob
+		preds  []predJSON
+		err    error
 	}
 	for {
 		s.mu.Lock()
@@ -229,7 +230,8 @@ func (s *Service) finish(as []*assembly) {
 					p.idx, p.texts = append(p.idx, i), append(p.texts, a.texts[i])
 				}
 			}
-			p.jobs = s.loop.ScoreJobs([]lm2lm.Group{{State: e.State, Samples: s.parse(p.texts)}})
+			p.parsed = s.parse(p.texts)
+			p.jobs = s.loop.ScoreJobs([]lm2lm.Group{{State: e.State, Samples: p.parsed}})
 			all = append(all, p.jobs...)
 			ps[k] = p
 		}
@@ -271,7 +273,7 @@ func (s *Service) finish(as []*assembly) {
 				s.fail(a, "world_model: "+records.Excerpt(p.err.Error()))
 			default:
 				o := op{Kind: "group", Group: &groupOp{Key: a.key, Group: a.group, StateID: a.stateID, Size: a.size,
-					Partial: a.partial, Index: p.idx, Completions: p.texts, Preds: p.preds}}
+					Partial: a.partial, Index: p.idx, Completions: p.texts, Preds: p.preds}, parsed: p.parsed}
 				if _, err := s.commit(o); err != nil && a.ans == nil {
 					s.fail(a, "state: "+records.Excerpt(err.Error()))
 				}
@@ -293,8 +295,9 @@ func (s *Service) fail(a *assembly, reason string) {
 }
 
 // applyGroup shapes a journalled group: it is deterministic, so the
-// journal replays through it. The caller holds mu.
-func (s *Service) applyGroup(g *groupOp) (*groupAnswer, error) {
+// journal replays through it. parsed are its completions already parsed
+// (nil: parse them). The caller holds mu.
+func (s *Service) applyGroup(g *groupOp, parsed []proposer.Sample) (*groupAnswer, error) {
 	if len(g.Index) != len(g.Completions) || len(g.Index) == 0 || g.Size < len(g.Index) {
 		return nil, fmt.Errorf("group %q: %d indices, %d completions, G = %d", records.Excerpt(g.Key), len(g.Index), len(g.Completions), g.Size)
 	}
@@ -302,7 +305,10 @@ func (s *Service) applyGroup(g *groupOp) (*groupAnswer, error) {
 	if !ok {
 		return nil, fmt.Errorf("group %q: unknown state %q", records.Excerpt(g.Key), records.Excerpt(g.StateID))
 	}
-	lg := lm2lm.Group{State: e.State, Samples: s.parse(g.Completions)}
+	if len(parsed) != len(g.Completions) {
+		parsed = s.parse(g.Completions)
+	}
+	lg := lm2lm.Group{State: e.State, Samples: parsed}
 	preds := make([]lm2lm.Prediction, len(g.Preds))
 	for i, p := range g.Preds {
 		preds[i] = lm2lm.Prediction{Prediction: p.P}

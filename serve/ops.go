@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -23,6 +24,10 @@ type op struct {
 	Runs int             `json:"runs,omitempty"`
 	Cost *records.Cost   `json:"cost,omitempty"`
 	Body json.RawMessage `json:"body,omitempty"`
+
+	// parsed holds a group op's completions as the live path already
+	// parsed them (never journalled; replay parses again).
+	parsed []proposer.Sample
 }
 
 // apply performs o on the state. It is deterministic: the journal replays
@@ -43,7 +48,7 @@ func (s *Service) apply(o op) (json.RawMessage, error) {
 		if o.Group == nil {
 			return nil, fmt.Errorf("group op without its group")
 		}
-		if _, err := s.applyGroup(o.Group); err != nil {
+		if _, err := s.applyGroup(o.Group, o.parsed); err != nil {
 			return nil, err
 		}
 	case "step":
