@@ -54,28 +54,6 @@ def text(completion):
     return completion[-1]["content"]
 
 
-def score(state_ids, completions, step=None):
-    """Score completions[i] of state state_ids[i]; return one reward each.
-
-    A group is the completions of one state id, in order. Without a step,
-    the service's current step is used (as the trainer's /v1/advance calls
-    set it). A sample whose group failed (a world-model outage) gets None.
-    """
-    groups, where = [], []
-    index = {}
-    for sid, c in zip(state_ids, completions):
-        if sid not in index:
-            index[sid] = len(groups)
-            groups.append({"state_id": sid, "completions": []})
-        g = groups[index[sid]]
-        where.append((index[sid], len(g["completions"])))
-        g["completions"].append(text(c))
-    if step is None:
-        step = get("/v1/info")["step"]
-    out = post("/v1/score", {"groups": groups, "step": int(step)})
-    return [out["groups"][g]["samples"][i]["reward"] for g, i in where]
-
-
 def score_samples(samples, step, request_id=None):
     """Score samples of any granularity; return the service's answer per sample.
 
