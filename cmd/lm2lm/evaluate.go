@@ -11,6 +11,7 @@ import (
 
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/envconfig"
+	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/proposer/openai"
@@ -40,10 +41,10 @@ type EvalSummary struct {
 }
 
 // proposer returns the trained proposer of evaluate.proposer.
-func (e *env) proposer(getenv func(string) string) (*openai.Proposer, error) {
-	pc := e.cfg.Evaluate.Proposer
+func proposer(e *environment.Config, getenv func(string) string) (*openai.Proposer, error) {
+	pc := e.File().Evaluate.Proposer
 	oc := openai.DefaultConfig()
-	oc.BaseURL, oc.Model, oc.Temperature, oc.Catalogue = pc.BaseURL, pc.Model, *pc.Temperature, e.cards
+	oc.BaseURL, oc.Model, oc.Temperature, oc.Catalogue = pc.BaseURL, pc.Model, *pc.Temperature, e.Catalogue()
 	if pc.APIKeyEnv != "" {
 		oc.APIKey = getenv(pc.APIKeyEnv)
 		if oc.APIKey == "" {
@@ -60,31 +61,27 @@ func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode,
 	if cfg.Evaluate.Proposer == nil {
 		return usageErr(stderr, "evaluate needs evaluate.proposer (base_url and model of the trained proposer's server) in the config")
 	}
-	e, err := open(cfg, mode, stderr)
+	e, p, err := open(cfg, mode, stderr)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	prop, err := e.proposer(getenv)
+	prop, err := proposer(e, getenv)
 	if err != nil {
 		return err
 	}
-	refs, _, err := prepare(ctx, e, false, stdout)
+	pr, err := prepare(ctx, e, p, false, stdout)
 	if err != nil {
 		return err
 	}
-	_, held := ready(refs)
+	held := pr.HeldOut
 	if len(held) == 0 {
 		return fmt.Errorf("lm2lm: evaluate: no held-out task with a reference (give tasks split: held-out)")
-	}
-	pool, err := e.pool(e.store)
-	if err != nil {
-		return err
 	}
 	ec := lm2lm.DefaultEvalConfig()
 	ec.K, ec.StatesPerTask, ec.Seed, ec.Parallel = cfg.Evaluate.K, cfg.Evaluate.StatesPerTask, cfg.Evaluate.Seed, int(cfg.Executor.Slots)
 	start := time.Now()
-	rep, err := lm2lm.Evaluate(ctx, ec, prop, newBuilderWithRefs(e, refs), pool, held, &records.Pool{})
+	rep, err := lm2lm.Evaluate(ctx, ec, prop, e.Builder(), e.Executor(), held, &records.Pool{})
 	if err != nil {
 		return err
 	}
@@ -95,14 +92,14 @@ func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode,
 	for _, t := range held {
 		sum.Tasks = append(sum.Tasks, t.ID)
 	}
-	p, err := e.writeReport("evaluate.json", sum)
+	path, err := e.WriteReport("evaluate.json", sum)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "evaluate %s: %d held-out tasks × %d states × %d proposals\n", sum.Model, len(held), sum.StatesPerTask, sum.K)
 	fmt.Fprintf(stdout, "  Avg@%d %s σ_e   Best@%d %s σ_e   (95%% bootstrap over %d states)\n", sum.K, sum.AvgK, sum.K, sum.BestK, sum.States)
 	fmt.Fprintf(stdout, "  gain ≤ 0: %s   gain > 2σ_e: %s   infeasible %.1f%%   invalid %d\n", sum.NegativeRate, sum.Above2Sigma, 100*sum.Infeasible, sum.Invalid)
-	fmt.Fprintf(stdout, "evaluate: %d runs paid now, %d reused from %s (%.1f s); report %s\n", sum.Runs, sum.Reused, cfg.Store, time.Since(start).Seconds(), p)
+	fmt.Fprintf(stdout, "evaluate: %d runs paid now, %d reused from %s (%.1f s); report %s\n", sum.Runs, sum.Reused, cfg.Store, time.Since(start).Seconds(), path)
 	return nil
 }
 

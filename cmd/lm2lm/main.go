@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lm2lm/lm2lm/envconfig"
+	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
@@ -112,12 +113,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if len(rest) > 0 {
 			return usageErr(stderr, "%s takes no arguments", verb)
 		}
-		e, err := open(cfg, mode, stderr)
+		e, p, err := open(cfg, mode, stderr)
 		if err != nil {
 			return err
 		}
 		defer e.Close()
-		_, _, err = prepare(ctx, e, verb == "m0", stdout)
+		_, err = prepare(ctx, e, p, verb == "m0", stdout)
 		return err
 	case "serve":
 		return serveVerb(ctx, cfg, mode, rest, getenv, stdout, stderr)
@@ -130,14 +131,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return usageErr(stderr, "unknown verb %q (print-config, reference, m0, serve, evaluate)", verb)
 }
 
-// prepare runs the reference stage and, with withM0, M_0, printing what
-// each measured and paid.
-func prepare(ctx context.Context, e *env, withM0 bool, w io.Writer) ([]RefTask, *records.Evidence, error) {
-	b := newBuilder(e.cfg, e.cards)
-	start := time.Now()
-	refs, err := e.references(ctx, b)
+// open opens the environment of cfg with progress in mode on w.
+func open(cfg envconfig.Config, mode progress.Mode, w io.Writer) (*environment.Config, environment.Progress, error) {
+	e, err := environment.Open(cfg)
 	if err != nil {
 		return nil, nil, err
+	}
+	return e, func(title string, total int) (*progress.Reporter, error) {
+		return progress.New(w, progress.Config{Title: title, Total: total, Mode: mode})
+	}, nil
+}
+
+// M0Report is what the m0 stage measured (<out>/m0.json).
+type M0Report struct {
+	Records    int          `json:"records"`
+	Infeasible int          `json:"infeasible"`
+	PaidNow    int          `json:"paid_now"`
+	Reused     int          `json:"reused"`
+	Cost       records.Cost `json:"cost_paid_now"`
+	Seed       uint64       `json:"seed"`
+}
+
+// prepare runs the reference stage and, with withM0, M_0
+// (environment.Prepare's stages), printing what each measured and paid and
+// writing their reports.
+func prepare(ctx context.Context, e *environment.Config, p environment.Progress, withM0 bool, w io.Writer) (environment.Prepared, error) {
+	cfg := e.File()
+	start := time.Now()
+	refs, err := e.ReferenceRuns(ctx, p)
+	if err != nil {
+		return environment.Prepared{}, err
 	}
 	paid, reused := 0, 0
 	for _, r := range refs {
@@ -148,26 +171,43 @@ func prepare(ctx context.Context, e *env, withM0 bool, w io.Writer) ([]RefTask, 
 		}
 		fmt.Fprintf(w, "%-24s %-8s b_e %.6g, σ_e %.3g (%d seeds)\n", r.Task.ID, r.Task.Split, r.Task.RefLoss, r.Task.SeedNoise, len(r.Seeds))
 	}
-	p, err := e.writeReport("reference.json", refs)
+	path, err := e.WriteReport("reference.json", refs)
 	if err != nil {
-		return nil, nil, err
+		return environment.Prepared{}, err
 	}
-	fmt.Fprintf(w, "reference: %d runs paid now, %d reused from %s (%.1f s); report %s\n", paid, reused, e.cfg.Store, time.Since(start).Seconds(), p)
+	fmt.Fprintf(w, "reference: %d runs paid now, %d reused from %s (%.1f s); report %s\n", paid, reused, cfg.Store, time.Since(start).Seconds(), path)
+	tasks, left := environment.Ready(refs)
+	var pr environment.Prepared
+	pr.Train, pr.HeldOut = environment.Split(tasks)
+	pr.LeftOut = left
 	if !withM0 {
-		return refs, nil, nil
+		return pr, nil
 	}
-	train, _ := ready(refs)
+	if len(pr.Train) == 0 {
+		return pr, errors.New("lm2lm: no training task has a reference (b_e, σ_e)")
+	}
 	start = time.Now()
-	ev, rep, err := e.m0(ctx, b, train)
+	rp, err := p("M_0 runs", cfg.M0.Size)
 	if err != nil {
-		return nil, nil, err
+		return pr, err
 	}
-	if p, err = e.writeReport("m0.json", rep); err != nil {
-		return nil, nil, err
+	pr.M0, pr.M0Spent, err = environment.M0(ctx, e.Builder(), progress.Executor(e.Executor(), rp), pr.Train, e.Catalogue(), cfg.M0.Size, cfg.M0.Seed, int(cfg.Executor.Slots))
+	rp.Finish()
+	if err != nil {
+		return pr, err
+	}
+	rep := M0Report{Records: pr.M0.Len(), PaidNow: pr.M0Spent.Runs, Reused: pr.M0Spent.Reused, Cost: pr.M0Spent.Cost, Seed: cfg.M0.Seed}
+	for _, r := range pr.M0.Records() {
+		if r.Infeasible != "" {
+			rep.Infeasible++
+		}
+	}
+	if path, err = e.WriteReport("m0.json", rep); err != nil {
+		return pr, err
 	}
 	fmt.Fprintf(w, "M_0: %d records (%d infeasible): %d runs paid now, %d reused from the store (%.1f s); report %s\n",
-		rep.Records, rep.Infeasible, rep.PaidNow, rep.Reused, time.Since(start).Seconds(), p)
-	return refs, &ev, nil
+		rep.Records, rep.Infeasible, rep.PaidNow, rep.Reused, time.Since(start).Seconds(), path)
+	return pr, nil
 }
 
 // serveVerb runs the environment service over the environment.
@@ -197,26 +237,22 @@ func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, ar
 		return err
 	}
 	defer ln.Close()
-	e, err := open(cfg, mode, stderr)
+	e, p, err := open(cfg, mode, stderr)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	world, err := e.world(getenv)
+	world, err := e.World(getenv)
 	if err != nil {
 		return err
 	}
-	refs, m0, err := prepare(ctx, e, true, stdout)
+	pr, err := prepare(ctx, e, p, true, stdout)
 	if err != nil {
 		return err
 	}
-	train, held := ready(refs)
-	pool, err := e.pool(e.store)
-	if err != nil {
-		return err
-	}
-	s, err := serve.New(sc, serve.Components{World: world, Builder: newBuilderWithRefs(e, refs), Executor: pool,
-		Tasks: train, HeldOut: held, Evidence: *m0, Catalogue: e.cards})
+	train, held := pr.Train, pr.HeldOut
+	s, err := serve.New(sc, serve.Components{World: world, Builder: e.Builder(), Executor: e.Executor(),
+		Tasks: train, HeldOut: held, Evidence: pr.M0, Catalogue: e.Catalogue()})
 	if err != nil {
 		return err
 	}
@@ -225,15 +261,4 @@ func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, ar
 	fmt.Fprintf(stdout, "serving %s on http://%s (%d training and %d held-out tasks, step %d, %d calibrations, M %d records)\n",
 		serve.APIVersion, ln.Addr(), len(train), len(held), in.Step, in.Calibrations, in.Evidence)
 	return s.Serve(ctx, ln)
-}
-
-// newBuilderWithRefs returns a builder that knows the reference losses.
-func newBuilderWithRefs(e *env, refs []RefTask) *envBuilder {
-	b := newBuilder(e.cfg, e.cards)
-	for _, r := range refs {
-		for i, l := range r.Losses {
-			b.setReference(r.Task.ID, r.Seeds[i], l)
-		}
-	}
-	return b
 }

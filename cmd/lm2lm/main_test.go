@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/envconfig"
+	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -102,7 +103,7 @@ func TestReferenceM0ReferencePaysNothingTwice(t *testing.T) {
 	ref, real := storeCounts(t, store)
 	require.Equal(t, [2]int{8, 0}, [2]int{ref, real})
 
-	var refs []RefTask
+	var refs []environment.RefTask
 	b, err := os.ReadFile(filepath.Join(filepath.Dir(p), "lm2lm-out", "reference.json"))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &refs))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/environment/labenv"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/records"
@@ -101,22 +102,17 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 	if o.specs != nil {
 		lcfg.Tasks = o.specs
 	}
-	l, err := lab.New(lcfg, store)
+	le, err := labenv.Open(lcfg, store)
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
-	pool, err := builder.NewPool(l, builder.PoolConfig{Slots: int64(o.parallel), MaxAttempts: 1, Store: store})
+	tasks, leftOut, err := references(ctx, w, o, le, len(lcfg.RefSeeds), storePath)
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
-	tasks, leftOut, err := references(ctx, w, o, l, len(lcfg.RefSeeds), storePath)
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	e := &env{store: store, lab: l, pool: pool, leftOut: leftOut, refSeeds: lcfg.RefSeeds}
+	e := &env{store: store, lab: le.Lab(), pool: le.Pool(), leftOut: leftOut, refSeeds: lcfg.RefSeeds}
 	for _, t := range tasks {
 		if isTest(t) {
 			e.test = append(e.test, t)
@@ -132,16 +128,12 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 // after the other, with progress counted in tasks. A task whose reference
 // run fails (lab.ErrReference: it diverged) has no b_e or σ_e and is left
 // out, named on w and in every result file.
-func references(ctx context.Context, w io.Writer, o options, l *lab.Lab, seeds int, storePath string) (tasks []records.Task, leftOut []string, err error) {
+func references(ctx context.Context, w io.Writer, o options, le *labenv.Env, seeds int, storePath string) (tasks []records.Task, leftOut []string, err error) {
 	start := time.Now()
-	ids := l.IDs("")
-	fmt.Fprintf(w, "reference runs: %d tasks × %d seeds (b_e, σ_e; trained once, kept in %s)\n", len(ids), seeds, storePath)
-	rep, err := progress.New(w, progress.Config{Title: "reference runs (tasks)", Total: len(ids), Mode: progressMode(o)})
-	if err != nil {
-		return nil, nil, err
-	}
-	tasks, out, err := l.Ready(ctx, ids, func() { rep.Done(1) })
-	rep.Finish()
+	fmt.Fprintf(w, "reference runs: %d tasks × %d seeds (b_e, σ_e; trained once, kept in %s)\n", len(le.Lab().IDs("")), seeds, storePath)
+	tasks, out, err := le.References(ctx, func(title string, total int) (*progress.Reporter, error) {
+		return progress.New(w, progress.Config{Title: title, Total: total, Mode: progressMode(o)})
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -197,19 +189,6 @@ func (c *counter) Execute(ctx context.Context, j builder.Job) (builder.Outcome, 
 // take returns the counts since the last take and resets them.
 func (c *counter) take() Runs {
 	return Runs{Fresh: int(c.fresh.Swap(0)), Reused: int(c.reused.Swap(0)), CPUSeconds: float64(c.devMsec.Swap(0)) / 1000}
-}
-
-// initialRecords executes m distinct, uniformly drawn catalogue proposals
-// on the training tasks (METHOD.md §1 Data and evaluation:
-// mechanism-library sampling) and returns their real records as M_0. The
-// draw depends on the seed only, so every method of one seed shares M_0.
-func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train []records.Task, m int, seed uint64, parallel int) (records.Evidence, error) {
-	items := records.DrawChanges(rand.New(rand.NewPCG(seed, 0x6d30)), train, lab.Catalogue(), m, nil)
-	recs, err := measureAll(ctx, &env{lab: l}, ex, items, parallel)
-	if err != nil {
-		return records.Evidence{}, err
-	}
-	return records.NewEvidence(recs...)
 }
 
 // measureAll measures every change for real, at most parallel at once, and

@@ -12,6 +12,7 @@ import (
 	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/progress"
@@ -84,8 +85,8 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	var m0 records.Evidence
 	if m.kind != "none" { // the untrained policy needs no records
 		var err error
-		if m0, err = initialRecords(ctx, e.lab, cnt, e.train, prof.M0, j.seed, o.parallel); err != nil {
-			return res, fmt.Errorf("%s: M_0: %w", j, err)
+		if m0, _, err = environment.M0(ctx, e.lab, cnt, e.train, lab.Catalogue(), prof.M0, j.seed, o.parallel); err != nil {
+			return res, fmt.Errorf("%s: %w", j, err)
 		}
 	}
 	if m.extra {

@@ -39,6 +39,8 @@ import (
 	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/environment"
+	"github.com/lm2lm/lm2lm/environment/labenv"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/progress"
@@ -205,6 +207,7 @@ type mainJob struct {
 	mode  lm2lm.Calibration
 	w     io.Writer
 	start time.Time
+	env   *labenv.Env
 	lab   *lab.Lab
 	pool  *builder.Pool
 	cat   []records.Card
@@ -286,8 +289,7 @@ func suiteTasks(suite string, sizes lab.SuiteSizes) ([]lab.TaskSpec, error) {
 	case "v1":
 		return lab.SuiteV1(), nil
 	case "v2", "":
-		s := lab.GenerateSuite(lab.DefaultSpace(), sizes, lab.DefaultSuiteSeed)
-		return append(append([]lab.TaskSpec(nil), s.Train...), s.Test()...), nil
+		return labenv.Suite(sizes), nil
 	}
 	return nil, fmt.Errorf("unknown -suite %q (v2 or v1)", suite)
 }
@@ -306,28 +308,18 @@ func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 			return err
 		}
 	}
-	l, err := lab.New(lcfg, store)
+	env, err := labenv.Open(lcfg, store)
 	if err != nil {
 		return err
 	}
-	pool, err := builder.NewPool(l, builder.PoolConfig{Slots: int64(j.o.parallel), MaxAttempts: 1, Store: store})
-	if err != nil {
-		return err
-	}
-	j.lab, j.pool, j.cat, j.seeds = l, pool, lab.Catalogue(), lcfg.RefSeeds
+	j.env, j.lab, j.pool, j.cat, j.seeds = env, env.Lab(), env.Pool(), env.Catalogue(), lcfg.RefSeeds
 	fmt.Fprintf(j.w, "LM2LM on the embedded lab: profile %s, calibration %s, WMRL %v, seed %d, %s setting\n", j.o.profile, j.mode, j.o.wmrl, j.o.seed, j.set.Name)
 	fmt.Fprintf(j.w, "reference runs (b_e, σ_e from %d seeds per task; cached in %s) ...\n", len(lcfg.RefSeeds), j.o.store)
 	tasks, err := j.references(ctx)
 	if err != nil {
 		return err
 	}
-	for _, t := range tasks {
-		if t.Split == records.Train {
-			j.train = append(j.train, t)
-		} else {
-			j.held = append(j.held, t)
-		}
-	}
+	j.train, j.held = environment.Split(tasks)
 	fmt.Fprintf(j.w, "%d training and %d held-out tasks ready (%.0f s)\n", len(j.train), len(j.held), time.Since(j.start).Seconds())
 	return nil
 }
@@ -337,13 +329,7 @@ func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 // (lab.ErrReference: it diverged) has no b_e or σ_e: it is left out, named
 // on the job's writer and in the report, as the comparison driver does.
 func (j *mainJob) references(ctx context.Context) ([]records.Task, error) {
-	ids := j.lab.IDs("")
-	rep, err := j.progress("reference runs (tasks)", len(ids))
-	if err != nil {
-		return nil, err
-	}
-	tasks, out, err := j.lab.Ready(ctx, ids, func() { rep.Done(1) })
-	rep.Finish()
+	tasks, out, err := j.env.References(ctx, j.progress)
 	if err != nil {
 		return nil, err
 	}
@@ -368,7 +354,7 @@ func (j *mainJob) drawM0(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m0, spent, err := initialRecords(ctx, j.lab, progress.Executor(j.pool, rep), j.train, j.cat, j.prof.M0, j.o)
+	m0, spent, err := environment.M0(ctx, j.lab, progress.Executor(j.pool, rep), j.train, j.cat, j.prof.M0, j.o.seed, j.o.parallel)
 	rep.Finish()
 	if err != nil {
 		return err
@@ -690,22 +676,6 @@ func writeFile(path string, b []byte, replace bool) error {
 		return fmt.Errorf("report not written: %w (a report is never replaced without -force)", err)
 	}
 	return nil
-}
-
-// initialRecords executes n distinct, uniformly drawn catalogue proposals on
-// the training tasks and returns their real records as M_0, with what the
-// runs cost (fresh runs only).
-func initialRecords(ctx context.Context, l *lab.Lab, ex builder.Executor, train []records.Task, cat []records.Card, n int, o options) (records.Evidence, baseline.Spent, error) {
-	var draws []baseline.Draw
-	for _, it := range records.DrawChanges(rand.New(rand.NewPCG(o.seed, 0x6d30)), train, cat, n, nil) {
-		draws = append(draws, baseline.Draw{Task: it.Task, Proposal: it.Proposal})
-	}
-	recs, spent, err := baseline.RunDraws(ctx, l, ex, draws, o.parallel)
-	if err != nil {
-		return records.Evidence{}, spent, err
-	}
-	ev, err := records.NewEvidence(recs...)
-	return ev, spent, err
 }
 
 // supervise trains the policy by maximum likelihood on the real records of

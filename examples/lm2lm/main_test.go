@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/internal/labtest"
+	"github.com/lm2lm/lm2lm/environment/labenv"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/proposer"
@@ -172,10 +173,10 @@ func TestReferencesLeaveOutDivergedTasks(t *testing.T) {
 	hot := labtest.DivergingTwin(good)
 	cfg := lab.DefaultConfig()
 	cfg.Tasks = []lab.TaskSpec{good, hot}
-	l, err := lab.New(cfg, records.NewMemStore())
+	env, err := labenv.Open(cfg, records.NewMemStore())
 	require.NoError(t, err)
 	var out bytes.Buffer
-	j := &mainJob{o: options{progress: "lines"}, w: &out, lab: l}
+	j := &mainJob{o: options{progress: "lines"}, w: &out, env: env, lab: env.Lab()}
 	tasks, err := j.references(context.Background())
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)

@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
@@ -61,7 +59,7 @@ func method(ctx context.Context, w io.Writer, o options, prof profile, ex builde
 		return err
 	}
 	cat := Catalogue()
-	m0, err := initial(ctx, b, pool, train, cat, prof.M0, o)
+	m0, _, err := environment.M0(ctx, b, pool, train, cat, prof.M0, o.seed, max(o.parallel, 1))
 	if err != nil {
 		return err
 	}
@@ -143,30 +141,4 @@ func outcome(r records.Record) string {
 		return "infeasible (" + r.Infeasible + ")"
 	}
 	return fmt.Sprintf("%+.2f σ_e (loss %.4f)", r.Gain/r.Task.SeedNoise, r.Loss)
-}
-
-// initial executes n distinct catalogue proposals drawn uniformly (a task,
-// a card, a choice per parameter; METHOD.md §1 Data and evaluation:
-// mechanism-library sampling) and returns their real records as M_0.
-func initial(ctx context.Context, b builder.Builder, ex builder.Executor, train []records.Task, cat []records.Card, n int, o options) (records.Evidence, error) {
-	items := records.DrawChanges(rand.New(rand.NewPCG(o.seed, 0x6d30)), train, cat, n, nil)
-	recs := make([]records.Record, len(items))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(o.parallel, 1))
-	for i, it := range items {
-		g.Go(func() (err error) {
-			recs[i], _, err = lm2lm.RunReal(gctx, b, ex, it.Task, it.Proposal)
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return records.Evidence{}, err
-	}
-	var keep []records.Record
-	for _, r := range recs {
-		if r.Task.ID != "" {
-			keep = append(keep, r)
-		}
-	}
-	return records.NewEvidence(keep...)
 }

@@ -7,10 +7,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 
-	"github.com/lm2lm/lm2lm/baseline"
-	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/environment"
+	"github.com/lm2lm/lm2lm/environment/labenv"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
@@ -32,49 +31,24 @@ type Config struct {
 func Components(ctx context.Context, c Config, store records.Store, w io.Writer) (serve.Components, int, error) {
 	lcfg := lab.DefaultConfig()
 	lcfg.Parallel = c.Parallel
-	suite := lab.GenerateSuite(lab.DefaultSpace(), lab.SuiteSizes{Train: c.Train, TestIn: c.Test}, lab.DefaultSuiteSeed)
-	lcfg.Tasks = append(append([]lab.TaskSpec(nil), suite.Train...), suite.Test()...)
-	l, err := lab.New(lcfg, store)
-	if err != nil {
-		return serve.Components{}, 0, err
-	}
-	pool, err := builder.NewPool(l, builder.PoolConfig{Slots: int64(c.Parallel), MaxAttempts: 1, Store: store})
+	lcfg.Tasks = labenv.Suite(lab.SuiteSizes{Train: c.Train, TestIn: c.Test})
+	env, err := labenv.Open(lcfg, store)
 	if err != nil {
 		return serve.Components{}, 0, err
 	}
 	fmt.Fprintf(w, "reference runs of %d tasks ...\n", len(lcfg.Tasks))
-	tasks, left, err := l.Ready(ctx, l.IDs(""), nil)
+	p, err := environment.Prepare(ctx, env, environment.Options{M0: c.M0, Seed: c.Seed, Parallel: c.Parallel})
 	if err != nil {
 		return serve.Components{}, 0, err
 	}
-	for _, x := range left {
+	for _, x := range p.LeftOut {
 		fmt.Fprintf(w, "task %s left out: %v\n", x.ID, x.Err)
 	}
-	var train, held []records.Task
-	for _, t := range tasks {
-		if t.Split == records.Train {
-			train = append(train, t)
-		} else {
-			held = append(held, t)
-		}
-	}
-	var draws []baseline.Draw
-	for _, it := range records.DrawChanges(rand.New(rand.NewPCG(c.Seed, 0x6d30)), train, lab.Catalogue(), c.M0, nil) {
-		draws = append(draws, baseline.Draw{Task: it.Task, Proposal: it.Proposal})
-	}
-	recs, spent, err := baseline.RunDraws(ctx, l, pool, draws, c.Parallel)
+	fmt.Fprintf(w, "%d training and %d held-out tasks; M_0 %d records (%d runs paid now)\n", len(p.Train), len(p.HeldOut), p.M0.Len(), p.M0Spent.Runs)
+	world, err := setting.Validated().NewWorld(env.Lab())
 	if err != nil {
 		return serve.Components{}, 0, err
 	}
-	m0, err := records.NewEvidence(recs...)
-	if err != nil {
-		return serve.Components{}, 0, err
-	}
-	fmt.Fprintf(w, "%d training and %d held-out tasks; M_0 %d records (%d runs paid now)\n", len(train), len(held), m0.Len(), spent.Runs)
-	world, err := setting.Validated().NewWorld(l)
-	if err != nil {
-		return serve.Components{}, 0, err
-	}
-	return serve.Components{World: world, Builder: l, Executor: pool,
-		Tasks: train, HeldOut: held, Evidence: m0, Catalogue: lab.Catalogue()}, spent.Runs, nil
+	return serve.Components{World: world, Builder: env.Builder(), Executor: env.Executor(),
+		Tasks: p.Train, HeldOut: p.HeldOut, Evidence: p.M0, Catalogue: env.Catalogue()}, p.M0Spent.Runs, nil
 }

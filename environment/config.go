@@ -1,13 +1,11 @@
-package main
+package environment
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,7 +14,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/builder/slurm"
 	"github.com/lm2lm/lm2lm/envconfig"
@@ -26,18 +23,26 @@ import (
 	rwmopenai "github.com/lm2lm/lm2lm/rwm/openai"
 )
 
-// env is an environment opened from its config: the store, the executor
-// and the catalogue.
-type env struct {
+// Config is an environment on a team's own training code, opened from its
+// config file (package envconfig; docs/own-environment.md): the store, the
+// executor of the training command, the catalogue and the builder that
+// passes catalogue proposals to the command as data. It is safe for
+// concurrent use.
+type Config struct {
 	cfg   envconfig.Config
 	store *records.FileStore
 	exec  builder.Executor
 	cards []records.Card
-	mode  progress.Mode
-	w     io.Writer
+	b     *envBuilder
+	pool  *builder.Pool
 }
 
-func open(cfg envconfig.Config, mode progress.Mode, w io.Writer) (*env, error) {
+var _ Environment = (*Config)(nil)
+
+// Open opens the environment of cfg (resolved and validated): it reads the
+// catalogue, makes the executor and opens the store. Close closes the
+// store.
+func Open(cfg envconfig.Config) (*Config, error) {
 	cards, err := cfg.Cards()
 	if err != nil {
 		return nil, err
@@ -53,10 +58,34 @@ func open(cfg envconfig.Config, mode progress.Mode, w io.Writer) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &env{cfg: cfg, store: store, exec: ex, cards: cards, mode: mode, w: w}, nil
+	e := &Config{cfg: cfg, store: store, exec: ex, cards: cards, b: newBuilder(cfg, cards)}
+	if e.pool, err = e.newPool(store); err != nil {
+		store.Close()
+		return nil, err
+	}
+	return e, nil
 }
 
-func (e *env) Close() error { return e.store.Close() }
+// Close closes the store.
+func (e *Config) Close() error { return e.store.Close() }
+
+// File returns the config the environment was opened from.
+func (e *Config) File() envconfig.Config { return e.cfg }
+
+// Store returns the records store.
+func (e *Config) Store() *records.FileStore { return e.store }
+
+// Builder returns the builder of the training command's jobs; after
+// References its jobs carry the reference losses by seed.
+func (e *Config) Builder() builder.Builder { return e.b }
+
+// Executor returns the pool over the training command: executor.slots
+// slots, executor.max_attempts, training.timeout, the price per
+// device-hour, and idempotent over the store.
+func (e *Config) Executor() builder.Executor { return e.pool }
+
+// Catalogue returns the catalogue's cards.
+func (e *Config) Catalogue() []records.Card { return e.cards }
 
 // executor returns the configured executor of the training command.
 func executor(cfg envconfig.Config) (builder.Executor, error) {
@@ -80,18 +109,18 @@ func executor(cfg envconfig.Config) (builder.Executor, error) {
 	}
 }
 
-// pool wraps the executor in a builder.Pool; with store set, runs are
+// newPool wraps the executor in a builder.Pool; with store set, runs are
 // idempotent through it.
-func (e *env) pool(store records.Store) (*builder.Pool, error) {
+func (e *Config) newPool(store records.Store) (*builder.Pool, error) {
 	pc := builder.DefaultPoolConfig()
 	pc.Slots, pc.MaxAttempts, pc.Timeout = e.cfg.Executor.Slots, e.cfg.Executor.MaxAttempts, e.cfg.Training.Timeout
 	pc.PricePerDeviceHour, pc.Store = e.cfg.PricePerDeviceHour, store
 	return builder.NewPool(e.exec, pc)
 }
 
-func (e *env) progress(title string, total int) (*progress.Reporter, error) {
-	return progress.New(e.w, progress.Config{Title: title, Total: total, Mode: e.mode})
-}
+// ErrReference: a task's reference run was infeasible, so it has no b_e or
+// σ_e and is left out.
+var ErrReference = errors.New("environment: reference run infeasible")
 
 // Spec is the job spec the training command reads: the task's reference
 // recipe, to which it applies the job's proposal, and the reference losses
@@ -214,7 +243,7 @@ func (b *envBuilder) check(p records.Proposal) error {
 	return nil
 }
 
-// RefTask is one task's reference result in the report.
+// RefTask is one task's reference result (the reference verb's report).
 type RefTask struct {
 	Task    records.Task `json:"task"` // with b_e (ref_loss) and σ_e (seed_noise)
 	Losses  []float64    `json:"losses"`
@@ -230,7 +259,10 @@ type RefTask struct {
 // is appended to the store as soon as it finishes, as a records.Reference
 // record (not Real: its no-change proposal must not stand for a paired
 // no-change run), so a killed and rerun stage pays for no run twice.
-func (e *env) references(ctx context.Context, b *envBuilder) ([]RefTask, error) {
+//
+// Afterwards the builder's jobs carry the reference losses by seed.
+func (e *Config) ReferenceRuns(ctx context.Context, p Progress) ([]RefTask, error) {
+	b := e.b
 	none := records.Proposal{Mechanism: records.NoChange}
 	type todo struct {
 		i    int
@@ -259,11 +291,13 @@ func (e *env) references(ctx context.Context, b *envBuilder) ([]RefTask, error) 
 			}
 		}
 	}
-	pool, err := e.pool(nil)
+	// Reference records are appended here, as Reference: the pool has no
+	// store.
+	pool, err := e.newPool(nil)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := e.progress("reference runs", len(missing))
+	rep, err := p.start("reference runs", len(missing))
 	if err != nil {
 		return nil, err
 	}
@@ -348,71 +382,38 @@ func meanStd(xs []float64) (float64, float64) {
 	return m, math.Sqrt(v)
 }
 
-// ready returns the training and held-out tasks with b_e and σ_e.
-func ready(refs []RefTask) (train, held []records.Task) {
+// References runs ReferenceRuns and returns the tasks that have b_e and
+// σ_e, in the file's order, and those left out.
+func (e *Config) References(ctx context.Context, p Progress) ([]records.Task, []LeftOut, error) {
+	refs, err := e.ReferenceRuns(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	tasks, left := Ready(refs)
+	return tasks, left, nil
+}
+
+// Ready returns the tasks of refs that have b_e and σ_e and those left
+// out.
+func Ready(refs []RefTask) ([]records.Task, []LeftOut) {
+	var tasks []records.Task
+	var left []LeftOut
 	for _, r := range refs {
 		if r.LeftOut != "" {
+			left = append(left, LeftOut{ID: r.Task.ID, Err: fmt.Errorf("%w: %s", ErrReference, r.LeftOut)})
 			continue
 		}
-		if r.Task.Split == records.Train {
-			train = append(train, r.Task)
-		} else {
-			held = append(held, r.Task)
-		}
+		tasks = append(tasks, r.Task)
 	}
-	return train, held
+	return tasks, left
 }
 
-// M0Report is what the m0 verb measured.
-type M0Report struct {
-	Records    int          `json:"records"`
-	Infeasible int          `json:"infeasible"`
-	PaidNow    int          `json:"paid_now"`
-	Reused     int          `json:"reused"`
-	Cost       records.Cost `json:"cost_paid_now"`
-	Seed       uint64       `json:"seed"`
-}
-
-// m0 draws M_0 (records.DrawChanges over the training tasks and the
-// catalogue, seeded from the file) and measures it through a Pool over the
-// store (baseline.RunDraws): stored runs are served, not paid again.
-func (e *env) m0(ctx context.Context, b *envBuilder, train []records.Task) (records.Evidence, M0Report, error) {
-	rep := M0Report{Seed: e.cfg.M0.Seed}
-	if len(train) == 0 {
-		return records.Evidence{}, rep, errors.New("lm2lm: no training task has a reference (b_e, σ_e)")
-	}
-	var draws []baseline.Draw
-	for _, it := range records.DrawChanges(rand.New(rand.NewPCG(e.cfg.M0.Seed, 0x6d30)), train, e.cards, e.cfg.M0.Size, nil) {
-		draws = append(draws, baseline.Draw{Task: it.Task, Proposal: it.Proposal})
-	}
-	pool, err := e.pool(e.store)
-	if err != nil {
-		return records.Evidence{}, rep, err
-	}
-	pr, err := e.progress("M_0 runs", len(draws))
-	if err != nil {
-		return records.Evidence{}, rep, err
-	}
-	recs, spent, err := baseline.RunDraws(ctx, b, progress.Executor(pool, pr), draws, int(e.cfg.Executor.Slots))
-	pr.Finish()
-	if err != nil {
-		return records.Evidence{}, rep, err
-	}
-	ev, err := records.NewEvidence(recs...)
-	if err != nil {
-		return records.Evidence{}, rep, err
-	}
-	for _, r := range recs {
-		if r.Infeasible != "" {
-			rep.Infeasible++
-		}
-	}
-	rep.Records, rep.PaidNow, rep.Reused, rep.Cost = ev.Len(), spent.Runs, spent.Reused, spent.Cost
-	return ev, rep, nil
-}
-
-// world returns the configured world model.
-func (e *env) world(getenv func(string) string) (rwm.WorldModel, error) {
+// World returns the world model of world_model: an OpenAI-compatible
+// server (rwm/openai, at most its concurrency calls at once; the API key
+// from the variable api_key_env names, read through getenv, and nothing
+// else from the process environment) or the embedded model over the
+// catalogue's priors.
+func (e *Config) World(getenv func(string) string) (rwm.WorldModel, error) {
 	w := e.cfg.WorldModel
 	if w.Kind == envconfig.OpenAI {
 		o := w.OpenAI
@@ -437,9 +438,9 @@ func (e *env) world(getenv func(string) string) (rwm.WorldModel, error) {
 	return rwm.NewEmbedded(wc)
 }
 
-// writeReport writes v as indented JSON to <out>/name, replacing it
-// atomically.
-func (e *env) writeReport(name string, v any) (string, error) {
+// WriteReport writes v as indented JSON to <out>/name, replacing it
+// atomically, and returns its path.
+func (e *Config) WriteReport(name string, v any) (string, error) {
 	if err := os.MkdirAll(e.cfg.Out, 0o755); err != nil {
 		return "", err
 	}
