@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -268,21 +269,12 @@ func (e *Config) ReferenceRuns(ctx context.Context, p Progress) ([]RefTask, erro
 		i    int
 		seed uint64
 	}
-	out := make([]RefTask, len(e.cfg.Tasks))
-	stored := make([]map[uint64]records.Record, len(e.cfg.Tasks))
+	out, stored, err := scanReferences(ctx, e.cfg, e.store)
+	if err != nil {
+		return nil, err
+	}
 	var missing []todo
-	for i, t := range e.cfg.TaskRecords() {
-		out[i] = RefTask{Task: t, Seeds: e.cfg.Tasks[i].Seeds}
-		rs, err := e.store.Scan(ctx, records.Filter{TaskID: t.ID, Key: none.Key(), Source: records.Reference})
-		if err != nil {
-			return nil, err
-		}
-		stored[i] = map[uint64]records.Record{}
-		for _, r := range rs {
-			if len(r.Seeds) == 1 {
-				stored[i][r.Seeds[0]] = r
-			}
-		}
+	for i := range out {
 		for _, s := range out[i].Seeds {
 			if _, ok := stored[i][s]; ok {
 				out[i].Reused++
@@ -345,22 +337,81 @@ func (e *Config) ReferenceRuns(ctx context.Context, p Progress) ([]RefTask, erro
 	if err != nil {
 		return nil, err
 	}
+	aggregate(e.cfg, out, stored)
+	for _, r := range out {
+		if r.LeftOut == "" {
+			for i, s := range r.Seeds {
+				b.setReference(r.Task.ID, s, r.Losses[i])
+			}
+		}
+	}
+	return out, nil
+}
+
+// aggregate sets b_e and σ_e of every task of out from its stored
+// reference runs by seed (mean and sample standard deviation, σ_e floored
+// at reference.min_seed_noise), or why it has none.
+func aggregate(cfg envconfig.Config, out []RefTask, stored []map[uint64]records.Record) {
 	for i := range out {
 		for _, s := range out[i].Seeds {
-			r := stored[i][s]
+			r, ok := stored[i][s]
+			if !ok {
+				out[i].LeftOut = fmt.Sprintf("seed %d: no reference run in the store", s)
+				break
+			}
 			if r.Infeasible != "" {
 				out[i].LeftOut = fmt.Sprintf("seed %d: %s", s, r.Infeasible)
 				break
 			}
 			out[i].Losses = append(out[i].Losses, r.Loss)
-			b.setReference(out[i].Task.ID, s, r.Loss)
 		}
 		if out[i].LeftOut == "" {
 			mean, std := meanStd(out[i].Losses)
-			out[i].Task.RefLoss, out[i].Task.SeedNoise = mean, max(std, e.cfg.Reference.MinSeedNoise)
+			out[i].Task.RefLoss, out[i].Task.SeedNoise = mean, max(std, cfg.Reference.MinSeedNoise)
+		} else {
+			out[i].Losses = nil
 		}
 	}
+}
+
+// StoredReferences is ReferenceRuns without running anything: b_e and σ_e
+// of every task from the reference runs in store, a task with a seed not
+// yet run left out with the reason. PaidNow is 0; Reused counts the stored
+// runs. It reads store only (which may be opened read-only).
+func StoredReferences(ctx context.Context, cfg envconfig.Config, store records.Store) ([]RefTask, error) {
+	out, stored, err := scanReferences(ctx, cfg, store)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Reused = len(stored[i])
+		for _, r := range stored[i] {
+			out[i].DeviceS += r.Cost.DeviceSeconds
+		}
+	}
+	aggregate(cfg, out, stored)
 	return out, nil
+}
+
+// scanReferences reads every task's stored reference runs by seed.
+func scanReferences(ctx context.Context, cfg envconfig.Config, store records.Store) ([]RefTask, []map[uint64]records.Record, error) {
+	none := records.Proposal{Mechanism: records.NoChange}
+	out := make([]RefTask, len(cfg.Tasks))
+	stored := make([]map[uint64]records.Record, len(cfg.Tasks))
+	for i, t := range cfg.TaskRecords() {
+		out[i] = RefTask{Task: t, Seeds: cfg.Tasks[i].Seeds}
+		rs, err := store.Scan(ctx, records.Filter{TaskID: t.ID, Key: none.Key(), Source: records.Reference})
+		if err != nil {
+			return nil, nil, err
+		}
+		stored[i] = map[uint64]records.Record{}
+		for _, r := range rs {
+			if len(r.Seeds) == 1 && slices.Contains(out[i].Seeds, r.Seeds[0]) {
+				stored[i][r.Seeds[0]] = r
+			}
+		}
+	}
+	return out, stored, nil
 }
 
 // meanStd returns the mean and the sample standard deviation (0 for one

@@ -15,6 +15,9 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
+// ErrValue reports a value a chart cannot draw (negative or not finite).
+var ErrValue = errors.New("evalplot: bad value")
+
 // ErrEmpty reports a chart with nothing to draw.
 var ErrEmpty = errors.New("evalplot: nothing to draw")
 

@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -96,6 +98,13 @@ func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode,
 	if err != nil {
 		return err
 	}
+	// Every evaluation is kept for the report verb, by model and seed.
+	if err := os.MkdirAll(filepath.Join(cfg.Out, "evaluations"), 0o755); err != nil {
+		return err
+	}
+	if _, err := e.WriteReport(filepath.Join("evaluations", fileName(sum.Model)+"-seed"+strconv.FormatUint(sum.Seed, 10)+".json"), sum); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "evaluate %s: %d held-out tasks × %d states × %d proposals\n", sum.Model, len(held), sum.StatesPerTask, sum.K)
 	fmt.Fprintf(stdout, "  Avg@%d %s σ_e   Best@%d %s σ_e   (95%% bootstrap over %d states)\n", sum.K, sum.AvgK, sum.K, sum.BestK, sum.States)
 	fmt.Fprintf(stdout, "  gain ≤ 0: %s   gain > 2σ_e: %s   infeasible %.1f%%   invalid %d\n", sum.NegativeRate, sum.Above2Sigma, 100*sum.Infeasible, sum.Invalid)
@@ -132,4 +141,19 @@ func summarize(cfg envconfig.Config, rep lm2lm.EvalReport) (EvalSummary, error) 
 	}
 	s.AvgK, s.BestK, s.NegativeRate, s.Above2Sigma = sm.AvgK, sm.BestK, sm.NegativeRate, sm.Above
 	return s, nil
+}
+
+// fileName maps a model name to a file name: every byte outside
+// [A-Za-z0-9._-] becomes '_', and a leading '.' too.
+func fileName(model string) string {
+	b := []byte(model)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' && i > 0) {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 {
+		return "_"
+	}
+	return string(b)
 }

@@ -39,7 +39,12 @@ Verbs:
                 token else from $LM2LM_TOKEN)
   evaluate      reference, then the trained proposer of evaluate.proposer on
                 the held-out tasks: k proposals per state run for real, Avg@K
-                and Best@K with bootstrap intervals (<out>/evaluate.json)
+                and Best@K with bootstrap intervals (<out>/evaluate.json, kept
+                as <out>/evaluations/<model>-seed<seed>.json)
+  report        tables and charts of what is in the store and under <out>:
+                real runs, device-hours and money by stage, per-task gains,
+                every kept evaluation (<out>/report.md, report.json,
+                report-*.png); runs nothing
 
 Every real run goes to the store (store: in the file) before it is used, so
 a killed verb run again pays for nothing twice. See docs/own-environment.md.
@@ -122,13 +127,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	case "serve":
 		return serveVerb(ctx, cfg, mode, rest, getenv, stdout, stderr)
+	case "report":
+		if len(rest) > 0 {
+			return usageErr(stderr, "report takes no arguments")
+		}
+		return reportVerb(ctx, cfg, stdout)
 	case "evaluate":
 		if len(rest) > 0 {
 			return usageErr(stderr, "evaluate takes no arguments")
 		}
 		return evaluateVerb(ctx, cfg, mode, getenv, stdout, stderr)
 	}
-	return usageErr(stderr, "unknown verb %q (print-config, reference, m0, serve, evaluate)", verb)
+	return usageErr(stderr, "unknown verb %q (print-config, reference, m0, serve, evaluate, report)", verb)
 }
 
 // open opens the environment of cfg with progress in mode on w.
