@@ -51,13 +51,18 @@ type Outcome struct {
 	// run's cost, which callers counting what they spent must not add again.
 	// Executors that always run leave it false.
 	Reused bool
+	// Code names the code that produced the outcome when the change was
+	// implemented as code (builder/overlay's executor sets it); nil
+	// otherwise. Record copies it, so that a real result can be traced to
+	// the code that produced it.
+	Code *records.Code
 }
 
 // Record returns the real record of j's outcome.
 func (o Outcome) Record(j Job) records.Record {
 	return records.Record{
 		Task: j.Task, Proposal: j.Proposal, Gain: o.Gain, Loss: o.Loss,
-		Source: records.Real, Seeds: o.Seeds, Cost: o.Cost, Infeasible: o.Infeasible,
+		Source: records.Real, Seeds: o.Seeds, Cost: o.Cost, Infeasible: o.Infeasible, Code: o.Code,
 	}
 }
 

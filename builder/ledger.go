@@ -28,6 +28,23 @@ type LedgerTotals struct {
 	// seconds × slots), measured by the pool: the numerator of slot
 	// utilisation.
 	SlotSeconds float64
+	// Build is what building cost beside the runs: the calls and tokens of
+	// a builder that asks an LLM for code (builder/overlay) and the smoke
+	// tests it ran. It is not part of Cost, which counts runs only.
+	Build BuildTotals
+}
+
+// BuildTotals is what a builder spent, summed over builds.
+type BuildTotals struct {
+	Builds           int   // builds that asked a model (cache misses)
+	CacheHits        int   // builds answered from a builder's cache
+	Calls            int64 // completions received
+	Attempts         int64 // HTTP attempts, failed ones and retries included
+	PromptTokens     int64
+	CompletionTokens int64
+	Money            float64      // the tokens' price at the builder's prices (0 when none are set)
+	SmokeRuns        int          // smoke tests run
+	SmokeCost        records.Cost // what the smoke tests cost
 }
 
 // Totals returns a snapshot.

@@ -221,7 +221,7 @@ func (p *Pool) lookup(ctx context.Context, j Job) (Outcome, error, bool) {
 		}
 		p.ledger.Add(func(t *LedgerTotals) { t.Reused++ })
 		o := Outcome{Loss: r.Loss, Gain: r.Gain, Seeds: append([]uint64(nil), r.Seeds...), Cost: r.Cost,
-			Infeasible: r.Infeasible, Log: "builder: outcome reused from the records store", Reused: true}
+			Infeasible: r.Infeasible, Log: "builder: outcome reused from the records store", Reused: true, Code: r.Code}
 		if r.Infeasible != "" {
 			return o, &RunError{Class: ErrInfeasible, Reason: r.Infeasible, Log: o.Log}, true
 		}
@@ -318,7 +318,7 @@ func (p *Pool) attempts(ctx context.Context, j Job) (Outcome, error) {
 
 		if err != nil && timedOut && errors.Is(err, ErrCancelled) {
 			// The inner executor did not tell our timeout from a cancel.
-			out = Outcome{Infeasible: "timed out", Cost: out.Cost, Log: out.Log, Seeds: []uint64{j.Seed}}
+			out = Outcome{Infeasible: "timed out", Cost: out.Cost, Log: out.Log, Seeds: []uint64{j.Seed}, Code: out.Code}
 			err = &RunError{Class: ErrInfeasible, Reason: "timed out", Log: out.Log,
 				Err: fmt.Errorf("%w: %w", ErrTimedOut, context.DeadlineExceeded)}
 		}

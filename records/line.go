@@ -131,6 +131,9 @@ func checkStorable(r Record) error {
 	for k, v := range r.Proposal.Params {
 		strs = append(strs, k, v)
 	}
+	if r.Code != nil {
+		strs = append(strs, r.Code.Digest, r.Code.Overlay, r.Code.Diff, r.Code.Builder)
+	}
 	for _, s := range strs {
 		if !utf8.ValidString(s) {
 			return fmt.Errorf("%w: record %s/%s: string %q is not valid UTF-8", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), Excerpt(s))
@@ -162,6 +165,10 @@ func cloneRecord(r Record) Record {
 		r.Seeds = nil
 	} else {
 		r.Seeds = append([]uint64(nil), r.Seeds...)
+	}
+	if r.Code != nil {
+		c := *r.Code
+		r.Code = &c
 	}
 	r.Time = r.Time.Round(0)
 	return r

@@ -1,6 +1,8 @@
 package records
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -13,6 +15,18 @@ import (
 // NoChange is the mechanism direction of a proposal that changes nothing
 // (METHOD.md §1 Reward 2: such a proposal earns the no-change reward).
 const NoChange = "none"
+
+// FreeForm is the reserved mechanism of a free-form proposal: a change
+// outside any catalogue, described by its Text alone (METHOD.md §1 Known
+// weaknesses: the paper's action space is closed). Such a proposal has no
+// Params, its Text must not be empty, and its canonical key comes from its
+// normalised Text (see Key). Only a builder that implements proposals as
+// code (builder/overlay) can run one; the catalogue stays the default.
+// All free-form proposals share this one mechanism direction for the
+// diversity bonus (library choice: there is no card to name the direction,
+// and counting each wording as a direction of its own would reward
+// rewording).
+const FreeForm = "free_form"
 
 // Proposal is a change to a training recipe: the a of METHOD.md §1
 // Vocabulary. Mechanism is the mechanism direction (the card it
@@ -28,10 +42,34 @@ type Proposal struct {
 // IsNoChange reports whether p is the no-change proposal.
 func (p Proposal) IsNoChange() bool { return CanonicalName(p.Mechanism) == NoChange }
 
+// IsFreeForm reports whether p is a free-form proposal (mechanism FreeForm).
+func (p Proposal) IsFreeForm() bool { return CanonicalName(p.Mechanism) == FreeForm }
+
+// NormalisedText is the form of a free-form proposal's Text that its key
+// is derived from: CanonicalName of the text (trimmed, lower-cased, inner
+// runs of white space collapsed to one space), so that rewrapping or
+// recasing a text does not make a new proposal.
+func (p Proposal) NormalisedText() string { return CanonicalName(p.Text) }
+
+// textKey is the key part of a free-form proposal's text: "sha256:" and
+// the first 16 hex digits of the SHA-256 of its normalised text.
+func (p Proposal) textKey() string {
+	h := sha256.Sum256([]byte(p.NormalisedText()))
+	return "sha256:" + hex.EncodeToString(h[:8])
+}
+
 // Validate reports the first problem with p, wrapping ErrInvalid.
 func (p Proposal) Validate() error {
 	if strings.TrimSpace(p.Mechanism) == "" {
 		return fmt.Errorf("%w: proposal has an empty mechanism", ErrInvalid)
+	}
+	if p.IsFreeForm() {
+		switch {
+		case p.NormalisedText() == "":
+			return fmt.Errorf("%w: free-form proposal has an empty text", ErrInvalid)
+		case len(p.Params) > 0:
+			return fmt.Errorf("%w: free-form proposal has parameters; its text is the whole change", ErrInvalid)
+		}
 	}
 	seen := make(map[string]string, len(p.Params))
 	for k, v := range p.Params {
@@ -63,8 +101,10 @@ func (p Proposal) Validate() error {
 // white space collapsed. Parameters are sorted by name. A mechanism, name
 // or value that contains one of the delimiters {}=," is written as a Go
 // quoted string, so the key parses back unambiguously and distinct changes
-// never share a key. Text is ignored. The result looks like
-// "lr-scale{factor=2}" and is safe to print.
+// never share a key. Text is ignored, except in a free-form proposal
+// (mechanism FreeForm), whose key is "free_form{text=sha256:…}" with the
+// first 16 hex digits of the SHA-256 of NormalisedText: the text is the
+// change. The result looks like "lr-scale{factor=2}" and is safe to print.
 func (p Proposal) Key() string {
 	var b strings.Builder
 	b.WriteString(quoteKeyPart(CanonicalName(p.Mechanism)))
@@ -74,6 +114,9 @@ func (p Proposal) Key() string {
 	pairs := make([][2]string, 0, len(p.Params))
 	for k, v := range p.Params {
 		pairs = append(pairs, [2]string{quoteKeyPart(CanonicalName(k)), quoteKeyPart(CanonicalValue(v))})
+	}
+	if p.IsFreeForm() {
+		pairs = append(pairs, [2]string{"text", p.textKey()})
 	}
 	sort.Slice(pairs, func(i, j int) bool {
 		if pairs[i][0] != pairs[j][0] {

@@ -3,6 +3,7 @@ package records
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/lm2lm/lm2lm/internal/stat"
@@ -67,6 +68,38 @@ type Record struct {
 	Cost       Cost      `json:"cost"`
 	Time       time.Time `json:"time"`
 	Infeasible string    `json:"infeasible,omitempty"`
+	// Code, when set, names the code that produced a real record whose
+	// change was implemented as code (builder/overlay): nil for records of
+	// catalogue changes that a recipe expresses. Absent from the JSON when
+	// nil, so older files read unchanged.
+	Code *Code `json:"code,omitempty"`
+}
+
+// MaxCodeDiff bounds Code.Diff in bytes (library choice: 400 changed lines
+// of ordinary code with context fit in well under 256 KiB).
+const MaxCodeDiff = 256 << 10
+
+// Code traces a record to the code that produced it: the training code's
+// digest before the change, the digest of the overlay applied to it, the
+// overlay as a unified diff, and who wrote it.
+type Code struct {
+	Digest  string `json:"digest"`            // digest of the training code the overlay was written against
+	Overlay string `json:"overlay"`           // digest of the overlay
+	Diff    string `json:"diff,omitempty"`    // the overlay as a unified diff against that code
+	Builder string `json:"builder,omitempty"` // the builder that wrote it (e.g. model and prompt version)
+}
+
+// Validate reports the first problem with c, wrapping ErrInvalid.
+func (c Code) Validate() error {
+	switch {
+	case strings.TrimSpace(c.Digest) == "" || strings.TrimSpace(c.Overlay) == "":
+		return fmt.Errorf("%w: code reference without a code or overlay digest", ErrInvalid)
+	case len(c.Digest) > MaxExcerpt || len(c.Overlay) > MaxExcerpt || len(c.Builder) > 4*MaxExcerpt:
+		return fmt.Errorf("%w: code reference field too long", ErrInvalid)
+	case len(c.Diff) > MaxCodeDiff:
+		return fmt.Errorf("%w: code diff of %d bytes, max %d", ErrInvalid, len(c.Diff), MaxCodeDiff)
+	}
+	return nil
 }
 
 // Validate reports the first problem with r, wrapping ErrInvalid.
@@ -91,6 +124,11 @@ func (r Record) Validate() error {
 	}
 	if r.Cost.DeviceSeconds < 0 || r.Cost.WallSeconds < 0 || r.Cost.FLOPs < 0 || r.Cost.Money < 0 {
 		return fmt.Errorf("%w: record %s/%s: negative cost", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()))
+	}
+	if r.Code != nil {
+		if err := r.Code.Validate(); err != nil {
+			return fmt.Errorf("record %s/%s: %w", Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), err)
+		}
 	}
 	return nil
 }
