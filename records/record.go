@@ -94,7 +94,7 @@ func (c Code) Validate() error {
 	switch {
 	case strings.TrimSpace(c.Digest) == "" || strings.TrimSpace(c.Overlay) == "":
 		return fmt.Errorf("%w: code reference without a code or overlay digest", ErrInvalid)
-	case len(c.Digest) > MaxExcerpt || len(c.Overlay) > MaxExcerpt || len(c.Builder) > 4*MaxExcerpt:
+	case len(c.Digest) > 128 || len(c.Overlay) > 128 || len(c.Builder) > 512:
 		return fmt.Errorf("%w: code reference field too long", ErrInvalid)
 	case len(c.Diff) > MaxCodeDiff:
 		return fmt.Errorf("%w: code diff of %d bytes, max %d", ErrInvalid, len(c.Diff), MaxCodeDiff)
