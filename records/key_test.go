@@ -1,6 +1,7 @@
 package records_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -371,4 +372,40 @@ func TestSimilarity(t *testing.T) {
 	if Similarity(Task{ID: "x"}, Task{ID: "y"}) != 0 {
 		t.Error("two tasks without a family are alike")
 	}
+}
+
+// A free-form proposal is keyed by its normalised text: rewrapped or
+// recased texts are one change, different texts are different changes, and
+// its text without parameters is the only valid form.
+func TestFreeFormKey(t *testing.T) {
+	a := records.Proposal{Mechanism: records.FreeForm, Text: "Add  label smoothing\nof 0.1."}
+	b := records.Proposal{Mechanism: " Free_Form ", Text: "add label SMOOTHING of 0.1."}
+	c := records.Proposal{Mechanism: records.FreeForm, Text: "Add label smoothing of 0.2."}
+	require.True(t, a.IsFreeForm())
+	require.Equal(t, a.Key(), b.Key())
+	require.NotEqual(t, a.Key(), c.Key())
+	require.Regexp(t, `^free_form\{text=sha256:[0-9a-f]{16}\}$`, a.Key())
+	require.NoError(t, a.Validate())
+	require.ErrorIs(t, records.Proposal{Mechanism: records.FreeForm, Text: "  "}.Validate(), records.ErrInvalid)
+	require.ErrorIs(t, records.Proposal{Mechanism: records.FreeForm, Text: "x", Params: map[string]string{"p": "1"}}.Validate(), records.ErrInvalid)
+	// Text still plays no part in a catalogue proposal's key.
+	require.Equal(t, records.Proposal{Mechanism: "lr-scale", Text: "a"}.Key(), records.Proposal{Mechanism: "lr-scale", Text: "b"}.Key())
+}
+
+// Records without Code read as before, and Code survives a round trip
+// through JSON.
+func TestRecordCodeJSON(t *testing.T) {
+	var r records.Record
+	require.NoError(t, json.Unmarshal([]byte(`{"task":{"id":"t"},"proposal":{"mechanism":"m"},"gain":1,"loss":2,"source":"real","cost":{},"time":"2026-01-01T00:00:00Z"}`), &r))
+	require.Nil(t, r.Code)
+	b, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.NotContains(t, string(b), `"code"`)
+	r.Code = &records.Code{Digest: "sha256:ab", Overlay: "sha256:cd", Diff: "--- a/x\n", Builder: "m"}
+	b, err = json.Marshal(r)
+	require.NoError(t, err)
+	var back records.Record
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, r.Code, back.Code)
+	require.ErrorIs(t, records.Code{Digest: "x"}.Validate(), records.ErrInvalid)
 }

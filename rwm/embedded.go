@@ -507,6 +507,10 @@ func (e *Embedded) check(ctx context.Context, q Query) (p Prediction, done bool,
 	if q.Proposal.IsNoChange() {
 		return Prediction{Valid: false, Reason: "no change: the proposal changes nothing"}, true, nil
 	}
+	if q.Proposal.IsFreeForm() {
+		return Prediction{}, true, fmt.Errorf("rwm: embedded: %w: free-form proposal %s has no mechanism card or parameters to compare with the records (use an LLM world model)",
+			ErrCannotFeaturise, records.Excerpt(q.Proposal.Key()))
+	}
 	if reason := e.structural(q.Proposal); reason != "" {
 		return Prediction{Valid: false, Reason: "structurally invalid: " + reason}, true, nil
 	}

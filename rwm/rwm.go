@@ -79,6 +79,11 @@ var (
 	// constructors (NewEmbedded, NewTuned, NewCache, NewRetry, NewLimit)
 	// and of RetryConfig.Validate and CacheConfig.Validate wraps it.
 	ErrConfig = errors.New("rwm: invalid config")
+	// ErrCannotFeaturise: a world model cannot represent the proposal
+	// (the embedded model and a free-form proposal, records.FreeForm, which
+	// has no card or parameters to compare). Not transient: asking again
+	// gives the same answer.
+	ErrCannotFeaturise = errors.New("rwm: proposal cannot be featurised")
 )
 
 // configError returns err, a configuration's validation failure, wrapping

@@ -116,11 +116,18 @@ func Relevance(ev records.Evidence, t records.Task, p records.Proposal) []int {
 	return out
 }
 
+// FreeFormTextChars is the least text of a free-form proposal
+// (records.FreeForm) a prompt shows, whatever ShowProposalText says: its
+// text is the change, and its key is derived from that text, so a cache
+// keyed by the proposal key stays sound. Library choice: a paragraph.
+const FreeFormTextChars = 2000
+
 // Prompt returns the system and user messages for q under cfg (the
 // records shown depend on cfg's budgets). The user message is UserTemplate
 // filled in; see the package documentation for the fence. Proposals appear
 // as their mechanism and parameters; their free text only with
-// cfg.ShowProposalText (see there for the risk).
+// cfg.ShowProposalText (see there for the risk), except a free-form
+// proposal's, which is the proposal (FreeFormTextChars).
 func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 	t := q.Task
 	var lines []string
@@ -140,6 +147,8 @@ func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 			Infeasible: oaichat.Truncate(r.Infeasible, 200)}
 		if cfg.ShowProposalText && cfg.RecordTextChars > 0 {
 			rl.Text = oaichat.Truncate(r.Proposal.Text, cfg.RecordTextChars)
+		} else if r.Proposal.IsFreeForm() {
+			rl.Text = oaichat.Truncate(r.Proposal.Text, max(cfg.RecordTextChars, FreeFormTextChars))
 		}
 		if r.Infeasible == "" {
 			g, gs := r.Gain, r.Gain/r.Task.SeedNoise
@@ -160,6 +169,8 @@ func Prompt(q rwm.Query, cfg Config) (system, user string, err error) {
 	pl := proposalLine{Mechanism: q.Proposal.Mechanism, Params: q.Proposal.Params}
 	if cfg.ShowProposalText && cfg.ProposalTextChars > 0 {
 		pl.Text = oaichat.Truncate(q.Proposal.Text, cfg.ProposalTextChars)
+	} else if q.Proposal.IsFreeForm() {
+		pl.Text = oaichat.Truncate(q.Proposal.Text, max(cfg.ProposalTextChars, FreeFormTextChars))
 	}
 	ps, err := oaichat.JSONData(pl)
 	if err != nil {

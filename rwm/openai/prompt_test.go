@@ -187,3 +187,33 @@ func TestPromptOmitsProposalTextByDefault(t *testing.T) {
 	require.Equal(t, text, d.Proposal.Text)
 	require.Equal(t, 2, strings.Count(user, "persuadejudge"), "the proposal's and the record's")
 }
+
+// A free-form proposal's text is the proposal: it is shown (cut to
+// FreeFormTextChars at least) even without ShowProposalText, in the query
+// and in the records; a catalogue proposal's text still is not.
+func TestPromptShowsFreeFormText(t *testing.T) {
+	ff := records.Proposal{Mechanism: records.FreeForm, Text: "Add label smoothing of 0.1 to the training loss."}
+	ev := rwmtest.Evidence(3)
+	rs := ev.Records()
+	r := rs[0]
+	r.Proposal = records.Proposal{Mechanism: records.FreeForm, Text: "Use RMSNorm instead of LayerNorm."}
+	ev2, err := records.NewEvidence(append(rs, r)...)
+	require.NoError(t, err)
+	cfg := DefaultConfig()
+	require.False(t, cfg.ShowProposalText)
+	_, user, err := Prompt(rwm.Query{Task: r.Task, Proposal: ff, Evidence: ev2}, cfg)
+	require.NoError(t, err)
+	d, err := parseDataBlock(user)
+	require.NoError(t, err)
+	require.Equal(t, ff.Text, d.Proposal.Text)
+	var shown bool
+	for _, rl := range d.Records {
+		if rl.Mechanism == records.FreeForm {
+			require.Equal(t, r.Proposal.Text, rl.Text)
+			shown = true
+		} else {
+			require.Empty(t, rl.Text)
+		}
+	}
+	require.True(t, shown)
+}
