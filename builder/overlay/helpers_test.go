@@ -193,3 +193,14 @@ func requirePython(t *testing.T) {
 		t.Skipf("%s is missing: %v", python, err)
 	}
 }
+
+// writeFile writes content to path, making its directory.
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
