@@ -11,6 +11,7 @@ import (
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/builder/overlay"
 	"github.com/lm2lm/lm2lm/internal/oaitest"
+	"github.com/lm2lm/lm2lm/internal/realrun"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -210,4 +211,23 @@ func TestPromptFencesTheProposal(t *testing.T) {
 	require.Contains(t, block, `"mechanism":"free_form"`)
 	require.Equal(t, 1, strings.Count(user, "PROPOSAL {"))
 	require.Contains(t, user, "FILE train.py\n<<<DATA-", "train.py is shown in a fence of its own")
+}
+
+// An infeasible build measured through lm2lm's real-run path keeps the
+// reason, the log tail and the overlay's digest in its record.
+func TestInfeasibleRecordNamesTheOverlay(t *testing.T) {
+	requirePython(t)
+	e := newPyEnv(t)
+	b := e.builder(t, e.config())
+	bad := e.edit(t, "def run(job, spec):\n", "def run(job, spec):\n    raise RuntimeError(\"overlay bug\")\n")
+	e.server.Push(answer(t, "train.py", bad))
+	rec, fresh, err := realrun.RunReal(context.Background(), b, e.exec, pyTask, freeForm)
+	require.NoError(t, err)
+	require.False(t, fresh)
+	require.Contains(t, rec.Infeasible, "smoke test failed")
+	require.Contains(t, rec.Infeasible, "overlay bug")
+	require.NotNil(t, rec.Code)
+	require.Equal(t, b.CodeDigest(), rec.Code.Digest)
+	require.Contains(t, rec.Code.Diff, "+    raise RuntimeError(\"overlay bug\")\n")
+	require.NoError(t, records.Storable(rec))
 }

@@ -58,6 +58,12 @@ func Measure(ctx context.Context, b builder.Builder, e builder.Executor, c Chang
 		switch {
 		case errors.Is(err, builder.ErrInfeasible):
 			rec := records.Record{Task: task, Proposal: p, Source: records.Real, Infeasible: err.Error()}
+			// A builder that wrote code for p (builder/overlay) names it,
+			// so that the infeasible record can be traced to that code.
+			var coded interface{ CodeRecord() *records.Code }
+			if errors.As(err, &coded) {
+				rec.Code = coded.CodeRecord()
+			}
 			return Result{Rec: rec, Measured: true}, nil
 		case ctx.Err() != nil || errors.Is(err, builder.ErrCancelled):
 			return Result{}, fmt.Errorf("lm2lm: build %s: %w", OnTask(p, task), err)
