@@ -3,7 +3,9 @@
 // reports it infeasible), Executor runs a Job and returns its Outcome. The
 // package holds a bounded local pool and a subprocess executor for host
 // training scripts; subpackage slurm runs the same protocol on a Slurm
-// cluster; buildertest is a conformance suite with a scripted fake.
+// cluster; subpackage overlay is the paper's LLM builder, which implements
+// a proposal as a bounded code overlay with a smoke test; buildertest is a
+// conformance suite with a scripted fake.
 //
 // # Failure classes
 //
