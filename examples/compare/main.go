@@ -95,6 +95,12 @@ type options struct {
 	// them (loadCorpus); a corpus method's result file records its
 	// fingerprint.
 	corpusEv records.Evidence
+	// landscape is the store of a landscape sweep of the evaluation
+	// split (examples/sweep -landscape -suite SPLIT), read only, that the
+	// judgement diagnostic reads each task's needs from; "" = none.
+	landscape string
+	// land holds it once run has read it (loadLandscape).
+	land landscape
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
 }
@@ -144,6 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.predict, "eval-predict", false, "the trained methods' world model (their final evidence in context) also predicts every evaluation proposal, and the report gives its within-state pairwise accuracy on the test tasks (predictions only, no real run; not for the real-gains diagnostic, whose world model is the lab)")
 	fs.StringVar(&o.scale, "scale", "raw", "scale of the reported gains: raw (σ_e units, the headline) | robust (each gain g·σ_e/τ_e with τ_e = max(σ_e, the family's median σ_e over the training tasks), clipped at the reward clip; a report-time transform of the same result files, written beside the raw files)")
 	fs.StringVar(&o.corpus, "corpus", "", "the store of the lab's pretraining corpus (examples/priorcorpus -store FILE), opened read only, that rft-corpus and bestknown-corpus draw on: outside knowledge no real-run budget counts (needed by those methods, refused without them)")
+	fs.StringVar(&o.landscape, "landscape", "", "the store of a landscape sweep of the evaluation split (examples/sweep -landscape -suite SPLIT -store FILE), read only: each result then carries the judgement diagnostic (per held-out state, the rank and probability of the task's best mechanism under the method, and the spread of its choices across states against the spread of the best mechanisms), reported by region; results run without it have none")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -53,8 +53,11 @@ type Comparison struct {
 	// Power sizes each pair against the best baseline (powerOf): the
 	// variance components of its differences and the interval half-width
 	// they predict for other designs; absent below two seeds.
-	Power []Power             `json:"power,omitempty"`
-	Runs  map[string][]string `json:"result_files"`
+	Power []Power `json:"power,omitempty"`
+	// Judgement is each method's judgement diagnostic by part, averaged
+	// over seeds (-landscape; judgementRows).
+	Judgement []JudgementRow      `json:"judgement,omitempty"`
+	Runs      map[string][]string `json:"result_files"`
 }
 
 // MethodSummary is one method over its seeds.
@@ -581,6 +584,7 @@ func report(w io.Writer, o options, dir string, results []Result, scale *ScaleIn
 	cmp := comparison(o, dir, names, byMethod, sums, pairs)
 	cmp.Scale = scale
 	cmp.PairsStateLevel, cmp.RegionPairs, cmp.Power = st.pairsState, st.regionPairs, st.power
+	cmp.Judgement = judgementRows(results)
 	for i := range cmp.Methods {
 		cmp.Methods[i].SummaryStateLevel = st.sumsState[i]
 		cmp.Methods[i].Parts = st.parts[i]
@@ -670,6 +674,7 @@ func markdown(c Comparison) string {
 		partPairs(&b, c.Methods)
 	}
 	regionPairs(&b, c.RegionPairs)
+	judgementTable(&b, c.Judgement)
 	powerTable(&b, c.Power)
 	b.WriteString("\n| method | real-run budget (M_0 + training, per seed) | evaluation runs per seed | CPU s paid (all seeds) | wall s (all seeds) | unmeasured proposals |\n|---|---|---|---|---|---|\n")
 	for _, m := range c.Methods {

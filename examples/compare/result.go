@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
@@ -85,8 +86,12 @@ type Result struct {
 	Steps        []StepResult        `json:"steps,omitempty"`
 	Calibrations []CalibrationResult `json:"calibrations,omitempty"`
 	// Probes are the reliability probes at the calibration steps (prober).
-	Probes      []CalibrationResult `json:"probes,omitempty"`
-	WallSeconds float64             `json:"wall_seconds"`
+	Probes []CalibrationResult `json:"probes,omitempty"`
+	// Judgement is the judgement diagnostic of the evaluation against
+	// -landscape (evalstat.JudgeRegions: all states, then each region);
+	// absent without -landscape.
+	Judgement   []evalstat.Judgement `json:"judgement,omitempty"`
+	WallSeconds float64              `json:"wall_seconds"`
 }
 
 // Runs counts real runs; CPUSeconds is the fresh ones' device time.

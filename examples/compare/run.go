@@ -52,6 +52,13 @@ func run(ctx context.Context, w io.Writer, o options) error {
 		fmt.Fprintf(w, "corpus: %d real proposal runs of %d tasks from %s (outside knowledge: no budget counts them)\n",
 			o.corpusEv.Len(), len(corpusTasks(o.corpusEv)), o.corpus)
 	}
+	if o.landscape != "" {
+		var err error
+		if o.land, err = loadLandscape(ctx, o.landscape); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "landscape: %d tasks from %s (the judgement diagnostic)\n", len(o.land), o.landscape)
+	}
 	dir := runDir(o)
 	jobs := plan(o)
 	results := make([]Result, len(jobs))

@@ -69,7 +69,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", "v2", "task suite: v2 (generated, lab.SuiteV2) or v1 (the first lab's 24 tasks)")
+	flag.StringVar(&o.suite, "suite", "v2", "task suite: v2 (generated, lab.SuiteV2), v3-val or v3-test (a V3 split beside the V2 training tasks; -landscape sweeps the split) or v1 (the first lab's 24 tasks)")
 	flag.Uint64Var(&o.suiteSeed, "suite-seed", lab.DefaultSuiteSeed, "seed of the V2 suite")
 	flag.StringVar(&o.task, "task", "v2s1/val/ar-prose/00", "task ID for a one-task sweep (see -list)")
 	flag.IntVar(&o.seeds, "seeds", 0, "seeds per proposal, the first reference seeds (default 2 with -landscape, else 3)")
@@ -134,6 +134,16 @@ func suiteTasks(o options) ([]lab.TaskSpec, []string, error) {
 			ids = append(ids, t.ID)
 		}
 		return s.All(), ids, nil
+	case lab.V3ValName, lab.V3TestName:
+		// A V3 split's tasks beside the V2 training split, as
+		// examples/compare runs them (-suite v3-val): the landscape sweeps
+		// the split's tasks.
+		sp, _ := lab.SplitNamed(o.suite)
+		var ids []string
+		for _, t := range sp.Tasks {
+			ids = append(ids, t.ID)
+		}
+		return append(append([]lab.TaskSpec(nil), lab.SuiteV2(o.suiteSeed).Train...), sp.Tasks...), ids, nil
 	case "v1":
 		var ids []string
 		specs := lab.SuiteV1()
@@ -144,7 +154,7 @@ func suiteTasks(o options) ([]lab.TaskSpec, []string, error) {
 		}
 		return specs, ids, nil
 	}
-	return nil, nil, fmt.Errorf("-suite %q, want v2 or v1", o.suite)
+	return nil, nil, fmt.Errorf("-suite %q, want v2, %s, %s or v1", o.suite, lab.V3ValName, lab.V3TestName)
 }
 
 func openStore(path string) (records.Store, func(), error) {
