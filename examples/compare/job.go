@@ -223,6 +223,15 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 	if m.realGains {
 		world = realGains{b: e.lab, ex: cnt}
 	}
+	if m.frozen {
+		tw, ok := world.(*rwm.Tuned)
+		if !ok {
+			return nil, records.Evidence{}, fmt.Errorf("%s: the setting's world model is not re-tuned (%T): nothing to freeze", m.label, world)
+		}
+		if world, err = rwm.NewFrozen(tw, m0); err != nil {
+			return nil, records.Evidence{}, err
+		}
+	}
 	cfg := trainerConfig(o, m, seed)
 	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: e.lab,
 		Executor: cnt, Tasks: e.train, Evidence: m0})
@@ -237,7 +246,13 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 		if c := s.Calibration; c != nil {
 			res.Calibrations = append(res.Calibrations, calibrationResult(c))
 			if probeErr == nil {
-				probeErr = pr.add(c)
+				before := pr.evidence
+				if probeErr = pr.add(c); probeErr == nil && o.probe > 0 {
+					pr.before = &before
+					var loc Locality
+					loc, probeErr = pr.locality(ctx, s.Step, before, c)
+					res.Locality = append(res.Locality, loc)
+				}
 			}
 		}
 		if o.probe > 0 && probeErr == nil && (slices.Contains(prof.Schedule.Steps, s.Step) || s.Step == cfg.Steps) {

@@ -35,6 +35,9 @@ type prober struct {
 	evidence records.Evidence
 	seed     uint64
 	tasks    int
+	// before is the evidence before the latest calibration, until the
+	// next probe has measured under it too.
+	before *records.Evidence
 }
 
 // add puts a calibration's new records into the evidence.
@@ -52,15 +55,17 @@ func (p *prober) add(c *lm2lm.CalibrationReport) error {
 func (p *prober) measure(ctx context.Context, step int) (CalibrationResult, error) {
 	rng := rand.New(rand.NewPCG(p.seed, 0x70726f6265+uint64(step)))
 	cfg := reward.DefaultConfig()
-	var pred, real [][]float64
+	var pred, predBefore, real [][]float64
 	out := CalibrationResult{Step: step}
+	before := p.before
+	p.before = nil
 	for _, ti := range rng.Perm(len(p.e.train))[:min(p.tasks, len(p.e.train))] {
 		t := p.e.train[ti]
 		smp, err := p.pol.Propose(ctx, records.State{Task: t}, probeGroup, rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())))
 		if err != nil {
 			return out, err
 		}
-		var gains, predicted []float64
+		var gains, predicted, predictedBefore []float64
 		var feasible []bool
 		for _, s := range smp {
 			if s.Invalid {
@@ -69,6 +74,12 @@ func (p *prober) measure(ctx context.Context, step int) (CalibrationResult, erro
 			pr, err := p.world.Predict(ctx, rwm.Query{Task: t, Proposal: s.Proposal, Evidence: p.evidence})
 			if err != nil || !pr.Valid {
 				continue // a proposal the world model rejects has no predicted reward
+			}
+			prB := pr
+			if before != nil {
+				if prB, err = p.world.Predict(ctx, rwm.Query{Task: t, Proposal: s.Proposal, Evidence: *before}); err != nil || !prB.Valid {
+					continue
+				}
 			}
 			rec, _, err := lm2lm.RunReal(ctx, p.e.lab, p.ex, t, s.Proposal)
 			if err != nil {
@@ -79,15 +90,17 @@ func (p *prober) measure(ctx context.Context, step int) (CalibrationResult, erro
 			}
 			out.Executed++
 			predicted, gains = append(predicted, pr.Gain), append(gains, rec.Gain)
+			predictedBefore = append(predictedBefore, prB.Gain)
 			feasible = append(feasible, rec.Infeasible == "")
 		}
 		if len(gains) < 2 {
 			continue // a group of one ranks nothing
 		}
-		tau := reward.ScaleFor(t, predicted)
-		gp, gr := make([]float64, len(gains)), make([]float64, len(gains))
+		tau, tauB := reward.ScaleFor(t, predicted), reward.ScaleFor(t, predictedBefore)
+		gp, gpB, gr := make([]float64, len(gains)), make([]float64, len(gains)), make([]float64, len(gains))
 		for k := range gains {
 			gp[k] = reward.Normalise(predicted[k], tau, cfg)
+			gpB[k] = reward.Normalise(predictedBefore[k], tauB, cfg)
 			gr[k] = -cfg.Clip
 			if feasible[k] {
 				gr[k] = reward.Normalise(gains[k], tau, cfg)
@@ -95,12 +108,15 @@ func (p *prober) measure(ctx context.Context, step int) (CalibrationResult, erro
 				out.Infeasible++
 			}
 		}
-		pred, real = append(pred, gp), append(real, gr)
+		pred, predBefore, real = append(pred, gp), append(predBefore, gpB), append(real, gr)
 		out.Predicted, out.Real = append(out.Predicted, gp...), append(out.Real, gr...)
 	}
 	if len(pred) > 0 {
 		m := calibrate.Monitor(pred, real)
 		out.Delta, out.Cosine, out.Accuracy, out.Gap = num(m.Bias.Delta), num(m.Cosine), num(m.Accuracy), num(m.Bias.Gap())
+		if before != nil {
+			out.AccuracyBefore = num(calibrate.Monitor(predBefore, real).Accuracy)
+		}
 	}
 	return out, nil
 }

@@ -56,8 +56,11 @@ type Comparison struct {
 	Power []Power `json:"power,omitempty"`
 	// Judgement is each method's judgement diagnostic by part, averaged
 	// over seeds (-landscape; judgementRows).
-	Judgement []JudgementRow      `json:"judgement,omitempty"`
-	Runs      map[string][]string `json:"result_files"`
+	Judgement []JudgementRow `json:"judgement,omitempty"`
+	// Locality is each calibrating method\'s locality measurement
+	// (localityRows).
+	Locality []LocalityRow       `json:"locality,omitempty"`
+	Runs     map[string][]string `json:"result_files"`
 }
 
 // MethodSummary is one method over its seeds.
@@ -585,6 +588,7 @@ func report(w io.Writer, o options, dir string, results []Result, scale *ScaleIn
 	cmp.Scale = scale
 	cmp.PairsStateLevel, cmp.RegionPairs, cmp.Power = st.pairsState, st.regionPairs, st.power
 	cmp.Judgement = judgementRows(results)
+	cmp.Locality = localityRows(results)
 	for i := range cmp.Methods {
 		cmp.Methods[i].SummaryStateLevel = st.sumsState[i]
 		cmp.Methods[i].Parts = st.parts[i]
@@ -675,6 +679,7 @@ func markdown(c Comparison) string {
 	}
 	regionPairs(&b, c.RegionPairs)
 	judgementTable(&b, c.Judgement)
+	localityTable(&b, c.Locality)
 	powerTable(&b, c.Power)
 	b.WriteString("\n| method | real-run budget (M_0 + training, per seed) | evaluation runs per seed | CPU s paid (all seeds) | wall s (all seeds) | unmeasured proposals |\n|---|---|---|---|---|---|\n")
 	for _, m := range c.Methods {

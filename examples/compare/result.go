@@ -87,6 +87,10 @@ type Result struct {
 	Calibrations []CalibrationResult `json:"calibrations,omitempty"`
 	// Probes are the reliability probes at the calibration steps (prober).
 	Probes []CalibrationResult `json:"probes,omitempty"`
+	// Locality is, at each calibration of a calibrating method, how far
+	// the world model's predictions moved with the calibration's records,
+	// by how the predicted pair relates to them (prober.locality).
+	Locality []Locality `json:"locality,omitempty"`
 	// Judgement is the judgement diagnostic of the evaluation against
 	// -landscape (evalstat.JudgeRegions: all states, then each region);
 	// absent without -landscape.
@@ -133,15 +137,20 @@ type StepResult struct {
 // CalibrationResult is one calibration point: its reliability monitors
 // and the predicted and real normalised rewards of the runs it executed.
 type CalibrationResult struct {
-	Step       int       `json:"step"`
-	Executed   int       `json:"executed"`
-	Infeasible int       `json:"infeasible"`
-	Delta      *float64  `json:"delta"`
-	Cosine     *float64  `json:"advantage_cosine"`
-	Accuracy   *float64  `json:"pairwise_accuracy"`
-	Gap        *float64  `json:"gap"`
-	Predicted  []float64 `json:"predicted_reward"`
-	Real       []float64 `json:"real_reward"`
+	Step       int      `json:"step"`
+	Executed   int      `json:"executed"`
+	Infeasible int      `json:"infeasible"`
+	Delta      *float64 `json:"delta"`
+	Cosine     *float64 `json:"advantage_cosine"`
+	Accuracy   *float64 `json:"pairwise_accuracy"`
+	// AccuracyBefore is, for a probe right after a calibration, the
+	// pairwise accuracy of the same proposals predicted under the evidence
+	// before the calibration's records (so Accuracy − AccuracyBefore is
+	// what those records did to the ranking).
+	AccuracyBefore *float64  `json:"pairwise_accuracy_before,omitempty"`
+	Gap            *float64  `json:"gap"`
+	Predicted      []float64 `json:"predicted_reward"`
+	Real           []float64 `json:"real_reward"`
 	// Trigger says why the calibration ran under -trigger (the monitor
 	// that fired, or "deadline step N"); empty under the fixed schedule.
 	Trigger string `json:"trigger,omitempty"`

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
+	"github.com/lm2lm/lm2lm/rwm/rwmtest"
+)
+
+// locality on the embedded world model: every pair is in one class (the
+// calibrated pair alone in its own), nothing moves when the calibration
+// adds nothing, and a surprising calibration record moves its own pair and
+// closes its gap.
+func TestLocality(t *testing.T) {
+	ctx := context.Background()
+	var train []records.Task
+	for i := range 4 {
+		train = append(train, rwmtest.Task(i))
+	}
+	w, err := rwm.NewEmbedded(rwm.DefaultEmbeddedConfig())
+	require.NoError(t, err)
+	m0 := rwmtest.Evidence(24)
+	// A calibration record far above what M_0 says of lr-scale ×2 on
+	// task 0: +3 σ_e better than b_e.
+	t0 := train[0]
+	p := rwmtest.Proposals()[0]
+	rec := records.Record{Task: t0, Proposal: p, Source: records.Real, Loss: t0.RefLoss - 3*t0.SeedNoise, Gain: 3 * t0.SeedNoise,
+		Seeds: []uint64{99}, Time: time.Unix(1, 0).UTC()}
+	m1, err := m0.AddReal(rec)
+	require.NoError(t, err)
+	pr := &prober{e: &env{train: train}, world: w, seed: 1, evidence: m1}
+	c := &lm2lm.CalibrationReport{Records: []records.Record{rec}}
+	loc, err := pr.locality(ctx, 16, m0, c)
+	require.NoError(t, err)
+	require.Equal(t, 16, loc.Step)
+	require.Len(t, loc.Classes, 4)
+	require.Equal(t, "calibrated", loc.Classes[0].Class)
+	require.Equal(t, 1, loc.Classes[0].Pairs)
+	total := 0
+	for _, cl := range loc.Classes {
+		total += cl.Pairs
+	}
+	// 4 tasks × the distinct proposals (the calibrated one and up to 8
+	// drawn ones), every prediction valid.
+	require.Zero(t, total%4)
+	require.GreaterOrEqual(t, total/4, 2)
+	require.LessOrEqual(t, total/4, 9)
+	require.Positive(t, *loc.Classes[0].MeanAbsShift)
+	require.Less(t, abs(*loc.GapAfter), abs(*loc.GapBefore), "conditioning on the record closes its gap")
+
+	// No new record: nothing moves.
+	pr.evidence = m0
+	loc, err = pr.locality(ctx, 16, m0, c)
+	require.NoError(t, err)
+	for _, cl := range loc.Classes {
+		if cl.MeanAbsShift != nil {
+			require.Zero(t, *cl.MeanAbsShift, cl.Class)
+		}
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func TestLocalityRows(t *testing.T) {
+	f := func(x float64) *float64 { return &x }
+	rs := []Result{
+		{Method: "a", Locality: []Locality{
+			{Step: 16, Classes: []LocalityClass{{Class: "calibrated", Pairs: 1, MeanAbsShift: f(2)}, {Class: "same task", MeanAbsShift: nil}, {Class: "same mechanism", Pairs: 1, MeanAbsShift: f(1)}, {Class: "other", Pairs: 1, MeanAbsShift: f(0.5)}}, GapBefore: f(3), GapAfter: f(1)},
+			{Step: 40, Classes: []LocalityClass{{Class: "calibrated", Pairs: 1, MeanAbsShift: f(4)}, {Class: "same task", Pairs: 1, MeanAbsShift: f(1)}, {Class: "same mechanism", Pairs: 1, MeanAbsShift: f(1)}, {Class: "other", Pairs: 1, MeanAbsShift: f(1.5)}}, GapBefore: f(1), GapAfter: f(0)},
+		}, Probes: []CalibrationResult{{Accuracy: f(0.6), AccuracyBefore: f(0.5)}, {Accuracy: f(0.7)}}},
+		{Method: "static"},
+	}
+	rows := localityRows(rs)
+	require.Len(t, rows, 1)
+	r := rows[0]
+	require.Equal(t, 2, r.Calibrations)
+	require.Equal(t, []float64{3, 1, 1, 1}, []float64{*r.Shift[0], *r.Shift[1], *r.Shift[2], *r.Shift[3]})
+	require.Equal(t, 2.0, *r.GapBefore)
+	require.Equal(t, 0.5, *r.GapAfter)
+	require.Equal(t, 0.5, *r.AccuracyBefore)
+	require.Equal(t, 0.6, *r.Accuracy)
+	require.Equal(t, 1, r.AccuracyProbes)
+	var b strings.Builder
+	localityTable(&b, rows)
+	require.Contains(t, b.String(), "| a | 2 | 3.00 | 1.00 | 1.00 | 1.00 | +2.00 → +0.50 | 0.500 → 0.600 (1) |")
+}
