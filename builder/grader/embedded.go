@@ -123,7 +123,7 @@ func runPrepare(ctx context.Context, root string, cfg Config, names []string) er
 		if errors.As(err, &ee) {
 			return fmt.Errorf("%w: prepare %s: %w: %s", ErrTask, strings.Join(names, " "), err, oneLine(string(out), 400))
 		}
-		return fmt.Errorf("%w: %w", errStart, err)
+		return fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	return nil
 }

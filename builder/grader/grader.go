@@ -283,7 +283,7 @@ func (g *Grader) Execute(ctx context.Context, j builder.Job) (builder.Outcome, e
 			return builder.DoneOutcome(ctx, j, records.Cost{}, "")
 		}
 		class := builder.ErrFailed
-		if errors.Is(err, errStart) {
+		if errors.Is(err, ErrStart) {
 			class = builder.ErrTransient
 		}
 		return builder.Outcome{}, &builder.RunError{Class: class, Reason: "grade", Err: err}

@@ -232,7 +232,7 @@ func TestHiddenTempDir(t *testing.T) {
 	require.NoError(t, os.Chmod(hidden, 0o700))
 	g, tk := newToyGrader(t, func(c *Config) { c.TempDir = hidden })
 	_, err := g.Grade(context.Background(), tk, solConstant)
-	require.ErrorIs(t, err, errStart, "a host problem is an error, not the solution's runtime error")
+	require.ErrorIs(t, err, ErrStart, "a host problem is an error, not the solution's runtime error")
 	_, err = g.Execute(context.Background(), builder.Job{Task: tk.Record(), Proposal: records.Proposal{Mechanism: "c", Text: solConstant}})
 	require.ErrorIs(t, err, builder.ErrTransient)
 }

@@ -30,8 +30,10 @@ import (
 //go:embed runner.py
 var runnerSource string
 
-// errStart marks a host that could not start the interpreter.
-var errStart = errors.New("grader: cannot start python")
+// ErrStart: the host could not start a run's program (a missing
+// interpreter, a run directory the run's user cannot reach) or could not
+// hand back what the run left. It is the host's failure, never the run's.
+var ErrStart = errors.New("grader: cannot start the run")
 
 // status is the runner's status file.
 type status struct {
@@ -67,7 +69,7 @@ type status struct {
 // the grade's Detail and logged, see Config.Logger). Errors are only for
 // machinery: a done ctx (wrapped ctx.Err()), unreadable task files
 // (ErrTask), a missing interpreter or a host that cannot hand back what a
-// run left (errStart), a sandbox the host cannot give under
+// run left (ErrStart), a sandbox the host cannot give under
 // RequireIsolation (ErrIsolation).
 func (g *Grader) Grade(ctx context.Context, t Task, code string) (gr Grade, err error) {
 	if err := ctx.Err(); err != nil {
@@ -89,7 +91,7 @@ func (g *Grader) Grade(ctx context.Context, t Task, code string) (gr Grade, err 
 	}
 	dir, err := os.MkdirTemp(g.cfg.TempDir, "lm2lm-grade-")
 	if err != nil {
-		return Grade{}, fmt.Errorf("%w: %w", errStart, err)
+		return Grade{}, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	defer func() {
 		// Every process of the run is gone: nothing changes the tree now.
@@ -178,7 +180,7 @@ func (g *Grader) stage(t Task, dir, code string, uid int, answers map[string]str
 	}
 	var seed [32]byte
 	if _, err := crand.Read(seed[:]); err != nil {
-		return rowIDs{}, fmt.Errorf("%w: %w", errStart, err)
+		return rowIDs{}, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	files, ids, err := relabel(rand.New(rand.NewChaCha8(seed)), inputs, answers)
 	if err != nil {
@@ -187,7 +189,7 @@ func (g *Grader) stage(t Task, dir, code string, uid int, answers map[string]str
 	files["solution.py"] = []byte(code)
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			return rowIDs{}, fmt.Errorf("%w: stage %s: %w", errStart, name, err)
+			return rowIDs{}, fmt.Errorf("%w: stage %s: %w", ErrStart, name, err)
 		}
 	}
 	if uid < 0 {
@@ -212,10 +214,10 @@ func traversable(dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
 		fi, err := os.Stat(d)
 		if err != nil {
-			return fmt.Errorf("%w: %w", errStart, err)
+			return fmt.Errorf("%w: %w", ErrStart, err)
 		}
 		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("%w: %s is not searchable by the unprivileged user (mode %v); set Config.TempDir", errStart, d, fi.Mode().Perm())
+			return fmt.Errorf("%w: %s is not searchable by the unprivileged user (mode %v); set Config.TempDir", ErrStart, d, fi.Mode().Perm())
 		}
 		if d == filepath.Dir(d) {
 			return nil
@@ -310,80 +312,23 @@ func (g *Grader) hidden(t Task) []string {
 // ended. A Grade with an empty Status means a clean exit.
 func (g *Grader) run(ctx context.Context, t Task, dir string, uid int) (Grade, error) {
 	cpu := int64(g.cfg.Timeout/time.Second) + 2 // a backstop behind the wall-clock limit
-	sp := sandboxSpec{Python: g.cfg.Python, Env: env(dir), Dir: dir, UID: uid, GID: uid,
+	sp := sandboxSpec{Program: g.cfg.Python, Env: env(dir), Dir: dir, UID: uid, GID: uid,
 		Args: []string{"-I", "-c", runnerSource, "solution.py", ".status.json",
 			strconv.FormatInt(g.cfg.Memory, 10), strconv.FormatInt(g.cfg.FileSize, 10), strconv.FormatInt(cpu, 10)},
 		Private: privateDirs, Hide: g.hidden(t), TmpSize: g.cfg.Memory, Inodes: g.cfg.Inodes,
 		Keep: []keepFile{{".status.json", statusMax}, {Submission, MaxSubmissionBytes}}}
-	var missing []string
-	if uid < 0 {
-		missing = append(missing, "a user of the run's own (not root)")
-	}
-	var cg *runCgroup
-	if h := detectCgroups(); h.version == "" {
-		missing = append(missing, "cgroup limits ("+h.why+")")
-	} else if c, err := newRunCgroup(h, g.cfg.Memory, g.cfg.Processes, g.cfg.CPUs); err != nil {
-		missing = append(missing, "cgroup limits ("+err.Error()+")")
-	} else {
-		cg = c
-		defer cg.remove()
-		sp.Cgroups = cg.dirs
-	}
-	if g.cfg.RequireIsolation && len(missing) > 0 {
-		return Grade{}, fmt.Errorf("%w: no %s", ErrIsolation, strings.Join(missing, ", no "))
-	}
-	if cg != nil && !cg.cpu {
-		// Not required: a host with memory and pids limits but no cpu
-		// controller still runs, and says so.
-		missing = append(missing, "a CPU share ("+cg.noCPU+")")
-	}
-	rctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
-	defer cancel()
 	tail := builder.NewTail(g.cfg.LogTail)
-	ns := g.cfg.Isolate
-	start := time.Now()
-	var e ending
-	for {
-		sp.Mount = ns
-		var err error
-		e, err = g.start(rctx, sp, ns, tail)
-		if err == nil && e.setup != "" {
-			err = fmt.Errorf("%w: %s", ErrIsolation, e.setup)
-		}
-		if err == nil || g.cfg.RequireIsolation || !errors.Is(err, ErrIsolation) {
-			if err != nil {
-				return Grade{}, err
-			}
-			break
-		}
-		// Degrade: drop what the host refused and try again.
-		switch {
-		case strings.HasPrefix(e.setup, "cgroup") && sp.Cgroups != nil:
-			missing, sp.Cgroups, cg = append(missing, "cgroup limits ("+e.setup+")"), nil, nil
-		case ns:
-			missing, ns = append(missing, "namespaces ("+oneLine(err.Error(), 200)+")"), false
-		default:
-			return Grade{}, err
-		}
+	end, err := runSandboxed(ctx, sp, runLimits{memory: g.cfg.Memory, processes: g.cfg.Processes, cpus: g.cfg.CPUs,
+		isolate: g.cfg.Isolate, require: g.cfg.RequireIsolation, timeout: g.cfg.Timeout, killGrace: g.cfg.KillGrace}, tail, tail)
+	if err != nil {
+		return Grade{}, err
 	}
-	gr := Grade{Wall: time.Since(start), Log: tail.String(), Isolated: ns,
-		Sandbox: Isolation{Network: ns, PID: ns, Mount: ns, UID: max(uid, 0), Missing: strings.Join(missing, "; ")}}
-	if cg != nil {
-		gr.Sandbox.Cgroup, gr.Sandbox.CPU = cg.version, cg.cpu
-	}
-	if ctx.Err() != nil {
-		return Grade{}, fmt.Errorf("grader: %w", ctx.Err())
-	}
-	if e.start != "" {
-		return Grade{}, fmt.Errorf("%w: %s: %s", errStart, g.cfg.Python, e.start)
-	}
-	if e.host != "" {
-		return Grade{}, fmt.Errorf("%w: run directory %s: %s", errStart, dir, e.host)
-	}
+	e := end.ending
+	gr := Grade{Wall: end.wall, Log: tail.String(), Isolated: end.iso.Network, Sandbox: end.iso}
 	st := readStatus(filepath.Join(dir, ".status.json"))
 	failed, how := e.failed()
 	switch {
-	case rctx.Err() != nil:
+	case end.timedOut:
 		gr.Status, gr.ErrorType, gr.Detail = reward.RuntimeError, "Timeout", fmt.Sprintf("no exit within %v", g.cfg.Timeout)
 	case !failed:
 		// clean exit
@@ -394,12 +339,117 @@ func (g *Grader) run(ctx context.Context, t Task, dir string, uid int) (Grade, e
 		if st.Status != string(reward.RuntimeError) || gr.ErrorType == "" {
 			gr.ErrorType, gr.ErrorLine, gr.Detail = how, 0, "" // a signal, or an exit the runner did not see
 		}
-		if cg != nil && cg.ooms() > 0 {
+		if end.ooms > 0 {
 			gr.ErrorType = "MemoryError"
 			gr.Detail = fmt.Sprintf("the run exceeded its memory limit of %d bytes (%s); %s", g.cfg.Memory, how, gr.Detail)
 		}
 	}
 	return gr, nil
+}
+
+// runLimits are what the sandbox's core (runSandboxed) is asked for.
+type runLimits struct {
+	memory           int64   // the cgroup's memory limit; 0: none
+	processes        int     // the cgroup's pids.max
+	cpus             float64 // the cgroup's CPU quota; 0: none
+	isolate, require bool    // namespaces; everything or an error
+	timeout          time.Duration
+	killGrace        time.Duration
+}
+
+// runEnd is how one run of the sandbox went.
+type runEnd struct {
+	ending
+	iso      Isolation
+	ooms     int  // processes the kernel killed for memory (cgroup)
+	timedOut bool // lim.timeout passed
+	wall     time.Duration
+}
+
+// runSandboxed is the core of every run, the grader's and Sandbox.Run's:
+// it makes the run's cgroups, decides what the host can give (under
+// lim.require, all of it or an error wrapping ErrIsolation, nothing run),
+// starts the init (startInit) with what it can, dropping what the host
+// refused when not required, and reports what isolated the run. sp names
+// the program, the run directory, the run's user (sp.UID, -1 for the
+// caller's) and the mounts; the init's namespaces, cgroups and Mount are
+// set here. Errors: a done ctx (wrapped ctx.Err()), ErrIsolation, and
+// ErrStart (a program that could not be started, a host that could not
+// hand back what the run left).
+func runSandboxed(ctx context.Context, sp sandboxSpec, lim runLimits, stdout, stderr io.Writer) (runEnd, error) {
+	var missing []string
+	if sp.UID < 0 {
+		missing = append(missing, "a user of the run's own (not root)")
+	}
+	var cg *runCgroup
+	if h := detectCgroups(); h.version == "" {
+		missing = append(missing, "cgroup limits ("+h.why+")")
+	} else if c, err := newRunCgroup(h, lim.memory, lim.processes, lim.cpus); err != nil {
+		missing = append(missing, "cgroup limits ("+err.Error()+")")
+	} else {
+		cg = c
+		defer cg.remove()
+		sp.Cgroups = cg.dirs
+	}
+	if lim.require && (len(missing) > 0 || !lim.isolate) {
+		if !lim.isolate {
+			missing = append(missing, "namespaces (not asked for)")
+		}
+		return runEnd{}, fmt.Errorf("%w: no %s", ErrIsolation, strings.Join(missing, ", no "))
+	}
+	if cg != nil && !cg.cpu {
+		// Not required: a host with memory and pids limits but no cpu
+		// controller still runs, and says so.
+		missing = append(missing, "a CPU share ("+cg.noCPU+")")
+	}
+	rctx := ctx
+	if lim.timeout > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, lim.timeout)
+		defer cancel()
+	}
+	ns := lim.isolate
+	start := time.Now()
+	var e ending
+	for {
+		sp.Mount = ns
+		var err error
+		e, err = startInit(rctx, sp, ns, lim.killGrace, stdout, stderr)
+		if err == nil && e.setup != "" {
+			err = fmt.Errorf("%w: %s", ErrIsolation, e.setup)
+		}
+		if err == nil || lim.require || !errors.Is(err, ErrIsolation) {
+			if err != nil {
+				return runEnd{}, err
+			}
+			break
+		}
+		// Degrade: drop what the host refused and try again.
+		switch {
+		case strings.HasPrefix(e.setup, "cgroup") && sp.Cgroups != nil:
+			missing, sp.Cgroups, cg = append(missing, "cgroup limits ("+e.setup+")"), nil, nil
+		case ns:
+			missing, ns = append(missing, "namespaces ("+oneLine(err.Error(), 200)+")"), false
+		default:
+			return runEnd{}, err
+		}
+	}
+	end := runEnd{ending: e, wall: time.Since(start), timedOut: rctx.Err() != nil && ctx.Err() == nil,
+		iso: Isolation{Network: ns, PID: ns, Mount: ns, UID: max(sp.UID, 0), Missing: strings.Join(missing, "; ")}}
+	if cg != nil {
+		end.iso.Cgroup, end.iso.CPU = cg.version, cg.cpu
+		end.ooms = cg.ooms()
+	}
+	if ctx.Err() != nil {
+		return end, fmt.Errorf("grader: %w", ctx.Err())
+	}
+	if e.start != "" {
+		return end, fmt.Errorf("%w: %s: %s", ErrStart, sp.Program, e.start)
+	}
+	if e.host != "" {
+		return end, fmt.Errorf("%w: run directory %s: %s", ErrStart, sp.Dir, e.host)
+	}
+	return end, nil
 }
 
 // statusMax bounds the runner's status file.
@@ -416,21 +466,21 @@ func readStatus(path string) status {
 	return st
 }
 
-// start runs the sandbox's init to completion and returns how the
+// startInit runs the sandbox's init to completion and returns how the
 // interpreter ended; err is for a run that could not start. With ns the
 // init gets new PID, network, mount and IPC namespaces (through a user
 // namespace when not root). On a done ctx the init is told to end the run
 // (SIGTERM: it kills every process of the run) and, after KillGrace,
 // killed with its process group.
-func (g *Grader) start(ctx context.Context, sp sandboxSpec, ns bool, out io.Writer) (ending, error) {
+func startInit(ctx context.Context, sp sandboxSpec, ns bool, killGrace time.Duration, stdout, stderr io.Writer) (ending, error) {
 	sp.DropCaps = ns && os.Geteuid() != 0
 	spec, err := json.Marshal(sp)
 	if err != nil {
-		return ending{}, fmt.Errorf("%w: %w", errStart, err)
+		return ending{}, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	rep, repW, err := os.Pipe()
 	if err != nil {
-		return ending{}, fmt.Errorf("%w: %w", errStart, err)
+		return ending{}, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	defer rep.Close()
 	cmd := exec.Command(sandboxExe)
@@ -439,7 +489,7 @@ func (g *Grader) start(ctx context.Context, sp sandboxSpec, ns bool, out io.Writ
 	// /dev/null (a nil Stdin), stdout and stderr are pipes (out is no
 	// *os.File), and every other descriptor of this process is close-on-
 	// exec.
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, out, out
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, stdout, stderr
 	cmd.ExtraFiles = []*os.File{repW} // fd 3 (reportFD)
 	// A session of its own (it is also its process group's leader): the
 	// init and the run have no controlling terminal, so /dev/tty opens to
@@ -457,14 +507,14 @@ func (g *Grader) start(ctx context.Context, sp sandboxSpec, ns bool, out io.Writ
 		}
 	}
 	cmd.SysProcAttr = attr
-	cmd.WaitDelay = g.cfg.KillGrace
+	cmd.WaitDelay = killGrace
 	err = cmd.Start()
 	repW.Close()
 	if err != nil {
 		if ns && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS)) {
 			return ending{}, fmt.Errorf("%w: %w", ErrIsolation, err)
 		}
-		return ending{}, fmt.Errorf("%w: %s: %w", errStart, sandboxExe, err)
+		return ending{}, fmt.Errorf("%w: %s: %w", ErrStart, sandboxExe, err)
 	}
 	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)
@@ -474,7 +524,7 @@ func (g *Grader) start(ctx context.Context, sp sandboxSpec, ns bool, out io.Writ
 	case werr = <-waited:
 	case <-ctx.Done():
 		_ = syscall.Kill(pgid, syscall.SIGTERM)
-		t := time.NewTimer(g.cfg.KillGrace)
+		t := time.NewTimer(killGrace)
 		select {
 		case werr = <-waited:
 			t.Stop()
@@ -487,7 +537,7 @@ func (g *Grader) start(ctx context.Context, sp sandboxSpec, ns bool, out io.Writ
 	_ = syscall.Kill(-pgid, syscall.SIGKILL) // whatever the init left in its group
 	// The report was written before the init exited; a deadline keeps a
 	// descendant that holds the pipe open from stalling the read.
-	_ = rep.SetReadDeadline(time.Now().Add(g.cfg.KillGrace))
+	_ = rep.SetReadDeadline(time.Now().Add(killGrace))
 	b, _ := io.ReadAll(io.LimitReader(rep, 4<<10))
 	e := parseReport(b)
 	if !e.ok { // the init was killed, or died, before it reported

@@ -38,10 +38,10 @@ func init() {
 
 // sandboxSpec is what the init is told, as JSON in sandboxEnv.
 type sandboxSpec struct {
-	Python string   `json:"python"`
-	Args   []string `json:"args"`
-	Env    []string `json:"env"`
-	Dir    string   `json:"dir"`
+	Program string   `json:"program"` // the program to run; "" for a probe
+	Args    []string `json:"args"`
+	Env     []string `json:"env"`
+	Dir     string   `json:"dir"`
 	// UID and GID are the run's user (root only; -1: keep the grader's).
 	UID int `json:"uid"`
 	GID int `json:"gid"`
@@ -64,6 +64,23 @@ type sandboxSpec struct {
 	// which keeps that user id, must start with no capabilities (else it
 	// could undo the mounts).
 	DropCaps bool `json:"drop_caps"`
+	// ReadOnlyRoot (with Mount) makes every mount of the run's view
+	// read-only before the private tmpfs are mounted: the run directory and
+	// the private directories are then the only places it can write.
+	ReadOnlyRoot bool `json:"read_only_root"`
+	// ReadOnly (with Mount) are host paths bound read-only at the same
+	// path after the private tmpfs are mounted, so that a path below /tmp
+	// (a task's data) stays visible.
+	ReadOnly []string `json:"read_only"`
+	// Rlimits are set by the init on itself before it starts the program,
+	// which inherits them.
+	Rlimits []rlimitSpec `json:"rlimits"`
+}
+
+// rlimitSpec is one resource limit (setrlimit(2)), soft and hard alike.
+type rlimitSpec struct {
+	Resource int    `json:"resource"`
+	Max      uint64 `json:"max"`
 }
 
 // keepFile is a file the grader reads after a run, and the most bytes it
@@ -105,16 +122,18 @@ func runSandbox(specJSON string) int {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
 		return say("setup subreaper: %v", e)
 	}
+	// Joined first: /sys may be read-only after the mounts, and what
+	// the init copies into the run's tmpfs is charged to the run.
+	for _, cg := range sp.Cgroups {
+		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte("0"), 0); err != nil {
+			return say("setup cgroup: %v", err)
+		}
+	}
 	var host, run *os.File // with Mount: the grader's run directory and the run's tmpfs over it
 	if sp.Mount {
 		var err error
 		if host, run, err = setupMounts(sp); err != nil {
 			return say("setup mount: %v", err)
-		}
-	}
-	for _, cg := range sp.Cgroups {
-		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte("0"), 0); err != nil {
-			return say("setup cgroup: %v", err)
 		}
 	}
 	if sp.DropCaps {
@@ -129,9 +148,17 @@ func runSandbox(specJSON string) int {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0); e != 0 {
 		return say("setup no_new_privs: %v", e)
 	}
+	for _, r := range sp.Rlimits {
+		if err := unix.Setrlimit(r.Resource, &unix.Rlimit{Cur: r.Max, Max: r.Max}); err != nil {
+			return say("setup rlimit %d: %v", r.Resource, err)
+		}
+	}
+	if sp.Program == "" { // a probe: the sandbox is set up, nothing runs
+		return say("exit 0")
+	}
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
-	cmd := exec.Command(sp.Python, sp.Args...)
+	cmd := exec.Command(sp.Program, sp.Args...)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = sp.Dir, sp.Env, os.Stdout, os.Stderr
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if sp.UID >= 0 {
@@ -178,25 +205,57 @@ const (
 )
 
 // setupMounts runs in the init's new mount namespace: nothing it mounts
-// propagates back to the host. Every directory of sp.Private gets a fresh
-// tmpfs (so /tmp, /dev/shm, /run and what lives there, host Unix sockets
-// included, are out of sight, and what the run writes there dies with the
-// namespace), every path of sp.Hide is masked (a directory by an empty
-// read-only tmpfs, a file by /dev/null), the terminals are masked
-// (maskTerminals), the run directory gets a tmpfs of its own holding a
-// copy of what the grader staged there, and /proc is remounted for the new
-// PID namespace. Every tmpfs has size=sp.TmpSize and nr_inodes=sp.Inodes
-// (the run directory's that much beyond its staged files), so what a run
-// writes cannot fill a file system another run or the host uses, and
-// disappears with the namespace however many files it made. It returns
-// the grader's run directory (host, under the new tmpfs) and the run's
-// tmpfs (run), for copyOut.
+// propagates back to the host. With sp.ReadOnlyRoot every mount of the
+// view is first made read-only (mount_setattr, recursively). Every
+// directory of sp.Private gets a fresh tmpfs (so /tmp, /dev/shm, /run and
+// what lives there, host Unix sockets included, are out of sight, and what
+// the run writes there dies with the namespace), every path of sp.Hide is
+// masked (a directory by an empty read-only tmpfs, a file by /dev/null),
+// the terminals are masked (maskTerminals), the run directory gets a tmpfs
+// of its own holding a copy of the tree staged there, every path of
+// sp.ReadOnly is bound read-only at its own path, and /proc is remounted
+// for the new PID namespace. Every tmpfs has size=sp.TmpSize and
+// nr_inodes=sp.Inodes (the run directory's that much beyond its staged
+// files), so what a run writes cannot fill a file system another run or
+// the host uses, and disappears with the namespace however many files it
+// made. It returns the host's run directory (host: with ReadOnlyRoot, on a
+// detached writable clone of its mount) and the run's tmpfs (run), for
+// copyOut.
 func setupMounts(sp sandboxSpec) (host, run *os.File, err error) {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return nil, nil, fmt.Errorf("make / private: %w", err)
 	}
-	host, err = os.OpenFile(sp.Dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
+	var ro []*os.File // the sources of sp.ReadOnly, opened before anything covers them
+	defer func() {
+		for _, f := range ro {
+			f.Close()
+		}
+	}()
+	for _, p := range sp.ReadOnly {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read-only path %s: %w", p, err)
+		}
+		ro = append(ro, os.NewFile(uintptr(fd), p))
+	}
+	if sp.ReadOnlyRoot {
+		// The host's run directory is reached through a detached clone
+		// of its mount, which stays writable, for copyOut.
+		tfd, err := unix.OpenTree(unix.AT_FDCWD, sp.Dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return nil, nil, fmt.Errorf("clone the run directory's mount: %w", err)
+		}
+		fd, err := unix.Openat(tfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		unix.Close(tfd)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open run directory: %w", err)
+		}
+		host = os.NewFile(uintptr(fd), sp.Dir)
+		if err := unix.MountSetattr(-1, "/", unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+			host.Close()
+			return nil, nil, fmt.Errorf("make / read-only: %w", err)
+		}
+	} else if host, err = os.OpenFile(sp.Dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0); err != nil {
 		return nil, nil, fmt.Errorf("open run directory: %w", err)
 	}
 	defer func() {
@@ -207,15 +266,14 @@ func setupMounts(sp sandboxSpec) (host, run *os.File, err error) {
 			}
 		}
 	}()
-	staged, err := host.ReadDir(-1)
+	top, err := openDirAt(host, ".") // a directory stream of its own: copyTreeAt reads host's
 	if err != nil {
 		return nil, nil, fmt.Errorf("read run directory: %w", err)
 	}
-	var stagedBytes int64
-	for _, e := range staged {
-		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
-			stagedBytes += fi.Size()
-		}
+	stagedBytes, stagedFiles, err := treeSize(top, 0)
+	top.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read run directory: %w", err)
 	}
 	opts := "mode=1777" + tmpfsLimits(sp.TmpSize, sp.Inodes)
 	for _, p := range sp.Private {
@@ -255,7 +313,7 @@ func setupMounts(sp sandboxSpec) (host, run *os.File, err error) {
 	}
 	inodes := sp.Inodes
 	if inodes > 0 {
-		inodes += len(staged) + 1
+		inodes += stagedFiles + 1
 	}
 	ropts := "mode=0700" + tmpfsLimits(size, inodes)
 	if sp.UID >= 0 {
@@ -267,12 +325,12 @@ func setupMounts(sp sandboxSpec) (host, run *os.File, err error) {
 	if run, err = os.OpenFile(sp.Dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0); err != nil {
 		return nil, nil, fmt.Errorf("open the run directory's tmpfs: %w", err)
 	}
-	for _, e := range staged {
-		if !e.Type().IsRegular() {
-			continue // the grader stages regular files only
-		}
-		if err := copyAt(host, run, e.Name(), -1, sp.UID, sp.GID, 0o644); err != nil {
-			return nil, nil, fmt.Errorf("copy %s into the run directory: %w", e.Name(), err)
+	if err := copyTreeAt(host, run, sp.UID, sp.GID, 0); err != nil {
+		return nil, nil, fmt.Errorf("copy into the run directory: %w", err)
+	}
+	for _, f := range ro {
+		if err := bindReadOnly(f); err != nil {
+			return nil, nil, err
 		}
 	}
 	// A fresh /proc shows the run's own PID namespace only. Some kernels
@@ -280,6 +338,142 @@ func setupMounts(sp sandboxSpec) (host, run *os.File, err error) {
 	// where it can signal nothing outside its namespace.
 	_ = syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "")
 	return host, run, nil
+}
+
+// maxTreeDepth bounds the depth of the tree staged in a run directory
+// (the caller's, not the run's: a code directory is shallow).
+const maxTreeDepth = 64
+
+// treeSize returns the bytes of the regular files and the number of
+// entries of the tree below dir.
+func treeSize(dir *os.File, depth int) (bytes int64, entries int, err error) {
+	if depth > maxTreeDepth {
+		return 0, 0, fmt.Errorf("%s: deeper than %d levels", dir.Name(), maxTreeDepth)
+	}
+	ents, err := dir.ReadDir(-1)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, e := range ents {
+		entries++
+		switch {
+		case e.Type().IsRegular():
+			var st unix.Stat_t
+			if err := unix.Fstatat(int(dir.Fd()), e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+				bytes += st.Size
+			}
+		case e.IsDir():
+			sub, err := openDirAt(dir, e.Name())
+			if err != nil {
+				return 0, 0, err
+			}
+			b, n, err := treeSize(sub, depth+1)
+			sub.Close()
+			if err != nil {
+				return 0, 0, err
+			}
+			bytes, entries = bytes+b, entries+n
+		}
+	}
+	return bytes, entries, nil
+}
+
+// openDirAt opens the directory name below dir without following a
+// symbolic link.
+func openDirAt(dir *os.File, name string) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s/%s: %w", dir.Name(), name, err)
+	}
+	return os.NewFile(uintptr(fd), dir.Name()+"/"+name), nil
+}
+
+// copyTreeAt copies the regular files and directories below from into
+// to, owned by uid and gid (-1: the init's), keeping each one's
+// permission bits; anything else (a link, a FIFO) is left out.
+func copyTreeAt(from, to *os.File, uid, gid, depth int) error {
+	if depth > maxTreeDepth {
+		return fmt.Errorf("%s: deeper than %d levels", from.Name(), maxTreeDepth)
+	}
+	ents, err := from.ReadDir(-1)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		// Not e.Info(): it stats by path, and the path is the run's
+		// tmpfs now.
+		var st unix.Stat_t
+		if err := unix.Fstatat(int(from.Fd()), e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		perm := st.Mode & 0o777
+		switch {
+		case e.Type().IsRegular():
+			if err := copyAt(from, to, e.Name(), -1, uid, gid, perm); err != nil {
+				return fmt.Errorf("%s: %w", e.Name(), err)
+			}
+		case e.IsDir():
+			if err := unix.Mkdirat(int(to.Fd()), e.Name(), perm|0o700); err != nil {
+				return fmt.Errorf("%s: %w", e.Name(), err)
+			}
+			src, err := openDirAt(from, e.Name())
+			if err != nil {
+				return err
+			}
+			dst, err := openDirAt(to, e.Name())
+			if err != nil {
+				src.Close()
+				return err
+			}
+			err = copyTreeAt(src, dst, uid, gid, depth+1)
+			if err == nil && uid >= 0 {
+				err = dst.Chown(uid, gid)
+			}
+			if err == nil {
+				err = dst.Chmod(os.FileMode(perm | 0o700))
+			}
+			src.Close()
+			dst.Close()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// bindReadOnly binds the host path that f (an O_PATH descriptor opened
+// before the private tmpfs covered it) names, read-only, at the same path
+// in the run's view, making the mount point first when a private tmpfs
+// hides it.
+func bindReadOnly(f *os.File) error {
+	p := f.Name()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("read-only path %s: %w", p, err)
+	}
+	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("read-only path %s: %w", p, err)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = os.Mkdir(p, 0o755)
+		} else {
+			err = os.WriteFile(p, nil, 0o444)
+		}
+		if err != nil {
+			return fmt.Errorf("read-only path %s: %w", p, err)
+		}
+	}
+	src := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	if err := syscall.Mount(src, p, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", p, err)
+	}
+	const ro = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	if err := unix.MountSetattr(-1, p, unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW, &unix.MountAttr{Attr_set: ro}); err != nil {
+		return fmt.Errorf("bind %s read-only: %w", p, err)
+	}
+	return nil
 }
 
 // tmpfsLimits is the size= and nr_inodes= options of a tmpfs (none for 0:
