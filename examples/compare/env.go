@@ -39,6 +39,27 @@ type env struct {
 // evaluates on.
 const SecondValSeed = 2
 
+// tasks returns the run's tasks and test predicate: -suite's, with
+// -hold-out-family's family held out of training (lab.HoldOutFamily: its
+// training tasks join no training split, M_0 or world-model context) and
+// the evaluation restricted to that family's tasks of the suite's test
+// split (the family's former training tasks are not evaluated, so that a
+// validation and a test split share none).
+func (o options) tasks() ([]lab.TaskSpec, func(records.Task) bool, error) {
+	specs, isTest := suiteTasks(o.suite)
+	if o.specs != nil {
+		specs = o.specs
+	}
+	if o.holdOut == "" {
+		return specs, isTest, nil
+	}
+	held, err := lab.HoldOutFamily(specs, o.holdOut)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-hold-out-family: %w", err)
+	}
+	return held, func(t records.Task) bool { return t.Family == o.holdOut && isTest(t) }, nil
+}
+
 // suiteTasks returns the lab's tasks for -suite and a predicate telling
 // training and test tasks apart. v2 leaves the validation split out;
 // v2-val evaluates on it instead of the test split (where settings are
@@ -98,9 +119,9 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 	lcfg := lab.DefaultConfig()
 	lcfg.Parallel = o.parallel
 	var isTest func(records.Task) bool
-	lcfg.Tasks, isTest = suiteTasks(o.suite)
-	if o.specs != nil {
-		lcfg.Tasks = o.specs
+	if lcfg.Tasks, isTest, err = o.tasks(); err != nil {
+		store.Close()
+		return nil, err
 	}
 	le, err := labenv.Open(lcfg, store)
 	if err != nil {

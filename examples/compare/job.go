@@ -80,7 +80,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	}
 	set, _ := o.chosen() // validated
 	res := Result{Method: j.method, Seed: j.seed, Profile: o.profile, Suite: o.suite, Setting: set, ProfileConfig: prof,
-		Tasks: tasksDigest(o.suite), LeftOut: e.leftOut}
+		Tasks: o.tasksDigest(), LeftOut: e.leftOut}
 	cnt := &counter{next: progress.Executor(e.pool, rep)}
 	var m0 records.Evidence
 	if m.kind != "none" { // the untrained policy needs no records

@@ -101,6 +101,9 @@ type options struct {
 	landscape string
 	// land holds it once run has read it (loadLandscape).
 	land landscape
+	// holdOut is the family held out of training and evaluated on
+	// (-hold-out-family; "" = none).
+	holdOut string
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
 }
@@ -150,6 +153,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.predict, "eval-predict", false, "the trained methods' world model (their final evidence in context) also predicts every evaluation proposal, and the report gives its within-state pairwise accuracy on the test tasks (predictions only, no real run; not for the real-gains diagnostic, whose world model is the lab)")
 	fs.StringVar(&o.scale, "scale", "raw", "scale of the reported gains: raw (σ_e units, the headline) | robust (each gain g·σ_e/τ_e with τ_e = max(σ_e, the family's median σ_e over the training tasks), clipped at the reward clip; a report-time transform of the same result files, written beside the raw files)")
 	fs.StringVar(&o.corpus, "corpus", "", "the store of the lab's pretraining corpus (examples/priorcorpus -store FILE), opened read only, that rft-corpus and bestknown-corpus draw on: outside knowledge no real-run budget counts (needed by those methods, refused without them)")
+	fs.StringVar(&o.holdOut, "hold-out-family", "", "hold this family out of training (its training tasks join no training split, M_0 or world-model context; the corpus methods' corpus loses its runs too) and evaluate on its tasks of the suite's test split only: the generalisation to an unseen family (METHOD.md §1 Data and evaluation)")
 	fs.StringVar(&o.landscape, "landscape", "", "the store of a landscape sweep of the evaluation split (examples/sweep -landscape -suite SPLIT -store FILE), read only: each result then carries the judgement diagnostic (per held-out state, the rank and probability of the task's best mechanism under the method, and the spread of its choices across states against the spread of the best mechanisms), reported by region; results run without it have none")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
@@ -228,6 +232,11 @@ func (o options) validate() error {
 	if o.out == "" {
 		bad("-out is empty")
 	}
+	if o.holdOut != "" && slices.Contains(suites, o.suite) {
+		if _, _, err := o.tasks(); err != nil {
+			bad("%w (families: %s)", err, strings.Join(lab.Families(lab.SuiteV2(lab.DefaultSuiteSeed).Train), ", "))
+		}
+	}
 	if !slices.Contains([]string{"", "raw", "robust"}, o.scale) {
 		bad("unknown -scale %q; valid: raw, robust", o.scale)
 	}
@@ -258,6 +267,7 @@ func (o options) levers() []lever {
 		{o.predict, "-pred", " -eval-predict"},
 		{o.probe != 4, fmt.Sprintf("-probe%d", o.probe), fmt.Sprintf(" -probe %d", o.probe)},
 		{o.evalStatesSet(), fmt.Sprintf("-es%d", o.evalStates), fmt.Sprintf(" -eval-states %d", o.evalStates)},
+		{o.holdOut != "", "-holdout-" + o.holdOut, " -hold-out-family " + o.holdOut},
 		// -corpus changes only the corpus methods, whose result files
 		// record the corpus's fingerprint: it names the command, not the
 		// run directory.

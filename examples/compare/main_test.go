@@ -203,7 +203,9 @@ func TestResultOfOtherTasksIsRefused(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, r.Tasks, got.Tasks)
 	require.Len(t, got.Tasks, 24)
-	require.NotEqual(t, tasksDigest("v2"), tasksDigest("v2-val"))
+	require.NotEqual(t, options{suite: "v2"}.tasksDigest(), options{suite: "v2-val"}.tasksDigest())
+	// A held-out family is another set of tasks: its results live apart.
+	require.NotEqual(t, options{suite: "v3-val"}.tasksDigest(), options{suite: "v3-val", holdOut: "mdm"}.tasksDigest())
 
 	r.Seed, r.Tasks = 2, "0123456789abcdef01234567"
 	require.NoError(t, writeResult(dir, job{"rft", 2}, r))
@@ -217,7 +219,7 @@ func TestResultOfOtherTasksIsRefused(t *testing.T) {
 func TestLabDigestCoversTheCatalogue(t *testing.T) {
 	specs, _ := suiteTasks("v2-val")
 	cat := lab.Catalogue()
-	require.Equal(t, tasksDigest("v2-val"), labDigest(specs, cat))
+	require.Equal(t, options{suite: "v2-val"}.tasksDigest(), labDigest(specs, cat))
 	old := lab.Catalogue()
 	for i := range old {
 		if old[i].Mechanism == "width" {
@@ -372,7 +374,7 @@ func TestSecondValidationSplit(t *testing.T) {
 		require.True(t, isTest(records.Task{ID: s.ID}), s.ID)
 	}
 	require.False(t, isTest(records.Task{ID: train[0].ID}))
-	require.NotEqual(t, tasksDigest("v2-val"), tasksDigest("v2-val2"))
+	require.NotEqual(t, options{suite: "v2-val"}.tasksDigest(), options{suite: "v2-val2"}.tasksDigest())
 }
 
 // lm2lm-rerank trains exactly as lm2lm (same seed, same steps, rewards and

@@ -41,7 +41,7 @@ func TestV3Suites(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
-	require.NotEqual(t, tasksDigest(lab.V3ValName), tasksDigest(lab.V3TestName))
+	require.NotEqual(t, options{suite: lab.V3ValName}.tasksDigest(), options{suite: lab.V3TestName}.tasksDigest())
 	_, err := parseFlags([]string{"-suite", "v3"}, &bytes.Buffer{})
 	require.ErrorContains(t, err, "v3-val, v3-test")
 	var help bytes.Buffer

@@ -206,7 +206,7 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 	if got, want := jsonText(r.ProfileConfig), jsonText(prof); got != want {
 		return r, false, fmt.Errorf("%s was measured under the profile %s, want %s (move it away to run %s again)", path, got, want, j)
 	}
-	if want := tasksDigest(o.suite); r.Tasks != want {
+	if want := o.tasksDigest(); r.Tasks != want {
 		return r, false, fmt.Errorf("%s was measured on other tasks of suite %s or another catalogue (digest %q, want %q: the task generator or the cards changed; move it away to run %s again)",
 			path, r.Suite, r.Tasks, want, j)
 	}
@@ -329,8 +329,8 @@ func checkValues(path string, v any, mayBeNull bool) error {
 
 // tasksDigest is the digest of the suite's task specs and the lab's
 // catalogue (labDigest).
-func tasksDigest(suite string) string {
-	specs, _ := suiteTasks(suite)
+func (o options) tasksDigest() string {
+	specs, _, _ := o.tasks() // validated
 	return labDigest(specs, lab.Catalogue())
 }
 

@@ -22,7 +22,7 @@ func testResult(o options, method string, seed uint64) Result {
 	set, _ := o.chosen()
 	prof, _ := o.prof()
 	return Result{Method: method, Seed: seed, Profile: o.profile, Suite: o.suite, Setting: set, ProfileConfig: prof,
-		Tasks: tasksDigest(o.suite), M0: 8,
+		Tasks: options{suite: o.suite}.tasksDigest(), M0: 8,
 		States: []StateResult{
 			{ID: "v2s1/val/ar-code/00#0", Task: "v2s1/val/ar-code/00", Gains: []float64{0.5, -1.25, 2, -6}, Infeasible: 1},
 			{ID: "v2s1/val-out/ar-code/00#0", Task: "v2s1/val-out/ar-code/00", Gains: []float64{0.25, 0.75, -0.5, 1}},

@@ -49,6 +49,11 @@ func run(ctx context.Context, w io.Writer, o options) error {
 		if o.corpusEv, err = loadCorpus(ctx, o.corpus); err != nil {
 			return err
 		}
+		if o.holdOut != "" {
+			if o.corpusEv, err = withoutFamily(o.corpusEv, o.holdOut); err != nil {
+				return err
+			}
+		}
 		fmt.Fprintf(w, "corpus: %d real proposal runs of %d tasks from %s (outside knowledge: no budget counts them)\n",
 			o.corpusEv.Len(), len(corpusTasks(o.corpusEv)), o.corpus)
 	}

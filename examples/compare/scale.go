@@ -54,9 +54,8 @@ func readScale(ctx context.Context, o options, dir string, results []Result) (*r
 	}
 	defer store.Close()
 	lcfg := lab.DefaultConfig()
-	lcfg.Tasks, _ = suiteTasks(o.suite)
-	if o.specs != nil {
-		lcfg.Tasks = o.specs
+	if lcfg.Tasks, _, err = o.tasks(); err != nil {
+		return nil, err
 	}
 	l, err := lab.New(lcfg, store)
 	if err != nil {
