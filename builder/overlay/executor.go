@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/builder/grader"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -56,10 +58,23 @@ func ParseSpec(raw json.RawMessage) (s Spec, ok bool, err error) {
 // ExecutorConfig parameterises NewExecutor.
 type ExecutorConfig struct {
 	// Runner returns the executor of one run whose working directory is
-	// dir, a private copy of the overlaid code (e.g. SubprocessRunner).
-	// Required. What a run may do is what that executor guarantees
-	// (docs/code-builder.md, Sandboxing).
+	// dir, a private copy of the overlaid code (SandboxRunner.Runner,
+	// SubprocessRunner). nil = the default: a SandboxRunner over Sandbox,
+	// which NewExecutor probes (below). A Runner given here is the
+	// caller's explicit choice, and what a run may do is what its
+	// executor guarantees (docs/code-builder.md, Sandboxing).
 	Runner func(dir string) (builder.Executor, error)
+	// Sandbox configures the default runner (Runner nil): the training
+	// script's command line, the task's data it reads, what it must not
+	// see, and the sandbox's limits. Sandbox.Command is then required.
+	Sandbox SandboxConfig
+	// Unsandboxed allows the default runner to fall back to
+	// SubprocessRunner (Sandbox.Command, Env, Timeout and LogTail, with
+	// builder.Subprocess's guarantees only: no file-system, network, user
+	// or memory boundary) when this host cannot give the sandbox (not
+	// root, no namespaces, no cgroups). Default false: NewExecutor then
+	// fails with an error wrapping grader.ErrIsolation (fail closed).
+	Unsandboxed bool
 	// Plain runs jobs that are not overlay jobs (reference runs, catalogue
 	// changes); nil = such a job fails with ErrNotOverlayJob.
 	Plain builder.Executor
@@ -76,18 +91,56 @@ type ExecutorConfig struct {
 // that the record names the code, and removes the copy. It is safe for
 // concurrent use.
 type Executor struct {
-	cfg ExecutorConfig
+	cfg       ExecutorConfig
+	sandboxed bool
+	iso       grader.Isolation
 }
 
 var _ builder.Executor = (*Executor)(nil)
 
-// NewExecutor checks cfg and returns an Executor.
+// probeTimeout bounds NewExecutor's probe of the sandbox.
+const probeTimeout = 30 * time.Second
+
+// NewExecutor checks cfg and returns an Executor. With no Runner it
+// probes the sandbox (grader.Sandbox.Probe: the namespaces, mounts, user
+// and cgroups of a run set up, nothing started; a few tens of
+// milliseconds) and runs every overlaid copy through a SandboxRunner over
+// cfg.Sandbox. A host that cannot give the whole sandbox is an error
+// wrapping grader.ErrIsolation, unless cfg.Unsandboxed allows
+// SubprocessRunner instead (Sandboxed then reports false).
 func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
-	if cfg.Runner == nil {
-		return nil, errors.New("overlay: ExecutorConfig.Runner is nil")
+	e := &Executor{cfg: cfg}
+	if cfg.Runner != nil {
+		return e, nil
 	}
-	return &Executor{cfg: cfg}, nil
+	sr, err := NewSandboxRunner(cfg.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	iso, err := sr.Probe(ctx)
+	switch {
+	case err == nil:
+		e.cfg.Runner, e.sandboxed, e.iso = sr.Runner, true, iso
+		return e, nil
+	case !errors.Is(err, grader.ErrIsolation) || !cfg.Unsandboxed:
+		return nil, fmt.Errorf("overlay: the default runner's sandbox: %w", err)
+	}
+	sc := builder.DefaultSubprocessConfig()
+	sc.Command, sc.Env, sc.Timeout, sc.LogTail = cfg.Sandbox.Command, cfg.Sandbox.Env, cfg.Sandbox.Timeout, cfg.Sandbox.LogTail
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	e.cfg.Runner = SubprocessRunner(sc)
+	return e, nil
 }
+
+// Sandboxed reports whether the executor runs overlaid copies through the
+// sandbox it made itself (ExecutorConfig.Runner nil, the host able), and
+// what the probe found then. It is false for a Runner the caller gave
+// and for the Unsandboxed fallback.
+func (e *Executor) Sandboxed() (grader.Isolation, bool) { return e.iso, e.sandboxed }
 
 // SubprocessRunner returns a Runner that runs each job with
 // builder.Subprocess under cfg, its working directory the run's copy (a

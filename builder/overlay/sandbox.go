@@ -1,0 +1,231 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/builder/grader"
+	"github.com/lm2lm/lm2lm/records"
+)
+
+// SandboxConfig parameterises a SandboxRunner: the training script's
+// command line and the sandbox (grader.Sandbox) each run of an overlaid
+// copy goes through.
+type SandboxConfig struct {
+	// Command is the training script's command line, e.g.
+	// {"/usr/bin/python3", "train.py"}; the job file and result file paths
+	// are appended as the last two arguments (the subprocess protocol).
+	// Command[0] must be an absolute path outside /tmp, /var/tmp,
+	// /dev/shm, /run and the Hide paths; a relative script path names the
+	// run's copy. Required.
+	Command []string
+	// Env holds "NAME=value" entries added to the sandbox's minimal
+	// environment (PATH=/usr/bin:/bin, HOME and TMPDIR the run's copy,
+	// LANG=C.UTF-8). Nothing else of this process's environment reaches a
+	// run. Default none.
+	Env []string
+	// ReadOnly lists the host paths a run reads: the task's data (for
+	// examples/pytorch, the corpus the job spec names). Each is bound
+	// read-only at its own path, even below /tmp. Default none: a run then
+	// sees only what its user may read outside the private directories.
+	ReadOnly []string
+	// Hide lists host paths a run must not see (held-out data, reference
+	// results, the code directory the copies are made from, keys): each
+	// is masked, a directory by an empty one, a file by an empty file.
+	Hide []string
+	// Timeout bounds one run; past it the run is killed and is a timeout
+	// (builder.ErrInfeasible and builder.ErrTimedOut). 0 = the caller's
+	// ctx only (the smoke test has SmokeTimeout). Default 0.
+	Timeout time.Duration
+	// LogTail is how many bytes of the run's stdout and stderr are kept;
+	// default 8 KiB.
+	LogTail int
+	// Limits are the sandbox's memory, process, CPU, file-size and inode
+	// limits and its user range (grader.DefaultSandboxConfig; its Timeout
+	// is not used: see Timeout). Isolate and RequireIsolation must be
+	// true: a SandboxRunner never runs without the whole sandbox.
+	Limits grader.SandboxConfig
+}
+
+// DefaultSandboxConfig returns the defaults documented on SandboxConfig;
+// Command must still be set.
+func DefaultSandboxConfig() SandboxConfig {
+	return SandboxConfig{LogTail: 8 << 10, Limits: grader.DefaultSandboxConfig()}
+}
+
+// Validate reports the first problem with c.
+func (c SandboxConfig) Validate() error {
+	switch {
+	case len(c.Command) == 0 || !filepath.IsAbs(c.Command[0]):
+		return fmt.Errorf("overlay: SandboxConfig.Command = %q, want an absolute program path first", c.Command)
+	case c.Timeout < 0:
+		return fmt.Errorf("overlay: SandboxConfig.Timeout = %v, want ≥ 0", c.Timeout)
+	case c.LogTail < 1:
+		return fmt.Errorf("overlay: SandboxConfig.LogTail = %d, want ≥ 1", c.LogTail)
+	case !c.Limits.Isolate || !c.Limits.RequireIsolation:
+		return errors.New("overlay: SandboxConfig.Limits must have Isolate and RequireIsolation (a SandboxRunner fails closed; ExecutorConfig.Unsandboxed is the explicit way to run without)")
+	}
+	for _, e := range c.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return fmt.Errorf("overlay: SandboxConfig.Env entry %q is not NAME=value", e)
+		}
+	}
+	return c.Limits.Validate()
+}
+
+// The job and result files of a sandboxed run, in the run's copy.
+const (
+	JobFileName    = "lm2lm-job.json"
+	ResultFileName = "lm2lm-result.json"
+)
+
+// SandboxRunner runs each job of an overlaid copy in grader.Sandbox, the
+// sandbox the grader runs solutions in (docs/sandbox.md). Its Runner
+// method is an ExecutorConfig.Runner. What a run gets, on a host that
+// gives the whole sandbox (root, PID/network/mount/IPC namespaces, cgroup
+// v1 or v2 memory and pids controllers), which every run requires (else
+// it fails with an error wrapping grader.ErrIsolation and nothing runs):
+//
+//   - a user id of its own (from Limits.UIDFirst), no supplementary
+//     groups, no_new_privs, a session of its own with no terminal;
+//   - no network at all (a network namespace with no interface up);
+//   - a file system that is read-only everywhere but in its copy of the
+//     code (a private tmpfs of at most Limits.Memory bytes and
+//     Limits.Inodes files beyond the copy) and a private /tmp, /var/tmp,
+//     /dev/shm and /run; Hide masked, ReadOnly bound read-only;
+//   - cgroup limits on the memory of the whole run (Limits.Memory: a run
+//     killed for memory is infeasible, ErrOverMemory), its processes and
+//     threads (Limits.Processes), and its CPU share and cap where the
+//     host gives the cpu controller; RLIMIT_FSIZE, no core dumps;
+//   - a wall-clock limit (Timeout), and every process of the run killed
+//     when it ends;
+//   - a minimal environment (Env, and no variable of this process).
+//
+// What it does not guarantee: a system-call filter (a kernel bug is a way
+// out); a file-system view narrower than what the run's user may read
+// outside the masked and private paths (/usr, /etc, world-readable
+// files); devices (it has none of its own: a GPU is not reachable through
+// it); and a trusted measurement: the overlaid script computes and writes
+// its own validation loss (docs/code-builder.md, Sandboxing). Files the
+// run writes are gone with it, except the result file.
+type SandboxRunner struct {
+	cfg SandboxConfig
+	sb  *grader.Sandbox
+}
+
+// NewSandboxRunner checks cfg and returns a SandboxRunner. It does not
+// probe the host: Probe does, and every run requires the whole sandbox.
+func NewSandboxRunner(cfg SandboxConfig) (*SandboxRunner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	lim := cfg.Limits
+	lim.Timeout = 0 // the run's ctx carries Timeout, as builder.ErrTimedOut
+	sb, err := grader.NewSandbox(lim)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Command = append([]string(nil), cfg.Command...)
+	return &SandboxRunner{cfg: cfg, sb: sb}, nil
+}
+
+// Probe reports what a run would get on this host now; under the
+// required isolation, an error wrapping grader.ErrIsolation names what
+// the host cannot give.
+func (r *SandboxRunner) Probe(ctx context.Context) (grader.Isolation, error) {
+	return r.sb.Probe(ctx)
+}
+
+// Runner returns the executor of the runs whose copy is dir: an
+// ExecutorConfig.Runner.
+func (r *SandboxRunner) Runner(dir string) (builder.Executor, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("overlay: run directory %q is not absolute", dir)
+	}
+	return &sandboxedRun{r: r, dir: dir}, nil
+}
+
+// ErrOverMemory: the kernel killed a process of a sandboxed run for
+// exceeding SandboxConfig.Limits.Memory. The run is infeasible: memory is
+// part of the task's budget, as time is.
+var ErrOverMemory = errors.New("overlay: the run exceeded its memory limit")
+
+// sandboxedRun is the executor of one copy's runs.
+type sandboxedRun struct {
+	r   *SandboxRunner
+	dir string
+}
+
+// Execute runs j in the sandbox under the subprocess protocol: it writes
+// the job file into the copy, runs the command there, and reads the
+// result file the run left (copied back out of the run's tmpfs, at most
+// builder.MaxResultBytes+1 bytes, a regular file only). A timeout, a run
+// killed for memory and an infeasible exit are infeasible outcomes; a
+// death by another signal, another exit code or an unusable result is
+// builder.ErrFailed, as for builder.Subprocess; a host that cannot give
+// the sandbox is builder.ErrFailed wrapping grader.ErrIsolation.
+func (x *sandboxedRun) Execute(ctx context.Context, j builder.Job) (builder.Outcome, error) {
+	if ctx.Err() != nil {
+		return builder.DoneOutcome(ctx, j, records.Cost{}, "")
+	}
+	cfg := x.r.cfg
+	if cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = builder.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+	}
+	jobPath, resultPath := filepath.Join(x.dir, JobFileName), filepath.Join(x.dir, ResultFileName)
+	if err := os.Remove(resultPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return builder.Outcome{}, &builder.RunError{Class: builder.ErrTransient, Reason: "clear result file", Err: err}
+	}
+	if err := builder.WriteJobFile(jobPath, j, resultPath); err != nil {
+		return builder.Outcome{}, &builder.RunError{Class: builder.ErrTransient, Reason: "write job file", Err: err}
+	}
+	tail := builder.NewTail(cfg.LogTail)
+	args := append(append([]string(nil), cfg.Command[1:]...), jobPath, resultPath)
+	res, err := x.r.sb.Run(ctx, grader.Command{Path: cfg.Command[0], Args: args, Dir: x.dir, Env: cfg.Env,
+		ReadOnly: cfg.ReadOnly, Hide: cfg.Hide, Keep: []string{ResultFileName}, KeepMax: builder.MaxResultBytes,
+		Stdout: tail, Stderr: tail})
+	slots := max(j.Slots, 1)
+	wall := res.Wall.Seconds()
+	measured := records.Cost{WallSeconds: wall, DeviceSeconds: wall * float64(slots)}
+	log := tail.String()
+	switch {
+	case ctx.Err() != nil:
+		return builder.DoneOutcome(ctx, j, measured, log)
+	case errors.Is(err, grader.ErrIsolation):
+		return builder.Outcome{}, &builder.RunError{Class: builder.ErrFailed, Reason: "sandbox unavailable", Err: err}
+	case err != nil:
+		return builder.Outcome{Cost: measured, Log: log}, &builder.RunError{Class: builder.ErrFailed, Reason: "sandbox", Log: log, Err: err}
+	case res.OOMKills > 0:
+		reason := fmt.Sprintf("exceeded the memory limit of %d bytes", cfg.Limits.Memory)
+		return builder.Outcome{Infeasible: reason, Seeds: []uint64{j.Seed}, Cost: measured, Log: log},
+			&builder.RunError{Class: builder.ErrInfeasible, Reason: reason, Log: log, Err: ErrOverMemory}
+	case res.Signal != 0:
+		return builder.Outcome{Cost: measured, Log: log}, &builder.RunError{Class: builder.ErrFailed,
+			Reason: "killed by signal " + res.Signal.String(), Log: log}
+	}
+	resultBytes, rerr := builder.ReadResultFile(resultPath)
+	if res.ExitCode != 0 {
+		e := builder.ExitError(res.ExitCode, builder.InfeasibleReason(resultBytes), log)
+		if errors.Is(e, builder.ErrInfeasible) {
+			return builder.Outcome{Infeasible: e.Reason, Cost: measured, Log: log, Seeds: []uint64{j.Seed}}, e
+		}
+		return builder.Outcome{Cost: measured, Log: log}, e
+	}
+	if rerr != nil {
+		return builder.Outcome{Cost: measured, Log: log}, &builder.RunError{Class: builder.ErrFailed, Reason: "no result file", Log: log,
+			Err: fmt.Errorf("%w: %w", builder.ErrBadResult, rerr)}
+	}
+	r, err := builder.ParseResult(resultBytes)
+	if err != nil {
+		return builder.Outcome{Cost: measured, Log: log}, &builder.RunError{Class: builder.ErrFailed, Reason: "parse result", Log: log, Err: err}
+	}
+	return r.Outcome(j, measured, log)
+}
