@@ -47,10 +47,22 @@
 // only), and a file-system view narrower than "what the run's user may
 // read, less the masked directories".
 //
+// # Any command
+//
+// Sandbox runs any program (Command: an argv, a run directory the caller
+// made, read-only paths, masked paths, kept files, named variables) under
+// the same init, namespaces, user pool and cgroups as Grade, which share
+// one core; there the whole view is read-only but for the run directory
+// and the private directories, RequireIsolation defaults to true (an
+// error wrapping ErrIsolation, nothing run, when the host cannot give it),
+// and Result says how the program ended and what isolated it.
+// builder/overlay's SandboxRunner runs overlaid training scripts through
+// it.
+//
 // # Concurrency and I/O
 //
-// Grader is safe for concurrent use and does process and file I/O; Score,
-// ReadTable and Task.Percentile are pure. A program that imports the
+// Grader and Sandbox are safe for concurrent use and do process and file
+// I/O; Score, ReadTable and Task.Percentile are pure. A program that imports the
 // package re-executes its own binary (/proc/self/exe) as each run's init:
 // the package's init function recognises that process by the environment
 // variable LM2LM_GRADER_SANDBOX and never returns to main in it, as

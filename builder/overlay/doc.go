@@ -60,14 +60,22 @@
 //
 // An overlay is code nobody reviewed. Executor runs it through the
 // executor its Runner returns for the run's private copy; what a run may
-// do is what that executor guarantees (docs/code-builder.md lists them):
-// SubprocessRunner gives builder.Subprocess's process group, subreaper,
-// minimal environment and time limit, not a file-system or network
-// boundary.
+// do is what that executor guarantees (docs/code-builder.md lists them).
+// The default (no Runner) is SandboxRunner: each smoke test and real run
+// in grader.Sandbox, with a user of its own, no network, a read-only view
+// of the host but for its copy and private /tmp, the task's data bound
+// read-only, chosen paths masked, cgroup limits on memory, processes and
+// CPU, and a time limit. NewExecutor probes the host and fails with an
+// error wrapping grader.ErrIsolation when it cannot give all of that,
+// unless ExecutorConfig.Unsandboxed allows SubprocessRunner, which gives
+// builder.Subprocess's process group, subreaper, minimal environment and
+// time limit only. Neither makes the loss trustworthy: the overlaid
+// script computes its own validation loss.
 //
 // # Concurrency and I/O
 //
-// Builder, Executor and Cache are safe for concurrent use and do network,
-// file and process I/O; ParseAnswer, Validate, CleanPath and Prompt are
-// pure.
+// Builder, Executor, SandboxRunner and Cache are safe for concurrent use
+// and do network, file and process I/O; ParseAnswer, Validate, CleanPath
+// and Prompt are pure. A program that imports the package re-executes its
+// own binary as the init of each sandboxed run (see builder/grader).
 package overlay

@@ -110,10 +110,12 @@ const (
 // What it does not guarantee: a system-call filter (a kernel bug is a way
 // out); a file-system view narrower than what the run's user may read
 // outside the masked and private paths (/usr, /etc, world-readable
-// files); devices (it has none of its own: a GPU is not reachable through
-// it); and a trusted measurement: the overlaid script computes and writes
-// its own validation loss (docs/code-builder.md, Sandboxing). Files the
-// run writes are gone with it, except the result file.
+// files); a device boundary (/dev is the host's, on a read-only mount:
+// device nodes open as their modes allow, so a GPU whose nodes every user
+// may open is usable, and so is any other such device; there is no
+// device cgroup); and a trusted measurement: the overlaid script computes
+// and writes its own validation loss (docs/code-builder.md, Sandboxing).
+// Files the run writes are gone with it, except the result file.
 type SandboxRunner struct {
 	cfg SandboxConfig
 	sb  *grader.Sandbox
