@@ -120,7 +120,8 @@ type Command struct {
 	// Hide path. The run's user must be allowed to read it.
 	ReadOnly []string
 	// Hide are host paths the run must not see: a directory becomes an
-	// empty read-only directory, a file an empty one (/dev/null).
+	// empty read-only directory, a file an empty one (/dev/null). Dir must
+	// not lie below one.
 	Hide []string
 	// Keep names files of the run directory (plain names, no '/') to copy
 	// back to Dir after the run, each at most KeepMax+1 bytes (so that the
@@ -239,6 +240,9 @@ func (s *Sandbox) spec(c Command) (sandboxSpec, error) {
 		}
 		if real, err := filepath.EvalSymlinks(abs); err == nil {
 			abs = real
+		}
+		if within(dir, abs) {
+			return bad("the run directory %s lies below the hidden path %s", dir, abs)
 		}
 		hide = append(hide, abs)
 	}

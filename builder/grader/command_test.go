@@ -163,6 +163,7 @@ func TestSandboxBadCommand(t *testing.T) {
 		{"no directory", Command{Path: "/bin/sh", Dir: filepath.Join(dir, "missing")}},
 		{"a file for a directory", Command{Path: "/bin/sh", Dir: data}},
 		{"read-only below hidden", Command{Path: "/bin/sh", Dir: dir, ReadOnly: []string{data}, Hide: []string{filepath.Dir(data)}}},
+		{"run directory below hidden", Command{Path: "/bin/sh", Dir: dir, Hide: []string{filepath.Dir(dir)}}},
 		{"read-only in the run directory", Command{Path: "/bin/sh", Dir: dir, ReadOnly: []string{filepath.Join(dir, "sub")}}},
 		{"missing read-only", Command{Path: "/bin/sh", Dir: dir, ReadOnly: []string{data + ".missing"}}},
 		{"kept path", Command{Path: "/bin/sh", Dir: dir, Keep: []string{"sub/a.txt"}}},
