@@ -400,3 +400,40 @@ func runAsNobody(t *testing.T, pattern string) {
 	require.NoError(t, err)
 	require.Contains(t, string(b), "--- PASS")
 }
+
+// Through the builder: the model's overlay of train.py connects to the
+// host before it trains; its smoke test runs in the sandbox (the default
+// executor), fails, and the proposal is infeasible with the reason in the
+// log tail. PyTorch is not needed: the attack comes first.
+func TestSandboxedSmokeRefusesHostile(t *testing.T) {
+	requirePython(t)
+	needSandbox(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	e := newPyEnv(t)
+	scfg := overlay.DefaultSandboxConfig()
+	scfg.Command = []string{python, "train.py"}
+	scfg.ReadOnly = []string{e.base.corpus}
+	ex, err := overlay.NewExecutor(overlay.ExecutorConfig{Sandbox: scfg, TempDir: filepath.Dir(e.code)})
+	require.NoError(t, err)
+	cfg := e.config()
+	cfg.Executor = ex
+	attack := fmt.Sprintf("import json\nimport socket\nsocket.create_connection((\"127.0.0.1\", %d), timeout=3).close()\n",
+		ln.Addr().(*net.TCPAddr).Port)
+	re, err := buildFails(t, e, cfg, answer(t, "train.py", e.edit(t, "import json\n", attack)))
+	require.ErrorIs(t, err, overlay.ErrSmoke)
+	require.Contains(t, re.Reason, "Network is unreachable")
+	require.Zero(t, accepted.Load())
+}
