@@ -186,6 +186,9 @@ func (s *Sandbox) Run(ctx context.Context, c Command) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("grader: sandbox: %w", err)
 	}
+	if c.Path == "" {
+		return Result{}, fmt.Errorf("%w: no program", ErrBadCommand)
+	}
 	sp, err := s.spec(c)
 	if err != nil {
 		return Result{}, err

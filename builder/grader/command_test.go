@@ -159,6 +159,7 @@ func TestSandboxBadCommand(t *testing.T) {
 		name string
 		c    Command
 	}{
+		{"no program", Command{Dir: dir}},
 		{"relative program", Command{Path: "sh", Dir: dir}},
 		{"no directory", Command{Path: "/bin/sh", Dir: filepath.Join(dir, "missing")}},
 		{"a file for a directory", Command{Path: "/bin/sh", Dir: data}},
