@@ -159,7 +159,8 @@ type Isolation struct {
 	// (and IPC) namespaces: no network, its processes killed when it
 	// ended, its directory on a tmpfs of its own (Config.Memory bytes
 	// beyond its inputs, Config.Inodes files), private /tmp, /dev/shm
-	// and /run, task files masked, no terminal device.
+	// and /run, task files masked, no terminal device; for Sandbox.Run,
+	// also everything else read-only.
 	Network, PID, Mount bool
 	// UID is the run's own user id (0 when it ran as the grader's user).
 	UID int
