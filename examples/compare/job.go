@@ -223,15 +223,6 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 	if m.realGains {
 		world = realGains{b: e.lab, ex: cnt}
 	}
-	if m.frozen {
-		tw, ok := world.(*rwm.Tuned)
-		if !ok {
-			return nil, records.Evidence{}, fmt.Errorf("%s: the setting's world model is not re-tuned (%T): nothing to freeze", m.label, world)
-		}
-		if world, err = rwm.NewFrozen(tw, m0); err != nil {
-			return nil, records.Evidence{}, err
-		}
-	}
 	cfg := trainerConfig(o, m, seed)
 	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: world, Builder: e.lab,
 		Executor: cnt, Tasks: e.train, Evidence: m0})

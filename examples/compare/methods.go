@@ -42,10 +42,6 @@ type method struct {
 	// records together; RFT imitates M_0's and the corpus's positive gains.
 	// It runs only when -methods names it.
 	corpus bool
-	// frozen: the world model's hyperparameters stay those tuned on M_0
-	// (rwm.Frozen): calibration records condition it and never re-tune
-	// it. A lever under measurement: it runs only when -methods names it.
-	frozen bool
 }
 
 var methods = map[string]method{
@@ -67,16 +63,13 @@ var methods = map[string]method{
 	"static-wmrl":   {label: "WMRL (static + anchors)", order: 12, kind: "rl", calibration: lm2lm.Static, wmrl: true},
 	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 13, kind: "rl", calibration: lm2lm.TopRated, rerank: true},
 	"real-gains":    {label: "trained on real gains (diagnostic)", order: 14, kind: "rl", calibration: lm2lm.Static, realGains: true},
-	"lm2lm-frozen":  {label: "LM2LM, world model frozen on M₀", order: 15, kind: "rl", calibration: lm2lm.TopRated, frozen: true},
-	"random-frozen": {label: "random calibration, world model frozen on M₀", order: 16, kind: "rl", calibration: lm2lm.RandomCalibration, frozen: true},
 }
 
 // defaultMethods lists the methods -methods runs by default, in row
-// order: every method but the real-gains diagnostic, the methods that
-// draw on the pretraining corpus (they need -corpus) and the frozen world
-// model's.
+// order: every method but the real-gains diagnostic and the methods that
+// draw on the pretraining corpus (they need -corpus).
 func defaultMethods() []string {
-	return slices.DeleteFunc(methodNames(), func(n string) bool { return methods[n].realGains || methods[n].corpus || methods[n].frozen })
+	return slices.DeleteFunc(methodNames(), func(n string) bool { return methods[n].realGains || methods[n].corpus })
 }
 
 // methodNames lists the methods in row order.
