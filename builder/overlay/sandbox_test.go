@@ -42,7 +42,21 @@ func needSandbox(t *testing.T) {
 // removes it when t ends.
 func outsideTmp(t *testing.T) string {
 	t.Helper()
-	d, err := os.MkdirTemp(".", ".sandbox-test-")
+	// The package's own folder, unless the checkout lies in a folder the
+	// sandbox replaces with a private tmpfs (a clone under /tmp): then a
+	// folder of /var/lib that every user may traverse (the sandbox runs as
+	// root, needSandbox).
+	parent, err := filepath.Abs(".")
+	require.NoError(t, err)
+	for _, private := range []string{"/tmp", "/var/tmp", "/dev/shm", "/run"} {
+		if parent == private || strings.HasPrefix(parent, private+"/") {
+			parent = "/var/lib/lm2lm-sandbox-test"
+			require.NoError(t, os.MkdirAll(parent, 0o755))
+			require.NoError(t, os.Chmod(parent, 0o755))
+			break
+		}
+	}
+	d, err := os.MkdirTemp(parent, ".sandbox-test-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(d) })
 	require.NoError(t, os.Chmod(d, 0o755))
