@@ -86,6 +86,11 @@ type Config struct {
 	// CacheDir keeps overlays across builds and processes (Cache); "" =
 	// in memory only.
 	CacheDir string
+	// MemoEntries bounds the overlays kept in memory and, eight times
+	// over, the smoke verdicts; the oldest go first (an evicted overlay is
+	// read from CacheDir again, or asked for again without one). Default
+	// 1,024 (library choice: about 20 MB of whole training scripts).
+	MemoEntries int
 	// Ledger, when set, counts the builder's calls, tokens and smoke
 	// tests (builder.LedgerTotals.Build) beside the runs.
 	Ledger *builder.Ledger
@@ -102,7 +107,7 @@ const MaxLinesLimit = 4000
 // Base, Executor and Smoke must still be set.
 func DefaultConfig() Config {
 	return Config{Settings: DefaultSettings(), MaxLines: 400, MaxFileBytes: 256 << 10, TextChars: 4000,
-		JSONMode: true, SmokeTimeout: 2 * time.Minute, CheckBase: true}
+		JSONMode: true, SmokeTimeout: 2 * time.Minute, CheckBase: true, MemoEntries: 1024}
 }
 
 // Validate reports the first problem with c.
@@ -122,6 +127,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("overlay: Temperature = %g, want in [0, 2]", c.Temperature)
 	case c.MaxTokens < 0:
 		return fmt.Errorf("overlay: MaxTokens = %d, want ≥ 0", c.MaxTokens)
+	case c.MemoEntries < 1:
+		return fmt.Errorf("overlay: MemoEntries = %d, want ≥ 1", c.MemoEntries)
 	case c.Base == nil || c.Executor == nil || c.Smoke == nil:
 		return errors.New("overlay: Config.Base, Executor and Smoke are required")
 	case c.SmokeTimeout <= 0:
@@ -176,8 +183,26 @@ type Builder struct {
 
 	mu       sync.Mutex
 	inflight map[string]*flight // by proposal key
-	memo     map[string]Overlay // validated overlays by proposal key (no CacheDir)
-	smoke    map[string]*flight // smoke verdicts by task ID and overlay digest
+	memo     map[string]Overlay // validated overlays by proposal key, at most MemoEntries
+	smoke    map[string]*flight // smoke verdicts by task ID and overlay digest, at most 8·MemoEntries
+	memoAge  []string           // memo's keys, oldest first
+	smokeAge []string           // smoke's keys, oldest first
+}
+
+// remember puts v under key in m and key at the end of age, evicting the
+// oldest keys beyond limit. Called with b.mu held.
+func remember[V any](m map[string]V, age *[]string, key string, v V, limit int) {
+	if _, ok := m[key]; !ok {
+		*age = append(*age, key)
+	}
+	m[key] = v
+	for len(*age) > limit {
+		delete(m, (*age)[0])
+		*age = (*age)[1:]
+	}
+	if cap(*age) > 4*limit { // let the evicted prefix go
+		*age = append([]string(nil), *age...)
+	}
 }
 
 // flight is one computation others may wait for.
@@ -342,7 +367,7 @@ func (b *Builder) smokeOnce(ctx context.Context, memo string, j builder.Job) err
 		f, ok := b.smoke[memo]
 		if !ok {
 			f = &flight{done: make(chan struct{})}
-			b.smoke[memo] = f
+			remember(b.smoke, &b.smokeAge, memo, f, 8*b.cfg.MemoEntries)
 			b.mu.Unlock()
 			f.err = b.smokeTest(ctx, j)
 			if f.err != nil && !errors.Is(f.err, builder.ErrInfeasible) {
@@ -447,7 +472,7 @@ func (b *Builder) overlay(ctx context.Context, t records.Task, p records.Proposa
 			b.mu.Lock()
 			delete(b.inflight, key)
 			if f.err == nil {
-				b.memo[key] = f.ov
+				remember(b.memo, &b.memoAge, key, f.ov, b.cfg.MemoEntries)
 			}
 			b.mu.Unlock()
 			close(f.done)
