@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
 	"github.com/lm2lm/lm2lm/serve/servelab"
@@ -63,14 +64,36 @@ type Profile struct {
 	EvalStates int
 	// Epochs is the number of DAPO passes over each step's batch.
 	Epochs int
+	// Split, when set, is a V3 split the held-out states come from, with
+	// the V2 suite's whole training split to train on (servelab.Config.Split);
+	// Train and Test are then not used.
+	Split string
+	// Prompt is what the model reads: "condensed" (the TASK line's family,
+	// metric and budget and the last three HISTORY lines) or "full" (also
+	// the description's "name value" pairs with each value in a
+	// quarter-octave bin, and every HISTORY line).
+	Prompt string
+	// PerSample scores each completion with its own concurrent request
+	// (the samples form of /v1/score, as verl's Reward Loop calls), not
+	// one request per step.
+	PerSample bool
+	// LR is the RL learning rate (AdamW).
+	LR float64
 }
 
 // Profiles are the documented profiles.
 var Profiles = map[string]Profile{
 	"tiny": {Name: "tiny", Train: 1, Test: 1, M0: 8, Schedule: calibrate.Schedule{Steps: []int{2, 4}, Budgets: []int{2, 2}},
-		WarmupSteps: 700, WarmupBatch: 32, Steps: 4, States: 2, Group: 4, EvalStates: 4, Epochs: 2},
+		WarmupSteps: 700, WarmupBatch: 32, Steps: 4, States: 2, Group: 4, EvalStates: 4, Epochs: 2, Prompt: "condensed", PerSample: true, LR: 3e-4},
 	"short": {Name: "short", Train: 2, Test: 1, M0: 16, Schedule: calibrate.Schedule{Steps: []int{8, 16, 24}, Budgets: []int{6, 6, 6}},
-		WarmupSteps: 1000, WarmupBatch: 32, Steps: 24, States: 4, Group: 8, EvalStates: 8, Epochs: 2},
+		WarmupSteps: 1000, WarmupBatch: 32, Steps: 24, States: 4, Group: 8, EvalStates: 8, Epochs: 2, Prompt: "condensed", LR: 3e-4},
+	// method is the main job's schedule (METHOD.md §1 Policy optimisation
+	// and On-policy calibration: 96 steps of 128 states × G = 8,
+	// calibrations at 16, 40 and 64 with budgets 31, 38 and 31, M_0 of
+	// 100) on lab's V3 validation split, scored per sample.
+	"method": {Name: "method", M0: 100, Schedule: calibrate.Schedule{Steps: []int{16, 40, 64}, Budgets: []int{31, 38, 31}},
+		WarmupSteps: 1000, WarmupBatch: 64, Steps: 96, States: 128, Group: 8, EvalStates: 90, Epochs: 2, Split: "v3-val",
+		Prompt: "full", PerSample: true, LR: 3e-4},
 }
 
 // Options configure Run.
@@ -106,6 +129,32 @@ type Eval struct {
 	// Runs is the real runs the evaluation paid.
 	Runs    int `json:"runs"`
 	Samples int `json:"samples"`
+	// States holds each held-out state's outcomes, sample by sample.
+	States []EvalState `json:"states"`
+}
+
+// EvalState is one held-out state's evaluated samples.
+type EvalState struct {
+	StateID string             `json:"state_id"`
+	Task    string             `json:"task"`
+	Results []serve.EvalResult `json:"results"`
+}
+
+// Cell returns the state's gains in the comparison's convention
+// (examples/compare, evalstat.Cell): an invalid or unmeasured sample
+// counts in no average, an infeasible one counts -clip.
+func (s EvalState) Cell(seed uint64, clip float64) evalstat.Cell {
+	c := evalstat.Cell{Seed: seed, State: s.StateID, Task: s.Task}
+	for _, r := range s.Results {
+		switch {
+		case !r.Valid || !r.Measured || r.Failure != "":
+		case r.Infeasible != "":
+			c.Gains = append(c.Gains, -clip)
+		default:
+			c.Gains = append(c.Gains, r.GainSigmas)
+		}
+	}
+	return c
 }
 
 // Step is one RL step as train.py saw it.
@@ -139,7 +188,7 @@ type Summary struct {
 }
 
 func main() {
-	name := flag.String("profile", "tiny", "tiny (CI) or short (the docs' figures)")
+	name := flag.String("profile", "tiny", "tiny (CI), short (the docs' first figures) or method (the main job's schedule on the V3 validation split)")
 	dir := flag.String("dir", "", "work directory (default: a new temporary one, removed at exit)")
 	seed := flag.Uint64("seed", 1, "seed of the loop, M_0 and train.py")
 	parallel := flag.Int("parallel", 2, "concurrent world-model calls and real runs")
@@ -147,7 +196,7 @@ func main() {
 	flag.Parse()
 	p, ok := Profiles[*name]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "%v %q (tiny or short)\n", ErrProfile, *name)
+		fmt.Fprintf(os.Stderr, "%v %q (tiny, short or method)\n", ErrProfile, *name)
 		os.Exit(2)
 	}
 	d := *dir
@@ -186,7 +235,7 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 		return nil, err
 	}
 	defer store.Close()
-	c, m0Runs, err := servelab.Components(ctx, servelab.Config{Train: o.Profile.Train, Test: o.Profile.Test, M0: o.Profile.M0, Seed: o.Seed, Parallel: o.Parallel}, store, w)
+	c, m0Runs, err := servelab.Components(ctx, servelab.Config{Train: o.Profile.Train, Test: o.Profile.Test, M0: o.Profile.M0, Seed: o.Seed, Parallel: o.Parallel, Split: o.Profile.Split}, store, w)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +267,11 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 	cmd := exec.CommandContext(ctx, Python, o.Script, "--out", out, "--seed", strconv.FormatUint(o.Seed, 10),
 		"--warmup-steps", strconv.Itoa(p.WarmupSteps), "--warmup-batch", strconv.Itoa(p.WarmupBatch),
 		"--steps", strconv.Itoa(p.Steps), "--states", strconv.Itoa(p.States), "--group", strconv.Itoa(p.Group),
-		"--eval-states", strconv.Itoa(p.EvalStates), "--epochs", strconv.Itoa(p.Epochs))
+		"--eval-states", strconv.Itoa(p.EvalStates), "--epochs", strconv.Itoa(p.Epochs),
+		"--prompt", p.Prompt, "--lr", strconv.FormatFloat(p.LR, 'g', -1, 64))
+	if p.PerSample {
+		cmd.Args = append(cmd.Args, "--per-sample")
+	}
 	cmd.Env = append(os.Environ(), "LM2LM_URL="+url, "LM2LM_TOKEN=")
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Run(); err != nil {

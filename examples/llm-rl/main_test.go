@@ -185,6 +185,44 @@ func TestUnknownProfile(t *testing.T) {
 	for name, p := range Profiles {
 		require.Equal(t, name, p.Name)
 		require.NoError(t, p.Schedule.Validate(), name)
-		require.Equal(t, p.Steps, p.Schedule.Steps[len(p.Schedule.Steps)-1], "%s: the last calibration is at the last step", name)
+		require.LessOrEqual(t, p.Schedule.Steps[len(p.Schedule.Steps)-1], p.Steps, "%s: every calibration falls within the steps", name)
+		require.Contains(t, []string{"condensed", "full"}, p.Prompt, name)
+		require.Positive(t, p.LR, name)
 	}
+}
+
+// A held-out state's cell in the comparison's convention: an invalid,
+// unmeasured or failed sample counts in no average, an infeasible one
+// counts −clip.
+func TestEvalStateCell(t *testing.T) {
+	s := EvalState{StateID: "s1", Task: "t", Results: []serve.EvalResult{
+		{Valid: true, Measured: true, GainSigmas: 1.5},
+		{Valid: true, Measured: true, Infeasible: "diverged"},
+		{Valid: false},
+		{Valid: true, Measured: false, Failure: "run failed"},
+	}}
+	c := s.Cell(3, 6)
+	require.Equal(t, uint64(3), c.Seed)
+	require.Equal(t, "s1", c.State)
+	require.Equal(t, "t", c.Task)
+	require.Equal(t, []float64{1.5, -6}, c.Gains)
+}
+
+// The full prompt's reading of a task description: every "name value"
+// pair, the value as its quarter-octave token (floor(4·log2|v|), "n" for a
+// negative value, q0z for zero), so values a factor 2 apart differ.
+func TestFullPromptPairs(t *testing.T) {
+	if _, err := os.Stat(Python); err != nil {
+		t.Skipf("%s: %v", Python, err)
+	}
+	cmd := exec.Command(Python, "-c", `import sys, json; sys.argv = ["x"]; import train
+print(json.dumps(train.description_pairs("context 2, embedding 32, adam lr 0.003625 (warm-up 0), shift -4, batch 64, budget 3.04e+09")))`)
+	cmd.Dir = "."
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var pairs []string
+	require.NoError(t, json.Unmarshal(out, &pairs), "%s", out)
+	// 4·log2: 2 → 4, 32 → 20, 0.003625 → −32.4 → −33, −4 → n8, 64 → 24,
+	// 3.04e9 → 126.
+	require.Equal(t, []string{"context q4", "embedding q20", "lr q-33", "warm-up q0z", "shift nq8", "batch q24", "budget q126"}, pairs)
 }

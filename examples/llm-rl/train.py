@@ -45,10 +45,12 @@ Standard library and torch only. Device: cuda when available, else cpu
 """
 
 import argparse
+import concurrent.futures
 import json
 import math
 import os
 import random
+import re
 import sys
 import time
 import urllib.error
@@ -56,8 +58,12 @@ import urllib.request
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 HISTORY_LINES = 3
+MAX_HISTORY = 8  # records.MaxHistory: a state's history holds at most 8 records
 MAX_PROMPT = 64
+MAX_PROMPT_FULL = 224
 MAX_ANSWER = 24
+PROMPT = "condensed"  # or "full" (--prompt)
+NUMBER = re.compile(r"([A-Za-z][A-Za-z0-9_\-]*)\s+(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)")
 PAD, BOS, SEP, EOS, UNK = "<pad>", "<bos>", "<sep>", "<eos>", "<unk>"
 
 
@@ -153,14 +159,36 @@ def catalogue_of(state):
 
 
 def condense(state):
-    """The condensed prompt the model reads (see the module doc)."""
+    """The prompt the model reads (see the module doc)."""
     d = data_lines(state)
     return condense_lines(d["TASK"][0] if d["TASK"] else {}, d["HISTORY"])
 
 
+def qbin(v):
+    """A value's quarter-octave token: q<floor(4 log2 |v|)>, "n" before it
+    for a negative value, q0z for zero. Learning rates a factor 2 apart,
+    widths 64 and 128, budgets 1e9 and 3e9 get different tokens."""
+    if v == 0:
+        return "q0z"
+    return ("n" if v < 0 else "") + "q%d" % int(math.floor(4 * math.log2(abs(v))))
+
+
+def description_pairs(text):
+    """The "name value" pairs of a task description, each value binned."""
+    out = []
+    for name, value in NUMBER.findall(text or ""):
+        try:
+            out.append("%s %s" % (name.lower(), qbin(float(value))))
+        except (ValueError, OverflowError):
+            continue
+    return out
+
+
 def condense_lines(task, history):
     parts = ["T %s %s %s" % (task.get("family", "?"), task.get("metric", "?"), task.get("budget", "?"))]
-    for h in history[-HISTORY_LINES:]:
+    if PROMPT == "full":
+        parts.append("D " + " ".join(description_pairs(task.get("description", ""))))
+    for h in history[-(MAX_HISTORY if PROMPT == "full" else HISTORY_LINES):]:
         ps = " ".join("%s=%s" % kv for kv in sorted((h.get("params") or {}).items()))
         g = h.get("gain_sigmas")
         parts.append("H %s %s %s" % (h.get("mechanism", "?"), ps, "inf" if g is None else "%+.1f" % g))
@@ -175,7 +203,7 @@ def synthetic_prompt(pool, cat, rng):
     st = rng.choice(pool)
     d = data_lines(st)
     hist = []
-    for _ in range(rng.randint(0, HISTORY_LINES)):
+    for _ in range(rng.randint(0, MAX_HISTORY if PROMPT == "full" else HISTORY_LINES)):
         mech, specs = rng.choice(cat)
         g = None if rng.random() < 0.1 else rng.gauss(0, 2)
         hist.append({"mechanism": mech, "params": {n: rng.choice(ch) for n, ch in specs}, "gain_sigmas": g})
@@ -183,11 +211,18 @@ def synthetic_prompt(pool, cat, rng):
 
 
 def task_words(pool):
-    """The families and metrics of the TASK lines: whole tokens of the prompt."""
+    """The families and metrics of the TASK lines, and under the full
+    prompt the description's names and every bin: whole tokens."""
     words = set()
     for st in pool:
         for t in data_lines(st)["TASK"]:
             words.update(str(t.get(k, "")) for k in ("family", "metric"))
+            if PROMPT == "full":
+                words.update(p.split()[0] for p in description_pairs(t.get("description", "")))
+    if PROMPT == "full":
+        words.update("q%d" % b for b in range(-160, 200))
+        words.update("nq%d" % b for b in range(-160, 200))
+        words.add("q0z")
     return sorted(w for w in words if len(w) > 1)
 
 
@@ -273,7 +308,8 @@ def build_model(torch, vocab, ctx, d=64, heads=4, layers=2):
 class Policy:
     def __init__(self, torch, tok, device, seed):
         self.torch, self.tok, self.device = torch, tok, device
-        self.ctx = MAX_PROMPT + MAX_ANSWER + 2
+        self.max_prompt = MAX_PROMPT_FULL if PROMPT == "full" else MAX_PROMPT
+        self.ctx = self.max_prompt + MAX_ANSWER + 2
         self.model = build_model(torch, len(tok.itos), self.ctx).to(device)
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
@@ -282,7 +318,7 @@ class Policy:
         return self.prompt_text_ids(condense(state))
 
     def prompt_text_ids(self, text):
-        ids = self.tok.encode(text)[-MAX_PROMPT:]
+        ids = self.tok.encode(text)[-self.max_prompt:]
         return [self.tok.stoi[BOS]] + ids + [self.tok.stoi[SEP]]
 
     def batch(self, prompts, answers):
@@ -375,17 +411,48 @@ def evaluate(pol, held, tag):
             if r.get("valid") and r.get("measured") and not r.get("infeasible") and not r.get("failure"):
                 s += r.get("gain_sigmas", 0.0)
         gains.append(s / len(g))
+    # Each state's outcomes, for the comparison's convention (an invalid
+    # sample counts in no average, an infeasible one counts -c).
+    per_state = [{"state_id": st["state_id"], "task": st.get("task", ""), "results": g}
+                 for st, g in zip(held, out["groups"])]
     return {"valid": ok / max(n, 1), "avg4": sum(gains) / max(len(gains), 1), "runs": out.get("runs", 0),
             "mean_feasible_sigmas": out.get("mean_gain_sigmas", 0.0), "samples": n,
-            "completions": [g["completions"] for g in groups]}
+            "completions": [g["completions"] for g in groups], "states": per_state}
 
 
-def rl_step(pol, opt, step, sts, g, epochs):
+def score_per_sample(step, sts, samples, g):
+    """Scores every completion with its own request, concurrently, as verl's
+    Reward Loop does (the samples form of /v1/score: the service assembles
+    each group from its G samples), and returns the groups in the whole-group
+    form's shape plus the summary."""
+    jobs = []
+    for i, (st, s) in enumerate(zip(sts, samples)):
+        for k, text in enumerate(s[0]):
+            jobs.append((i, k, {"request_id": "score-%d-%d-%d" % (step, i, k), "step": step,
+                                "samples": [{"group": "g%d" % i, "state_id": st["state_id"], "group_size": g,
+                                             "index": k, "completion": text}]}))
+    groups = [{"samples": [None] * g, "kept": False} for _ in sts]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=64) as ex:
+        futs = {ex.submit(call, "/v1/score", body): (i, k) for i, k, body in jobs}
+        for f in concurrent.futures.as_completed(futs):
+            i, k = futs[f]
+            smp = f.result()["samples"][0]
+            groups[i]["samples"][k] = smp
+            groups[i]["kept"] = groups[i]["kept"] or bool(smp.get("kept"))
+    rewards = [s["reward"] for gr in groups for s in gr["samples"] if s.get("reward") is not None]
+    return {"groups": groups, "mean_reward": sum(rewards) / max(len(rewards), 1),
+            "kept": sum(gr["kept"] for gr in groups), "flat": sum(not gr["kept"] for gr in groups)}
+
+
+def rl_step(pol, opt, step, sts, g, epochs, per_sample=False):
     torch = pol.torch
     samples = [pol.sample(st, g) for st in sts]
-    body = {"request_id": "score-%d" % step, "step": step,
-            "groups": [{"state_id": st["state_id"], "completions": s[0]} for st, s in zip(sts, samples)]}
-    sc = call("/v1/score", body)
+    if per_sample:
+        sc = score_per_sample(step, sts, samples, g)
+    else:
+        body = {"request_id": "score-%d" % step, "step": step,
+                "groups": [{"state_id": st["state_id"], "completions": s[0]} for st, s in zip(sts, samples)]}
+        sc = call("/v1/score", body)
     prompts, answers, olds, advs = [], [], [], []
     nvalid = ntotal = 0
     for st, (texts, ids, lps), gs in zip(sts, samples, sc["groups"]):
@@ -475,7 +542,7 @@ def train(args):
     steps, cals, applied = [], [], 0
     for step in range(args.steps):
         sts = states(args.states, "train", "rl-%d" % step)
-        row, started = rl_step(pol, opt, step, sts, args.group, args.epochs)
+        row, started = rl_step(pol, opt, step, sts, args.group, args.epochs, args.per_sample)
         steps.append(row)
         log("RL step %d: reward %+.3f valid %.2f entropy %.3f kept %d flat %d" % (
             step, row["mean_reward"], row["valid"], row["entropy"], row["kept"], row["flat"]))
@@ -509,7 +576,11 @@ def main(argv):
     ap.add_argument("--eval-states", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--prompt", choices=("condensed", "full"), default="condensed")
+    ap.add_argument("--per-sample", action="store_true", help="score each completion with its own concurrent request")
     args = ap.parse_args(argv[1:])
+    global PROMPT
+    PROMPT = args.prompt
     if args.check:
         return check(args)
     return train(args)

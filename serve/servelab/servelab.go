@@ -23,6 +23,11 @@ type Config struct {
 	M0       int    // M_0: catalogue changes drawn uniformly over the training tasks and run for real
 	Seed     uint64 // seeds M_0's draws
 	Parallel int    // lab runs and pool slots at once
+	// Split, when set, names a V3 split (lab.SplitNamed: "v3-val",
+	// "v3-test"): the held-out tasks are that split's, the training tasks
+	// the V2 suite's whole training split (as examples/compare -suite
+	// v3-val runs them), and Train and Test are not used.
+	Split string
 }
 
 // Components makes the embedded lab over store, runs (or reads back from
@@ -32,6 +37,13 @@ func Components(ctx context.Context, c Config, store records.Store, w io.Writer)
 	lcfg := lab.DefaultConfig()
 	lcfg.Parallel = c.Parallel
 	lcfg.Tasks = labenv.Suite(lab.SuiteSizes{Train: c.Train, TestIn: c.Test})
+	if c.Split != "" {
+		sp, ok := lab.SplitNamed(c.Split)
+		if !ok {
+			return serve.Components{}, 0, fmt.Errorf("servelab: unknown split %q (%s or %s)", c.Split, lab.V3ValName, lab.V3TestName)
+		}
+		lcfg.Tasks = append(append([]lab.TaskSpec(nil), lab.SuiteV2(lab.DefaultSuiteSeed).Train...), sp.Tasks...)
+	}
 	env, err := labenv.Open(lcfg, store)
 	if err != nil {
 		return serve.Components{}, 0, err
