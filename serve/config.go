@@ -101,9 +101,10 @@ type Config struct {
 	// MaxStates bounds the states of one states or dataset request;
 	// default 512 (an answer of about 6 MB).
 	MaxStates int
-	// MaxIssued bounds the issued states the service remembers; the
-	// oldest are forgotten beyond it (a score naming one is refused with
-	// code unknown_state). Default 8192 (a dataset of 8192 rows).
+	// MaxIssued bounds the issued states the service remembers of each
+	// split (training and test apart); the oldest of a split are forgotten
+	// beyond it (a score naming one is refused with code unknown_state).
+	// Default 8192 (a dataset of 8192 rows).
 	MaxIssued int
 	// MaxPendingGroups bounds the groups being assembled; a sample that
 	// would open one more is answered 503. Default 4096.

@@ -693,3 +693,32 @@ func TestDamagedJournalRefusesToStart(t *testing.T) {
 	require.ErrorIs(t, err, serve.ErrState)
 	require.Contains(t, err.Error(), "damaged at byte")
 }
+
+// Each split keeps its own MaxIssued most recent states: the training
+// states a long run asks for never push out the held-out states it
+// evaluates at the end (a run of 96 × 128 training states did, when the
+// bound was shared).
+func TestHeldOutStatesOutliveTraining(t *testing.T) {
+	s, srv, _ := newService(t, t.TempDir(), func(c *serve.Config) { c.MaxIssued = 4 }, servetest.Options{})
+	held := states(t, srv.URL, 2, "test")
+	var first serve.StatesResponse
+	for k := range 4 {
+		code, b := post(t, srv.URL+"/v1/states", "", serve.StatesRequest{RequestID: fmt.Sprintf("train-%d", k), N: 3})
+		require.Equal(t, http.StatusOK, code, string(b))
+		var sr serve.StatesResponse
+		require.NoError(t, json.Unmarshal(b, &sr))
+		if k == 0 {
+			first = sr
+		}
+	}
+	require.Equal(t, 4+2, s.Info().Issued, "4 training states and the 2 held-out ones")
+	q := serve.ScoreRequest{RequestID: "ev"}
+	for _, st := range held.States {
+		q.Groups = append(q.Groups, serve.ScoreGroup{StateID: st.StateID, Completions: []string{`{"mechanism": "lr-scale", "params": {"factor": "2"}}`}})
+	}
+	code, b := post(t, srv.URL+"/v1/evaluate", "", q)
+	require.Equal(t, http.StatusOK, code, string(b))
+	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.ScoreGroup{{StateID: first.States[0].StateID, Completions: []string{"x"}}}})
+	require.Equal(t, http.StatusBadRequest, code, string(b))
+	require.Equal(t, "unknown_state", errCode(t, b), "the oldest training states are forgotten")
+}

@@ -50,6 +50,7 @@ type Service struct {
 	j        *journal
 	states   map[string]stateEntry // issued states by id
 	order    []string              // issued state ids, oldest first
+	perSplit map[string]int        // issued states remembered, by split
 	issued   int                   // states issued so far
 	testDraw int                   // held-out draws so far
 	requests int                   // score requests applied (CountSteps)
@@ -142,7 +143,7 @@ func New(cfg Config, c Components) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, lcfg: lcfg, c: c, loop: loop, states: map[string]stateEntry{},
+	s := &Service{cfg: cfg, lcfg: lcfg, c: c, loop: loop, states: map[string]stateEntry{}, perSplit: map[string]int{},
 		cache: newByteCache(cfg.CacheBytes), reqs: newByteCache(cfg.CacheBytes), pending: map[string]chan struct{}{},
 		asm: map[string]*assembly{}, done: newDoneGroups(cfg.MaxDoneGroups),
 		admit: make(chan struct{}, cfg.MaxInFlight), predict: make(chan struct{}, cfg.Parallel), lock: lock}

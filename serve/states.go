@@ -28,16 +28,30 @@ func StateID(st records.State, n int) string {
 	return "s-" + hex.EncodeToString(h.Sum(nil)[:8])
 }
 
-// addState remembers an issued state, forgetting the oldest beyond
-// MaxIssued. The caller holds mu.
+// addState remembers an issued state, forgetting the oldest of its split
+// beyond MaxIssued of that split: the training states a long run keeps
+// asking for never push out the held-out states it evaluates at the end.
+// The caller holds mu.
 func (s *Service) addState(e stateEntry) {
 	if _, ok := s.states[e.ID]; !ok {
 		s.order = append(s.order, e.ID)
+		s.perSplit[e.Split]++
 	}
 	s.states[e.ID] = e
-	for len(s.order) > s.cfg.MaxIssued {
-		delete(s.states, s.order[0])
-		s.order = s.order[1:]
+	for s.perSplit[e.Split] > s.cfg.MaxIssued {
+		for i, id := range s.order {
+			if s.states[id].Split != e.Split {
+				continue
+			}
+			delete(s.states, id)
+			s.perSplit[e.Split]--
+			if i == 0 {
+				s.order = s.order[1:]
+			} else {
+				s.order = append(s.order[:i:i], s.order[i+1:]...)
+			}
+			break
+		}
 	}
 }
 
