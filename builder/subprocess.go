@@ -84,6 +84,17 @@ func (c SubprocessConfig) Validate() error {
 	return nil
 }
 
+// EnvName reports whether s is a portable environment variable name:
+// letters, digits and '_', not starting with a digit.
+func EnvName(s string) bool {
+	for i, r := range s {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
 // MinimalEnv returns the environment of a training script: PATH and HOME
 // and the variables named in pass, copied from environ (in the form of
 // os.Environ) when set there, followed by extra ("NAME=value"). The result

@@ -12,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/records"
 	rwmopenai "github.com/lm2lm/lm2lm/rwm/openai"
@@ -260,15 +261,6 @@ func validID(s string) bool {
 	return true
 }
 
-func envName(s string) bool {
-	for i, r := range s {
-		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return s != ""
-}
-
 // Validate reports the first problem of a resolved config, naming its key.
 // It checks the catalogue file only when it is inline (Cards reads a file).
 func (c Config) Validate() error {
@@ -371,12 +363,12 @@ func (c Config) validateTraining() error {
 		return bad("training.timeout", ErrRange, "%v, want ≥ 0 (0 = no limit)", t.Timeout)
 	}
 	for i, n := range t.PassEnv {
-		if !envName(n) {
+		if !builder.EnvName(n) {
 			return bad(fmt.Sprintf("training.pass_env[%d]", i), ErrRange, "%q is not a variable name", excerpt(n))
 		}
 	}
 	for i, e := range t.Env {
-		if k, _, ok := strings.Cut(e, "="); !ok || !envName(k) {
+		if k, _, ok := strings.Cut(e, "="); !ok || !builder.EnvName(k) {
 			return bad(fmt.Sprintf("training.env[%d]", i), ErrRange, "%q, want NAME=value", excerpt(e))
 		}
 	}
@@ -612,7 +604,7 @@ func validateEndpoint(path, baseURL, model, apiKeyEnv string) error {
 		return bad(path+".base_url", ErrRange, "%q, want an http:// or https:// URL", excerpt(baseURL))
 	case model == "":
 		return bad(path+".model", ErrMissing, "required")
-	case apiKeyEnv != "" && !envName(apiKeyEnv):
+	case apiKeyEnv != "" && !builder.EnvName(apiKeyEnv):
 		return bad(path+".api_key_env", ErrRange, "%q is not a variable name (name the variable, never write the key here)", excerpt(apiKeyEnv))
 	}
 	return nil

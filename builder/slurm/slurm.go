@@ -117,16 +117,6 @@ func DeviceEnv() []string {
 	return []string{"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"}
 }
 
-// envName reports whether s is a portable environment variable name.
-func envName(s string) bool {
-	for i, r := range s {
-		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return s != ""
-}
-
 // Validate reports the first problem with c.
 func (c Config) Validate() error {
 	switch {
@@ -157,7 +147,7 @@ func (c Config) Validate() error {
 		}
 	}
 	for _, n := range c.NodeEnv {
-		if !envName(n) {
+		if !builder.EnvName(n) {
 			return fmt.Errorf("slurm: Config.NodeEnv entry %q is not a variable name", n)
 		}
 	}
