@@ -492,16 +492,22 @@ func (e *Config) World(getenv func(string) string) (rwm.WorldModel, error) {
 // WriteReport writes v as indented JSON to <out>/name, replacing it
 // atomically, and returns its path.
 func (e *Config) WriteReport(name string, v any) (string, error) {
-	if err := os.MkdirAll(e.cfg.Out, 0o755); err != nil {
-		return "", err
-	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return "", err
 	}
-	p := filepath.Join(e.cfg.Out, name)
+	return WriteOut(e.cfg.Out, name, append(b, '\n'))
+}
+
+// WriteOut writes b to <out>/name (name may hold folders), making the
+// folders and replacing the file atomically, and returns its path.
+func WriteOut(out, name string, b []byte) (string, error) {
+	p := filepath.Join(out, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return "", err
+	}
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return "", err
 	}
 	return p, os.Rename(tmp, p)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -99,9 +98,6 @@ func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode,
 		return err
 	}
 	// Every evaluation is kept for the report verb, by model and seed.
-	if err := os.MkdirAll(filepath.Join(cfg.Out, "evaluations"), 0o755); err != nil {
-		return err
-	}
 	if _, err := e.WriteReport(filepath.Join("evaluations", fileName(sum.Model)+"-seed"+strconv.FormatUint(sum.Seed, 10)+".json"), sum); err != nil {
 		return err
 	}

@@ -99,9 +99,6 @@ func reportVerb(ctx context.Context, cfg envconfig.Config, stdout io.Writer) err
 	writeTables(&md, rep, true)
 	writeTables(stdout, rep, false)
 	rep.Files = map[string]string{}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return err
-	}
 	var png bytes.Buffer
 	costs := make([]evalplot.Cost, len(rep.Stages))
 	for i, s := range rep.Stages {
@@ -110,7 +107,7 @@ func reportVerb(ctx context.Context, cfg envconfig.Config, stdout io.Writer) err
 	if err := evalplot.Costs(&png, "real runs paid, by stage", "money", costs); err != nil {
 		return err
 	}
-	if rep.Files["costs"], err = writeFile(cfg.Out, "report-costs.png", png.Bytes()); err != nil {
+	if rep.Files["costs"], err = environment.WriteOut(cfg.Out, "report-costs.png", png.Bytes()); err != nil {
 		return err
 	}
 	if len(rep.Evaluations) > 0 {
@@ -123,18 +120,18 @@ func reportVerb(ctx context.Context, cfg envconfig.Config, stdout io.Writer) err
 		if err := evalplot.Methods(&png, "held-out evaluations", rep.Evaluations[0].K, sums, nil); err != nil {
 			return err
 		}
-		if rep.Files["evaluations"], err = writeFile(cfg.Out, "report-evaluations.png", png.Bytes()); err != nil {
+		if rep.Files["evaluations"], err = environment.WriteOut(cfg.Out, "report-evaluations.png", png.Bytes()); err != nil {
 			return err
 		}
 	}
-	if rep.Files["markdown"], err = writeFile(cfg.Out, "report.md", md.Bytes()); err != nil {
+	if rep.Files["markdown"], err = environment.WriteOut(cfg.Out, "report.md", md.Bytes()); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
 	}
-	p, err := writeFile(cfg.Out, "report.json", append(b, '\n'))
+	p, err := environment.WriteOut(cfg.Out, "report.json", append(b, '\n'))
 	if err != nil {
 		return err
 	}
@@ -330,14 +327,4 @@ func writeTables(w io.Writer, rep Report, markdown bool) {
 		table("Held-out evaluations (σ_e units, 95% bootstrap over states)", []string{"proposer", "seed", "states",
 			"Avg@K", "Best@K", "share > 2σ_e", "infeasible", "invalid", "runs paid"}, rows)
 	}
-}
-
-// writeFile writes b to <dir>/name atomically and returns the path.
-func writeFile(dir, name string, b []byte) (string, error) {
-	p := filepath.Join(dir, name)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return "", err
-	}
-	return p, os.Rename(tmp, p)
 }
