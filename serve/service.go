@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -49,8 +51,7 @@ type Service struct {
 	loop     *lm2lm.Loop
 	j        *journal
 	states   map[string]stateEntry // issued states by id
-	order    []string              // issued state ids, oldest first
-	perSplit map[string]int        // issued states remembered, by split
+	order    map[string][]string   // issued state ids by split, oldest first
 	issued   int                   // states issued so far
 	testDraw int                   // held-out draws so far
 	requests int                   // score requests applied (CountSteps)
@@ -143,7 +144,7 @@ func New(cfg Config, c Components) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, lcfg: lcfg, c: c, loop: loop, states: map[string]stateEntry{}, perSplit: map[string]int{},
+	s := &Service{cfg: cfg, lcfg: lcfg, c: c, loop: loop, states: map[string]stateEntry{}, order: map[string][]string{},
 		cache: newByteCache(cfg.CacheBytes), reqs: newByteCache(cfg.CacheBytes), pending: map[string]chan struct{}{},
 		asm: map[string]*assembly{}, done: newDoneGroups(cfg.MaxDoneGroups),
 		admit: make(chan struct{}, cfg.MaxInFlight), predict: make(chan struct{}, cfg.Parallel), lock: lock}
@@ -327,11 +328,15 @@ func (s *Service) writeSnapshotBody(w io.Writer, loop []byte) error {
 	sw.raw(string(loop))
 	sw.field("journal_seq", s.j.seq)
 	sw.raw(`,"states":[`)
-	for i, id := range s.order {
-		if i > 0 {
-			sw.raw(",")
+	n := 0
+	for _, split := range slices.Sorted(maps.Keys(s.order)) {
+		for _, id := range s.order[split] {
+			if n > 0 {
+				sw.raw(",")
+			}
+			sw.value(s.states[id])
+			n++
 		}
-		sw.value(s.states[id])
 	}
 	sw.raw("]")
 	sw.field("issued", s.issued)

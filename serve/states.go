@@ -33,26 +33,16 @@ func StateID(st records.State, n int) string {
 // asking for never push out the held-out states it evaluates at the end.
 // The caller holds mu.
 func (s *Service) addState(e stateEntry) {
-	if _, ok := s.states[e.ID]; !ok {
-		s.order = append(s.order, e.ID)
-		s.perSplit[e.Split]++
+	order := s.order[e.Split]
+	if _, ok := s.states[e.ID]; !ok { // an id (its issue number in it) names one state of one split
+		order = append(order, e.ID)
 	}
 	s.states[e.ID] = e
-	for s.perSplit[e.Split] > s.cfg.MaxIssued {
-		for i, id := range s.order {
-			if s.states[id].Split != e.Split {
-				continue
-			}
-			delete(s.states, id)
-			s.perSplit[e.Split]--
-			if i == 0 {
-				s.order = s.order[1:]
-			} else {
-				s.order = append(s.order[:i:i], s.order[i+1:]...)
-			}
-			break
-		}
+	for len(order) > s.cfg.MaxIssued {
+		delete(s.states, order[0])
+		order = order[1:]
 	}
+	s.order[e.Split] = order
 }
 
 // StateRow is one research state as handed out: its id, task, split and
