@@ -155,3 +155,23 @@ func TestFileName(t *testing.T) {
 		require.Equal(t, want, fileName(in), "%q", in)
 	}
 }
+
+// A kept evaluation that is not an evaluation's JSON stops the report with
+// an error naming the file; no evaluation at all is no table.
+func TestReadEvaluations(t *testing.T) {
+	out := t.TempDir()
+	evs, err := readEvaluations(out)
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	dir := filepath.Join(out, "evaluations")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "b-seed1.json"), []byte(`{"model": "b", "seed": 1, "k": 4}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a-seed2.json"), []byte(`{"model": "a", "seed": 2, "k": 4}`), 0o644))
+	evs, err = readEvaluations(out)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, []string{evs[0].Model, evs[1].Model}, "in file-name order")
+	bad := filepath.Join(dir, "c-seed1.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"model": "c", "k": `), 0o644))
+	_, err = readEvaluations(out)
+	require.ErrorContains(t, err, bad)
+}
