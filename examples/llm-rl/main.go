@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
@@ -161,12 +162,15 @@ func (s EvalState) Cell(seed uint64, clip float64) evalstat.Cell {
 type Step struct {
 	Step       int     `json:"step"`
 	MeanReward float64 `json:"mean_reward"`
-	Valid      float64 `json:"valid"`
-	Entropy    float64 `json:"entropy"`
-	Kept       int     `json:"kept"`
-	Flat       int     `json:"flat"`
-	Loss       float64 `json:"loss"`
-	ClipFrac   float64 `json:"clip_frac"`
+	// MeanGain is the mean predicted gain (the world model's, before
+	// shaping) of the step's valid samples.
+	MeanGain float64 `json:"mean_gain"`
+	Valid    float64 `json:"valid"`
+	Entropy  float64 `json:"entropy"`
+	Kept     int     `json:"kept"`
+	Flat     int     `json:"flat"`
+	Loss     float64 `json:"loss"`
+	ClipFrac float64 `json:"clip_frac"`
 }
 
 // Summary is train.py's report (its --out file) with the service's
@@ -182,9 +186,20 @@ type Summary struct {
 	After        Eval          `json:"after"`
 	Steps        []Step        `json:"steps"`
 	Calibrations []Calibration `json:"calibrations"`
-	Info         serve.Info    `json:"-"`
-	M0Runs       int           `json:"-"`
-	Wall, CPU    time.Duration `json:"-"`
+	// The rest is Run's: the run's profile, seed and split, the service's
+	// state at the end (its real runs: calibrations paid, reused and
+	// evaluation runs), M_0's runs paid now, the policy's checkpoints and
+	// the wall and CPU time. Run writes the whole summary to
+	// <dir>/result.json.
+	Profile     string        `json:"profile"`
+	Seed        uint64        `json:"seed"`
+	Split       string        `json:"split,omitempty"`
+	Info        serve.Info    `json:"service"`
+	M0Runs      int           `json:"m0_runs_paid"`
+	Checkpoints []string      `json:"checkpoints,omitempty"`
+	WallSeconds float64       `json:"wall_seconds"`
+	CPUSeconds  float64       `json:"cpu_seconds"`
+	Wall, CPU   time.Duration `json:"-"`
 }
 
 func main() {
@@ -268,7 +283,7 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 		"--warmup-steps", strconv.Itoa(p.WarmupSteps), "--warmup-batch", strconv.Itoa(p.WarmupBatch),
 		"--steps", strconv.Itoa(p.Steps), "--states", strconv.Itoa(p.States), "--group", strconv.Itoa(p.Group),
 		"--eval-states", strconv.Itoa(p.EvalStates), "--epochs", strconv.Itoa(p.Epochs),
-		"--prompt", p.Prompt, "--lr", strconv.FormatFloat(p.LR, 'g', -1, 64))
+		"--prompt", p.Prompt, "--lr", strconv.FormatFloat(p.LR, 'g', -1, 64), "--save", filepath.Join(o.Dir, "policy"))
 	if p.PerSample {
 		cmd.Args = append(cmd.Args, "--per-sample")
 	}
@@ -285,8 +300,22 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 	if err := json.Unmarshal(raw, &sum); err != nil {
 		return nil, fmt.Errorf("train.py summary: %w", err)
 	}
+	sum.Profile, sum.Seed, sum.Split = p.Name, o.Seed, p.Split
 	sum.Info, sum.M0Runs = s.Info(), m0Runs
+	for _, name := range []string{"warmup.pt", "final.pt"} {
+		if _, err := os.Stat(filepath.Join(o.Dir, "policy", name)); err == nil {
+			sum.Checkpoints = append(sum.Checkpoints, filepath.Join("policy", name))
+		}
+	}
 	sum.Wall, sum.CPU = time.Since(start), cpuTime()-cpu0
+	sum.WallSeconds, sum.CPUSeconds = sum.Wall.Seconds(), sum.CPU.Seconds()
+	b, err := json.MarshalIndent(&sum, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := environment.WriteOut(o.Dir, "result.json", append(b, '\n')); err != nil {
+		return nil, err
+	}
 	return &sum, nil
 }
 
@@ -310,9 +339,9 @@ func Print(w io.Writer, p Profile, s *Summary) {
 	fmt.Fprintf(w, "  before RL: valid %.1f%%  Avg@4 %+.3f σ  (feasible mean %+.3f σ, %d runs)\n", 100*s.Before.Valid, s.Before.Avg4, s.Before.MeanFeasible, s.Before.Runs)
 	fmt.Fprintf(w, "  after RL:  valid %.1f%%  Avg@4 %+.3f σ  (feasible mean %+.3f σ, %d runs)\n", 100*s.After.Valid, s.After.Avg4, s.After.MeanFeasible, s.After.Runs)
 	fmt.Fprintf(w, "RL: %d steps × %d states × G=%d\n", p.Steps, p.States, p.Group)
-	fmt.Fprintf(w, "  step  reward  valid  entropy  kept  flat  clip\n")
+	fmt.Fprintf(w, "  step  reward  predicted  valid  entropy  kept  flat  clip\n")
 	for _, st := range s.Steps {
-		fmt.Fprintf(w, "  %4d  %+.3f  %5.2f  %7.3f  %4d  %4d  %.3f\n", st.Step, st.MeanReward, st.Valid, st.Entropy, st.Kept, st.Flat, st.ClipFrac)
+		fmt.Fprintf(w, "  %4d  %+.3f  %+9.3f  %5.2f  %7.3f  %4d  %4d  %.3f\n", st.Step, st.MeanReward, st.MeanGain, st.Valid, st.Entropy, st.Kept, st.Flat, st.ClipFrac)
 	}
 	for _, c := range s.Calibrations {
 		st, m := c.Result, c.Monitors

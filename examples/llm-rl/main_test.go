@@ -226,3 +226,36 @@ print(json.dumps(train.description_pairs("context 2, embedding 32, adam lr 0.003
 	// 3.04e9 → 126.
 	require.Equal(t, []string{"context q4", "embedding q20", "lr q-33", "warm-up q0z", "shift nq8", "batch q24", "budget q126"}, pairs)
 }
+
+// TestFastPathsMatchForward checks train.py's two fast paths against the
+// model's full forward (the path the warm-up trains through), on a
+// randomly initialised policy: the key-value-cached sampler's old
+// log-probs, and group_logprobs' log-probs and parameter gradients (a
+// prompt encoded once for its G answers, prompts of different lengths,
+// an answer that is only EOS).
+func TestFastPathsMatchForward(t *testing.T) {
+	requireTorch(t)
+	out := filepath.Join(t.TempDir(), "sampler.json")
+	b, err := exec.Command(Python, "train.py", "--check-sampler", out).CombinedOutput()
+	require.NoError(t, err, "%s", b)
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var got struct {
+		SampleDiff float64 `json:"sample_diff"`
+		GroupDiff  float64 `json:"group_diff"`
+		GradDiff   float64 `json:"grad_diff"`
+		GradNorm   float64 `json:"grad_norm"`
+		Tokens     int     `json:"tokens"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &got), "%s", raw)
+	// Sixteen samples of up to 24 tokens each (an untrained model seldom
+	// writes EOS).
+	require.Greater(t, got.Tokens, 16)
+	require.Greater(t, got.GradNorm, 1.0, "the gradient must not vanish")
+	// float32 rounding: an indexing or masking error moves log-probs by
+	// far more than 1e-4 (the log-prob of a uniform token is about -6.9).
+	require.Less(t, got.SampleDiff, 1e-4)
+	require.Less(t, got.GroupDiff, 1e-4)
+	require.Less(t, got.GradDiff, 1e-4*got.GradNorm)
+	t.Logf("sampler %.2g, grouped log-probs %.2g, gradients %.2g (norm %.1f) over %d sampled tokens", got.SampleDiff, got.GroupDiff, got.GradDiff, got.GradNorm, got.Tokens)
+}

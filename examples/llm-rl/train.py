@@ -116,6 +116,158 @@ def check(args):
     return 0
 
 
+def check_sampler(args):
+    """Checks the two fast paths against the model's full forward (the
+    warm-up's path) on a randomly initialised policy: the key-value-cached
+    sampler's log-probs, and group_logprobs' log-probs and parameter
+    gradients (prompts of different lengths, one answer only EOS). Writes
+    {"sample_diff": d, "group_diff": d, "grad_diff": d, "tokens": n}."""
+    import torch
+
+    torch.manual_seed(args.seed)
+    cat = [("mech_a", [("x", ["1", "2", "3"]), ("y", ["lo", "hi"])]), ("mech_b", [])]
+    tok = Tokenizer(cat, ["ar-prose", "loss"])
+    pol = Policy(torch, tok, "cpu", args.seed)
+    sdiff, n, groups = 0.0, 0, []
+    for text in ("T ar-prose loss 1000", "T ar-prose loss 3\nH mech_a x=1 y=hi +1.5\nH mech_b  -0.3"):
+        pol.prompt_ids = lambda _st, text=text: pol.prompt_text_ids(text)
+        _, ids, lps = pol.sample({}, 8)
+        p = pol.prompt_ids({})
+        with torch.no_grad():
+            lp, _, _ = pol.logprobs([p] * len(ids), ids)
+        for i, a in enumerate(ids):
+            sdiff = max([sdiff] + [abs(u - v) for u, v in zip(lp[i, : len(a)].tolist(), lps[i])])
+            n += len(a)
+        groups.append((p, ids[:3] + [ids[3][:2]]))
+    groups.append((groups[0][0][:3], [[pol.eos], groups[0][1][0]]))
+    prompts = [p for p, ans in groups for _ in ans]
+    answers = [a for _, ans in groups for a in ans]
+    grads = []
+    for full in (True, False):
+        pol.model.zero_grad()
+        lp, m, _ = pol.logprobs(prompts, answers) if full else pol.group_logprobs(groups)
+        (lp * m * torch.linspace(-1, 1, m.numel()).view_as(m)).sum().backward()
+        grads.append((lp.detach(), torch.cat([q.grad.flatten() for q in pol.model.parameters()])))
+    out = {"sample_diff": sdiff, "tokens": n,
+           "group_diff": (grads[0][0] - grads[1][0]).abs().max().item(),
+           "grad_diff": (grads[0][1] - grads[1][1]).abs().max().item(),
+           "grad_norm": grads[0][1].norm().item()}
+    with open(args.check_sampler, "w") as f:
+        json.dump(out, f)
+    return 0
+
+
+# Serving a saved policy (--serve).
+
+MAX_BODY = 1 << 20
+
+
+def completion(pol, body, lock):
+    """Answers one OpenAI chat-completions request body with pol: n
+    completions of the prompt's last message (the service's prompt form,
+    read by condense), sampled from a generator seeded with the request's
+    seed, with each token's log-prob. Raises ValueError for a bad body."""
+    torch = pol.torch
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs or not all(
+            isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs):
+        raise ValueError("messages: want a non-empty list of {role, content}")
+    n = body.get("n", 1)
+    if n is None:
+        n = 1
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 64:
+        raise ValueError("n: want an integer in [1, 64]")
+    temp = body.get("temperature", 1.0)
+    if temp is None:
+        temp = 1.0
+    if not isinstance(temp, (int, float)) or isinstance(temp, bool) or not 0 <= temp <= 2:
+        raise ValueError("temperature: want a number in [0, 2]")
+    seed = body.get("seed", 0)
+    if seed is None:
+        seed = 0
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError("seed: want an integer")
+    gen = torch.Generator(device=pol.device)
+    gen.manual_seed(seed & (2 ** 63 - 1))
+    state = {"prompt": msgs}
+    with lock:
+        texts, ids, lps = pol.sample(state, n, gen=gen, temperature=float(temp))
+        prompt_tokens = len(pol.prompt_ids(state))
+    choices = []
+    for i, (text, toks, lp) in enumerate(zip(texts, ids, lps)):
+        stopped = bool(toks) and toks[-1] == pol.eos
+        content = [{"token": pol.tok.itos[t], "logprob": v, "bytes": list(pol.tok.itos[t].encode()), "top_logprobs": []}
+                   for t, v in zip(toks, lp) if t != pol.eos]
+        choices.append({"index": i, "message": {"role": "assistant", "content": text, "refusal": None},
+                        "logprobs": {"content": content, "refusal": None},
+                        "finish_reason": "stop" if stopped else "length"})
+    done = sum(len(t) for t in ids)
+    return {"id": "chatcmpl-llm-rl-%d" % (seed & 0xFFFFFFFF), "object": "chat.completion", "created": 0,
+            "model": body.get("model") or "llm-rl", "system_fingerprint": "", "choices": choices,
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": prompt_tokens + done}}
+
+
+def serve(args):
+    """Serves the policy saved at args.serve as an OpenAI-compatible chat
+    completions endpoint on 127.0.0.1 (a free port: the first line on
+    stdout is "listening on http://127.0.0.1:PORT"), each request needing
+    the bearer token in LM2LM_POLICY_TOKEN, until stdin closes."""
+    import http.server
+    import threading
+    import torch
+
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    token = os.environ.get("LM2LM_POLICY_TOKEN", "")
+    if not token:
+        raise RuntimeError("LM2LM_POLICY_TOKEN is empty: the policy server needs a token")
+    pol, _ = load_policy(torch, args.serve, "cpu", args.seed)
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def reply(self, code, obj):
+            b = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(b)))
+            self.end_headers()
+            self.wfile.write(b)
+
+        def fail(self, code, msg):
+            self.reply(code, {"error": {"message": msg, "type": "invalid_request_error"}})
+
+        def do_POST(self):
+            if self.headers.get("Authorization", "") != "Bearer " + token:
+                return self.fail(401, "a bearer token is needed")
+            if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                return self.fail(404, "only /v1/chat/completions is served")
+            try:
+                size = int(self.headers.get("Content-Length", ""))
+            except ValueError:
+                return self.fail(411, "Content-Length is needed")
+            if not 0 <= size <= MAX_BODY:
+                return self.fail(413, "the body exceeds %d bytes" % MAX_BODY)
+            try:
+                body = json.loads(self.rfile.read(size))
+                if not isinstance(body, dict):
+                    raise ValueError("want a JSON object")
+                out = completion(pol, body, lock)
+            except ValueError as e:
+                return self.fail(400, str(e)[:300])
+            self.reply(200, out)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    print("listening on http://127.0.0.1:%d" % srv.server_address[1], flush=True)
+    sys.stdin.read()  # the owner closes stdin to stop the server
+    srv.shutdown()
+    return 0
+
+
 # The service.
 
 URL = os.environ.get("LM2LM_URL", "http://127.0.0.1:8080")
@@ -265,6 +417,15 @@ class Tokenizer:
         self.stoi = {s: i for i, s in enumerate(self.itos)}
         self.longest = max(len(s) for s in self.itos[5:])
 
+    @classmethod
+    def from_itos(cls, itos):
+        """The tokenizer whose vocabulary is itos (a saved policy's)."""
+        tok = cls.__new__(cls)
+        tok.itos = list(itos)
+        tok.stoi = {s: i for i, s in enumerate(tok.itos)}
+        tok.longest = max(len(s) for s in tok.itos[5:])
+        return tok
+
     def encode(self, text):
         out, i = [], 0
         while i < len(text):
@@ -296,11 +457,14 @@ def build_model(torch, vocab, ctx, d=64, heads=4, layers=2):
             self.norm = nn.LayerNorm(d)
             self.head = nn.Linear(d, vocab)
 
-        def forward(self, x):
+        def hidden(self, x):
             t = x.shape[1]
             mask = torch.triu(torch.full((t, t), float("-inf"), device=x.device), diagonal=1)
             h = self.tok(x) + self.pos(torch.arange(t, device=x.device))
-            return self.head(self.norm(self.blocks(h, mask=mask)))
+            return self.norm(self.blocks(h, mask=mask))
+
+        def forward(self, x):
+            return self.head(self.hidden(x))
 
     return LM()
 
@@ -322,23 +486,34 @@ class Policy:
         return [self.tok.stoi[BOS]] + ids + [self.tok.stoi[SEP]]
 
     def batch(self, prompts, answers):
-        """Right-padded inputs, targets and answer mask (causal: padding on the right changes nothing)."""
+        """Right-padded inputs (causal: padding on the right changes
+        nothing), each answer token's position in its row (the position
+        whose output predicts it) and the answer tokens, both (B, A) with
+        A the longest answer, and the answer mask."""
         torch = self.torch
         seqs = [p + a for p, a in zip(prompts, answers)]
-        t = max(len(s) for s in seqs)
+        t, na = max(len(s) for s in seqs), max(len(a) for a in answers)
         x = torch.zeros(len(seqs), t, dtype=torch.long)
-        m = torch.zeros(len(seqs), t - 1)
-        for i, (p, s) in enumerate(zip(prompts, seqs)):
-            x[i, : len(s)] = torch.tensor(s)
-            m[i, len(p) - 1 : len(s) - 1] = 1
-        return x.to(self.device), m.to(self.device)
+        at = torch.zeros(len(seqs), na, dtype=torch.long)
+        y = torch.zeros(len(seqs), na, dtype=torch.long)
+        m = torch.zeros(len(seqs), na)
+        for i, (p, a) in enumerate(zip(prompts, answers)):
+            x[i, : len(p) + len(a)] = torch.tensor(p + a)
+            at[i, : len(a)] = torch.arange(len(p) - 1, len(p) - 1 + len(a))
+            y[i, : len(a)] = torch.tensor(a)
+            m[i, : len(a)] = 1
+        return x.to(self.device), at.to(self.device), y.to(self.device), m.to(self.device)
 
     def logprobs(self, prompts, answers):
-        """Per-token log-probs of the answers (B, T-1), their mask, and the mean entropy per answer token."""
-        x, m = self.batch(prompts, answers)
-        logits = self.model(x[:, :-1]).float()
-        lp = torch_log_softmax(self.torch, logits)
-        tok = lp.gather(-1, x[:, 1:].unsqueeze(-1)).squeeze(-1)
+        """The answers' per-token log-probs (B, A), their mask and the mean
+        entropy per answer token. The output layer runs at the answer
+        positions only: the prompt's positions predict nothing trained."""
+        torch = self.torch
+        x, at, y, m = self.batch(prompts, answers)
+        h = self.model.hidden(x[:, :-1])
+        h = h.gather(1, at.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+        lp = torch_log_softmax(torch, self.model.head(h).float())
+        tok = lp.gather(-1, y.unsqueeze(-1)).squeeze(-1) * m
         ent = -(lp.exp() * lp).sum(-1)
         return tok, m, ((ent * m).sum() / m.sum().clamp(min=1)).item()
 
@@ -346,28 +521,161 @@ class Policy:
     def eos(self):
         return self.tok.stoi[EOS]
 
-    def sample(self, state, g):
-        """g completions of one state: (texts, answer ids incl. EOS, old log-probs)."""
+    def _layer(self, layer, h, prefix=None, bias=None):
+        """One norm-first layer of the model (its own weights, ReLU) over h
+        (B, t, d), attending to prefix's keys and values (B, heads, P,
+        d_head) before its own; bias (B or 1, 1, t, P + t) is added to the
+        attention scores (-inf where a key is hidden). Returns the layer's
+        output and h's own keys and values."""
+        torch, F = self.torch, self.torch.nn.functional
+        att = layer.self_attn
+        heads = att.num_heads
+        b, t, d = h.shape
+        q, k, v = F.linear(layer.norm1(h), att.in_proj_weight, att.in_proj_bias).chunk(3, dim=-1)
+        q, k, v = (z.reshape(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+        kk, vv = (k, v) if prefix is None else (torch.cat([prefix[0], k], dim=2), torch.cat([prefix[1], v], dim=2))
+        w = q @ kk.transpose(-2, -1) / math.sqrt(d // heads)
+        if bias is not None:
+            w = w + bias
+        a = (torch.softmax(w, dim=-1) @ vv).transpose(1, 2).reshape(b, t, d)
+        h = h + att.out_proj(a)
+        return h + layer.linear2(F.relu(layer.linear1(layer.norm2(h)))), k, v
+
+    def _causal(self, t, p=0):
+        """The additive mask of t new tokens after p earlier ones: each sees
+        every earlier one and itself."""
         torch = self.torch
+        return torch.triu(torch.full((t, p + t), float("-inf"), device=self.device), diagonal=p + 1)
+
+    def _step(self, x, pos, cache):
+        """One incremental forward over new tokens x (B, n) at positions
+        pos.. pos+n-1, reading and extending cache (one (keys, values) pair
+        per layer); returns the last position's logits. The arithmetic of
+        forward() with its causal mask, computed once per token instead of
+        over the whole prefix at every token."""
+        torch, m = self.torch, self.model
+        n = x.shape[1]
+        h = m.tok(x) + m.pos(torch.arange(pos, pos + n, device=x.device))
+        bias = self._causal(n, pos) if n > 1 else None
+        for li, layer in enumerate(m.blocks.layers):
+            h, k, v = self._layer(layer, h, cache[li], bias)
+            if cache[li] is not None:
+                k, v = torch.cat([cache[li][0], k], dim=2), torch.cat([cache[li][1], v], dim=2)
+            cache[li] = (k, v)
+        return m.head(m.norm(h[:, -1]))
+
+    def group_logprobs(self, groups):
+        """The per-token log-probs of groups of answers that share a prompt,
+        [(prompt ids, [answer ids, ...]), ...], flattened in order: (N, A)
+        with A the longest answer, the mask and the mean entropy per answer
+        token. Equal to logprobs() over each (prompt, answer) pair (tested by
+        --check-sampler), but each prompt goes through the model once for
+        its G answers: the answers attend to their prompt's keys and values."""
+        torch, m = self.torch, self.model
+        dev = self.device
+        s, pl = len(groups), max(len(p) for p, _ in groups)
+        x = torch.zeros(s, pl, dtype=torch.long)
+        hide = torch.zeros(s, pl)
+        rows, ans = [], []
+        for i, (p, answers) in enumerate(groups):
+            x[i, : len(p)] = torch.tensor(p)
+            hide[i, len(p):] = float("-inf")
+            rows += [i] * len(answers)
+            ans += list(answers)
+        x, hide = x.to(dev), hide.to(dev)
+        lens = torch.tensor([len(p) for p, _ in groups], device=dev)
+        rows_t = torch.tensor(rows, device=dev)
+        na = max(len(a) for a in ans)
+        # The answers' inputs: each answer but its last token, at the
+        # positions after its own prompt.
+        y = torch.zeros(len(ans), na, dtype=torch.long)
+        mask = torch.zeros(len(ans), na)
+        for i, a in enumerate(ans):
+            y[i, : len(a)] = torch.tensor(a)
+            mask[i, : len(a)] = 1
+        y, mask = y.to(dev), mask.to(dev)
+        xa = y[:, : na - 1]
+        pos = lens[rows_t].unsqueeze(-1) + torch.arange(na - 1, device=dev)
+        hp = m.tok(x) + m.pos(torch.arange(pl, device=dev))
+        ha = m.tok(xa) + m.pos(pos)
+        # An answer sees its prompt's real tokens and its own earlier tokens.
+        bias = torch.cat([hide[rows_t].unsqueeze(1).expand(-1, na - 1, -1),
+                          self._causal(na - 1).unsqueeze(0).expand(len(ans), -1, -1)], dim=-1).unsqueeze(1)
+        pbias = self._causal(pl)
+        for layer in m.blocks.layers:
+            hp, k, v = self._layer(layer, hp, None, pbias)
+            ha, _, _ = self._layer(layer, ha, (k[rows_t], v[rows_t]), bias)
+        last = hp[torch.arange(s, device=dev), lens - 1][rows_t].unsqueeze(1)
+        h = m.norm(torch.cat([last, ha], dim=1))
+        lp = torch_log_softmax(torch, m.head(h).float())
+        tok = lp.gather(-1, y.unsqueeze(-1)).squeeze(-1) * mask
+        ent = -(lp.exp() * lp).sum(-1)
+        return tok, mask, ((ent * mask).sum() / mask.sum().clamp(min=1)).item()
+
+    def sample(self, state, g, gen=None, temperature=1.0):
+        """g completions of one state: (texts, answer ids incl. EOS, old log-probs).
+
+        The prompt is encoded once and its keys and values shared by the g
+        completions (a key-value cache): the per-token log-probs equal the
+        full forward's to float rounding (tested by --check-sampler). gen
+        is the random source (default the policy's own); temperature
+        divides the logits (0: the most likely token)."""
+        torch = self.torch
+        gen = self.gen if gen is None else gen
         p = self.prompt_ids(state)
-        x = torch.tensor([p] * g, device=self.device)
         done = torch.zeros(g, dtype=torch.bool, device=self.device)
         outs, lps = [[] for _ in range(g)], [[] for _ in range(g)]
+        cache = [None] * len(self.model.blocks.layers)
         with torch.no_grad():
-            for _ in range(MAX_ANSWER):
-                lp = torch_log_softmax(self.torch, self.model(x)[:, -1].float())
-                nxt = torch.multinomial(lp.exp(), 1, generator=self.gen).squeeze(-1)
-                chosen = lp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
+            logits = self._step(torch.tensor([p], device=self.device), 0, cache)
+            cache = [(k.expand(g, -1, -1, -1), v.expand(g, -1, -1, -1)) for k, v in cache]
+            logits = logits.expand(g, -1)
+            for t in range(MAX_ANSWER):
+                if temperature == 0:
+                    lp = torch_log_softmax(self.torch, logits.float())
+                    nxt = lp.argmax(-1)
+                else:
+                    lp = torch_log_softmax(self.torch, logits.float() / temperature)
+                    nxt = torch.multinomial(lp.exp(), 1, generator=gen).squeeze(-1)
+                chosen = lp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1).tolist()
+                ids = nxt.tolist()
                 for i in range(g):
                     if not done[i]:
-                        outs[i].append(int(nxt[i]))
-                        lps[i].append(float(chosen[i]))
+                        outs[i].append(ids[i])
+                        lps[i].append(chosen[i])
                 done |= nxt == self.eos
-                if bool(done.all()):
+                if bool(done.all()) or t == MAX_ANSWER - 1:
                     break
-                x = torch.cat([x, nxt.unsqueeze(-1)], dim=1)
+                logits = self._step(nxt.unsqueeze(-1), len(p) + t, cache)
         texts = [self.tok.decode([t for t in o if t != self.eos]) for o in outs]
         return texts, outs, lps
+
+
+CHECKPOINT_FORMAT = "lm2lm-llm-rl-policy/1"
+
+
+def save_policy(pol, path, kind, seed):
+    """Writes the policy (weights, vocabulary, prompt form) to path,
+    atomically; load_policy reads it back (torch.load with weights_only)."""
+    torch = pol.torch
+    obj = {"format": CHECKPOINT_FORMAT, "kind": kind, "seed": seed, "prompt": PROMPT,
+           "itos": list(pol.tok.itos), "state_dict": {k: v.detach().cpu() for k, v in pol.model.state_dict().items()}}
+    tmp = path + ".tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def load_policy(torch, path, device, seed):
+    """The policy save_policy wrote to path; sets the prompt form."""
+    global PROMPT
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(obj, dict) or obj.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError("%s: not a %s checkpoint" % (path, CHECKPOINT_FORMAT))
+    PROMPT = obj["prompt"]
+    pol = Policy(torch, Tokenizer.from_itos(obj["itos"]), device, seed)
+    pol.model.load_state_dict(obj["state_dict"])
+    pol.model.eval()
+    return pol, obj
 
 
 def torch_log_softmax(torch, logits):
@@ -453,35 +761,34 @@ def rl_step(pol, opt, step, sts, g, epochs, per_sample=False):
         body = {"request_id": "score-%d" % step, "step": step,
                 "groups": [{"state_id": st["state_id"], "completions": s[0]} for st, s in zip(sts, samples)]}
         sc = call("/v1/score", body)
-    prompts, answers, olds, advs = [], [], [], []
+    groups, answers, olds, advs, gains = [], [], [], [], []
     nvalid = ntotal = 0
     for st, (texts, ids, lps), gs in zip(sts, samples, sc["groups"]):
+        kept = []
         for i, smp in enumerate(gs["samples"]):
             if smp.get("reward") is None:
                 continue  # the world model failed: no reward, the sample is dropped
             ntotal += 1
             nvalid += bool(smp.get("valid"))
+            if smp.get("valid"):
+                gains.append(smp.get("gain", 0.0))
             if not gs.get("kept"):
                 continue  # dynamic sampling: a group with equal rewards has no signal
-            prompts.append(pol.prompt_ids(st))
+            kept.append(ids[i])
             answers.append(ids[i])
             olds.append(lps[i])
             advs.append(smp["advantage"])
+        if kept:
+            groups.append((pol.prompt_ids(st), kept))
     loss_v, clip_v, ent = 0.0, 0.0, float("nan")
-    if prompts:
+    if groups:
         t = max(len(a) for a in answers)
         old = torch.zeros(len(answers), t, device=pol.device)
         for i, o in enumerate(olds):
             old[i, : len(o)] = torch.tensor(o)
         adv = torch.tensor(advs, device=pol.device)
         for _ in range(epochs):
-            lp, m, ent = pol.logprobs(prompts, answers)
-            # Each answer's tokens sit at the end of its row's prompt; gather them to (B, t).
-            new = torch.zeros(len(answers), t, device=pol.device)
-            mask = torch.zeros(len(answers), t, device=pol.device)
-            for i, (p, a) in enumerate(zip(prompts, answers)):
-                new[i, : len(a)] = lp[i, len(p) - 1 : len(p) - 1 + len(a)]
-                mask[i, : len(a)] = 1
+            new, mask, ent = pol.group_logprobs(groups)
             loss, clip = dapo_loss(torch, new, old, adv, mask)
             opt.zero_grad()
             loss.backward()
@@ -499,6 +806,7 @@ def rl_step(pol, opt, step, sts, g, epochs, per_sample=False):
         time.sleep(0.2)
         adv_resp = call("/v1/calibrations")
     return {"step": step, "mean_reward": sc.get("mean_reward", 0.0), "valid": nvalid / max(ntotal, 1),
+            "mean_gain": sum(gains) / max(len(gains), 1),
             "entropy": ent, "kept": sc.get("kept", 0), "flat": sc.get("flat", 0), "loss": loss_v,
             "clip_frac": clip_v}, started
 
@@ -528,8 +836,11 @@ def train(args):
     nparams = sum(p.numel() for p in pol.model.parameters())
     log("device %s, %d cards, vocabulary %d, %d parameters" % (device, len(cat), len(tok.itos), nparams))
     ex = pol.prompt_ids(pool[-1])
-    log("condensed prompt of a state (%d tokens): %r" % (len(ex), condense(pool[-1])))
+    log("%s prompt of a state (%d tokens): %r" % (PROMPT, len(ex), condense(pool[-1])))
     warmup(pol, cat, pool, args.warmup_steps, args.warmup_batch, rng, log)
+    if args.save:
+        os.makedirs(args.save, exist_ok=True)
+        save_policy(pol, os.path.join(args.save, "warmup.pt"), "warmup", args.seed)
 
     held = states(args.eval_states, "test", "held-out")
     probe = [t for st in (pool[:4] + held) for t in pol.sample(st, 8)[0]]
@@ -544,8 +855,8 @@ def train(args):
         sts = states(args.states, "train", "rl-%d" % step)
         row, started = rl_step(pol, opt, step, sts, args.group, args.epochs, args.per_sample)
         steps.append(row)
-        log("RL step %d: reward %+.3f valid %.2f entropy %.3f kept %d flat %d" % (
-            step, row["mean_reward"], row["valid"], row["entropy"], row["kept"], row["flat"]))
+        log("RL step %d: reward %+.3f predicted %+.3f valid %.2f entropy %.3f clip %.3f kept %d flat %d" % (
+            step, row["mean_reward"], row["mean_gain"], row["valid"], row["entropy"], row["clip_frac"], row["kept"], row["flat"]))
         # The monitors of a calibration are read once it applied (at the
         # step after its runs finished).
         done = [c for c in call("/v1/calibrations")["calibrations"] if c["state"] == "applied"]
@@ -555,6 +866,8 @@ def train(args):
                 cals.append({"result": c, "monitors": mon})
                 log("calibration at step %d: %d runs" % (c["step"], c["result"]["executed"]))
             applied = len(done)
+    if args.save:
+        save_policy(pol, os.path.join(args.save, "final.pt"), "final", args.seed)
     after = evaluate(pol, held, "after")
     log("after RL: valid %.2f, Avg@4 %+.3f (%d runs)" % (after["valid"], after["avg4"], after["runs"]))
     with open(args.out, "w") as f:
@@ -566,7 +879,10 @@ def train(args):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", nargs=2, metavar=("BATCH", "OUT"))
+    ap.add_argument("--check-sampler", metavar="OUT", help="write the cached sampler's largest log-prob difference from the full forward")
     ap.add_argument("--out", default="summary.json")
+    ap.add_argument("--serve", metavar="CHECKPOINT", help="serve the saved policy as an OpenAI-compatible chat completions endpoint on 127.0.0.1 (token in LM2LM_POLICY_TOKEN) until stdin closes")
+    ap.add_argument("--save", metavar="DIR", help="write the policy after the warm-up (DIR/warmup.pt) and after RL (DIR/final.pt)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--warmup-steps", type=int, default=150)
     ap.add_argument("--warmup-batch", type=int, default=32)
@@ -583,6 +899,10 @@ def main(argv):
     PROMPT = args.prompt
     if args.check:
         return check(args)
+    if args.check_sampler:
+        return check_sampler(args)
+    if args.serve:
+        return serve(args)
     return train(args)
 
 
