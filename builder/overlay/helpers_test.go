@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,11 +13,12 @@ import (
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/builder/overlay"
 	"github.com/lm2lm/lm2lm/internal/oaitest"
+	"github.com/lm2lm/lm2lm/internal/pytest"
 	"github.com/lm2lm/lm2lm/records"
 )
 
 // python is Debian's interpreter, which has python3-torch.
-const python = "/usr/bin/python3"
+const python = pytest.Python
 
 // trainPy is the example's training script, the code the overlays change.
 const trainPy = "../../examples/pytorch/train.py"
@@ -163,28 +163,12 @@ func answer(t *testing.T, files ...string) oaitest.Reply {
 	return oaitest.Text(string(b))
 }
 
-// requireTorch skips the test when python cannot import torch, unless CI
-// is set (there .ci/setup.sh installs Debian's python3-torch).
+// requireTorch skips the test without PyTorch, or fails it under CI
+// (pytest.RequireTorch).
 func requireTorch(t *testing.T) {
 	t.Helper()
-	torchOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		torchErr = exec.CommandContext(ctx, python, "-c", "import torch").Run()
-	})
-	if torchErr == nil {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s cannot import torch (%v); CI is set, and .ci/setup.sh installs Debian's python3-torch", python, torchErr)
-	}
-	t.Skipf("PyTorch is missing, so the overlaid training is not tested: %v (install Debian's python3-torch)", torchErr)
+	pytest.RequireTorch(t, "the overlaid training")
 }
-
-var (
-	torchOnce sync.Once
-	torchErr  error
-)
 
 // requirePython skips when there is no python3 at all.
 func requirePython(t *testing.T) {

@@ -41,7 +41,7 @@ func (j job) String() string { return fmt.Sprintf("%s seed %d", j.method, j.seed
 func expectedRuns(o options, m method, tests int) int {
 	p, _ := o.prof() // validated
 	n := tests * p.EvalStates * lm2lm.DefaultEvalConfig().K
-	if m.kind != "none" {
+	if m.usesM0() {
 		n += p.M0
 	}
 	if m.extra {
@@ -83,7 +83,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 		Tasks: o.tasksDigest(), LeftOut: e.leftOut}
 	cnt := &counter{next: progress.Executor(e.pool, rep)}
 	var m0 records.Evidence
-	if m.kind != "none" { // the untrained policy needs no records
+	if m.usesM0() { // the untrained policies need no records
 		var err error
 		if m0, _, err = environment.M0(ctx, e.lab, cnt, e.train, lab.Catalogue(), prof.M0, j.seed, o.parallel); err != nil {
 			return res, fmt.Errorf("%s: %w", j, err)
@@ -127,11 +127,20 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 		if w, err = newWorld(o, e.lab); err == nil {
 			prop, err = baseline.NewRerank(set.RerankConfig(), pol, w, m0)
 		}
+	case "external":
+		var stop func() error
+		if prop, stop, err = transformerProposer(ctx, o, m, j.seed, &res); err == nil {
+			defer stop()
+		}
 	}
 	if err != nil {
 		return res, fmt.Errorf("%s: training: %w", j, err)
 	}
-	res.Runs.Training = cnt.take()
+	if m.kind == "external" {
+		cnt.take() // nothing ran here: the run's own training runs are in res
+	} else {
+		res.Runs.Training = cnt.take()
+	}
 	if err := pol.SetTemperature(set.Policy.EvalTemperature); err != nil {
 		return res, err
 	}

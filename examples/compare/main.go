@@ -36,6 +36,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -47,7 +48,9 @@ import (
 const about = `compare runs every method (Base, SFT, RFT, best known changes, world-model
 rerank, static world model with and without extra random records, random
 calibration, LM2LM, LM2LM + WMRL, WMRL alone, LM2LM with a world-model rerank
-of its trained policy's samples) on the embedded lab under N seeds, evaluates each trained
+of its trained policy's samples; with -transformer, the token-level transformer
+that examples/llm-rl trained through the environment service, after its warm-up
+and after RL) on the embedded lab under N seeds, evaluates each trained
 policy on the test tasks with real training runs, and writes a Markdown table,
 a JSON file and PNG charts: Avg@4, Best@4, negative rate and share above 2 sigma_e
 with 95% stratified bootstrap confidence intervals, paired differences against
@@ -104,6 +107,13 @@ type options struct {
 	// holdOut is the family held out of training and evaluated on
 	// (-hold-out-family; "" = none).
 	holdOut string
+	// transformer is the run directory of examples/llm-rl per seed, with
+	// {seed} in it (-transformer; "" = none); transformerScript the
+	// train.py that serves its policy and transformerTemp the sampling
+	// temperature of its evaluation.
+	transformer       string
+	transformerScript string
+	transformerTemp   float64
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
 }
@@ -155,6 +165,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.corpus, "corpus", "", "the store of the lab's pretraining corpus (examples/priorcorpus -store FILE), opened read only, that rft-corpus and bestknown-corpus draw on: outside knowledge no real-run budget counts (needed by those methods, refused without them)")
 	fs.StringVar(&o.holdOut, "hold-out-family", "", "hold this family out of training (its training tasks join no training split, M_0 or world-model context; the corpus methods' corpus loses its runs too) and evaluate on its tasks of the suite's test split only: the generalisation to an unseen family (METHOD.md §1 Data and evaluation)")
 	fs.StringVar(&o.landscape, "landscape", "", "the store of a landscape sweep of the evaluation split (examples/sweep -landscape -suite SPLIT -store FILE), read only: each result then carries the judgement diagnostic (per held-out state, the rank and probability of the task's best mechanism under the method, and the spread of its choices across states against the spread of the best mechanisms), reported by region; results run without it have none")
+	fs.StringVar(&o.transformer, "transformer", "", "run directory of examples/llm-rl -profile method for each seed, with {seed} in it (e.g. out/llm-rl-{seed}): the transformer methods (transformer, transformer-warmup) evaluate its saved policy served by train.py --serve, and read what its training paid from its result.json (needed by those methods, refused without them)")
+	fs.StringVar(&o.transformerScript, "transformer-script", filepath.Join("examples", "llm-rl", "train.py"), "the train.py that serves a transformer run's policy (the default is relative to the repository root)")
+	fs.Float64Var(&o.transformerTemp, "transformer-temperature", 1, "sampling temperature of the transformer methods' evaluation (the RL rollouts sample at 1)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -198,6 +211,16 @@ func (o options) validate() error {
 	}
 	if !needCorpus && o.corpus != "" {
 		bad("-corpus %q: no method of -methods draws on it (rft-corpus, bestknown-corpus)", o.corpus)
+	}
+	needTransformer := slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].kind == "external" })
+	if needTransformer && !strings.Contains(o.transformer, "{seed}") {
+		bad("-methods names a transformer method: -transformer names the examples/llm-rl run directory of each seed, with {seed} in it (got %q)", o.transformer)
+	}
+	if !needTransformer && o.transformer != "" {
+		bad("-transformer %q: no method of -methods evaluates it (transformer, transformer-warmup)", o.transformer)
+	}
+	if needTransformer && !(o.transformerTemp >= 0 && o.transformerTemp <= 2) {
+		bad("-transformer-temperature %g; want in [0, 2]", o.transformerTemp)
 	}
 	if o.seeds < 1 {
 		bad("-seeds %d; want ≥ 1", o.seeds)
@@ -272,6 +295,10 @@ func (o options) levers() []lever {
 		// record the corpus's fingerprint: it names the command, not the
 		// run directory.
 		{o.corpus != "", "", " -corpus " + o.corpus},
+		// So does -transformer (its result files record the run's digest);
+		// another evaluation temperature is a run directory of its own.
+		{o.transformer != "", "", " -transformer " + o.transformer},
+		{o.transformer != "" && o.transformerTemp != 1, fmt.Sprintf("-tt%g", o.transformerTemp), fmt.Sprintf(" -transformer-temperature %g", o.transformerTemp)},
 	}
 }
 

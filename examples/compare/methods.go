@@ -42,6 +42,11 @@ type method struct {
 	// records together; RFT imitates M_0's and the corpus's positive gains.
 	// It runs only when -methods names it.
 	corpus bool
+	// checkpoint, for the "external" kind, is the saved policy of an
+	// examples/llm-rl run that the method evaluates (-transformer): the
+	// policy after RL ("final.pt") or after its supervised warm-up
+	// ("warmup.pt"). It runs only when -methods names it.
+	checkpoint string
 }
 
 var methods = map[string]method{
@@ -63,13 +68,28 @@ var methods = map[string]method{
 	"static-wmrl":   {label: "WMRL (static + anchors)", order: 12, kind: "rl", calibration: lm2lm.Static, wmrl: true},
 	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 13, kind: "rl", calibration: lm2lm.TopRated, rerank: true},
 	"real-gains":    {label: "trained on real gains (diagnostic)", order: 14, kind: "rl", calibration: lm2lm.Static, realGains: true},
+	// The token-level transformer of examples/llm-rl, trained through the
+	// environment service with LM2LM's rewards and calibrations, after
+	// its warm-up and after RL (transformer.go).
+	"transformer-warmup": {label: "transformer, warm-up only", order: 15, kind: "external", checkpoint: "warmup.pt"},
+	"transformer":        {label: "transformer, LM2LM through the service", order: 16, kind: "external", checkpoint: "final.pt"},
+}
+
+// usesM0 reports whether the method draws on M_0's real records: every
+// method but the untrained policy and the transformer's warm-up (which
+// imitates catalogue-valid answers and reads no measured gain).
+func (m method) usesM0() bool {
+	return m.kind != "none" && !(m.kind == "external" && m.checkpoint == "warmup.pt")
 }
 
 // defaultMethods lists the methods -methods runs by default, in row
 // order: every method but the real-gains diagnostic and the methods that
-// draw on the pretraining corpus (they need -corpus).
+// draw on the pretraining corpus (they need -corpus) or evaluate a
+// transformer run (they need -transformer).
 func defaultMethods() []string {
-	return slices.DeleteFunc(methodNames(), func(n string) bool { return methods[n].realGains || methods[n].corpus })
+	return slices.DeleteFunc(methodNames(), func(n string) bool {
+		return methods[n].realGains || methods[n].corpus || methods[n].kind == "external"
+	})
 }
 
 // methodNames lists the methods in row order.

@@ -66,7 +66,11 @@ type Result struct {
 	// counts those records: outside knowledge, in no budget.
 	Corpus     string `json:"corpus,omitempty"`
 	CorpusRuns int    `json:"corpus_runs,omitempty"`
-	M0         int    `json:"m0_records"`
+	// Transformer is, for a transformer method, the digest of the
+	// examples/llm-rl run it evaluated (its result.json and checkpoint)
+	// and of the evaluation's temperature; "" for every other method.
+	Transformer string `json:"transformer,omitempty"`
+	M0          int    `json:"m0_records"`
 	// Runs counts real runs per phase: fresh (paid for now) and reused
 	// (served from the store: run earlier, by this or another method).
 	Runs struct {
@@ -217,6 +221,16 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 	if r.Corpus != want {
 		return r, false, fmt.Errorf("%s drew on another pretraining corpus (fingerprint %q, -corpus gives %q; move it away to run %s again)",
 			path, records.Excerpt(r.Corpus), records.Excerpt(want), j)
+	}
+	want = ""
+	if m := methods[j.method]; m.kind == "external" {
+		if _, _, want, err = transformerRun(o, m, j.seed); err != nil {
+			return r, false, err
+		}
+	}
+	if r.Transformer != want {
+		return r, false, fmt.Errorf("%s evaluated another transformer run or temperature (digest %q, -transformer gives %q; move it away to run %s again)",
+			path, records.Excerpt(r.Transformer), records.Excerpt(want), j)
 	}
 	return r, true, nil
 }

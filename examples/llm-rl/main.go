@@ -34,6 +34,7 @@ import (
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
 	"github.com/lm2lm/lm2lm/serve/servelab"
@@ -207,12 +208,20 @@ func main() {
 	dir := flag.String("dir", "", "work directory (default: a new temporary one, removed at exit)")
 	seed := flag.Uint64("seed", 1, "seed of the loop, M_0 and train.py")
 	parallel := flag.Int("parallel", 2, "concurrent world-model calls and real runs")
+	split := flag.String("split", "", "the V3 split the held-out states come from, replacing the profile's (v3-val or v3-test; the method profile's is v3-val)")
 	script := flag.String("script", filepath.Join("examples", "llm-rl", "train.py"), "path of train.py (the default is relative to the repository root)")
 	flag.Parse()
 	p, ok := Profiles[*name]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "%v %q (tiny, short or method)\n", ErrProfile, *name)
 		os.Exit(2)
+	}
+	if *split != "" {
+		if *split != lab.V3ValName && *split != lab.V3TestName {
+			fmt.Fprintf(os.Stderr, "llm-rl: -split %q: want %s or %s\n", *split, lab.V3ValName, lab.V3TestName)
+			os.Exit(2)
+		}
+		p.Split = *split
 	}
 	d := *dir
 	if d == "" {

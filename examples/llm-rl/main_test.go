@@ -3,44 +3,26 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/lm2lm/lm2lm/internal/pytest"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/dapo"
 	"github.com/lm2lm/lm2lm/serve"
 )
 
-var (
-	torchOnce sync.Once
-	torchErr  error
-)
-
-// requireTorch skips the test when Python cannot import torch, unless CI
-// is set: there (.ci/run installs python3-torch) a missing torch fails it.
+// requireTorch skips the test without PyTorch, or fails it under CI
+// (pytest.RequireTorch).
 func requireTorch(t *testing.T) {
 	t.Helper()
-	torchOnce.Do(func() {
-		out, err := exec.Command(Python, "-c", "import torch").CombinedOutput()
-		if err != nil {
-			torchErr = fmt.Errorf("%s cannot import torch: %v: %s", Python, err, strings.TrimSpace(string(out)))
-		}
-	})
-	if torchErr == nil {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%v; CI is set, and .ci/run installs Debian's python3-torch", torchErr)
-	}
-	t.Skipf("PyTorch is missing, so train.py is not tested: %v (install Debian's python3-torch)", torchErr)
+	pytest.RequireTorch(t, "train.py")
 }
 
 // checkBatch returns sequences whose tokens fall in every regime of the

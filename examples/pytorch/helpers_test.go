@@ -3,15 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/lm2lm/lm2lm/internal/pytest"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/builder"
@@ -21,30 +19,13 @@ import (
 
 // python is Debian's interpreter, which has python3-torch; another python3
 // earlier on PATH may not.
-const python = "/usr/bin/python3"
+const python = pytest.Python
 
-var (
-	torchOnce sync.Once
-	torchErr  error
-)
-
-// requireTorch skips the test when python cannot import torch, unless CI is
-// set: there (.ci/run installs python3-torch) a missing torch fails it.
+// requireTorch skips the test without PyTorch, or fails it under CI
+// (pytest.RequireTorch).
 func requireTorch(t *testing.T) {
 	t.Helper()
-	torchOnce.Do(func() {
-		out, err := exec.Command(python, "-c", "import torch").CombinedOutput()
-		if err != nil {
-			torchErr = fmt.Errorf("%s cannot import torch: %v: %s", python, err, strings.TrimSpace(string(out)))
-		}
-	})
-	if torchErr == nil {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%v; CI is set, and .ci/run installs Debian's python3-torch", torchErr)
-	}
-	t.Skipf("PyTorch is missing, so the real runs are not tested: %v (install Debian's python3-torch)", torchErr)
+	pytest.RequireTorch(t, "the real runs")
 }
 
 func script(t *testing.T, name string) string {
