@@ -195,6 +195,9 @@ type Summary struct {
 	Profile     string        `json:"profile"`
 	Seed        uint64        `json:"seed"`
 	Split       string        `json:"split,omitempty"`
+	LR          float64       `json:"lr"`
+	Epochs      int           `json:"epochs"`
+	WarmupSteps int           `json:"warmup_steps"`
 	Info        serve.Info    `json:"service"`
 	M0Runs      int           `json:"m0_runs_paid"`
 	Checkpoints []string      `json:"checkpoints,omitempty"`
@@ -208,6 +211,9 @@ func main() {
 	dir := flag.String("dir", "", "work directory (default: a new temporary one, removed at exit)")
 	seed := flag.Uint64("seed", 1, "seed of the loop, M_0 and train.py")
 	parallel := flag.Int("parallel", 2, "concurrent world-model calls and real runs")
+	lr := flag.Float64("lr", 0, "RL learning rate, replacing the profile's (0 = the profile's)")
+	epochs := flag.Int("epochs", 0, "DAPO passes over each step's batch, replacing the profile's (0 = the profile's)")
+	warm := flag.Int("warmup-steps", 0, "supervised warm-up steps, replacing the profile's (0 = the profile's)")
 	split := flag.String("split", "", "the V3 split the held-out states come from, replacing the profile's (v3-val or v3-test; the method profile's is v3-val)")
 	script := flag.String("script", filepath.Join("examples", "llm-rl", "train.py"), "path of train.py (the default is relative to the repository root)")
 	flag.Parse()
@@ -215,6 +221,19 @@ func main() {
 	if !ok {
 		fmt.Fprintf(os.Stderr, "%v %q (tiny, short or method)\n", ErrProfile, *name)
 		os.Exit(2)
+	}
+	if *lr < 0 || *epochs < 0 || *warm < 0 {
+		fmt.Fprintln(os.Stderr, "llm-rl: -lr, -epochs and -warmup-steps must be ≥ 0")
+		os.Exit(2)
+	}
+	if *lr > 0 {
+		p.LR = *lr
+	}
+	if *epochs > 0 {
+		p.Epochs = *epochs
+	}
+	if *warm > 0 {
+		p.WarmupSteps = *warm
 	}
 	if *split != "" {
 		if *split != lab.V3ValName && *split != lab.V3TestName {
@@ -310,6 +329,7 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 		return nil, fmt.Errorf("train.py summary: %w", err)
 	}
 	sum.Profile, sum.Seed, sum.Split = p.Name, o.Seed, p.Split
+	sum.LR, sum.Epochs, sum.WarmupSteps = p.LR, p.Epochs, p.WarmupSteps
 	sum.Info, sum.M0Runs = s.Info(), m0Runs
 	for _, name := range []string{"warmup.pt", "final.pt"} {
 		if _, err := os.Stat(filepath.Join(o.Dir, "policy", name)); err == nil {

@@ -122,7 +122,8 @@ func TestTinyProfile(t *testing.T) {
 	requireTorch(t)
 	p := Profiles["tiny"]
 	var log strings.Builder
-	s, err := Run(context.Background(), Options{Profile: p, Dir: t.TempDir(), Script: "train.py", Seed: 1, Parallel: 2}, &log)
+	dir := t.TempDir()
+	s, err := Run(context.Background(), Options{Profile: p, Dir: dir, Script: "train.py", Seed: 1, Parallel: 2}, &log)
 	require.NoError(t, err, "%s", log.String())
 	var report strings.Builder
 	Print(&report, p, s)
@@ -159,6 +160,26 @@ func TestTinyProfile(t *testing.T) {
 	require.Equal(t, applied, s.Info.Calibrations)
 	require.Equal(t, p.Steps, s.Info.Step)
 	require.Positive(t, s.CPU)
+
+	// result.json holds the whole run, as examples/compare's transformer
+	// methods read it, and both policies are saved.
+	raw, err := os.ReadFile(filepath.Join(dir, "result.json"))
+	require.NoError(t, err)
+	var back Summary
+	require.NoError(t, json.Unmarshal(raw, &back))
+	require.Equal(t, "tiny", back.Profile)
+	require.Equal(t, uint64(1), back.Seed)
+	require.Equal(t, p.LR, back.LR)
+	require.Equal(t, p.Epochs, back.Epochs)
+	require.Equal(t, s.Info, back.Info)
+	require.Equal(t, s.Steps, back.Steps)
+	require.Equal(t, []string{"policy/warmup.pt", "policy/final.pt"}, back.Checkpoints)
+	for _, c := range back.Checkpoints {
+		require.FileExists(t, filepath.Join(dir, c))
+	}
+	for i, st := range back.Steps {
+		require.False(t, math.IsNaN(st.MeanGain), "step %d", i)
+	}
 }
 
 func TestUnknownProfile(t *testing.T) {
