@@ -29,6 +29,10 @@ type TrainingStep struct {
 	// TopShare is the share (0..1) of the rollout's proposals that use its
 	// most frequent mechanism.
 	TopShare float64
+	// ClipFrac is the share (0..1) of the update's tokens whose ratio was
+	// clipped (METHOD.md §1 Policy optimisation: ε_low, ε_high); read only
+	// in a run that sets Clipped.
+	ClipFrac float64
 }
 
 // TrainingRun is one method's training under one seed.
@@ -36,10 +40,16 @@ type TrainingRun struct {
 	Method string
 	Seed   uint64
 	Steps  []TrainingStep
+	// Clipped says the steps carry ClipFrac: the chart then has a fifth
+	// panel, the share of clipped tokens, with a line for every run that
+	// sets it.
+	Clipped bool
 }
 
 // Training draws the training curves of every method over steps: mean
-// predicted gain, mean reward, entropy and top mechanism share. Each method
+// predicted gain, mean reward, entropy and top mechanism share (unless no
+// step of any run has a finite one), and the share of clipped tokens when
+// a run carries it (TrainingRun.Clipped). Each method
 // is one line, the mean over its seeds, with a shaded band from the lowest
 // to the highest seed.
 func Training(w io.Writer, title string, runs []TrainingRun) error {
@@ -65,7 +75,21 @@ func Training(w io.Writer, title string, runs []TrainingRun) error {
 		{"mean predicted gain of the rollout", "predicted gain (" + Sigma + " units)", quantity(func(s TrainingStep) float64 { return s.MeanGain }), 0, 1},
 		{"mean shaped reward", "reward", quantity(func(s TrainingStep) float64 { return s.Reward }), 0, 1},
 		{"policy entropy", "entropy (nats per token)", quantity(func(s TrainingStep) float64 { return s.Entropy }), math.NaN(), 1},
-		{"share of the top mechanism", "proposals using it (%)", quantity(func(s TrainingStep) float64 { return s.TopShare }), math.NaN(), 100},
+	}
+	// The top mechanism's share, unless no run measured it.
+	if top := quantity(func(s TrainingStep) float64 { return s.TopShare }); slices.ContainsFunc(top, func(xys plotter.XYs) bool {
+		return slices.ContainsFunc(xys, func(xy plotter.XY) bool { return stat.Finite(xy.Y) })
+	}) {
+		specs = append(specs, lineSpec{"share of the top mechanism", "proposals using it (%)", top, math.NaN(), 100})
+	}
+	if slices.ContainsFunc(runs, func(r TrainingRun) bool { return r.Clipped }) {
+		clip := quantity(func(s TrainingStep) float64 { return s.ClipFrac })
+		for i, r := range runs {
+			if !r.Clipped {
+				clip[i] = nil
+			}
+		}
+		specs = append(specs, lineSpec{"share of clipped tokens", "tokens (%)", clip, 0, 100})
 	}
 	return lineFigure(w, title, "training step", labels, specs)
 }

@@ -101,6 +101,35 @@ func TestTraining(t *testing.T) {
 	require.ErrorIs(t, Training(&buf, "x", nil), ErrEmpty)
 }
 
+// A run that carries its clipped-token share adds a fifth panel (a third
+// row); the runs without it draw no line there, and a chart without any
+// is the four-panel one.
+func TestTrainingClipped(t *testing.T) {
+	runs := trainingRuns()
+	var four bytes.Buffer
+	require.NoError(t, Training(&four, "x", runs))
+	for i := range runs[0].Steps {
+		runs[0].Steps[i].ClipFrac = 0.01 * float64(i%3)
+	}
+	var same bytes.Buffer
+	require.NoError(t, Training(&same, "x", runs))
+	require.Equal(t, four.Bytes(), same.Bytes(), "ClipFrac is read only with Clipped")
+	runs[0].Clipped = true
+	var five bytes.Buffer
+	require.NoError(t, Training(&five, "training curves with the clipped share", runs))
+	save(t, "training-clipped.png", five.Bytes())
+	decode(t, five.Bytes(), 2*5.2, 3*3.4+0.45+0.25+6.0/72)
+	// No run measured the top mechanism's share: four panels again.
+	for r := range runs {
+		for i := range runs[r].Steps {
+			runs[r].Steps[i].TopShare = math.NaN()
+		}
+	}
+	var noTop bytes.Buffer
+	require.NoError(t, Training(&noTop, "x", runs))
+	decode(t, noTop.Bytes(), 2*5.2, 2*3.4+0.45+0.25+6.0/72)
+}
+
 func TestReliability(t *testing.T) {
 	var runs []MonitorRun
 	for seed := uint64(1); seed <= 3; seed++ {

@@ -17,12 +17,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -33,6 +35,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/environment"
+	"github.com/lm2lm/lm2lm/evalplot"
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/records"
@@ -166,12 +169,15 @@ type Step struct {
 	// MeanGain is the mean predicted gain (the world model's, before
 	// shaping) of the step's valid samples.
 	MeanGain float64 `json:"mean_gain"`
-	Valid    float64 `json:"valid"`
-	Entropy  float64 `json:"entropy"`
-	Kept     int     `json:"kept"`
-	Flat     int     `json:"flat"`
-	Loss     float64 `json:"loss"`
-	ClipFrac float64 `json:"clip_frac"`
+	// TopShare is the share of the step's valid samples that use its most
+	// frequent mechanism (absent in runs that did not record it).
+	TopShare *float64 `json:"top_share,omitempty"`
+	Valid    float64  `json:"valid"`
+	Entropy  float64  `json:"entropy"`
+	Kept     int      `json:"kept"`
+	Flat     int      `json:"flat"`
+	Loss     float64  `json:"loss"`
+	ClipFrac float64  `json:"clip_frac"`
 }
 
 // Summary is train.py's report (its --out file) with the service's
@@ -214,9 +220,17 @@ func main() {
 	lr := flag.Float64("lr", 0, "RL learning rate, replacing the profile's (0 = the profile's)")
 	epochs := flag.Int("epochs", 0, "DAPO passes over each step's batch, replacing the profile's (0 = the profile's)")
 	warm := flag.Int("warmup-steps", 0, "supervised warm-up steps, replacing the profile's (0 = the profile's)")
+	chart := flag.String("chart", "", "draw the learning curves of the run directories named after the flags (their result.json) into this PNG file, and run nothing")
 	split := flag.String("split", "", "the V3 split the held-out states come from, replacing the profile's (v3-val or v3-test; the method profile's is v3-val)")
 	script := flag.String("script", filepath.Join("examples", "llm-rl", "train.py"), "path of train.py (the default is relative to the repository root)")
 	flag.Parse()
+	if *chart != "" {
+		if err := Chart(*chart, flag.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "llm-rl:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	p, ok := Profiles[*name]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "%v %q (tiny, short or method)\n", ErrProfile, *name)
@@ -346,6 +360,56 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 		return nil, err
 	}
 	return &sum, nil
+}
+
+// ErrNoRuns marks a chart asked of no run directory.
+var ErrNoRuns = errors.New("llm-rl: no run directory to chart")
+
+// Chart draws the learning curves (mean predicted gain, mean reward,
+// entropy, the top mechanism's share where recorded, the share of clipped
+// tokens) of the runs in dirs, read from their result.json, into the PNG
+// file out: one line, the mean over the runs (seeds), with a band from the
+// lowest to the highest.
+func Chart(out string, dirs []string) error {
+	if len(dirs) == 0 {
+		return ErrNoRuns
+	}
+	var runs []evalplot.TrainingRun
+	profile := ""
+	for _, d := range dirs {
+		raw, err := os.ReadFile(filepath.Join(d, "result.json"))
+		if err != nil {
+			return err
+		}
+		var s Summary
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(d, "result.json"), err)
+		}
+		if profile != "" && s.Profile != profile {
+			return fmt.Errorf("llm-rl: %s is profile %s, the others %s: one chart is one profile", d, s.Profile, profile)
+		}
+		profile = s.Profile
+		r := evalplot.TrainingRun{Method: "transformer (LM2LM through the service)", Seed: s.Seed, Clipped: true}
+		for _, st := range s.Steps {
+			top := math.NaN()
+			if st.TopShare != nil {
+				top = *st.TopShare
+			}
+			r.Steps = append(r.Steps, evalplot.TrainingStep{Step: st.Step, MeanGain: st.MeanGain, Reward: st.MeanReward,
+				Entropy: st.Entropy, TopShare: top, ClipFrac: st.ClipFrac})
+		}
+		runs = append(runs, r)
+	}
+	var buf bytes.Buffer
+	title := fmt.Sprintf("examples/llm-rl -profile %s: learning curves (one seed)", profile)
+	if len(runs) > 1 {
+		title = fmt.Sprintf("examples/llm-rl -profile %s: learning curves (mean over %d seeds, band: lowest to highest)", profile, len(runs))
+	}
+	if err := evalplot.Training(&buf, title, runs); err != nil {
+		return err
+	}
+	_, err := environment.WriteOut(filepath.Dir(out), filepath.Base(out), buf.Bytes())
+	return err
 }
 
 // cpuTime is the CPU time of this process and its waited-for children.

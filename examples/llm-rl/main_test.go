@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -261,4 +263,33 @@ func TestFastPathsMatchForward(t *testing.T) {
 	require.Less(t, got.GroupDiff, 1e-4)
 	require.Less(t, got.GradDiff, 1e-4*got.GradNorm)
 	t.Logf("sampler %.2g, grouped log-probs %.2g, gradients %.2g (norm %.1f) over %d sampled tokens", got.SampleDiff, got.GroupDiff, got.GradDiff, got.GradNorm, got.Tokens)
+}
+
+// TestChart draws two runs' result.json files and refuses no run, a
+// missing file and runs of two profiles.
+func TestChart(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, profile string, seed uint64) string {
+		d := filepath.Join(dir, name)
+		require.NoError(t, os.MkdirAll(d, 0o755))
+		top := 0.5
+		s := Summary{Profile: profile, Seed: seed}
+		for i := range 5 {
+			s.Steps = append(s.Steps, Step{Step: i, MeanReward: float64(i) / 10, MeanGain: float64(i) / 20, Entropy: 1 - float64(i)/10,
+				ClipFrac: 0.001 * float64(i), TopShare: &top})
+		}
+		b, err := json.Marshal(s)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(d, "result.json"), b, 0o600))
+		return d
+	}
+	a, b := write("a", "method", 1), write("b", "method", 2)
+	out := filepath.Join(dir, "charts", "curves.png")
+	require.NoError(t, Chart(out, []string{a, b}))
+	png, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")))
+	require.ErrorIs(t, Chart(out, nil), ErrNoRuns)
+	require.ErrorIs(t, Chart(out, []string{filepath.Join(dir, "none")}), fs.ErrNotExist)
+	require.ErrorContains(t, Chart(out, []string{a, write("c", "short", 3)}), "one chart is one profile")
 }

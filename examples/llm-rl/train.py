@@ -761,7 +761,7 @@ def rl_step(pol, opt, step, sts, g, epochs, per_sample=False):
         body = {"request_id": "score-%d" % step, "step": step,
                 "groups": [{"state_id": st["state_id"], "completions": s[0]} for st, s in zip(sts, samples)]}
         sc = call("/v1/score", body)
-    groups, answers, olds, advs, gains = [], [], [], [], []
+    groups, answers, olds, advs, gains, mechs = [], [], [], [], [], {}
     nvalid = ntotal = 0
     for st, (texts, ids, lps), gs in zip(sts, samples, sc["groups"]):
         kept = []
@@ -772,6 +772,7 @@ def rl_step(pol, opt, step, sts, g, epochs, per_sample=False):
             nvalid += bool(smp.get("valid"))
             if smp.get("valid"):
                 gains.append(smp.get("gain", 0.0))
+                mechs[smp.get("mechanism", "")] = mechs.get(smp.get("mechanism", ""), 0) + 1
             if not gs.get("kept"):
                 continue  # dynamic sampling: a group with equal rewards has no signal
             kept.append(ids[i])
@@ -807,6 +808,7 @@ def rl_step(pol, opt, step, sts, g, epochs, per_sample=False):
         adv_resp = call("/v1/calibrations")
     return {"step": step, "mean_reward": sc.get("mean_reward", 0.0), "valid": nvalid / max(ntotal, 1),
             "mean_gain": sum(gains) / max(len(gains), 1),
+            "top_share": max(mechs.values(), default=0) / max(len(gains), 1),
             "entropy": ent, "kept": sc.get("kept", 0), "flat": sc.get("flat", 0), "loss": loss_v,
             "clip_frac": clip_v}, started
 
