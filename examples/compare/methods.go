@@ -47,6 +47,11 @@ type method struct {
 	// policy after RL ("final.pt") or after its supervised warm-up
 	// ("warmup.pt"). It runs only when -methods names it.
 	checkpoint string
+	// pairWith names the methods, when they are in the comparison, that
+	// this method's cells are also paired with (beside Base and the best
+	// baseline): the transformer with its own warm-up (what RL added) and
+	// with LM2LM's embedded policy (the same method, another policy).
+	pairWith []string
 }
 
 var methods = map[string]method{
@@ -72,7 +77,8 @@ var methods = map[string]method{
 	// environment service with LM2LM's rewards and calibrations, after
 	// its warm-up and after RL (transformer.go).
 	"transformer-warmup": {label: "transformer, warm-up only", order: 15, kind: "external", checkpoint: "warmup.pt"},
-	"transformer":        {label: "transformer, LM2LM through the service", order: 16, kind: "external", checkpoint: "final.pt"},
+	"transformer": {label: "transformer, LM2LM through the service", order: 16, kind: "external", checkpoint: "final.pt",
+		pairWith: []string{"transformer-warmup", "lm2lm"}},
 }
 
 // usesM0 reports whether the method draws on M_0's real records: every

@@ -489,6 +489,11 @@ func statistics(o options, names []string, byMethod map[string][]Result) (stats,
 				}
 			}
 		}
+		for _, a := range methods[m].pairWith {
+			if a != m && slices.Contains(names, a) && !slices.Contains(against, a) {
+				against = append(against, a)
+			}
+		}
 		for _, a := range against {
 			ma, aa := methods[m].label, methods[a].label
 			p, err := evalstat.Compare(cfg, ma, cells[m], aa, cells[a], bootstrapRNG(o.resamples, m+"\x00"+a))

@@ -194,6 +194,8 @@ func TestTransformerEndToEnd(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(dir, "compare-seeds1-1-base+transformer-warmup+transformer.md"))
 	require.NoError(t, err)
 	require.Contains(t, string(md), "| transformer, LM2LM through the service |")
+	// Paired with Base and with its own warm-up (what RL added).
+	require.Contains(t, string(md), "| Δ vs Base (untrained) | P(better than Base (untrained)) | Δ vs transformer, warm-up only | P(better than transformer, warm-up only) |")
 
 	f, err := os.OpenFile(filepath.Join(runs, "run-1", "policy", "final.pt"), os.O_APPEND|os.O_WRONLY, 0)
 	require.NoError(t, err)
