@@ -167,7 +167,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.landscape, "landscape", "", "the store of a landscape sweep of the evaluation split (examples/sweep -landscape -suite SPLIT -store FILE), read only: each result then carries the judgement diagnostic (per held-out state, the rank and probability of the task's best mechanism under the method, and the spread of its choices across states against the spread of the best mechanisms), reported by region; results run without it have none")
 	fs.StringVar(&o.transformer, "transformer", "", "run directory of examples/llm-rl -profile method for each seed, with {seed} in it (e.g. out/llm-rl-{seed}): the transformer methods (transformer, transformer-warmup) evaluate its saved policy served by train.py --serve, and read what its training paid from its result.json (needed by those methods, refused without them)")
 	fs.StringVar(&o.transformerScript, "transformer-script", filepath.Join("examples", "llm-rl", "train.py"), "the train.py that serves a transformer run's policy (the default is relative to the repository root)")
-	fs.Float64Var(&o.transformerTemp, "transformer-temperature", 1, "sampling temperature of the transformer methods' evaluation (the RL rollouts sample at 1)")
+	fs.Float64Var(&o.transformerTemp, "transformer-temperature", defaultTransformerTemp, "sampling temperature of the transformer methods' evaluation (the RL rollouts sample at 1; the default was chosen on v3-val)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -298,7 +298,7 @@ func (o options) levers() []lever {
 		// So does -transformer (its result files record the run's digest);
 		// another evaluation temperature is a run directory of its own.
 		{o.transformer != "", "", " -transformer " + o.transformer},
-		{o.transformer != "" && o.transformerTemp != 1, fmt.Sprintf("-tt%g", o.transformerTemp), fmt.Sprintf(" -transformer-temperature %g", o.transformerTemp)},
+		{o.transformer != "" && o.transformerTemp != defaultTransformerTemp, fmt.Sprintf("-tt%g", o.transformerTemp), fmt.Sprintf(" -transformer-temperature %g", o.transformerTemp)},
 	}
 }
 

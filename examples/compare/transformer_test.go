@@ -83,6 +83,10 @@ func TestTransformerFlags(t *testing.T) {
 	require.Contains(t, runDir(o), "-tt0.5", "another temperature is a run directory of its own")
 	require.Contains(t, command(o), " -transformer out/run-{seed} -transformer-temperature 0.5")
 	require.NotContains(t, defaultMethods(), "transformer")
+	o, err = parseFlags([]string{"-methods", "transformer", "-transformer", "out/run-{seed}"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, defaultTransformerTemp, o.transformerTemp)
+	require.NotContains(t, runDir(o), "-tt", "the default temperature names no run directory")
 }
 
 // writeTransformerRun writes what examples/llm-rl leaves in a run
