@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,4 +212,42 @@ func TestTransformerEndToEnd(t *testing.T) {
 	_, ok, err = readResult(dir, job{"transformer-warmup", 1}, o)
 	require.NoError(t, err, "the warm-up's checkpoint did not change")
 	require.True(t, ok)
+}
+
+// TestTransformerRunRefused: a run directory without result.json, with a
+// damaged one, of another seed or split, or without the checkpoint is
+// refused with errTransformer and the path; a good one has a digest that
+// changes with the temperature.
+func TestTransformerRunRefused(t *testing.T) {
+	dir := t.TempDir()
+	o := options{suite: "v3-val", transformer: filepath.Join(dir, "run-{seed}"), transformerTemp: 0.25}
+	m := methods["transformer"]
+	run1 := filepath.Join(dir, "run-1")
+	require.NoError(t, os.MkdirAll(filepath.Join(run1, "policy"), 0o755))
+	write := func(body string) {
+		require.NoError(t, os.WriteFile(filepath.Join(run1, "result.json"), []byte(body), 0o600))
+	}
+	_, _, _, err := transformerRun(o, m, 1)
+	require.ErrorIs(t, err, errTransformer)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	require.ErrorContains(t, err, "go run ./examples/llm-rl")
+	for _, c := range []struct{ body, want string }{
+		{`{"seed": 1, "split": "v3-val"`, "result.json"},
+		{`{"seed": 2, "split": "v3-val"}`, "holds seed 2, want 1"},
+		{`{"seed": 1, "split": "v3-test"}`, `split "v3-test", want -suite v3-val`},
+		{`{"seed": 1, "split": "v3-val"}`, "final.pt"},
+	} {
+		write(c.body)
+		_, _, _, err := transformerRun(o, m, 1)
+		require.ErrorIs(t, err, errTransformer, c.body)
+		require.ErrorContains(t, err, c.want, c.body)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(run1, "policy", "final.pt"), []byte("weights"), 0o600))
+	_, ckpt, d1, err := transformerRun(o, m, 1)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(run1, "policy", "final.pt"), ckpt)
+	o.transformerTemp = 1
+	_, _, d2, err := transformerRun(o, m, 1)
+	require.NoError(t, err)
+	require.NotEqual(t, d1, d2, "the temperature is in the digest")
 }

@@ -202,18 +202,17 @@ type Summary struct {
 	// evaluation runs), M_0's runs paid now, the policy's checkpoints and
 	// the wall and CPU time. Run writes the whole summary to
 	// <dir>/result.json.
-	Profile     string        `json:"profile"`
-	Seed        uint64        `json:"seed"`
-	Split       string        `json:"split,omitempty"`
-	LR          float64       `json:"lr"`
-	Epochs      int           `json:"epochs"`
-	WarmupSteps int           `json:"warmup_steps"`
-	Info        serve.Info    `json:"service"`
-	M0Runs      int           `json:"m0_runs_paid"`
-	Checkpoints []string      `json:"checkpoints,omitempty"`
-	WallSeconds float64       `json:"wall_seconds"`
-	CPUSeconds  float64       `json:"cpu_seconds"`
-	Wall, CPU   time.Duration `json:"-"`
+	Profile     string     `json:"profile"`
+	Seed        uint64     `json:"seed"`
+	Split       string     `json:"split,omitempty"`
+	LR          float64    `json:"lr"`
+	Epochs      int        `json:"epochs"`
+	WarmupSteps int        `json:"warmup_steps"`
+	Info        serve.Info `json:"service"`
+	M0Runs      int        `json:"m0_runs_paid"`
+	Checkpoints []string   `json:"checkpoints,omitempty"`
+	WallSeconds float64    `json:"wall_seconds"`
+	CPUSeconds  float64    `json:"cpu_seconds"`
 }
 
 func main() {
@@ -354,8 +353,7 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 			sum.Checkpoints = append(sum.Checkpoints, filepath.Join("policy", name))
 		}
 	}
-	sum.Wall, sum.CPU = time.Since(start), cpuTime()-cpu0
-	sum.WallSeconds, sum.CPUSeconds = sum.Wall.Seconds(), sum.CPU.Seconds()
+	sum.WallSeconds, sum.CPUSeconds = time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds()
 	b, err := json.MarshalIndent(&sum, "", " ")
 	if err != nil {
 		return nil, err
@@ -451,7 +449,12 @@ func Print(w io.Writer, p Profile, s *Summary) {
 	}
 	in := s.Info
 	fmt.Fprintf(w, "real-run budget: M_0 %d runs, calibration %d runs (%d reused), evaluation %d runs\n", s.M0Runs, in.RealRuns, in.Reused, in.EvalRuns)
-	fmt.Fprintf(w, "wall %s, CPU %s (service, lab and train.py)\n", s.Wall.Round(time.Second), s.CPU.Round(time.Second))
+	fmt.Fprintf(w, "wall %s, CPU %s (service, lab and train.py)\n", seconds(s.WallSeconds), seconds(s.CPUSeconds))
+}
+
+// seconds formats a number of seconds as a duration to the second.
+func seconds(x float64) time.Duration {
+	return time.Duration(x * float64(time.Second)).Round(time.Second)
 }
 
 func opt(v *float64) string {

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/dapo"
+	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
 )
 
@@ -161,7 +167,8 @@ func TestTinyProfile(t *testing.T) {
 	}
 	require.Equal(t, applied, s.Info.Calibrations)
 	require.Equal(t, p.Steps, s.Info.Step)
-	require.Positive(t, s.CPU)
+	require.Positive(t, s.CPUSeconds)
+	require.Positive(t, s.WallSeconds)
 
 	// result.json holds the whole run, as examples/compare's transformer
 	// methods read it, and both policies are saved.
@@ -292,4 +299,116 @@ func TestChart(t *testing.T) {
 	require.ErrorIs(t, Chart(out, nil), ErrNoRuns)
 	require.ErrorIs(t, Chart(out, []string{filepath.Join(dir, "none")}), fs.ErrNotExist)
 	require.ErrorContains(t, Chart(out, []string{a, write("c", "short", 3)}), "one chart is one profile")
+}
+
+// TestServePolicy serves a saved (untrained) policy with train.py --serve
+// and sends it what a client may: no token, another path, an oversized or
+// broken body, bad n, temperature and messages are refused with their
+// codes; a good request is answered with n choices, a log-prob per token,
+// and the same choices again for the same seed.
+func TestServePolicy(t *testing.T) {
+	requireTorch(t)
+	ckpt := filepath.Join(t.TempDir(), "p.pt")
+	save := exec.Command(Python, "-c", `import sys, torch
+sys.argv = ["x"]
+import train
+cat = [("lr", [("factor", ["0.5", "2"])]), ("none", [])]
+pol = train.Policy(torch, train.Tokenizer(cat, ["ar-prose"]), "cpu", 1)
+train.save_policy(pol, sys.stdin.readline().strip(), "final", 1)
+`)
+	save.Stdin = strings.NewReader(ckpt + "\n")
+	out, err := save.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	cmd := exec.Command(Python, "train.py", "--serve", ckpt)
+	cmd.Env = append(os.Environ(), "LM2LM_POLICY_TOKEN=tok")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	base, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on http://127.0.0.1:")
+	require.True(t, ok, line)
+	url := "http://127.0.0.1:" + base + "/v1/chat/completions"
+
+	post := func(path, token, body string) (int, []byte) {
+		req, err := http.NewRequest(http.MethodPost, strings.TrimSuffix(url, "/v1/chat/completions")+path, strings.NewReader(body))
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, b
+	}
+	good := `{"messages": [{"role": "user", "content": "TASK {\"family\": \"ar-prose\"}"}], "n": 3, "seed": 7, "temperature": 1}`
+	for _, c := range []struct {
+		path, token, body string
+		code              int
+	}{
+		{"/v1/chat/completions", "", good, http.StatusUnauthorized},
+		{"/v1/chat/completions", "other", good, http.StatusUnauthorized},
+		{"/v1/completions", "tok", good, http.StatusNotFound},
+		{"/v1/chat/completions", "tok", `{"messages": [`, http.StatusBadRequest},
+		{"/v1/chat/completions", "tok", `[]`, http.StatusBadRequest},
+		{"/v1/chat/completions", "tok", `{"messages": []}`, http.StatusBadRequest},
+		{"/v1/chat/completions", "tok", `{"messages": [{"role": "user"}]}`, http.StatusBadRequest},
+		{"/v1/chat/completions", "tok", strings.Replace(good, `"n": 3`, `"n": 0`, 1), http.StatusBadRequest},
+		{"/v1/chat/completions", "tok", strings.Replace(good, `"n": 3`, `"n": true`, 1), http.StatusBadRequest},
+		{"/v1/chat/completions", "tok", strings.Replace(good, `"temperature": 1`, `"temperature": 3`, 1), http.StatusBadRequest},
+		{"/v1/chat/completions", "tok", strings.Replace(good, `"seed": 7`, `"seed": "7"`, 1), http.StatusBadRequest},
+	} {
+		code, b := post(c.path, c.token, c.body)
+		require.Equal(t, c.code, code, "%s %q: %s", c.path, records.Excerpt(c.body), b)
+	}
+	// A body over 1 MiB is refused from its Content-Length, before it is
+	// read (a raw request, so that no upload races the refusal).
+	conn, err := net.Dial("tcp", "127.0.0.1:"+base)
+	require.NoError(t, err)
+	_, err = fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\nContent-Length: %d\r\n\r\n", 1<<20+1)
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	require.NoError(t, conn.Close())
+
+	type answer struct {
+		Choices []struct {
+			Message  struct{ Content string }
+			Logprobs struct {
+				Content []struct {
+					Token   string
+					Logprob float64
+				}
+			}
+			FinishReason string `json:"finish_reason"`
+		}
+	}
+	var first, again answer
+	code, b := post("/v1/chat/completions", "tok", good)
+	require.Equal(t, http.StatusOK, code, "%s", b)
+	require.NoError(t, json.Unmarshal(b, &first))
+	require.Len(t, first.Choices, 3)
+	for _, ch := range first.Choices {
+		require.NotEmpty(t, ch.Logprobs.Content)
+		text := ""
+		for _, lp := range ch.Logprobs.Content {
+			require.LessOrEqual(t, lp.Logprob, 0.0)
+			text += lp.Token
+		}
+		require.Equal(t, ch.Message.Content, text, "the tokens spell the content")
+		require.Contains(t, []string{"stop", "length"}, ch.FinishReason)
+	}
+	_, b = post("/v1/chat/completions", "tok", good)
+	require.NoError(t, json.Unmarshal(b, &again))
+	require.Equal(t, first, again, "the same seed samples the same choices")
 }

@@ -28,12 +28,20 @@ Avg@4 (mean real gain in sigma units, invalid or infeasible samples count 0).
 The model reads a condensed prompt, not the whole chat prompt (which is
 several KB with the catalogue): the TASK line's family, metric and budget,
 then the last three HISTORY lines as mechanism, parameters and gain in sigma
-units. The catalogue is constant across states, so it is learned, not read.
+units; with --prompt full also the description's "name value" pairs (each
+value as a quarter-octave token) and every HISTORY line. The catalogue is constant across states, so it is learned, not read.
 The tokenizer is greedy longest match over pieces built from the catalogue
 (each card's answer opening up to its first value, each later parameter's
 name with its JSON punctuation, every mechanism, parameter name and value),
 the families and metrics of the first states' TASK lines, the answer format's JSON pieces and printable ASCII (anything else is UNK):
 a valid answer is four to eight tokens, any string can still be written.
+
+--check-sampler OUT compares the two fast paths (the key-value-cached sampler
+and the grouped update, group_logprobs) with the model's full forward.
+--save DIR keeps the policy after the warm-up and after RL (DIR/warmup.pt,
+DIR/final.pt); --serve CHECKPOINT serves a saved policy as an
+OpenAI-compatible chat completions endpoint on a free loopback port (the
+bearer token in LM2LM_POLICY_TOKEN) until stdin closes.
 
 --check mode computes dapo_loss (the function the RL update uses) and its
 gradient with autograd in float64 for a batch
@@ -196,7 +204,9 @@ def completion(pol, body, lock):
     choices = []
     for i, (text, toks, lp) in enumerate(zip(texts, ids, lps)):
         stopped = bool(toks) and toks[-1] == pol.eos
-        content = [{"token": pol.tok.itos[t], "logprob": v, "bytes": list(pol.tok.itos[t].encode()), "top_logprobs": []}
+        # Each sampled token but EOS with its log-prob; a special token
+        # (padding, UNK) writes no text, as in the content.
+        content = [{"token": pol.tok.decode([t]), "logprob": v, "bytes": list(pol.tok.decode([t]).encode()), "top_logprobs": []}
                    for t, v in zip(toks, lp) if t != pol.eos]
         choices.append({"index": i, "message": {"role": "assistant", "content": text, "refusal": None},
                         "logprobs": {"content": content, "refusal": None},
@@ -413,7 +423,10 @@ class Tokenizer:
                 pieces.add('","%s":"' % n)
                 pieces.update(ch)
         chars = {chr(c) for c in range(32, 127)} | {"\n"}
-        self.itos = [PAD, BOS, SEP, EOS, UNK] + sorted(chars) + sorted(p for p in pieces if len(p) > 1)
+        self._index([PAD, BOS, SEP, EOS, UNK] + sorted(chars) + sorted(p for p in pieces if len(p) > 1))
+
+    def _index(self, itos):
+        self.itos = list(itos)
         self.stoi = {s: i for i, s in enumerate(self.itos)}
         self.longest = max(len(s) for s in self.itos[5:])
 
@@ -421,9 +434,7 @@ class Tokenizer:
     def from_itos(cls, itos):
         """The tokenizer whose vocabulary is itos (a saved policy's)."""
         tok = cls.__new__(cls)
-        tok.itos = list(itos)
-        tok.stoi = {s: i for i, s in enumerate(tok.itos)}
-        tok.longest = max(len(s) for s in tok.itos[5:])
+        tok._index(itos)
         return tok
 
     def encode(self, text):
@@ -526,7 +537,7 @@ class Policy:
         (B, t, d), attending to prefix's keys and values (B, heads, P,
         d_head) before its own; bias (B or 1, 1, t, P + t) is added to the
         attention scores (-inf where a key is hidden). Returns the layer's
-        output and h's own keys and values."""
+        output and the keys and values attended to (prefix's, then h's)."""
         torch, F = self.torch, self.torch.nn.functional
         att = layer.self_attn
         heads = att.num_heads
@@ -539,7 +550,7 @@ class Policy:
             w = w + bias
         a = (torch.softmax(w, dim=-1) @ vv).transpose(1, 2).reshape(b, t, d)
         h = h + att.out_proj(a)
-        return h + layer.linear2(F.relu(layer.linear1(layer.norm2(h)))), k, v
+        return h + layer.linear2(F.relu(layer.linear1(layer.norm2(h)))), kk, vv
 
     def _causal(self, t, p=0):
         """The additive mask of t new tokens after p earlier ones: each sees
@@ -559,8 +570,6 @@ class Policy:
         bias = self._causal(n, pos) if n > 1 else None
         for li, layer in enumerate(m.blocks.layers):
             h, k, v = self._layer(layer, h, cache[li], bias)
-            if cache[li] is not None:
-                k, v = torch.cat([cache[li][0], k], dim=2), torch.cat([cache[li][1], v], dim=2)
             cache[li] = (k, v)
         return m.head(m.norm(h[:, -1]))
 
@@ -761,7 +770,7 @@ def rl_step(pol, opt, step, sts, g, epochs, per_sample=False):
         body = {"request_id": "score-%d" % step, "step": step,
                 "groups": [{"state_id": st["state_id"], "completions": s[0]} for st, s in zip(sts, samples)]}
         sc = call("/v1/score", body)
-    groups, answers, olds, advs, gains, mechs = [], [], [], [], [], {}
+    groups, olds, advs, gains, mechs = [], [], [], [], {}
     nvalid = ntotal = 0
     for st, (texts, ids, lps), gs in zip(sts, samples, sc["groups"]):
         kept = []
@@ -776,15 +785,14 @@ def rl_step(pol, opt, step, sts, g, epochs, per_sample=False):
             if not gs.get("kept"):
                 continue  # dynamic sampling: a group with equal rewards has no signal
             kept.append(ids[i])
-            answers.append(ids[i])
             olds.append(lps[i])
             advs.append(smp["advantage"])
         if kept:
             groups.append((pol.prompt_ids(st), kept))
     loss_v, clip_v, ent = 0.0, 0.0, float("nan")
     if groups:
-        t = max(len(a) for a in answers)
-        old = torch.zeros(len(answers), t, device=pol.device)
+        t = max(len(o) for o in olds)
+        old = torch.zeros(len(olds), t, device=pol.device)
         for i, o in enumerate(olds):
             old[i, : len(o)] = torch.tensor(o)
         adv = torch.tensor(advs, device=pol.device)
@@ -881,7 +889,7 @@ def train(args):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", nargs=2, metavar=("BATCH", "OUT"))
-    ap.add_argument("--check-sampler", metavar="OUT", help="write the cached sampler's largest log-prob difference from the full forward")
+    ap.add_argument("--check-sampler", metavar="OUT", help="write the largest differences of the cached sampler's and the grouped update's log-probs and gradients from the full forward")
     ap.add_argument("--out", default="summary.json")
     ap.add_argument("--serve", metavar="CHECKPOINT", help="serve the saved policy as an OpenAI-compatible chat completions endpoint on 127.0.0.1 (token in LM2LM_POLICY_TOKEN) until stdin closes")
     ap.add_argument("--save", metavar="DIR", help="write the policy after the warm-up (DIR/warmup.pt) and after RL (DIR/final.pt)")
