@@ -68,20 +68,9 @@ func Judge(states []Judged) (Judgement, error) {
 		}
 		b := s.best()
 		best[i] = b
-		pb := s.Policy[b]
-		above, ties := 0, 0
-		for k := range s.Gains {
-			switch p := s.Policy[k]; {
-			case k == b:
-			case p > pb:
-				above++
-			case p == pb:
-				ties++
-			}
-		}
-		j.BestRank += 1 + float64(above) + float64(ties)/2
+		j.BestRank += BestRank(s.Policy, s.Gains, 0)
 		j.ChanceRank += float64(len(s.Gains)+1) / 2
-		j.BestMass += pb
+		j.BestMass += s.Policy[b]
 	}
 	n := float64(len(states))
 	j.States = len(states)
@@ -162,19 +151,58 @@ func (s Judged) check() error {
 }
 
 // best returns the key of the largest gain, the smallest key among ties.
-func (s Judged) best() string {
-	keys := make([]string, 0, len(s.Gains))
-	for k := range s.Gains {
+func (s Judged) best() string { return bestKey(s.Gains) }
+
+// bestKey returns the key of gains' largest value, the smallest key among
+// ties ("" for no key).
+func bestKey(gains map[string]float64) string {
+	keys := make([]string, 0, len(gains))
+	for k := range gains {
 		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return ""
 	}
 	slices.Sort(keys)
 	b := keys[0]
 	for _, k := range keys[1:] {
-		if s.Gains[k] > s.Gains[b] {
+		if gains[k] > gains[b] {
 			b = k
 		}
 	}
 	return b
+}
+
+// BestRank is the rank of gains' best key (the largest gain, the smallest
+// key among equal gains) among the keys of gains ordered by score, highest
+// first: 1 + the number of keys scored above it + half the number scored
+// equal to it (ties take their mean rank). A key score lacks scores
+// missing: 0 for a policy's probabilities (Judge), −Inf for a ranking that
+// puts what it never saw last. (n+1)/2 for n keys is the mean rank of a
+// ranking blind to which key is best; 0 without keys.
+func BestRank(score, gains map[string]float64, missing float64) float64 {
+	b := bestKey(gains)
+	if b == "" {
+		return 0
+	}
+	get := func(k string) float64 {
+		if v, ok := score[k]; ok {
+			return v
+		}
+		return missing
+	}
+	sb := get(b)
+	above, ties := 0, 0
+	for k := range gains {
+		switch v := get(k); {
+		case k == b:
+		case v > sb:
+			above++
+		case v == sb:
+			ties++
+		}
+	}
+	return 1 + float64(above) + float64(ties)/2
 }
 
 // totalVariation is ½ Σ |p(k) − q(k)| over the keys of either.

@@ -131,3 +131,26 @@ func TestJudgeProperties(t *testing.T) {
 		require.InDelta(t, j.BestSpread, j.PolicySpread, 1e-12, "one-hot on the best: spread = share of differing bests")
 	}
 }
+
+// BestRank by hand: gains' best is b (5); the scores put it after a and
+// level with c; a key the scores lack scores the missing value.
+func TestBestRankByHand(t *testing.T) {
+	gains := map[string]float64{"a": 1, "b": 5, "c": 2, "d": 0}
+	for _, c := range []struct {
+		name    string
+		score   map[string]float64
+		missing float64
+		want    float64
+	}{
+		{"first", map[string]float64{"b": 3, "a": 2, "c": 1, "d": 0}, 0, 1},
+		{"after a, level with c", map[string]float64{"a": 3, "b": 2, "c": 2, "d": 1}, 0, 2.5},
+		{"unscored keys last", map[string]float64{"a": 1}, math.Inf(-1), 1 + 1 + 2.0/2},
+		{"unscored keys as probability 0", map[string]float64{"a": 0.5, "d": 0.5}, 0, 1 + 2 + 1.0/2},
+		{"no scores: every key ties", nil, math.Inf(-1), 1 + 3.0/2},
+	} {
+		require.InDelta(t, c.want, BestRank(c.score, gains, c.missing), 1e-12, c.name)
+	}
+	require.Zero(t, BestRank(map[string]float64{"a": 1}, nil, 0), "no gains, no rank")
+	// Equal gains: the smallest key is the best.
+	require.InDelta(t, 2.0, BestRank(map[string]float64{"b": 1, "a": 0}, map[string]float64{"a": 1, "b": 1}, 0), 1e-12)
+}

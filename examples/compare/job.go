@@ -163,7 +163,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	}
 	res.Runs.Evaluation = cnt.take()
 	res.States, res.Unmeasured = cells(ev)
-	if res.Judgement, err = judge(o.suite, o.land, ev, prop, pol); err != nil {
+	if res.Judgement, err = judge(o.suite, o.land.landscape(), ev, prop, pol); err != nil {
 		return res, fmt.Errorf("%s: judgement: %w", j, err)
 	}
 	res.WallSeconds = math.Round(time.Since(start).Seconds()*10) / 10

@@ -17,12 +17,28 @@ import (
 // units: what the judgement diagnostic calls the state's needs.
 type landscape map[string]map[string]float64
 
+// landStore is a landscape store as compare reads it once: the landscape
+// the diagnostic judges against, and what its references need
+// (landscapeRefs).
+type landStore struct {
+	// gains is each task's landscape over all its seeds.
+	gains landscape
+	// bySeed holds each task's landscape from its first and from its
+	// second seed's runs alone (seeds in increasing order); a task run
+	// with one seed is in neither.
+	bySeed [2]landscape
+	// tasks is each task as its records name it (family, split,
+	// descriptors).
+	tasks map[string]records.Task
+}
+
 // loadLandscape reads a landscape store (examples/sweep -landscape -suite
 // SPLIT -store FILE), read only: every catalogue change run on every task
 // of the split. A proposal's gain is its mean over the seeds run, an
 // infeasible run counting infeasibleGain; a mechanism's gain is its best
-// proposal's.
-func loadLandscape(ctx context.Context, path string) (landscape, error) {
+// proposal's. The landscapes of the first and second seeds alone are
+// built the same way from their own runs.
+func loadLandscape(ctx context.Context, path string) (*landStore, error) {
 	s, err := records.OpenFile(path, records.FileConfig{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("-landscape: %w", err)
@@ -32,12 +48,17 @@ func loadLandscape(ctx context.Context, path string) (landscape, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-landscape: %w", err)
 	}
+	type run struct {
+		seed uint64
+		gain float64
+	}
 	type acc struct {
 		mech string
-		sum  float64
-		n    int
+		runs []run
 	}
 	byKey := map[string]map[string]*acc{}
+	st := &landStore{gains: landscape{}, bySeed: [2]landscape{{}, {}}, tasks: map[string]records.Task{}}
+	seeds := map[string][]uint64{}
 	for _, r := range rs {
 		g := infeasibleGain
 		if r.Infeasible == "" {
@@ -50,30 +71,63 @@ func loadLandscape(ctx context.Context, path string) (landscape, error) {
 		if m == nil {
 			m = map[string]*acc{}
 			byKey[r.Task.ID] = m
+			st.tasks[r.Task.ID] = r.Task
 		}
 		a := m[r.Proposal.Key()]
 		if a == nil {
 			a = &acc{mech: records.CanonicalName(r.Proposal.Mechanism)}
 			m[r.Proposal.Key()] = a
 		}
-		a.sum += g
-		a.n++
+		var seed uint64
+		if len(r.Seeds) > 0 {
+			seed = r.Seeds[0]
+		}
+		a.runs = append(a.runs, run{seed, g})
+		if !slices.Contains(seeds[r.Task.ID], seed) {
+			seeds[r.Task.ID] = append(seeds[r.Task.ID], seed)
+		}
 	}
-	out := landscape{}
+	// put keeps a mechanism's best proposal.
+	put := func(l landscape, task, mech string, g float64) {
+		best := l[task]
+		if best == nil {
+			best = map[string]float64{}
+			l[task] = best
+		}
+		if b, ok := best[mech]; !ok || g > b {
+			best[mech] = g
+		}
+	}
 	for task, m := range byKey {
-		best := map[string]float64{}
+		ss := seeds[task]
+		slices.Sort(ss)
 		for _, a := range m {
-			g := a.sum / float64(a.n)
-			if b, ok := best[a.mech]; !ok || g > b {
-				best[a.mech] = g
+			sum := 0.0
+			for _, r := range a.runs {
+				sum += r.gain
+			}
+			put(st.gains, task, a.mech, sum/float64(len(a.runs)))
+			if len(ss) < 2 {
+				continue
+			}
+			for i := range st.bySeed {
+				sum, n := 0.0, 0
+				for _, r := range a.runs {
+					if r.seed == ss[i] {
+						sum += r.gain
+						n++
+					}
+				}
+				if n > 0 {
+					put(st.bySeed[i], task, a.mech, sum/float64(n))
+				}
 			}
 		}
-		out[task] = best
 	}
-	if len(out) == 0 {
+	if len(st.gains) == 0 {
 		return nil, fmt.Errorf("-landscape: %s holds no real run", path)
 	}
-	return out, nil
+	return st, nil
 }
 
 // judge returns the judgement diagnostic (evalstat.JudgeRegions) of one

@@ -44,9 +44,14 @@ func TestLoadLandscape(t *testing.T) {
 	require.NoError(t, s.Close())
 	land, err := loadLandscape(ctx, path)
 	require.NoError(t, err)
-	require.Len(t, land, 1)
-	require.InDelta(t, 3.0, land["t1"]["lr"], 1e-12)
-	require.Equal(t, infeasibleGain, land["t1"]["width"])
+	require.Len(t, land.gains, 1)
+	require.InDelta(t, 3.0, land.gains["t1"]["lr"], 1e-12)
+	require.Equal(t, infeasibleGain, land.gains["t1"]["width"])
+	// Seed by seed: seed 1 ran every proposal (lr's best 0.2/0.1 = 2 of 2
+	// and −1, width infeasible); seed 2 ran lr k=2 alone (0.4/0.1 = 4).
+	require.Equal(t, map[string]float64{"lr": 2, "width": infeasibleGain}, roundMap(land.bySeed[0]["t1"]))
+	require.Equal(t, map[string]float64{"lr": 4}, roundMap(land.bySeed[1]["t1"]))
+	require.Equal(t, "f", land.tasks["t1"].Family)
 
 	_, err = loadLandscape(ctx, filepath.Join(t.TempDir(), "missing"))
 	require.Error(t, err)
@@ -163,4 +168,13 @@ func TestHoldOutFamily(t *testing.T) {
 	_, _, err = o.tasks()
 	require.ErrorIs(t, err, lab.ErrUnknownFamily)
 	require.Error(t, o.validate())
+}
+
+// roundMap rounds each value to 1e-9, for exact comparisons of sums.
+func roundMap(m map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = math.Round(v*1e9) / 1e9
+	}
+	return out
 }

@@ -103,7 +103,7 @@ type options struct {
 	// judgement diagnostic reads each task's needs from; "" = none.
 	landscape string
 	// land holds it once run has read it (loadLandscape).
-	land landscape
+	land *landStore
 	// holdOut is the family held out of training and evaluated on
 	// (-hold-out-family; "" = none).
 	holdOut string

@@ -57,7 +57,10 @@ type Comparison struct {
 	// Judgement is each method's judgement diagnostic by part, averaged
 	// over seeds (-landscape; judgementRows).
 	Judgement []JudgementRow `json:"judgement,omitempty"`
-	// Locality is each calibrating method\'s locality measurement
+	// JudgementRefs are the diagnostic's references, read from the
+	// landscape alone (landscapeRefs), with -landscape.
+	JudgementRefs []JudgementRef `json:"judgement_references,omitempty"`
+	// Locality is each calibrating method's locality measurement
 	// (localityRows).
 	Locality []LocalityRow       `json:"locality,omitempty"`
 	Runs     map[string][]string `json:"result_files"`
@@ -593,6 +596,9 @@ func report(w io.Writer, o options, dir string, results []Result, scale *ScaleIn
 	cmp.Scale = scale
 	cmp.PairsStateLevel, cmp.RegionPairs, cmp.Power = st.pairsState, st.regionPairs, st.power
 	cmp.Judgement = judgementRows(results)
+	if _, isTest, err := o.tasks(); err == nil && len(cmp.Judgement) > 0 {
+		cmp.JudgementRefs = landscapeRefs(o.suite, o.land, isTest)
+	}
 	cmp.Locality = localityRows(results)
 	for i := range cmp.Methods {
 		cmp.Methods[i].SummaryStateLevel = st.sumsState[i]
@@ -684,6 +690,7 @@ func markdown(c Comparison) string {
 	}
 	regionPairs(&b, c.RegionPairs)
 	judgementTable(&b, c.Judgement)
+	judgementRefTable(&b, c.JudgementRefs)
 	localityTable(&b, c.Locality)
 	powerTable(&b, c.Power)
 	b.WriteString("\n| method | real-run budget (M_0 + training, per seed) | evaluation runs per seed | CPU s paid (all seeds) | wall s (all seeds) | unmeasured proposals |\n|---|---|---|---|---|---|\n")

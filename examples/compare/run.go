@@ -62,7 +62,7 @@ func run(ctx context.Context, w io.Writer, o options) error {
 		if o.land, err = loadLandscape(ctx, o.landscape); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "landscape: %d tasks from %s (the judgement diagnostic)\n", len(o.land), o.landscape)
+		fmt.Fprintf(w, "landscape: %d tasks from %s (the judgement diagnostic)\n", len(o.land.gains), o.landscape)
 	}
 	dir := runDir(o)
 	jobs := plan(o)
