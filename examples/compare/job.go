@@ -141,7 +141,11 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	} else {
 		res.Runs.Training = cnt.take()
 	}
-	if err := pol.SetTemperature(set.Policy.EvalTemperature); err != nil {
+	evalTemp := set.Policy.EvalTemperature
+	if m.rerank && o.rerankTemp != 0 {
+		evalTemp = o.rerankTemp // the candidates of the trained policy's rerank
+	}
+	if err := pol.SetTemperature(evalTemp); err != nil {
 		return res, err
 	}
 	hist, err := histories(ctx, e, cnt, prof.EvalHistory, o.parallel)

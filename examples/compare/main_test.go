@@ -45,6 +45,8 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		{[]string{"-setting", "chosen"}, []string{`-setting: setting: unknown name: setting "chosen"; valid: validated, library`}},
 		{[]string{"-pessimism", "1.5"}, []string{"-pessimism 1.5; want in [0, 1]"}},
 		{[]string{"-pessimism", "NaN"}, []string{"-pessimism NaN"}},
+		{[]string{"-rerank-temperature", "-1"}, []string{"-rerank-temperature -1; want in [0, 100]"}},
+		{[]string{"-methods", "lm2lm", "-rerank-temperature", "2"}, []string{"-rerank-temperature 2: no method of -methods reranks a trained policy"}},
 	}
 	for _, tt := range tests {
 		_, err := parseFlags(tt.args, &bytes.Buffer{})
@@ -57,6 +59,9 @@ func TestFlagsValidatedTogether(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, defaultMethods(), o.methods)
 	require.Equal(t, 5, o.seeds)
+	o, err = parseFlags([]string{"-methods", "lm2lm,lm2lm-rerank", "-rerank-temperature", "2"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, "v2-default-rt2", filepath.Base(runDir(o)), "the candidates' temperature names its run directory")
 	_, err = parseFlags([]string{"-setting", "nope"}, &bytes.Buffer{})
 	require.ErrorIs(t, err, setting.ErrUnknown)
 	// The levers of the setting are no flags: a setting is chosen whole.
@@ -400,6 +405,21 @@ func TestLM2LMRerankTrainsAsLM2LM(t *testing.T) {
 	require.Equal(t, 8+4, rr.Budget(), "M_0 + one calibration of 4: the rerank pays no real run")
 	require.Len(t, rr.States, len(plain.States))
 	require.NotEqual(t, plain.States, rr.States, "the rerank chose other proposals than the policy's own samples")
+
+	// -rerank-temperature changes the rerank's candidates alone: LM2LM's
+	// own evaluation and both trainings stay as they were.
+	o.rerankTemp = 4
+	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
+	hot, ok, err := readResult(runDir(o), job{"lm2lm-rerank", 1}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	same, ok, err := readResult(runDir(o), job{"lm2lm", 1}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, plain.States, same.States)
+	require.Equal(t, rr.Steps, hot.Steps)
+	require.Equal(t, rr.Budget(), hot.Budget())
+	require.NotEqual(t, rr.States, hot.States, "candidates drawn at temperature 4 rerank to other proposals")
 }
 
 // The real-gains diagnostic's world model predicts a proposal's real gain
