@@ -52,8 +52,6 @@ func corpusTasks(ev records.Evidence) []string {
 	return out
 }
 
-// withCorpus returns m0 followed by the corpus's records: what a corpus
-// method ranks or imitates. m0 alone is what it paid for.
 // withoutFamily returns ev without the records of family's tasks: the
 // held-out family's runs are outside knowledge no method may draw on.
 func withoutFamily(ev records.Evidence, family string) (records.Evidence, error) {
@@ -66,6 +64,8 @@ func withoutFamily(ev records.Evidence, family string) (records.Evidence, error)
 	return records.NewEvidence(keep...)
 }
 
+// withCorpus returns m0 followed by the corpus's records: what a corpus
+// method ranks or imitates. m0 alone is what it paid for.
 func withCorpus(m0, corpus records.Evidence) (records.Evidence, error) {
 	ev, err := m0.Add(corpus.Records()...)
 	if err != nil {
