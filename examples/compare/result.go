@@ -84,10 +84,14 @@ type Result struct {
 		History Runs `json:"history"`
 	} `json:"runs"`
 	// LeftOut lists the suite's tasks left out (a reference run failed).
-	LeftOut      []string            `json:"tasks_left_out,omitempty"`
-	States       []StateResult       `json:"states"`
-	Unmeasured   int                 `json:"unmeasured_proposals"`
-	Steps        []StepResult        `json:"steps,omitempty"`
+	LeftOut    []string      `json:"tasks_left_out,omitempty"`
+	States     []StateResult `json:"states"`
+	Unmeasured int           `json:"unmeasured_proposals"`
+	Steps      []StepResult  `json:"steps,omitempty"`
+	// WarmStart is the supervised start of a method whose RL begins from
+	// a supervised policy (lm2lm-corpus: RFT on the corpus), step by
+	// step; Steps are then the RL's alone.
+	WarmStart    []StepResult        `json:"warm_start,omitempty"`
 	Calibrations []CalibrationResult `json:"calibrations,omitempty"`
 	// Probes are the reliability probes at the calibration steps (prober).
 	Probes []CalibrationResult `json:"probes,omitempty"`
@@ -309,6 +313,9 @@ var nullable = map[string]bool{
 	"mean_reward": true, "mean_predicted_gain_sigma": true, "top_share": true,
 	"predicted_reward": true, "real_reward": true, "states": true, "steps": true, "calibrations": true,
 	"probes": true, "tasks_left_out": true, "predicted_sigma": true,
+	// A locality class with no pair has no mean shift; a calibration with
+	// no valid prediction of its records, no gap.
+	"mean_abs_shift": true, "gap_before": true, "gap_after": true,
 }
 
 // checkValues walks a decoded result (json.Number for numbers) and

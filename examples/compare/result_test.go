@@ -236,3 +236,22 @@ func FuzzDecodeResult(f *testing.F) {
 		}
 	})
 }
+
+// A locality measurement with a class of no pair (no mean shift) and a
+// calibration without a gap reads back as written: the nulls the
+// measurement writes are the ones the reader allows.
+func TestResultWithEmptyLocalityClassReadsBack(t *testing.T) {
+	o := options{profile: "tiny", suite: "v2-val"}
+	j := job{"lm2lm", 2}
+	r := testResult(o, j.method, j.seed)
+	shift := 1.5
+	r.Locality = []Locality{{Step: 4, Classes: []LocalityClass{{Class: "calibrated", Pairs: 2, MeanAbsShift: &shift}, {Class: "same mechanism"}}}}
+	dir := t.TempDir()
+	require.NoError(t, writeResult(dir, j, r))
+	got, ok, err := readResult(dir, j, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, r, got)
+	require.Nil(t, got.Locality[0].Classes[1].MeanAbsShift)
+	require.Nil(t, got.Locality[0].GapBefore)
+}
