@@ -150,8 +150,8 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 		res.Runs.Training = cnt.take()
 	}
 	evalTemp := set.Policy.EvalTemperature
-	if m.rerank && o.rerankTemp != 0 {
-		evalTemp = o.rerankTemp // the candidates of the trained policy's rerank
+	if res.RerankTemperature = o.rerankTempOf(j.method); res.RerankTemperature != 0 {
+		evalTemp = res.RerankTemperature // the candidates of the trained policy's rerank
 	}
 	if err := pol.SetTemperature(evalTemp); err != nil {
 		return res, err

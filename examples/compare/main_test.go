@@ -420,6 +420,14 @@ func TestLM2LMRerankTrainsAsLM2LM(t *testing.T) {
 	require.Equal(t, rr.Steps, hot.Steps)
 	require.Equal(t, rr.Budget(), hot.Budget())
 	require.NotEqual(t, rr.States, hot.States, "candidates drawn at temperature 4 rerank to other proposals")
+	require.Equal(t, 4.0, hot.RerankTemperature)
+	require.Zero(t, same.RerankTemperature)
+	// A result drawn at another temperature is refused, not read as this one's.
+	hotDir := runDir(o)
+	o.rerankTemp = 3
+	_, ok, err = readResult(hotDir, job{"lm2lm-rerank", 1}, o)
+	require.False(t, ok)
+	require.ErrorContains(t, err, "drew its candidates at temperature 4, -rerank-temperature gives 3")
 }
 
 // The real-gains diagnostic's world model predicts a proposal's real gain
