@@ -75,7 +75,7 @@ type Result struct {
 	// drawn at (-rerank-temperature; 0 = the setting's evaluation
 	// temperature); 0 for every other method.
 	RerankTemperature float64 `json:"rerank_temperature,omitempty"`
-	M0          int    `json:"m0_records"`
+	M0                int     `json:"m0_records"`
 	// Runs counts real runs per phase: fresh (paid for now) and reused
 	// (served from the store: run earlier, by this or another method).
 	Runs struct {
