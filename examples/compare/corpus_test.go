@@ -139,7 +139,7 @@ func TestCorpusMethodsEndToEnd(t *testing.T) {
 		t.Skip("trains tiny models; runs without -short")
 	}
 	corpus := writeStore(t, t.TempDir(), "c.records", corpusRecords(t, lab.PretrainName+"/in-distribution/ar-prose/00", 12))
-	o := options{methods: []string{"rft", "rft-corpus", "bestknown", "bestknown-corpus", "lm2lm", "lm2lm-corpus"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v1", probe: 2,
+	o := options{methods: []string{"rft", "rft-corpus", "bestknown", "bestknown-corpus"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v1", probe: 2,
 		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, specs: tinyTasks(), corpus: corpus}
 	var first bytes.Buffer
 	require.NoError(t, run(context.Background(), &first, o))
@@ -148,7 +148,7 @@ func TestCorpusMethodsEndToEnd(t *testing.T) {
 	var err error
 	o.corpusEv, err = loadCorpus(context.Background(), corpus) // as run loads it
 	require.NoError(t, err)
-	for _, pair := range [][2]string{{"rft", "rft-corpus"}, {"bestknown", "bestknown-corpus"}, {"lm2lm", "lm2lm-corpus"}} {
+	for _, pair := range [][2]string{{"rft", "rft-corpus"}, {"bestknown", "bestknown-corpus"}} {
 		plain, ok, err := readResult(dir, job{pair[0], 1}, o)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -161,26 +161,10 @@ func TestCorpusMethodsEndToEnd(t *testing.T) {
 		require.Equal(t, 12, withC.CorpusRuns)
 		require.NotEmpty(t, withC.Corpus)
 	}
-	// LM2LM from the corpus starts where RFT on the corpus ended: its
-	// warm start is that method's training, step by step; then it trains
-	// as LM2LM does, for as many steps and calibrations.
-	rftC, _, err := readResult(dir, job{"rft-corpus", 1}, o)
-	require.NoError(t, err)
-	plain, _, err := readResult(dir, job{"lm2lm", 1}, o)
-	require.NoError(t, err)
-	lmC, _, err := readResult(dir, job{"lm2lm-corpus", 1}, o)
-	require.NoError(t, err)
-	require.NotEmpty(t, lmC.WarmStart)
-	require.Equal(t, rftC.Steps, lmC.WarmStart)
-	require.Empty(t, plain.WarmStart)
-	require.Len(t, lmC.Steps, len(plain.Steps))
-	require.Len(t, lmC.Calibrations, len(plain.Calibrations))
-	require.NotEqual(t, plain.States, lmC.States, "another start, other proposals")
-
 	var second bytes.Buffer
 	require.NoError(t, run(context.Background(), &second, o))
-	require.Contains(t, second.String(), "6 finished earlier, 0 to run")
-	md, err := os.ReadFile(filepath.Join(dir, "compare-seeds1-1-rft+rft-corpus+bestknown+bestknown-corpus+lm2lm+lm2lm-corpus.md"))
+	require.Contains(t, second.String(), "4 finished earlier, 0 to run")
+	md, err := os.ReadFile(filepath.Join(dir, "compare-seeds1-1-rft+rft-corpus+bestknown+bestknown-corpus.md"))
 	require.NoError(t, err)
 	require.True(t, strings.Contains(string(md), "| best known changes (M'₀ + corpus) |"), string(md))
 	require.Contains(t, string(md), " -corpus "+corpus)

@@ -117,14 +117,6 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	case "sft", "rft":
 		err = supervise(ctx, m.kind, prof.Steps, pol, known, &res)
 	case "rl":
-		if m.corpus {
-			// Start from the RFT-on-the-corpus policy of this seed.
-			var warm Result
-			if err = supervise(ctx, "rft", prof.Steps, pol, known, &warm); err != nil {
-				break
-			}
-			res.WarmStart = warm.Steps
-		}
 		if world, final, err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res); err == nil && m.rerank {
 			prop, err = baseline.NewRerank(set.RerankConfig(), pol, world, final)
 		}

@@ -89,14 +89,10 @@ type Result struct {
 		History Runs `json:"history"`
 	} `json:"runs"`
 	// LeftOut lists the suite's tasks left out (a reference run failed).
-	LeftOut    []string      `json:"tasks_left_out,omitempty"`
-	States     []StateResult `json:"states"`
-	Unmeasured int           `json:"unmeasured_proposals"`
-	Steps      []StepResult  `json:"steps,omitempty"`
-	// WarmStart is the supervised start of a method whose RL begins from
-	// a supervised policy (lm2lm-corpus: RFT on the corpus), step by
-	// step; Steps are then the RL's alone.
-	WarmStart    []StepResult        `json:"warm_start,omitempty"`
+	LeftOut      []string            `json:"tasks_left_out,omitempty"`
+	States       []StateResult       `json:"states"`
+	Unmeasured   int                 `json:"unmeasured_proposals"`
+	Steps        []StepResult        `json:"steps,omitempty"`
 	Calibrations []CalibrationResult `json:"calibrations,omitempty"`
 	// Probes are the reliability probes at the calibration steps (prober).
 	Probes []CalibrationResult `json:"probes,omitempty"`
