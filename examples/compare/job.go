@@ -143,7 +143,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	}
 	evalTemp := set.Policy.EvalTemperature
 	if res.RerankTemperature = o.rerankTempOf(j.method); res.RerankTemperature != 0 {
-		evalTemp = res.RerankTemperature // the candidates of the trained policy's rerank
+		evalTemp = res.RerankTemperature // the candidates of the trained policy's rerank (Result.RerankTemperature)
 	}
 	if err := pol.SetTemperature(evalTemp); err != nil {
 		return res, err

@@ -115,8 +115,8 @@ type options struct {
 	transformerScript string
 	transformerTemp   float64
 	// rerankTemp is the temperature LM2LM's world-model rerank draws its
-	// candidates at (-rerank-temperature; 0 = the setting's evaluation
-	// temperature).
+	// candidates at (-rerank-temperature; 0 = defaultRerankTemp, as in
+	// options built in tests).
 	rerankTemp float64
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
@@ -172,7 +172,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.transformer, "transformer", "", "run directory of examples/llm-rl -profile method for each seed, with {seed} in it (e.g. out/llm-rl-{seed}): the transformer methods (transformer, transformer-warmup) evaluate its saved policy served by train.py --serve, and read what its training paid from its result.json (needed by those methods, refused without them)")
 	fs.StringVar(&o.transformerScript, "transformer-script", filepath.Join("examples", "llm-rl", "train.py"), "the train.py that serves a transformer run's policy (the default is relative to the repository root)")
 	fs.Float64Var(&o.transformerTemp, "transformer-temperature", defaultTransformerTemp, "sampling temperature of the transformer methods' evaluation (the RL rollouts sample at 1; the default was chosen on v3-val)")
-	fs.Float64Var(&o.rerankTemp, "rerank-temperature", 0, "temperature at which lm2lm-rerank draws the candidates its world model reranks (0 = the setting's evaluation temperature; higher gives the world model more of the catalogue to choose from for each state); under measurement on v3-val")
+	fs.Float64Var(&o.rerankTemp, "rerank-temperature", defaultRerankTemp, "temperature at which lm2lm-rerank draws the candidates its world model reranks (the default, the rollouts' temperature of the validated setting, was chosen on v3-val among 0.5, 1, 2 and 4: hotter candidates give the world model more of the catalogue to choose from for each state)")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -228,8 +228,8 @@ func (o options) validate() error {
 		bad("-transformer-temperature %g; want in [0, 2]", o.transformerTemp)
 	}
 	if !(o.rerankTemp >= 0 && o.rerankTemp <= 100) {
-		bad("-rerank-temperature %g; want in [0, 100] (0 = the evaluation temperature)", o.rerankTemp)
-	} else if o.rerankTemp != 0 && !slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].rerank }) {
+		bad("-rerank-temperature %g; want in (0, 100] (0: the default)", o.rerankTemp)
+	} else if o.rerankTempOf("lm2lm-rerank") != defaultRerankTemp && !slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].rerank }) {
 		bad("-rerank-temperature %g: no method of -methods reranks a trained policy (lm2lm-rerank)", o.rerankTemp)
 	}
 	if o.seeds < 1 {
@@ -308,7 +308,7 @@ func (o options) levers() []lever {
 		// So does -transformer (its result files record the run's digest);
 		// another evaluation temperature is a run directory of its own.
 		{o.transformer != "", "", " -transformer " + o.transformer},
-		{o.rerankTemp != 0, fmt.Sprintf("-rt%g", o.rerankTemp), fmt.Sprintf(" -rerank-temperature %g", o.rerankTemp)},
+		{o.rerankTempOf("lm2lm-rerank") != defaultRerankTemp, fmt.Sprintf("-rt%g", o.rerankTemp), fmt.Sprintf(" -rerank-temperature %g", o.rerankTemp)},
 		{o.transformer != "" && o.transformerTemp != defaultTransformerTemp, fmt.Sprintf("-tt%g", o.transformerTemp), fmt.Sprintf(" -transformer-temperature %g", o.transformerTemp)},
 	}
 }

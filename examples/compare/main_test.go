@@ -45,8 +45,8 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		{[]string{"-setting", "chosen"}, []string{`-setting: setting: unknown name: setting "chosen"; valid: validated, library`}},
 		{[]string{"-pessimism", "1.5"}, []string{"-pessimism 1.5; want in [0, 1]"}},
 		{[]string{"-pessimism", "NaN"}, []string{"-pessimism NaN"}},
-		{[]string{"-rerank-temperature", "-1"}, []string{"-rerank-temperature -1; want in [0, 100]"}},
-		{[]string{"-methods", "lm2lm", "-rerank-temperature", "2"}, []string{"-rerank-temperature 2: no method of -methods reranks a trained policy"}},
+		{[]string{"-rerank-temperature", "-1"}, []string{"-rerank-temperature -1; want in (0, 100]"}},
+		{[]string{"-methods", "lm2lm", "-rerank-temperature", "4"}, []string{"-rerank-temperature 4: no method of -methods reranks a trained policy"}},
 	}
 	for _, tt := range tests {
 		_, err := parseFlags(tt.args, &bytes.Buffer{})
@@ -59,9 +59,12 @@ func TestFlagsValidatedTogether(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, defaultMethods(), o.methods)
 	require.Equal(t, 5, o.seeds)
-	o, err = parseFlags([]string{"-methods", "lm2lm,lm2lm-rerank", "-rerank-temperature", "2"}, &bytes.Buffer{})
+	o, err = parseFlags([]string{"-methods", "lm2lm,lm2lm-rerank", "-rerank-temperature", "4"}, &bytes.Buffer{})
 	require.NoError(t, err)
-	require.Equal(t, "v2-default-rt2", filepath.Base(runDir(o)), "the candidates' temperature names its run directory")
+	require.Equal(t, "v2-default-rt4", filepath.Base(runDir(o)), "another candidates' temperature names its run directory")
+	o, err = parseFlags([]string{"-methods", "lm2lm,lm2lm-rerank"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, "v2-default", filepath.Base(runDir(o)), "the default does not")
 	_, err = parseFlags([]string{"-setting", "nope"}, &bytes.Buffer{})
 	require.ErrorIs(t, err, setting.ErrUnknown)
 	// The levers of the setting are no flags: a setting is chosen whole.
@@ -421,6 +424,7 @@ func TestLM2LMRerankTrainsAsLM2LM(t *testing.T) {
 	require.Equal(t, rr.Budget(), hot.Budget())
 	require.NotEqual(t, rr.States, hot.States, "candidates drawn at temperature 4 rerank to other proposals")
 	require.Equal(t, 4.0, hot.RerankTemperature)
+	require.Equal(t, float64(defaultRerankTemp), rr.RerankTemperature)
 	require.Zero(t, same.RerankTemperature)
 	// A result drawn at another temperature is refused, not read as this one's.
 	hotDir := runDir(o)

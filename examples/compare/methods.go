@@ -54,6 +54,15 @@ type method struct {
 	pairWith []string
 }
 
+// defaultRerankTemp is -rerank-temperature's default: lm2lm-rerank draws
+// the 32 candidates its world model reranks at the validated setting's
+// rollout temperature (2), not at the evaluation temperature (0.5).
+// Chosen on v3-val (5 seeds, docs/results.md): candidates at 0.5, 1, 2
+// and 4 gave Avg@4 +1.26, +1.38, +1.61 and +1.64 robust, and ranked each
+// state's best mechanism at 15.8, 15.6, 15.1 and 15.0 of 30; 2 and 4 are
+// level, and 2 is the temperature the policy was trained at.
+const defaultRerankTemp = 2
+
 var methods = map[string]method{
 	"base":             {label: "Base (untrained)", order: 0, kind: "none", baseline: true},
 	"sft":              {label: "SFT on M₀", order: 1, kind: "sft", baseline: true},

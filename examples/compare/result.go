@@ -72,8 +72,7 @@ type Result struct {
 	Transformer string `json:"transformer,omitempty"`
 	// RerankTemperature is, for a method that reranks its trained
 	// policy's samples (lm2lm-rerank), the temperature its candidates were
-	// drawn at (-rerank-temperature; 0 = the setting's evaluation
-	// temperature); 0 for every other method.
+	// drawn at (-rerank-temperature); 0 for every other method.
 	RerankTemperature float64 `json:"rerank_temperature,omitempty"`
 	M0                int     `json:"m0_records"`
 	// Runs counts real runs per phase: fresh (paid for now) and reused
@@ -238,20 +237,23 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 			path, records.Excerpt(r.Transformer), records.Excerpt(want), j)
 	}
 	if want := o.rerankTempOf(j.method); r.RerankTemperature != want {
-		return r, false, fmt.Errorf("%s drew its candidates at temperature %g, -rerank-temperature gives %g (0: the evaluation temperature; move it away to run %s again)",
+		return r, false, fmt.Errorf("%s drew its candidates at temperature %g, -rerank-temperature gives %g (0: a result of a version that drew them at the evaluation temperature; move it away to run %s again)",
 			path, r.RerankTemperature, want, j)
 	}
 	return r, true, nil
 }
 
 // rerankTempOf is the candidates' temperature a result of method records
-// (Result.RerankTemperature): -rerank-temperature for a method that
-// reranks its trained policy, 0 for any other.
+// (Result.RerankTemperature): -rerank-temperature (defaultRerankTemp when
+// unset) for a method that reranks its trained policy, 0 for any other.
 func (o options) rerankTempOf(method string) float64 {
-	if methods[method].rerank {
-		return o.rerankTemp
+	switch {
+	case !methods[method].rerank:
+		return 0
+	case o.rerankTemp == 0: // options built in tests
+		return defaultRerankTemp
 	}
-	return 0
+	return o.rerankTemp
 }
 
 // jsonText is v's JSON, for comparing and quoting contents.
