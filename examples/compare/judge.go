@@ -231,14 +231,7 @@ func judgementRows(rs []Result) []JudgementRow {
 			}
 		}
 	}
-	rank := func(part string) int {
-		if part == "all" {
-			return -1
-		}
-		_, r := partName(part)
-		return r
-	}
-	slices.SortStableFunc(order, func(a, b key) int { return rank(a.part) - rank(b.part) })
+	slices.SortStableFunc(order, func(a, b key) int { return partOrder(a.part) - partOrder(b.part) })
 	var out []JudgementRow
 	for _, k := range order {
 		a := *acc[k]
@@ -253,6 +246,16 @@ func judgementRows(rs []Result) []JudgementRow {
 		out = append(out, a)
 	}
 	return out
+}
+
+// partOrder orders the judgement's parts: "all" first, then the regions
+// in partName order.
+func partOrder(part string) int {
+	if part == "all" {
+		return -1
+	}
+	_, r := partName(part)
+	return r
 }
 
 // judgementTable writes the judgement rows (none without -landscape).

@@ -143,13 +143,6 @@ func landscapeRefs(suite string, st *landStore, eval func(records.Task) bool) []
 		}
 	}
 	refs := []string{refOtherSeed, refNearest, refRegionMean, refSplitMean}
-	partRank := func(part string) int {
-		if part == "all" {
-			return -1
-		}
-		_, r := partName(part)
-		return r
-	}
 	var out []JudgementRef
 	for _, a := range accs {
 		n := float64(a.n)
@@ -159,7 +152,7 @@ func landscapeRefs(suite string, st *landStore, eval func(records.Task) bool) []
 		if d := slices.Index(refs, x.Reference) - slices.Index(refs, y.Reference); d != 0 {
 			return d
 		}
-		if d := partRank(x.Part) - partRank(y.Part); d != 0 {
+		if d := partOrder(x.Part) - partOrder(y.Part); d != 0 {
 			return d
 		}
 		return strings.Compare(x.Part, y.Part)
