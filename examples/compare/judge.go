@@ -199,7 +199,8 @@ type JudgementRow struct {
 }
 
 // judgementRows averages each method's per-seed judgements by part ("all"
-// first, then the parts in partName order).
+// first, then the parts in partName order), methods in row order within a
+// part.
 func judgementRows(rs []Result) []JudgementRow {
 	type key struct{ method, part string }
 	acc := map[key]*JudgementRow{}
@@ -231,7 +232,12 @@ func judgementRows(rs []Result) []JudgementRow {
 			}
 		}
 	}
-	slices.SortStableFunc(order, func(a, b key) int { return partOrder(a.part) - partOrder(b.part) })
+	slices.SortStableFunc(order, func(a, b key) int {
+		if d := partOrder(a.part) - partOrder(b.part); d != 0 {
+			return d
+		}
+		return methods[a.method].order - methods[b.method].order
+	})
 	var out []JudgementRow
 	for _, k := range order {
 		a := *acc[k]

@@ -178,3 +178,15 @@ func roundMap(m map[string]float64) map[string]float64 {
 	}
 	return out
 }
+
+// Within a part the rows follow the methods' row order, whatever order the
+// results came in.
+func TestJudgementRowsInMethodOrder(t *testing.T) {
+	j := []evalstat.Judgement{{States: 1, BestRank: 1, ChanceRank: 2}, {Region: "in-distribution", States: 1, BestRank: 1, ChanceRank: 2}}
+	rows := judgementRows([]Result{{Method: "lm2lm", Judgement: j}, {Method: "rerank", Judgement: j}, {Method: "base", Judgement: j}})
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Part+" "+r.Method)
+	}
+	require.Equal(t, []string{"all base", "all rerank", "all lm2lm", "in-distribution base", "in-distribution rerank", "in-distribution lm2lm"}, got)
+}
