@@ -21,10 +21,6 @@ type checkpoint struct {
 	AdamM     []float64      `json:"adam_m"`
 	AdamV     []float64      `json:"adam_v"`
 	AdamStep  int            `json:"adam_step"`
-	// Anchor and AnchorBeta are Policy.Anchor's parameters and β, absent
-	// without an anchor.
-	Anchor     []float64 `json:"anchor,omitempty"`
-	AnchorBeta float64   `json:"anchor_beta,omitempty"`
 }
 
 // MarshalBinary returns a checkpoint of the policy: a JSON document with the
@@ -36,16 +32,14 @@ func (p *Policy) MarshalBinary() ([]byte, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	b, err := json.Marshal(checkpoint{
-		Format:     checkpointFormat,
-		Config:     p.cfg,
-		Catalogue:  p.cat,
-		Params:     p.lay.nParams,
-		Theta:      p.theta,
-		AdamM:      p.adamM,
-		AdamV:      p.adamV,
-		AdamStep:   p.step,
-		Anchor:     p.anchor,
-		AnchorBeta: p.anchorBeta,
+		Format:    checkpointFormat,
+		Config:    p.cfg,
+		Catalogue: p.cat,
+		Params:    p.lay.nParams,
+		Theta:     p.theta,
+		AdamM:     p.adamM,
+		AdamV:     p.adamV,
+		AdamStep:  p.step,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("proposer: marshal: %w", err)
@@ -85,10 +79,7 @@ func (p *Policy) UnmarshalBinary(data []byte) error {
 	for _, v := range []struct {
 		name string
 		xs   []float64
-	}{{"theta", c.Theta}, {"adam_m", c.AdamM}, {"adam_v", c.AdamV}, {"anchor", c.Anchor}} {
-		if v.name == "anchor" && v.xs == nil && c.AnchorBeta == 0 {
-			continue
-		}
+	}{{"theta", c.Theta}, {"adam_m", c.AdamM}, {"adam_v", c.AdamV}} {
 		if len(v.xs) != lay.nParams {
 			return fmt.Errorf("%w: %s has %d values, want %d", ErrCheckpoint, v.name, len(v.xs), lay.nParams)
 		}
@@ -103,9 +94,6 @@ func (p *Policy) UnmarshalBinary(data []byte) error {
 			return fmt.Errorf("%w: adam_v[%d] = %g < 0", ErrCheckpoint, i, x)
 		}
 	}
-	if !(c.AnchorBeta >= 0) || math.IsInf(c.AnchorBeta, 0) || (c.AnchorBeta > 0) != (c.Anchor != nil) {
-		return fmt.Errorf("%w: anchor_beta %g with %d anchor values: want both or neither, β finite and > 0", ErrCheckpoint, c.AnchorBeta, len(c.Anchor))
-	}
 	if c.AdamStep < 0 {
 		return fmt.Errorf("%w: adam_step %d < 0", ErrCheckpoint, c.AdamStep)
 	}
@@ -113,6 +101,5 @@ func (p *Policy) UnmarshalBinary(data []byte) error {
 	defer p.mu.Unlock()
 	p.cfg, p.cat, p.lay = c.Config, cloneCatalogue(c.Catalogue), lay
 	p.theta, p.adamM, p.adamV, p.step = c.Theta, c.AdamM, c.AdamV, c.AdamStep
-	p.anchor, p.anchorBeta = c.Anchor, c.AnchorBeta
 	return nil
 }

@@ -62,10 +62,6 @@ type Policy struct {
 	adamM []float64 // Adam first moments
 	adamV []float64 // Adam second moments
 	step  int       // Adam steps taken
-	// anchor and anchorBeta are the parameters and weight β of Anchor's
-	// KL term (nil and 0 without one).
-	anchor     []float64
-	anchorBeta float64
 }
 
 var (

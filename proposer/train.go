@@ -247,9 +247,6 @@ func (p *Policy) dapoGrad(ctx context.Context, batch []Item) ([]pass, float64, d
 	for i := range passes {
 		passes[i].backward(res.Grad[i], grad)
 	}
-	if akl := p.anchorGrad(passes, grad); p.anchorBeta > 0 {
-		res.Loss += p.anchorBeta * akl
-	}
 	return passes, ent, res, grad, nil
 }
 

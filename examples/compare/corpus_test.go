@@ -139,7 +139,7 @@ func TestCorpusMethodsEndToEnd(t *testing.T) {
 		t.Skip("trains tiny models; runs without -short")
 	}
 	corpus := writeStore(t, t.TempDir(), "c.records", corpusRecords(t, lab.PretrainName+"/in-distribution/ar-prose/00", 12))
-	o := options{methods: []string{"rft", "rft-corpus", "bestknown", "bestknown-corpus", "lm2lm", "lm2lm-anchored"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v1", probe: 2,
+	o := options{methods: []string{"rft", "rft-corpus", "bestknown", "bestknown-corpus"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v1", probe: 2,
 		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, specs: tinyTasks(), corpus: corpus}
 	var first bytes.Buffer
 	require.NoError(t, run(context.Background(), &first, o))
@@ -148,7 +148,7 @@ func TestCorpusMethodsEndToEnd(t *testing.T) {
 	var err error
 	o.corpusEv, err = loadCorpus(context.Background(), corpus) // as run loads it
 	require.NoError(t, err)
-	for _, pair := range [][2]string{{"rft", "rft-corpus"}, {"bestknown", "bestknown-corpus"}, {"lm2lm", "lm2lm-anchored"}} {
+	for _, pair := range [][2]string{{"rft", "rft-corpus"}, {"bestknown", "bestknown-corpus"}} {
 		plain, ok, err := readResult(dir, job{pair[0], 1}, o)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -161,27 +161,10 @@ func TestCorpusMethodsEndToEnd(t *testing.T) {
 		require.Equal(t, 12, withC.CorpusRuns)
 		require.NotEmpty(t, withC.Corpus)
 	}
-	// The anchored LM2LM trains as LM2LM does, from the corpus policy,
-	// and records its anchor; a result of another β is refused.
-	plain, _, err := readResult(dir, job{"lm2lm", 1}, o)
-	require.NoError(t, err)
-	anch, _, err := readResult(dir, job{"lm2lm-anchored", 1}, o)
-	require.NoError(t, err)
-	require.Equal(t, float64(defaultAnchor), anch.AnchorBeta)
-	require.Zero(t, plain.AnchorBeta)
-	require.Len(t, anch.Steps, len(plain.Steps))
-	require.Len(t, anch.Calibrations, len(plain.Calibrations))
-	require.NotEqual(t, plain.States, anch.States, "another start, other proposals")
-	other := o
-	other.anchor = 3
-	_, ok, err := readResult(dir, job{"lm2lm-anchored", 1}, other)
-	require.False(t, ok)
-	require.ErrorContains(t, err, "anchored its policy with β = 1, -anchor gives 3")
-
 	var second bytes.Buffer
 	require.NoError(t, run(context.Background(), &second, o))
-	require.Contains(t, second.String(), "6 finished earlier, 0 to run")
-	md, err := os.ReadFile(filepath.Join(dir, "compare-seeds1-1-rft+rft-corpus+bestknown+bestknown-corpus+lm2lm+lm2lm-anchored.md"))
+	require.Contains(t, second.String(), "4 finished earlier, 0 to run")
+	md, err := os.ReadFile(filepath.Join(dir, "compare-seeds1-1-rft+rft-corpus+bestknown+bestknown-corpus.md"))
 	require.NoError(t, err)
 	require.True(t, strings.Contains(string(md), "| best known changes (M'₀ + corpus) |"), string(md))
 	require.Contains(t, string(md), " -corpus "+corpus)

@@ -117,18 +117,6 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	case "sft", "rft":
 		err = supervise(ctx, m.kind, prof.Steps, pol, known, &res)
 	case "rl":
-		if m.anchored {
-			// Start from the RFT-on-the-corpus policy of this seed and
-			// anchor the policy there.
-			var warm Result
-			if err = supervise(ctx, "rft", prof.Steps, pol, known, &warm); err != nil {
-				break
-			}
-			res.AnchorBeta = o.anchorOf(j.method)
-			if err = pol.Anchor(res.AnchorBeta); err != nil {
-				break
-			}
-		}
 		if world, final, err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res); err == nil && m.rerank {
 			prop, err = baseline.NewRerank(set.RerankConfig(), pol, world, final)
 		}

@@ -118,9 +118,6 @@ type options struct {
 	// candidates at (-rerank-temperature; 0 = defaultRerankTemp, as in
 	// options built in tests).
 	rerankTemp float64
-	// anchor is the β of lm2lm-anchored's anchor (-anchor; 0 =
-	// defaultAnchor, as in options built in tests).
-	anchor float64
 	// specs replaces the suite's tasks (tests only).
 	specs []lab.TaskSpec
 }
@@ -176,7 +173,6 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.transformerScript, "transformer-script", filepath.Join("examples", "llm-rl", "train.py"), "the train.py that serves a transformer run's policy (the default is relative to the repository root)")
 	fs.Float64Var(&o.transformerTemp, "transformer-temperature", defaultTransformerTemp, "sampling temperature of the transformer methods' evaluation (the RL rollouts sample at 1; the default was chosen on v3-val)")
 	fs.Float64Var(&o.rerankTemp, "rerank-temperature", defaultRerankTemp, "temperature at which lm2lm-rerank draws the candidates its world model reranks (the default, the rollouts' temperature of the validated setting, was chosen on v3-val among 0.5, 1, 2 and 4: hotter candidates give the world model more of the catalogue to choose from for each state)")
-	fs.Float64Var(&o.anchor, "anchor", defaultAnchor, "β of lm2lm-anchored's anchor: the weight of the KL of its policy's card decision to the RFT-on-the-corpus policy it starts from (proposer.Policy.Anchor); under measurement on v3-val")
 	fs.BoolVar(&o.force, "force", false, "replace comparison files (table, JSON, charts) whose content changed; result files are never replaced")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -235,11 +231,6 @@ func (o options) validate() error {
 		bad("-rerank-temperature %g; want in (0, 100] (0: the default)", o.rerankTemp)
 	} else if o.rerankTempOf("lm2lm-rerank") != defaultRerankTemp && !slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].rerank }) {
 		bad("-rerank-temperature %g: no method of -methods reranks a trained policy (lm2lm-rerank)", o.rerankTemp)
-	}
-	if !(o.anchor >= 0 && o.anchor <= 1e6) {
-		bad("-anchor %g; want in (0, 1e6] (0: the default)", o.anchor)
-	} else if o.anchorOf("lm2lm-anchored") != defaultAnchor && !slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].anchored }) {
-		bad("-anchor %g: no method of -methods is anchored (lm2lm-anchored)", o.anchor)
 	}
 	if o.seeds < 1 {
 		bad("-seeds %d; want ≥ 1", o.seeds)
@@ -317,7 +308,6 @@ func (o options) levers() []lever {
 		// So does -transformer (its result files record the run's digest);
 		// another evaluation temperature is a run directory of its own.
 		{o.transformer != "", "", " -transformer " + o.transformer},
-		{o.anchorOf("lm2lm-anchored") != defaultAnchor, fmt.Sprintf("-anchor%g", o.anchor), fmt.Sprintf(" -anchor %g", o.anchor)},
 		{o.rerankTempOf("lm2lm-rerank") != defaultRerankTemp, fmt.Sprintf("-rt%g", o.rerankTemp), fmt.Sprintf(" -rerank-temperature %g", o.rerankTemp)},
 		{o.transformer != "" && o.transformerTemp != defaultTransformerTemp, fmt.Sprintf("-tt%g", o.transformerTemp), fmt.Sprintf(" -transformer-temperature %g", o.transformerTemp)},
 	}

@@ -35,7 +35,7 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, rft-corpus, bestknown, bestknown-corpus, rerank, static, static-random, random, lm2lm, lm2lm-anchored, lm2lm-wmrl, static-wmrl, lm2lm-rerank, real-gains"}},
+		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, rft-corpus, bestknown, bestknown-corpus, rerank, static, static-random, random, lm2lm, lm2lm-wmrl, static-wmrl, lm2lm-rerank, real-gains"}},
 		{[]string{"-methods", "lm2lm,lm2lm"}, []string{`"lm2lm" appears twice`}},
 		{[]string{"-methods", ","}, []string{"-methods is empty"}},
 		{[]string{"-profile", "huge", "-suite", "v3"}, []string{"valid: tiny, short, default, paper", "valid: v1, v2"}},
@@ -45,8 +45,6 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		{[]string{"-setting", "chosen"}, []string{`-setting: setting: unknown name: setting "chosen"; valid: validated, library`}},
 		{[]string{"-pessimism", "1.5"}, []string{"-pessimism 1.5; want in [0, 1]"}},
 		{[]string{"-pessimism", "NaN"}, []string{"-pessimism NaN"}},
-		{[]string{"-anchor", "-1"}, []string{"-anchor -1; want in (0, 1e6]"}},
-		{[]string{"-methods", "lm2lm", "-anchor", "3"}, []string{"-anchor 3: no method of -methods is anchored"}},
 		{[]string{"-rerank-temperature", "-1"}, []string{"-rerank-temperature -1; want in (0, 100]"}},
 		{[]string{"-methods", "lm2lm", "-rerank-temperature", "4"}, []string{"-rerank-temperature 4: no method of -methods reranks a trained policy"}},
 	}

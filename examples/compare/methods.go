@@ -39,13 +39,9 @@ type method struct {
 	// (-corpus, the store of examples/priorcorpus): outside knowledge,
 	// as the world-model methods get it through the pretrained prior
 	// (lab/prior), which no real-run budget counts. BestKnown ranks M'_0 and the corpus's
-	// records together; RFT imitates M_0's and the corpus's positive gains;
-	// lm2lm-anchored starts its RL from that RFT policy. It runs only when
-	// -methods names it.
+	// records together; RFT imitates M_0's and the corpus's positive gains.
+	// It runs only when -methods names it.
 	corpus bool
-	// anchored: the method's RL starts from the RFT-on-the-corpus policy
-	// and is anchored to it (lm2lm-anchored).
-	anchored bool
 	// checkpoint, for the "external" kind, is the saved policy of an
 	// examples/llm-rl run that the method evaluates (-transformer): the
 	// policy after RL ("final.pt") or after its supervised warm-up
@@ -67,9 +63,6 @@ type method struct {
 // level, and 2 is the temperature the policy was trained at.
 const defaultRerankTemp = 2
 
-// defaultAnchor is -anchor's default β (under measurement on v3-val).
-const defaultAnchor = 1
-
 var methods = map[string]method{
 	"base":             {label: "Base (untrained)", order: 0, kind: "none", baseline: true},
 	"sft":              {label: "SFT on M₀", order: 1, kind: "sft", baseline: true},
@@ -85,22 +78,15 @@ var methods = map[string]method{
 	"static-random": {label: "static + random records (M'₀)", order: 8, kind: "rl", calibration: lm2lm.Static, extra: true, baseline: true},
 	"random":        {label: "random calibration", order: 9, kind: "rl", calibration: lm2lm.RandomCalibration},
 	"lm2lm":         {label: "LM2LM", order: 10, kind: "rl", calibration: lm2lm.TopRated},
-	// lm2lm-anchored starts RL from the RFT-on-the-corpus policy of its
-	// seed (RFT on M_0's and the corpus's positive gains, the same steps)
-	// and anchors the policy there (proposer.Policy.Anchor, β = -anchor):
-	// the RL objective may not trade away what that policy knew of each
-	// state for what pays on average. The world model's context is M_0
-	// and the calibrations, as LM2LM's. Under measurement on v3-val.
-	"lm2lm-anchored": {label: "LM2LM anchored to RFT on the corpus", order: 11, kind: "rl", calibration: lm2lm.TopRated, corpus: true, anchored: true, pairWith: []string{"rft-corpus", "lm2lm"}},
-	"lm2lm-wmrl":     {label: "LM2LM + WMRL", order: 12, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
-	"static-wmrl":    {label: "WMRL (static + anchors)", order: 13, kind: "rl", calibration: lm2lm.Static, wmrl: true},
-	"lm2lm-rerank":   {label: "LM2LM, world-model rerank", order: 14, kind: "rl", calibration: lm2lm.TopRated, rerank: true},
-	"real-gains":     {label: "trained on real gains (diagnostic)", order: 15, kind: "rl", calibration: lm2lm.Static, realGains: true},
+	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 11, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
+	"static-wmrl":   {label: "WMRL (static + anchors)", order: 12, kind: "rl", calibration: lm2lm.Static, wmrl: true},
+	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 13, kind: "rl", calibration: lm2lm.TopRated, rerank: true},
+	"real-gains":    {label: "trained on real gains (diagnostic)", order: 14, kind: "rl", calibration: lm2lm.Static, realGains: true},
 	// The token-level transformer of examples/llm-rl, trained through the
 	// environment service with LM2LM's rewards and calibrations, after
 	// its warm-up and after RL (transformer.go).
-	"transformer-warmup": {label: "transformer, warm-up only", order: 16, kind: "external", checkpoint: "warmup.pt"},
-	"transformer": {label: "transformer, LM2LM through the service", order: 17, kind: "external", checkpoint: "final.pt",
+	"transformer-warmup": {label: "transformer, warm-up only", order: 15, kind: "external", checkpoint: "warmup.pt"},
+	"transformer": {label: "transformer, LM2LM through the service", order: 16, kind: "external", checkpoint: "final.pt",
 		pairWith: []string{"transformer-warmup", "lm2lm"}},
 }
 

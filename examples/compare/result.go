@@ -74,10 +74,7 @@ type Result struct {
 	// policy's samples (lm2lm-rerank), the temperature its candidates were
 	// drawn at (-rerank-temperature); 0 for every other method.
 	RerankTemperature float64 `json:"rerank_temperature,omitempty"`
-	// AnchorBeta is, for an anchored method (lm2lm-anchored), the weight
-	// of its policy's anchor (-anchor); 0 for every other method.
-	AnchorBeta float64 `json:"anchor_beta,omitempty"`
-	M0         int     `json:"m0_records"`
+	M0                int     `json:"m0_records"`
 	// Runs counts real runs per phase: fresh (paid for now) and reused
 	// (served from the store: run earlier, by this or another method).
 	Runs struct {
@@ -243,23 +240,7 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 		return r, false, fmt.Errorf("%s drew its candidates at temperature %g, -rerank-temperature gives %g (0: a result of a version that drew them at the evaluation temperature; move it away to run %s again)",
 			path, r.RerankTemperature, want, j)
 	}
-	if want := o.anchorOf(j.method); r.AnchorBeta != want {
-		return r, false, fmt.Errorf("%s anchored its policy with β = %g, -anchor gives %g (move it away to run %s again)", path, r.AnchorBeta, want, j)
-	}
 	return r, true, nil
-}
-
-// anchorOf is the anchor's β a result of method records
-// (Result.AnchorBeta): -anchor (defaultAnchor when unset) for an anchored
-// method, 0 for any other.
-func (o options) anchorOf(method string) float64 {
-	switch {
-	case !methods[method].anchored:
-		return 0
-	case o.anchor == 0: // options built in tests
-		return defaultAnchor
-	}
-	return o.anchor
 }
 
 // rerankTempOf is the candidates' temperature a result of method records
