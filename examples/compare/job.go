@@ -14,6 +14,7 @@ import (
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/prior"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/proposer"
@@ -124,7 +125,12 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), known)
 	case "rerank":
 		var w rwm.WorldModel
-		if w, err = newWorld(o, e.lab); err == nil {
+		if m.prior {
+			w, res.Prior, err = priorWorld(o, e.lab)
+		} else {
+			w, err = newWorld(o, e.lab)
+		}
+		if err == nil {
 			prop, err = baseline.NewRerank(set.RerankConfig(), pol, w, m0)
 		}
 	case "external":
@@ -222,6 +228,28 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 func newWorld(o options, l *lab.Lab) (rwm.WorldModel, error) {
 	set, _ := o.chosen() // validated
 	return set.NewWorld(l)
+}
+
+// priorWorld returns rerank-prior's world model: the setting's world
+// configuration with the lab's pretrained prior (lab/prior V2: its mean
+// and hyperparameters, no re-tuning) and the context clipped to
+// ±priorRerankClip σ_e, and the prior's digest.
+func priorWorld(o options, l *lab.Lab) (rwm.WorldModel, string, error) {
+	set, _ := o.chosen() // validated
+	p, err := prior.V2()
+	if err != nil {
+		return nil, "", err
+	}
+	cfg, err := p.Config(set.WorldConfig(l))
+	if err != nil {
+		return nil, "", fmt.Errorf("the pretrained prior: %w", err)
+	}
+	cfg.ClipSigmas = priorRerankClip
+	w, err := setting.NewModel(cfg, false)
+	if err != nil {
+		return nil, "", err
+	}
+	return w, p.Digest(), nil
 }
 
 // train runs the trainer (LM2LM, its ablations, WMRL) and keeps its

@@ -227,6 +227,9 @@ func (o options) validate() error {
 	if needTransformer && !(o.transformerTemp >= 0 && o.transformerTemp <= 2) {
 		bad("-transformer-temperature %g; want in [0, 2]", o.transformerTemp)
 	}
+	if o.holdOut != "" && slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].prior }) {
+		bad("-hold-out-family %s: rerank-prior's pretrained prior was fitted on a corpus that holds that family; leave it out of -methods", o.holdOut)
+	}
 	if !(o.rerankTemp >= 0 && o.rerankTemp <= 100) {
 		bad("-rerank-temperature %g; want in (0, 100] (0: the default)", o.rerankTemp)
 	} else if o.rerankTempOf("lm2lm-rerank") != defaultRerankTemp && !slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].rerank }) {

@@ -17,6 +17,7 @@ import (
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/prior"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
@@ -35,7 +36,7 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, rft-corpus, bestknown, bestknown-corpus, rerank, static, static-random, random, lm2lm, lm2lm-wmrl, static-wmrl, lm2lm-rerank, real-gains"}},
+		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, rft-corpus, bestknown, bestknown-corpus, rerank, rerank-prior, static, static-random, random, lm2lm, lm2lm-wmrl, static-wmrl, lm2lm-rerank, real-gains"}},
 		{[]string{"-methods", "lm2lm,lm2lm"}, []string{`"lm2lm" appears twice`}},
 		{[]string{"-methods", ","}, []string{"-methods is empty"}},
 		{[]string{"-profile", "huge", "-suite", "v3"}, []string{"valid: tiny, short, default, paper", "valid: v1, v2"}},
@@ -45,6 +46,7 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		{[]string{"-setting", "chosen"}, []string{`-setting: setting: unknown name: setting "chosen"; valid: validated, library`}},
 		{[]string{"-pessimism", "1.5"}, []string{"-pessimism 1.5; want in [0, 1]"}},
 		{[]string{"-pessimism", "NaN"}, []string{"-pessimism NaN"}},
+		{[]string{"-suite", "v3-val", "-methods", "rerank,rerank-prior", "-hold-out-family", "mdm"}, []string{"-hold-out-family mdm: rerank-prior's pretrained prior was fitted on a corpus that holds that family"}},
 		{[]string{"-rerank-temperature", "-1"}, []string{"-rerank-temperature -1; want in (0, 100]"}},
 		{[]string{"-methods", "lm2lm", "-rerank-temperature", "4"}, []string{"-rerank-temperature 4: no method of -methods reranks a trained policy"}},
 	}
@@ -527,4 +529,29 @@ func TestPredicts(t *testing.T) {
 			require.Equal(t, want, predicts(flags, methods[name]), name)
 		}
 	}
+}
+
+// rerank-prior reranks as the rerank does, with the pretrained prior in its
+// world model: the same budget, the prior's digest recorded, other
+// proposals.
+func TestRerankPriorEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains tiny models; runs without -short")
+	}
+	o := options{methods: []string{"rerank", "rerank-prior"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v1",
+		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, specs: tinyTasks()}
+	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
+	dir := runDir(o)
+	plain, ok, err := readResult(dir, job{"rerank", 1}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	withPrior, ok, err := readResult(dir, job{"rerank-prior", 1}, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	p, err := prior.V2()
+	require.NoError(t, err)
+	require.Equal(t, p.Digest(), withPrior.Prior)
+	require.Empty(t, plain.Prior)
+	require.Equal(t, plain.Budget(), withPrior.Budget())
+	require.NotEqual(t, plain.States, withPrior.States, "the prior's world model picks other proposals")
 }

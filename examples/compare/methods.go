@@ -42,6 +42,9 @@ type method struct {
 	// records together; RFT imitates M_0's and the corpus's positive gains.
 	// It runs only when -methods names it.
 	corpus bool
+	// prior: the method's world model carries the lab's pretrained prior
+	// (rerank-prior). It runs only when -methods names it.
+	prior bool
 	// checkpoint, for the "external" kind, is the saved policy of an
 	// examples/llm-rl run that the method evaluates (-transformer): the
 	// policy after RL ("final.pt") or after its supervised warm-up
@@ -63,6 +66,12 @@ type method struct {
 // level, and 2 is the temperature the policy was trained at.
 const defaultRerankTemp = 2
 
+// priorRerankClip is the clip, in σ_e, of the gains rerank-prior's world
+// model conditions on (rwm.EmbeddedConfig.ClipSigmas): the scale the prior
+// was fitted on (examples/priorcorpus -clip 6), and the better of the
+// prior's two versions on v3-val (+1.72 robust clipped, +1.57 not).
+const priorRerankClip = 6
+
 var methods = map[string]method{
 	"base":             {label: "Base (untrained)", order: 0, kind: "none", baseline: true},
 	"sft":              {label: "SFT on M₀", order: 1, kind: "sft", baseline: true},
@@ -71,22 +80,29 @@ var methods = map[string]method{
 	"bestknown":        {label: "best known changes (M'₀)", order: 4, kind: "bestknown", extra: true, baseline: true},
 	"bestknown-corpus": {label: "best known changes (M'₀ + corpus)", order: 5, kind: "bestknown", extra: true, baseline: true, corpus: true},
 	"rerank":           {label: "world-model rerank (M'₀)", order: 6, kind: "rerank", extra: true, baseline: true},
-	"static":           {label: "static world model", order: 7, kind: "rl", calibration: lm2lm.Static},
+	// rerank-prior is the rerank with the lab's pretrained prior in its
+	// world model (lab/prior V2, its hyperparameters kept, the context's
+	// gains clipped to ±priorRerankClip σ_e): the strongest method
+	// v3-val has measured (docs/results.md, 2026-12-06 prior entry).
+	// Outside knowledge, as the corpus methods'; refused with
+	// -hold-out-family, whose family the prior's corpus holds.
+	"rerank-prior": {label: "world-model rerank (M'₀, pretrained prior)", order: 7, kind: "rerank", extra: true, baseline: true, prior: true},
+	"static":       {label: "static world model", order: 8, kind: "rl", calibration: lm2lm.Static},
 	// static-random is an ablation and a baseline (the static world model
 	// given LM2LM's real-run budget as random records): the strongest
 	// baseline is the one every calibrating method is paired with.
-	"static-random": {label: "static + random records (M'₀)", order: 8, kind: "rl", calibration: lm2lm.Static, extra: true, baseline: true},
-	"random":        {label: "random calibration", order: 9, kind: "rl", calibration: lm2lm.RandomCalibration},
-	"lm2lm":         {label: "LM2LM", order: 10, kind: "rl", calibration: lm2lm.TopRated},
-	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 11, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
-	"static-wmrl":   {label: "WMRL (static + anchors)", order: 12, kind: "rl", calibration: lm2lm.Static, wmrl: true},
-	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 13, kind: "rl", calibration: lm2lm.TopRated, rerank: true},
-	"real-gains":    {label: "trained on real gains (diagnostic)", order: 14, kind: "rl", calibration: lm2lm.Static, realGains: true},
+	"static-random": {label: "static + random records (M'₀)", order: 9, kind: "rl", calibration: lm2lm.Static, extra: true, baseline: true},
+	"random":        {label: "random calibration", order: 10, kind: "rl", calibration: lm2lm.RandomCalibration},
+	"lm2lm":         {label: "LM2LM", order: 11, kind: "rl", calibration: lm2lm.TopRated},
+	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 12, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
+	"static-wmrl":   {label: "WMRL (static + anchors)", order: 13, kind: "rl", calibration: lm2lm.Static, wmrl: true},
+	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 14, kind: "rl", calibration: lm2lm.TopRated, rerank: true},
+	"real-gains":    {label: "trained on real gains (diagnostic)", order: 15, kind: "rl", calibration: lm2lm.Static, realGains: true},
 	// The token-level transformer of examples/llm-rl, trained through the
 	// environment service with LM2LM's rewards and calibrations, after
 	// its warm-up and after RL (transformer.go).
-	"transformer-warmup": {label: "transformer, warm-up only", order: 15, kind: "external", checkpoint: "warmup.pt"},
-	"transformer": {label: "transformer, LM2LM through the service", order: 16, kind: "external", checkpoint: "final.pt",
+	"transformer-warmup": {label: "transformer, warm-up only", order: 16, kind: "external", checkpoint: "warmup.pt"},
+	"transformer": {label: "transformer, LM2LM through the service", order: 17, kind: "external", checkpoint: "final.pt",
 		pairWith: []string{"transformer-warmup", "lm2lm"}},
 }
 
@@ -103,7 +119,7 @@ func (m method) usesM0() bool {
 // transformer run (they need -transformer).
 func defaultMethods() []string {
 	return slices.DeleteFunc(methodNames(), func(n string) bool {
-		return methods[n].realGains || methods[n].corpus || methods[n].kind == "external"
+		return methods[n].realGains || methods[n].corpus || methods[n].prior || methods[n].kind == "external"
 	})
 }
 

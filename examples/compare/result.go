@@ -18,6 +18,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/prior"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -74,7 +75,11 @@ type Result struct {
 	// policy's samples (lm2lm-rerank), the temperature its candidates were
 	// drawn at (-rerank-temperature); 0 for every other method.
 	RerankTemperature float64 `json:"rerank_temperature,omitempty"`
-	M0                int     `json:"m0_records"`
+	// Prior is, for a method whose world model carries the pretrained
+	// prior (rerank-prior), the prior's digest (rwm.Prior.Digest); "" for
+	// every other method.
+	Prior string `json:"prior,omitempty"`
+	M0    int    `json:"m0_records"`
 	// Runs counts real runs per phase: fresh (paid for now) and reused
 	// (served from the store: run earlier, by this or another method).
 	Runs struct {
@@ -236,11 +241,29 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 		return r, false, fmt.Errorf("%s evaluated another transformer run or temperature (digest %q, -transformer gives %q; move it away to run %s again)",
 			path, records.Excerpt(r.Transformer), records.Excerpt(want), j)
 	}
+	if want := priorDigestOf(j.method); r.Prior != want {
+		return r, false, fmt.Errorf("%s used another pretrained prior (digest %q, lab/prior has %q; move it away to run %s again)",
+			path, records.Excerpt(r.Prior), records.Excerpt(want), j)
+	}
 	if want := o.rerankTempOf(j.method); r.RerankTemperature != want {
 		return r, false, fmt.Errorf("%s drew its candidates at temperature %g, -rerank-temperature gives %g (0: a result of a version that drew them at the evaluation temperature; move it away to run %s again)",
 			path, r.RerankTemperature, want, j)
 	}
 	return r, true, nil
+}
+
+// priorDigestOf is the prior's digest a result of method records
+// (Result.Prior): lab/prior V2's for a method with the prior, "" for any
+// other (and for an unreadable prior, which the method's run reports).
+func priorDigestOf(method string) string {
+	if !methods[method].prior {
+		return ""
+	}
+	p, err := prior.V2()
+	if err != nil {
+		return ""
+	}
+	return p.Digest()
 }
 
 // rerankTempOf is the candidates' temperature a result of method records
