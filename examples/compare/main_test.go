@@ -394,16 +394,8 @@ func TestLM2LMRerankTrainsAsLM2LM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains tiny models; runs without -short")
 	}
-	o := options{methods: []string{"lm2lm", "lm2lm-rerank"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v1",
-		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, specs: tinyTasks()}
-	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
-	dir := runDir(o)
-	plain, ok, err := readResult(dir, job{"lm2lm", 1}, o)
-	require.NoError(t, err)
-	require.True(t, ok)
-	rr, ok, err := readResult(dir, job{"lm2lm-rerank", 1}, o)
-	require.NoError(t, err)
-	require.True(t, ok)
+	o, rs := tinyRun(t, options{}, "lm2lm", "lm2lm-rerank")
+	plain, rr := rs["lm2lm"], rs["lm2lm-rerank"]
 	require.Equal(t, plain.Steps, rr.Steps)
 	require.Equal(t, plain.Calibrations, rr.Calibrations)
 	require.Equal(t, plain.Budget(), rr.Budget())
@@ -413,14 +405,8 @@ func TestLM2LMRerankTrainsAsLM2LM(t *testing.T) {
 
 	// -rerank-temperature changes the rerank's candidates alone: LM2LM's
 	// own evaluation and both trainings stay as they were.
-	o.rerankTemp = 4
-	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
-	hot, ok, err := readResult(runDir(o), job{"lm2lm-rerank", 1}, o)
-	require.NoError(t, err)
-	require.True(t, ok)
-	same, ok, err := readResult(runDir(o), job{"lm2lm", 1}, o)
-	require.NoError(t, err)
-	require.True(t, ok)
+	o, rs = tinyRun(t, options{rerankTemp: 4}, "lm2lm", "lm2lm-rerank")
+	hot, same := rs["lm2lm-rerank"], rs["lm2lm"]
 	require.Equal(t, plain.States, same.States)
 	require.Equal(t, rr.Steps, hot.Steps)
 	require.Equal(t, rr.Budget(), hot.Budget())
@@ -431,7 +417,7 @@ func TestLM2LMRerankTrainsAsLM2LM(t *testing.T) {
 	// A result drawn at another temperature is refused, not read as this one's.
 	hotDir := runDir(o)
 	o.rerankTemp = 3
-	_, ok, err = readResult(hotDir, job{"lm2lm-rerank", 1}, o)
+	_, ok, err := readResult(hotDir, job{"lm2lm-rerank", 1}, o)
 	require.False(t, ok)
 	require.ErrorContains(t, err, "drew its candidates at temperature 4, -rerank-temperature gives 3")
 }
@@ -538,20 +524,29 @@ func TestRerankPriorEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains tiny models; runs without -short")
 	}
-	o := options{methods: []string{"rerank", "rerank-prior"}, seeds: 1, firstSeed: 1, profile: "tiny", suite: "v1",
-		out: t.TempDir(), progress: "lines", parallel: 2, resamples: 200, specs: tinyTasks()}
-	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
-	dir := runDir(o)
-	plain, ok, err := readResult(dir, job{"rerank", 1}, o)
-	require.NoError(t, err)
-	require.True(t, ok)
-	withPrior, ok, err := readResult(dir, job{"rerank-prior", 1}, o)
-	require.NoError(t, err)
-	require.True(t, ok)
+	_, rs := tinyRun(t, options{}, "rerank", "rerank-prior")
+	plain, withPrior := rs["rerank"], rs["rerank-prior"]
 	p, err := prior.V2()
 	require.NoError(t, err)
 	require.Equal(t, p.Digest(), withPrior.Prior)
 	require.Empty(t, plain.Prior)
 	require.Equal(t, plain.Budget(), withPrior.Budget())
 	require.NotEqual(t, plain.States, withPrior.States, "the prior's world model picks other proposals")
+}
+
+// tinyRun runs methods on the tiny v1 tasks, seed 1, and returns the
+// options and each method's result as read back from its file.
+func tinyRun(t *testing.T, o options, methods ...string) (options, map[string]Result) {
+	t.Helper()
+	o.methods, o.seeds, o.firstSeed, o.profile, o.suite = methods, 1, 1, "tiny", "v1"
+	o.out, o.progress, o.parallel, o.resamples, o.specs = t.TempDir(), "lines", 2, 200, tinyTasks()
+	require.NoError(t, run(context.Background(), &bytes.Buffer{}, o))
+	out := map[string]Result{}
+	for _, m := range methods {
+		r, ok, err := readResult(runDir(o), job{m, 1}, o)
+		require.NoError(t, err)
+		require.True(t, ok, m)
+		out[m] = r
+	}
+	return o, out
 }
