@@ -7,15 +7,13 @@
 // main job and the comparison cannot drift apart, and every result file
 // records the setting by name and by content.
 //
-// Three settings exist. Validated is the setting chosen on lab v2's
+// Two settings exist. Validated is the setting chosen on lab v2's
 // validation splits with examples/compare (the main job's default);
 // Library is every library default (the catalogue-only world model, the
-// log-linear policy, the paper's trainer); Prior is Validated with the
-// lab's pretrained world-model prior, under measurement. Lookup finds each
-// by name.
+// log-linear policy, the paper's trainer). Lookup finds either by name.
 //
-// The package depends on lab, lab/prior, rwm, proposer and the root
-// package; none of them depends on it.
+// The package depends on lab, rwm, proposer and the root package; none of
+// them depends on it.
 package setting
 
 import (
@@ -27,7 +25,6 @@ import (
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/lab"
-	"github.com/lm2lm/lm2lm/lab/prior"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/rwm"
 )
@@ -69,13 +66,6 @@ type World struct {
 	// configuration). Library choice: the fixed defaults fit no task
 	// suite in particular.
 	Tune bool `json:"tune"`
-	// Prior names a pretrained prior of package lab/prior (rwm.Prior:
-	// its mean function and hyperparameters, fitted on a corpus of other
-	// tasks' records, frozen; the model conditions on its context's
-	// records as without it); "" = none. Library choice beyond METHOD.md
-	// §1 Research World Model, whose frozen LLM brings knowledge from
-	// pretraining.
-	Prior string `json:"prior,omitempty"`
 }
 
 // Policy is the embedded policy's part of a setting (METHOD.md §1 Policy
@@ -169,21 +159,8 @@ func Library() Setting {
 	}
 }
 
-// Prior is the validated setting with the lab's pretrained prior
-// (lab/prior V2) in its world model, which keeps the prior's
-// hyperparameters instead of re-tuning on each evidence (examples/rwmeval's
-// fx-prior, the better of the two prior models on v2-val): the frozen
-// world model of the paper, knowing more than its records. Being measured
-// on the V3 validation split; not chosen.
-func Prior() Setting {
-	s := Validated()
-	s.Name = "prior"
-	s.World.Prior = prior.V2Name // re-tuned on each evidence, as validated
-	return s
-}
-
 // Names lists the settings' names, the default first.
-func Names() []string { return []string{"validated", "library", "prior"} }
+func Names() []string { return []string{"validated", "library"} }
 
 // Lookup returns the setting of the given name; for any other name it
 // returns an error wrapping ErrUnknown that lists the valid names.
@@ -193,8 +170,6 @@ func Lookup(name string) (Setting, error) {
 		return Validated(), nil
 	case "library":
 		return Library(), nil
-	case "prior":
-		return Prior(), nil
 	}
 	return Setting{}, fmt.Errorf("%w: setting %q; valid: %s", ErrUnknown, excerpt(name), strings.Join(Names(), ", "))
 }
@@ -223,23 +198,11 @@ func (s Setting) WorldConfig(l *lab.Lab) rwm.EmbeddedConfig {
 }
 
 // NewWorld returns the setting's embedded world model over the lab:
-// WorldConfig's model with World.Prior's prior (rwm.Prior.Config), re-tuned
-// on each evidence when World.Tune is set (rwm.Tuned). A configuration the
-// world model refuses is an error wrapping rwm.ErrConfig; a prior that does
-// not fit it, rwm.ErrPriorMismatch.
+// WorldConfig's model, re-tuned on each evidence when World.Tune is set
+// (rwm.Tuned). A configuration the world model refuses is an error wrapping
+// rwm.ErrConfig.
 func (s Setting) NewWorld(l *lab.Lab) (rwm.WorldModel, error) {
-	cfg := s.WorldConfig(l)
-	if s.World.Prior != "" {
-		p, err := prior.Lookup(s.World.Prior)
-		if err != nil {
-			return nil, fmt.Errorf("setting %s: %w", s.Name, err)
-		}
-		if cfg, err = p.Config(cfg); err != nil {
-			return nil, fmt.Errorf("setting %s: prior %s: %w", s.Name, s.World.Prior, err)
-		}
-		cfg.ClipSigmas = 6 // the scale the prior was fitted on
-	}
-	return NewModel(cfg, s.World.Tune)
+	return NewModel(s.WorldConfig(l), s.World.Tune)
 }
 
 // NewModel returns the embedded world model of cfg, re-tuned on each
@@ -299,11 +262,6 @@ func (s Setting) ApplyTrainer(cfg *lm2lm.Config) { cfg.HeldOutTask = s.Trainer.H
 func (s Setting) Validate() error {
 	if !(s.World.Descriptors >= 0 && s.World.Descriptors <= 1) {
 		return fmt.Errorf("setting %s: World.Descriptors = %g, want in [0, 1]", s.Name, s.World.Descriptors)
-	}
-	if s.World.Prior != "" {
-		if _, err := prior.Lookup(s.World.Prior); err != nil {
-			return fmt.Errorf("setting %s: World.Prior: %w", s.Name, err)
-		}
 	}
 	if !(s.Policy.EvalTemperature > 0 && s.Policy.EvalTemperature <= 100) {
 		return fmt.Errorf("setting %s: Policy.EvalTemperature = %g, want in (0, 100]", s.Name, s.Policy.EvalTemperature)
