@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm/internal/bearer"
 	"github.com/lm2lm/lm2lm/serve"
 	"github.com/lm2lm/lm2lm/serve/servetest"
 )
@@ -190,14 +191,9 @@ func trlIndex(smp trlSample, G int) int {
 func checkCalibrations(t *testing.T, url string, twin []serve.CalibrationStatus) {
 	t.Helper()
 	var cr serve.AdvanceResponse
-	req, err := http.NewRequest(http.MethodGet, url+"/v1/calibrations", nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+simToken)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&cr))
+	code, body := bearer.Call(t, http.MethodGet, url+"/v1/calibrations", simToken, nil)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.NoError(t, json.Unmarshal(body, &cr))
 	require.Len(t, cr.Calibrations, 2)
 	require.Equal(t, 2, cr.Calibrations[0].Step)
 	require.Equal(t, 4, cr.Calibrations[1].Step)

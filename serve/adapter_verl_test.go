@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm/internal/bearer"
 	"github.com/lm2lm/lm2lm/serve"
 	"github.com/lm2lm/lm2lm/serve/servetest"
 )
@@ -96,17 +97,10 @@ runpy.run_path(SIM, run_name="__main__")
 
 func verlCalibrations(t *testing.T, url, token string) []serve.CalibrationStatus {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url+"/v1/calibrations", nil)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	code, body := bearer.Call(t, http.MethodGet, url+"/v1/calibrations", token, nil)
+	require.Equal(t, http.StatusOK, code, string(body))
 	var ar serve.AdvanceResponse
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&ar))
+	require.NoError(t, json.Unmarshal(body, &ar))
 	return ar.Calibrations
 }
 

@@ -1,7 +1,6 @@
 package serve_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm/internal/bearer"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
 	"github.com/lm2lm/lm2lm/serve/servetest"
@@ -42,26 +42,13 @@ func newService(t *testing.T, dir string, edit func(*serve.Config), opt servetes
 // post sends body to srv's path and returns the status and body.
 func post(t *testing.T, url, token string, body any) (int, []byte) {
 	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
+	b, ok := body.([]byte)
+	if !ok {
 		js, err := json.Marshal(body)
 		require.NoError(t, err)
-		rd = bytes.NewReader(js)
+		b = js
 	}
-	req, err := http.NewRequest(http.MethodPost, url, rd)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, out
+	return bearer.Call(t, http.MethodPost, url, token, b)
 }
 
 func states(t *testing.T, url string, n int, split string) serve.StatesResponse {

@@ -14,7 +14,6 @@ import (
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/lab"
-	"github.com/lm2lm/lm2lm/lab/prior"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/proposer"
@@ -236,7 +235,7 @@ func newWorld(o options, l *lab.Lab) (rwm.WorldModel, error) {
 // ±priorRerankClip σ_e, and the prior's digest.
 func priorWorld(o options, l *lab.Lab) (rwm.WorldModel, string, error) {
 	set, _ := o.chosen() // validated
-	p, err := prior.V2()
+	p, err := labPrior()
 	if err != nil {
 		return nil, "", err
 	}

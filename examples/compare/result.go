@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/lab"
@@ -246,11 +247,17 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 			path, records.Excerpt(r.Prior), records.Excerpt(want), j)
 	}
 	if want := o.rerankTempOf(j.method); r.RerankTemperature != want {
-		return r, false, fmt.Errorf("%s drew its candidates at temperature %g, -rerank-temperature gives %g (0: a result of a version that drew them at the evaluation temperature; move it away to run %s again)",
-			path, r.RerankTemperature, want, j)
+		at := fmt.Sprintf("at temperature %g", r.RerankTemperature)
+		if r.RerankTemperature == 0 {
+			at = "at the evaluation temperature (a result of an earlier version)"
+		}
+		return r, false, fmt.Errorf("%s drew its candidates %s, -rerank-temperature gives %g (move it away to run %s again)", path, at, want, j)
 	}
 	return r, true, nil
 }
+
+// labPrior is lab/prior's V2 prior, read and checked once.
+var labPrior = sync.OnceValues(prior.V2)
 
 // priorDigestOf is the prior's digest a result of method records
 // (Result.Prior): lab/prior V2's for a method with the prior, "" for any
@@ -259,7 +266,7 @@ func priorDigestOf(method string) string {
 	if !methods[method].prior {
 		return ""
 	}
-	p, err := prior.V2()
+	p, err := labPrior()
 	if err != nil {
 		return ""
 	}

@@ -255,3 +255,23 @@ func TestResultWithEmptyLocalityClassReadsBack(t *testing.T) {
 	require.Nil(t, got.Locality[0].Classes[1].MeanAbsShift)
 	require.Nil(t, got.Locality[0].GapBefore)
 }
+
+// A reranked result without the candidates' temperature was drawn at the
+// evaluation temperature by an earlier version: it is refused, saying so.
+func TestRerankResultOfEarlierVersionRefused(t *testing.T) {
+	o := options{profile: "tiny", suite: "v2-val"}
+	j := job{"lm2lm-rerank", 1}
+	r := testResult(o, j.method, j.seed)
+	dir := t.TempDir()
+	require.NoError(t, writeResult(dir, j, r))
+	_, ok, err := readResult(dir, j, o)
+	require.False(t, ok)
+	require.ErrorContains(t, err, "drew its candidates at the evaluation temperature (a result of an earlier version), -rerank-temperature gives 2")
+	r.RerankTemperature = defaultRerankTemp
+	require.NoError(t, os.Remove(resultPath(dir, j)))
+	require.NoError(t, writeResult(dir, j, r))
+	got, ok, err := readResult(dir, j, o)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, r, got)
+}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"math/rand/v2"
@@ -18,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lm2lm/lm2lm/internal/bearer"
 	"github.com/lm2lm/lm2lm/internal/pytest"
 	"github.com/stretchr/testify/require"
 
@@ -338,17 +338,7 @@ train.save_policy(pol, sys.stdin.readline().strip(), "final", 1)
 	url := "http://127.0.0.1:" + base + "/v1/chat/completions"
 
 	post := func(path, token, body string) (int, []byte) {
-		req, err := http.NewRequest(http.MethodPost, strings.TrimSuffix(url, "/v1/chat/completions")+path, strings.NewReader(body))
-		require.NoError(t, err)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, b
+		return bearer.Call(t, http.MethodPost, strings.TrimSuffix(url, "/v1/chat/completions")+path, token, []byte(body))
 	}
 	good := `{"messages": [{"role": "user", "content": "TASK {\"family\": \"ar-prose\"}"}], "n": 3, "seed": 7, "temperature": 1}`
 	for _, c := range []struct {
