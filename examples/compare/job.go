@@ -230,33 +230,30 @@ func newWorld(o options, l *lab.Lab) (rwm.WorldModel, error) {
 }
 
 // priorWorld returns rerank-prior's world model: the setting's world
-// configuration with the lab's pretrained prior (lab/prior V2: its mean
-// and hyperparameters, no re-tuning) and the context clipped to
-// ±priorRerankClip σ_e, and the prior's digest.
+// model with the lab's pretrained prior (setting.World.Prior: lab/prior
+// V2's mean and hyperparameters, no re-tuning, the context clipped at
+// setting.PriorClip σ_e), and the prior's digest.
 func priorWorld(o options, l *lab.Lab) (rwm.WorldModel, string, error) {
 	set, _ := o.chosen() // validated
-	p, err := labPrior()
+	set.World.Prior, set.World.Tune = true, false
+	w, err := set.NewWorld(l)
 	if err != nil {
 		return nil, "", err
 	}
-	cfg, err := p.Config(set.WorldConfig(l))
-	if err != nil {
-		return nil, "", fmt.Errorf("the pretrained prior: %w", err)
-	}
-	cfg.ClipSigmas = priorRerankClip
-	w, err := setting.NewModel(cfg, false)
-	if err != nil {
-		return nil, "", err
-	}
-	return w, p.Digest(), nil
+	d, err := set.PriorDigest()
+	return w, d, err
 }
 
 // train runs the trainer (LM2LM, its ablations, WMRL) and keeps its
 // per-step numbers and calibration monitors. It returns the trainer's world
 // model and its final evidence (M_0 plus every calibration record).
 func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed uint64, pol *proposer.Policy, m0 records.Evidence, res *Result) (rwm.WorldModel, records.Evidence, error) {
-	prof, _ := o.prof() // validated
+	prof, _ := o.prof()  // validated
+	set, _ := o.chosen() // validated
 	world, err := newWorld(o, e.lab)
+	if err == nil {
+		world, err = set.TrainerWorld(world, m0)
+	}
 	if err != nil {
 		return nil, records.Evidence{}, err
 	}

@@ -230,6 +230,9 @@ func (o options) validate() error {
 	if o.holdOut != "" && slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].prior }) {
 		bad("-hold-out-family %s: rerank-prior's pretrained prior was fitted on a corpus that holds that family; leave it out of -methods", o.holdOut)
 	}
+	if set, err := o.chosen(); err == nil && o.holdOut != "" && set.World.Prior {
+		bad("-hold-out-family %s: setting %s's pretrained prior was fitted on a corpus that holds that family", o.holdOut, set.Name)
+	}
 	if !(o.rerankTemp >= 0 && o.rerankTemp <= 100) {
 		bad("-rerank-temperature %g; want in (0, 100] (0: the default)", o.rerankTemp)
 	} else if o.rerankTempOf("lm2lm-rerank") != defaultRerankTemp && !slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].rerank }) {

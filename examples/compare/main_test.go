@@ -550,3 +550,31 @@ func tinyRun(t *testing.T, o options, methods ...string) (options, map[string]Re
 	}
 	return o, out
 }
+
+// Under the prior-local setting LM2LM trains on the world model with the
+// lab's prior and reads its calibration records as a local correction:
+// every locality measurement's "other" class (another task and another
+// mechanism than any calibrated record) stays where it was, to the bit.
+func TestPriorLocalEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains tiny models; runs without -short")
+	}
+	_, rs := tinyRun(t, options{setting: "prior-local", probe: 4}, "lm2lm")
+	r := rs["lm2lm"]
+	require.True(t, r.Setting.World.Prior && r.Setting.World.Local, "%+v", r.Setting.World)
+	require.NotEmpty(t, r.Locality)
+	others, moved := 0, 0
+	for _, l := range r.Locality {
+		for _, c := range l.Classes {
+			switch {
+			case c.Class == "other" && c.MeanAbsShift != nil:
+				others += c.Pairs
+				require.Zero(t, *c.MeanAbsShift, "step %d", l.Step)
+			case c.Class == "calibrated" && c.MeanAbsShift != nil && *c.MeanAbsShift > 0:
+				moved++
+			}
+		}
+	}
+	require.Positive(t, others, "no unrelated pair was probed")
+	require.Positive(t, moved, "no calibration moved its own pairs")
+}

@@ -66,12 +66,6 @@ type method struct {
 // level, and 2 is the temperature the policy was trained at.
 const defaultRerankTemp = 2
 
-// priorRerankClip is the clip, in σ_e, of the gains rerank-prior's world
-// model conditions on (rwm.EmbeddedConfig.ClipSigmas): the scale the prior
-// was fitted on (examples/priorcorpus -clip 6), and the better of the
-// prior's two versions on v3-val (+1.72 robust clipped, +1.57 not).
-const priorRerankClip = 6
-
 var methods = map[string]method{
 	"base":             {label: "Base (untrained)", order: 0, kind: "none", baseline: true},
 	"sft":              {label: "SFT on M₀", order: 1, kind: "sft", baseline: true},
@@ -82,7 +76,7 @@ var methods = map[string]method{
 	"rerank":           {label: "world-model rerank (M'₀)", order: 6, kind: "rerank", extra: true, baseline: true},
 	// rerank-prior is the rerank with the lab's pretrained prior in its
 	// world model (lab/prior V2, its hyperparameters kept, the context's
-	// gains clipped to ±priorRerankClip σ_e): the strongest method
+	// gains clipped to ±setting.PriorClip σ_e): the strongest method
 	// v3-val has measured (docs/results.md, 2026-12-06 prior entry).
 	// Outside knowledge, as the corpus methods'; refused with
 	// -hold-out-family, whose family the prior's corpus holds.

@@ -15,11 +15,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/lab"
-	"github.com/lm2lm/lm2lm/lab/prior"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -256,9 +254,6 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 	return r, true, nil
 }
 
-// labPrior is lab/prior's V2 prior, read and checked once.
-var labPrior = sync.OnceValues(prior.V2)
-
 // priorDigestOf is the prior's digest a result of method records
 // (Result.Prior): lab/prior V2's for a method with the prior, "" for any
 // other (and for an unreadable prior, which the method's run reports).
@@ -266,11 +261,10 @@ func priorDigestOf(method string) string {
 	if !methods[method].prior {
 		return ""
 	}
-	p, err := labPrior()
-	if err != nil {
-		return ""
-	}
-	return p.Digest()
+	s := setting.Validated()
+	s.World.Prior = true
+	d, _ := s.PriorDigest()
+	return d
 }
 
 // rerankTempOf is the candidates' temperature a result of method records
