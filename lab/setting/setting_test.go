@@ -90,10 +90,10 @@ func TestLookup(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, n, s.Name)
 	}
-	require.Equal(t, []string{"validated", "library"}, setting.Names())
+	require.Equal(t, []string{"validated", "library", "prior-local", "local"}, setting.Names())
 	_, err := setting.Lookup("chosen")
 	require.ErrorIs(t, err, setting.ErrUnknown)
-	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library`)
+	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, prior-local, local`)
 	_, err = setting.Lookup(strings.Repeat("x", 500))
 	require.ErrorIs(t, err, setting.ErrUnknown)
 	require.Less(t, len(err.Error()), 120, "the name is quoted as a bounded excerpt")
@@ -187,4 +187,26 @@ func TestLabWMRL(t *testing.T) {
 	require.Equal(t, 8.0, float64(w.HalfLife))
 	require.Equal(t, 4, w.Warmup)
 	require.NoError(t, w.Validate())
+}
+
+// PriorLocal is Validated with the prior (its hyperparameters kept) and
+// the local correction; Local is Validated with the local correction. A
+// prior with re-tuning is refused.
+func TestPriorLocal(t *testing.T) {
+	v, pl, l := setting.Validated(), setting.PriorLocal(), setting.Local()
+	require.Equal(t, setting.World{Descriptors: 1, Effects: true, Prior: true, Local: true}, pl.World)
+	require.Equal(t, setting.World{Descriptors: 1, Effects: true, Tune: true, Local: true}, l.World)
+	require.Equal(t, v.Policy, pl.Policy)
+	require.Equal(t, v.Trainer, pl.Trainer)
+	require.Equal(t, v.Baselines, pl.Baselines)
+	require.NoError(t, pl.Validate())
+	bad := pl
+	bad.World.Tune = true
+	require.ErrorContains(t, bad.Validate(), "World.Prior with World.Tune")
+	d, err := pl.PriorDigest()
+	require.NoError(t, err)
+	require.NotEmpty(t, d)
+	d, err = v.PriorDigest()
+	require.NoError(t, err)
+	require.Empty(t, d)
 }
