@@ -96,7 +96,7 @@ func TestLookup(t *testing.T) {
 	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, prior-local, local`)
 	_, err = setting.Lookup(strings.Repeat("x", 500))
 	require.ErrorIs(t, err, setting.ErrUnknown)
-	require.Less(t, len(err.Error()), 120, "the name is quoted as a bounded excerpt")
+	require.Less(t, len(err.Error()), 140, "the name is quoted as a bounded excerpt")
 	_, err = setting.LookupProfile("huge")
 	require.True(t, errors.Is(err, setting.ErrUnknown))
 	require.EqualError(t, err, `setting: unknown name: profile "huge"; valid: tiny, short, default, paper`)
