@@ -1,0 +1,334 @@
+// Command judgement measures what a world model could know of an unseen
+// task's need before any record of it: for each task of a landscape store
+// (examples/sweep -landscape), the rank, among the catalogue's
+// mechanisms, of the task's best mechanism under rankings read from
+// outside knowledge alone (METHOD.md §1 Research World Model: W brings
+// knowledge from pretraining). The rankings are the pretraining corpus's
+// landscapes (examples/priorcorpus's store: every catalogue change on 95
+// tasks of the training space, two seeds) near the task in its
+// descriptors, the corpus's mean landscape, and the lab's pretrained
+// prior's mean function (lab/prior). No ranking reads the landscape it is
+// scored on; 15.5 of 30 is a ranking blind to the task.
+//
+//	go run ./examples/judgement -corpus out/pretrain.records -landscape out/v3valland.records
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/cards"
+	"github.com/lm2lm/lm2lm/lab/prior"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/reward"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "judgement:", err)
+		os.Exit(1)
+	}
+}
+
+// infeasibleGain is what an infeasible run counts, in σ_e: −c, as the
+// comparison's landscape reads it.
+var infeasibleGain = -reward.DefaultConfig().Clip
+
+// land is a store's tasks and each task's gain per proposal key (mean over
+// its seeds, σ_e units, each run clipped at ±c).
+type land struct {
+	tasks map[string]records.Task
+	gains map[string]map[string]float64 // task → proposal key → gain
+	mech  map[string]string             // proposal key → canonical mechanism
+}
+
+// readLand reads a store of real records, read only.
+func readLand(ctx context.Context, path string) (*land, error) {
+	s, err := records.OpenFile(path, records.FileConfig{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	rs, err := s.Scan(ctx, records.Filter{Source: records.Real})
+	if err != nil {
+		return nil, err
+	}
+	type acc struct{ sum, n float64 }
+	sums := map[string]map[string]*acc{}
+	l := &land{tasks: map[string]records.Task{}, gains: map[string]map[string]float64{}, mech: map[string]string{}}
+	for _, r := range rs {
+		if !(r.Task.SeedNoise > 0) || r.Proposal.IsNoChange() {
+			continue
+		}
+		g := infeasibleGain
+		if r.Infeasible == "" {
+			g = max(-reward.DefaultConfig().Clip, min(reward.DefaultConfig().Clip, r.Gain/r.Task.SeedNoise))
+		}
+		m := sums[r.Task.ID]
+		if m == nil {
+			m = map[string]*acc{}
+			sums[r.Task.ID] = m
+			l.tasks[r.Task.ID] = r.Task
+		}
+		k := r.Proposal.Key()
+		if m[k] == nil {
+			m[k] = &acc{}
+			l.mech[k] = records.CanonicalName(r.Proposal.Mechanism)
+		}
+		m[k].sum += g
+		m[k].n++
+	}
+	for t, m := range sums {
+		g := map[string]float64{}
+		for k, a := range m {
+			g[k] = a.sum / a.n
+		}
+		l.gains[t] = g
+	}
+	if len(l.tasks) == 0 {
+		return nil, fmt.Errorf("%s: no real record", path)
+	}
+	return l, nil
+}
+
+// byMech is a per-proposal score turned into a per-mechanism one: a
+// mechanism's best proposal's.
+func byMech(score map[string]float64, mech map[string]string) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range score {
+		m := mech[k]
+		if m == "" {
+			continue
+		}
+		if old, ok := out[m]; !ok || v > old {
+			out[m] = v
+		}
+	}
+	return out
+}
+
+// space is how descriptors are compared: the names, and each one's mean
+// and spread over the corpus's tasks, after an optional asinh.
+type space struct {
+	names     []string
+	mu, sd    []float64
+	asinhVals bool
+}
+
+func newSpace(c *land, asinhVals bool) space {
+	sp := space{asinhVals: asinhVals}
+	for _, t := range c.tasks {
+		for k := range t.Descriptors {
+			if !slices.Contains(sp.names, k) {
+				sp.names = append(sp.names, k)
+			}
+		}
+	}
+	slices.Sort(sp.names)
+	n := float64(len(c.tasks))
+	var keep []string
+	for _, k := range sp.names {
+		mu, sq := 0.0, 0.0
+		for _, t := range c.tasks {
+			v := sp.val(t, k)
+			mu += v
+			sq += v * v
+		}
+		mu /= n
+		if sd := math.Sqrt(math.Max(sq/n-mu*mu, 0)); sd > 1e-12 {
+			keep = append(keep, k)
+			sp.mu, sp.sd = append(sp.mu, mu), append(sp.sd, sd)
+		}
+	}
+	sp.names = keep
+	return sp
+}
+
+func (sp space) val(t records.Task, k string) float64 {
+	v := t.Descriptors[k]
+	if sp.asinhVals {
+		return math.Asinh(v)
+	}
+	return v
+}
+
+func (sp space) dist(a, b records.Task) float64 {
+	d := 0.0
+	for i, k := range sp.names {
+		x := (sp.val(a, k) - sp.val(b, k)) / sp.sd[i]
+		d += x * x
+	}
+	return d
+}
+
+// nearest returns the mean landscape of the k corpus tasks nearest to t.
+func nearest(c *land, sp space, t records.Task, k int) map[string]float64 {
+	ids := make([]string, 0, len(c.tasks))
+	for id := range c.tasks {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	slices.SortStableFunc(ids, func(a, b string) int {
+		da, db := sp.dist(t, c.tasks[a]), sp.dist(t, c.tasks[b])
+		switch {
+		case da < db:
+			return -1
+		case da > db:
+			return 1
+		}
+		return 0
+	})
+	return meanOf(c, ids[:min(k, len(ids))])
+}
+
+// meanOf is the mean landscape of the tasks ids, per proposal.
+func meanOf(c *land, ids []string) map[string]float64 {
+	sum, n := map[string]float64{}, map[string]float64{}
+	for _, id := range ids {
+		for k, g := range c.gains[id] {
+			sum[k] += g
+			n[k]++
+		}
+	}
+	for k := range sum {
+		sum[k] /= n[k]
+	}
+	return sum
+}
+
+// ranking is one way to score a task's proposals from outside knowledge.
+type ranking struct {
+	name  string
+	score func(records.Task) (map[string]float64, error)
+}
+
+func run(ctx context.Context, args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("judgement", flag.ContinueOnError)
+	corpus := fs.String("corpus", "", "the pretraining corpus's store (examples/priorcorpus -store)")
+	landscape := fs.String("landscape", "", "the landscape store of the split to score on (examples/sweep -landscape -store)")
+	suite := fs.String("suite", lab.V3ValName, "the V3 split whose tasks the landscape holds (its tasks build the lab the prior's effects are read from)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *corpus == "" || *landscape == "" {
+		return errors.New("-corpus and -landscape name the two stores")
+	}
+	sp, ok := lab.SplitNamed(*suite)
+	if !ok {
+		return fmt.Errorf("-suite %q: not a V3 split", *suite)
+	}
+	c, err := readLand(ctx, *corpus)
+	if err != nil {
+		return fmt.Errorf("-corpus: %w", err)
+	}
+	l, err := readLand(ctx, *landscape)
+	if err != nil {
+		return fmt.Errorf("-landscape: %w", err)
+	}
+	for id := range l.tasks {
+		if _, ok := c.tasks[id]; ok {
+			return fmt.Errorf("task %s is in both stores", id)
+		}
+	}
+	p, err := prior.V2()
+	if err != nil {
+		return err
+	}
+	lcfg := lab.DefaultConfig()
+	lcfg.Tasks = sp.Tasks
+	lb, err := lab.New(lcfg, records.NewMemStore())
+	if err != nil {
+		return err
+	}
+	eff := lb.Effects()
+	cat := lab.Catalogue()
+	var props []records.Proposal
+	for _, card := range cat {
+		props = append(props, cards.Proposals(card)...)
+	}
+	raw, asn := newSpace(c, false), newSpace(c, true)
+	var ids []string
+	for id := range c.tasks {
+		ids = append(ids, id)
+	}
+	rankings := []ranking{
+		{"corpus mean", func(records.Task) (map[string]float64, error) { return meanOf(c, ids), nil }},
+		{"pretrained prior's mean (lab/prior V2)", func(t records.Task) (map[string]float64, error) {
+			out := map[string]float64{}
+			for _, q := range props {
+				out[q.Key()] = p.Mean(t, q, eff, 0)
+			}
+			return out, nil
+		}},
+	}
+	for _, k := range []int{1, 3, 5, 10, 20} {
+		for _, s := range []struct {
+			name string
+			sp   space
+		}{{"standardised", raw}, {"asinh, standardised", asn}} {
+			rankings = append(rankings, ranking{fmt.Sprintf("nearest %d corpus tasks (%s)", k, s.name),
+				func(t records.Task) (map[string]float64, error) { return nearest(c, s.sp, t, k), nil }})
+		}
+	}
+	for k, q := range propsMech(props) {
+		c.mech[k], l.mech[k] = q, q
+	}
+	regions := append([]string{"all"}, lab.RegionNames...)
+	fmt.Fprintf(w, "Rank of each task's best mechanism (of %d) in %s, %d tasks; corpus %s, %d tasks\n\n", len(mechanisms(cat)), *landscape, len(l.tasks), *corpus, len(c.tasks))
+	fmt.Fprintf(w, "| ranking | %s |\n|---|%s\n", strings.Join(regions, " | "), strings.Repeat("---|", len(regions)))
+	tids := make([]string, 0, len(l.tasks))
+	for id := range l.tasks {
+		tids = append(tids, id)
+	}
+	slices.Sort(tids)
+	for _, r := range rankings {
+		sum, n := map[string]float64{}, map[string]float64{}
+		for _, id := range tids {
+			t := l.tasks[id]
+			score, err := r.score(t)
+			if err != nil {
+				return err
+			}
+			rank := evalstat.BestRank(byMech(score, l.mech), byMech(l.gains[id], l.mech), math.Inf(-1))
+			for _, g := range []string{"all", lab.RegionOf(id)} {
+				sum[g] += rank
+				n[g]++
+			}
+		}
+		fmt.Fprintf(w, "| %s |", r.name)
+		for _, g := range regions {
+			fmt.Fprintf(w, " %.1f |", sum[g]/n[g])
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
+}
+
+// propsMech maps each proposal's key to its canonical mechanism.
+func propsMech(props []records.Proposal) map[string]string {
+	out := map[string]string{}
+	for _, q := range props {
+		out[q.Key()] = records.CanonicalName(q.Mechanism)
+	}
+	return out
+}
+
+// mechanisms lists the catalogue's canonical mechanisms.
+func mechanisms(cat []records.Card) []string {
+	var out []string
+	for _, c := range cat {
+		if m := records.CanonicalName(c.Mechanism); !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
