@@ -2,49 +2,169 @@
 
 Environment: LM2LM_URL (default http://127.0.0.1:8080) and LM2LM_TOKEN
 (the bearer token, when the service has one).
+
+Retries. Every call goes through one policy (``request``): a connection
+error, a timed-out attempt and the statuses 408, 429, 500, 502, 503 and 504
+are tried again with the same body, after a capped exponential backoff
+with full jitter (a uniform wait in [0, min(LM2LM_BACKOFF_CAP_S,
+LM2LM_BACKOFF_S * 2**attempt)], or the service's Retry-After when that is
+longer), until the call's total deadline (LM2LM_DEADLINE_S, default 150 s)
+is spent. Each attempt is bounded by LM2LM_ATTEMPT_TIMEOUT_S (default
+90 s: longer than the service's default group deadline of 60 s, which a
+sample may legitimately wait) and by what is left of the deadline. The
+default deadline is below every framework's own limit on a reward call:
+OpenRLHF's HTTP reward client gives up after 180 s
+(openrlhf/utils/agent.py, SingleTurnAgentExecutor._fetch_rewards_via_http);
+verl, TRL, slime and prime-rl await a reward without a limit, so an
+unbounded call would hang their step. Anything else (a 400, 401, 409, 413,
+or the deadline spent) raises LM2LMError, which says what happened: an
+adapter never turns an error into a reward.
+
+A retried score request is answered from its groups' first answers when
+every sample states its index or the request is a named whole group; a
+sample without an index would take a new index on a retry, so such a
+request is retried only when the connection was refused or the service
+answered 429 (nothing was applied).
+
+Resume. ``step_floor`` is the service's step when this process first asks
+(read once); ``at_step`` maps a trainer's step to max(step, floor). A
+trainer resumed from a checkpoint behind the service's step therefore
+scores its replayed steps at the service's step (under the newest world
+model, no calibration point run twice) instead of being refused as
+stale, and from the step after the floor on, its steps are the service's.
+``run_id`` is a fresh identity per process (prefixed by LM2LM_RUN when
+set) that the adapters put into group names, so that a resumed run's
+groups never meet an earlier attempt's answers.
 """
 import json
 import os
+import random
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 URL = os.environ.get("LM2LM_URL", "http://127.0.0.1:8080")
 TOKEN = os.environ.get("LM2LM_TOKEN", "")
 
+# The statuses tried again: a timed-out request, rate limiting, and a
+# server or gateway error or overload.
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
-def post(path, body, retries=5):
-    """POST a JSON body and return the decoded answer.
 
-    A 503 (busy) or a connection error is retried with the same body, which
-    the service answers from its first result (nothing is scored twice).
+def _env_float(name, default):
+    v = os.environ.get(name)
+    return float(v) if v else default
+
+
+DEADLINE_S = _env_float("LM2LM_DEADLINE_S", 150.0)
+ATTEMPT_TIMEOUT_S = _env_float("LM2LM_ATTEMPT_TIMEOUT_S", 90.0)
+BACKOFF_S = _env_float("LM2LM_BACKOFF_S", 0.5)
+BACKOFF_CAP_S = _env_float("LM2LM_BACKOFF_CAP_S", 8.0)
+
+_rng = random.Random()  # jitter only; seeded from the OS
+_rng_lock = threading.Lock()
+
+
+class LM2LMError(RuntimeError):
+    """A call the service refused, or one that did not complete in time.
+
+    status is the HTTP status (None for a transport error), code the
+    service's error code (e.g. "stale_step"; "transport" or "deadline"
+    when the service gave none), attempts the tries made.
     """
-    data = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    if TOKEN:
-        headers["Authorization"] = "Bearer " + TOKEN
-    for attempt in range(retries):
-        req = urllib.request.Request(URL + path, data=data, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=600) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as e:
-            if e.code != 503 or attempt == retries - 1:
-                raise RuntimeError("lm2lm %s: %d %s" % (path, e.code, e.read()[:500])) from None
-        except urllib.error.URLError:
-            if attempt == retries - 1:
-                raise
-        time.sleep(2 ** attempt)
+
+    def __init__(self, method, path, status, code, message, attempts):
+        self.method, self.path, self.status, self.code, self.attempts = method, path, status, code, attempts
+        self.message = message
+        st = "" if status is None else "%d " % status
+        super().__init__("lm2lm %s %s: %s%s: %s (after %d attempt%s)" % (
+            method, path, st, code, message, attempts, "" if attempts == 1 else "s"))
 
 
-def get(path):
-    """GET a JSON answer."""
+def _error_of(body):
+    """The service's error code and message from an error body."""
+    try:
+        e = json.loads(body)["error"]
+        return str(e.get("code", "")), str(e.get("message", ""))
+    except Exception:
+        return "", body[:500].decode("utf-8", "replace") if isinstance(body, bytes) else str(body)[:500]
+
+
+def _backoff(attempt, retry_after=None):
+    with _rng_lock:
+        wait = _rng.uniform(0, min(BACKOFF_CAP_S, BACKOFF_S * (2 ** attempt)))
+    if retry_after is not None:
+        wait = max(wait, retry_after)
+    return wait
+
+
+def _retry_after(headers):
+    try:
+        return float(headers.get("Retry-After"))
+    except (TypeError, ValueError):
+        return None
+
+
+def request(method, path, body=None, idempotent=True, deadline=None, attempt_timeout=None):
+    """One call under the retry policy; returns the raw answer body.
+
+    idempotent=False retries only what the service certainly did not
+    apply (a refused connection, a 429). deadline and attempt_timeout
+    default to LM2LM_DEADLINE_S and LM2LM_ATTEMPT_TIMEOUT_S.
+    """
+    deadline = DEADLINE_S if deadline is None else float(deadline)
+    attempt_timeout = ATTEMPT_TIMEOUT_S if attempt_timeout is None else float(attempt_timeout)
+    end = time.monotonic() + deadline
+    data = None if body is None else json.dumps(body).encode()
     headers = {}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
     if TOKEN:
         headers["Authorization"] = "Bearer " + TOKEN
-    req = urllib.request.Request(URL + path, headers=headers)
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
+    attempt = 0
+    while True:
+        attempt += 1
+        left = end - time.monotonic()
+        if left <= 0:
+            raise LM2LMError(method, path, None, "deadline", "no attempt left in the %.0f s deadline" % deadline,
+                             attempt - 1)
+        req = urllib.request.Request(URL + path, data=data, headers=headers, method=method)
+        status, code, msg, retry_after, retryable = None, "", "", None, False
+        try:
+            with urllib.request.urlopen(req, timeout=max(0.001, min(attempt_timeout, left))) as resp:
+                return resp.read()
+        except urllib.error.HTTPError as e:
+            status = e.code
+            code, msg = _error_of(e.read())
+            retry_after = _retry_after(e.headers)
+            retryable = status in RETRY_STATUS and (idempotent or status == 429)
+            code = code or "http_%d" % status
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            refused = isinstance(reason, ConnectionRefusedError)
+            timed_out = isinstance(reason, (socket.timeout, TimeoutError))
+            code = "timeout" if timed_out else "transport"
+            msg = "%s: %s" % (type(reason).__name__, reason)
+            retryable = idempotent or refused
+        if not retryable:
+            raise LM2LMError(method, path, status, code, msg, attempt)
+        wait = _backoff(attempt - 1, retry_after)
+        if time.monotonic() + wait >= end:
+            raise LM2LMError(method, path, status, code, msg + "; the %.0f s deadline is spent" % deadline, attempt)
+        time.sleep(wait)
+
+
+def post(path, body, idempotent=True, deadline=None):
+    """POST a JSON body under the retry policy and return the decoded answer."""
+    return json.loads(request("POST", path, body, idempotent=idempotent, deadline=deadline))
+
+
+def get(path, deadline=None):
+    """GET a JSON answer under the retry policy."""
+    return json.loads(request("GET", path, deadline=deadline))
 
 
 def text(completion):
@@ -69,7 +189,32 @@ def score_samples(samples, step, request_id=None):
     body = {"step": int(step), "samples": [dict(s, completion=text(s["completion"])) for s in samples]}
     if request_id is not None:
         body["request_id"] = request_id
-    return post("/v1/score", body)["samples"]
+    safe = request_id is not None or all(s.get("index") is not None for s in samples)
+    return post("/v1/score", body, idempotent=safe)["samples"]
+
+
+def score_group(state_id, group, completions, step):
+    """Score one whole named group; return the service's answer per completion."""
+    body = {"step": int(step), "groups": [{"state_id": state_id, "group": group,
+                                           "completions": [text(c) for c in completions]}]}
+    return post("/v1/score", body)["groups"][0]["samples"]
+
+
+def unusable(answer):
+    """Why a sample's answer must not be trained on, or "" when it may.
+
+    A failed group (no reward) and a partial one (scored at its deadline
+    on the samples that had arrived: its rewards and advantages were shaped
+    over a smaller group than the trainer holds) are both unusable; the
+    adapters drop, refill or fail the whole group, as their framework
+    allows.
+    """
+    if answer.get("reward") is None:
+        return answer.get("failure_reason") or "no reward"
+    if answer.get("partial"):
+        return "partial: scored at the group deadline on %d of %d samples" % (
+            int(answer.get("received", 0)), int(answer.get("group_size", 0)))
+    return ""
 
 
 def advance(step):
@@ -98,3 +243,36 @@ def wait_calibrations(poll=0.2):
 def health():
     """The service's capacity: in-flight requests and their bound, and more."""
     return get("/v1/health")
+
+
+_floor = None
+_floor_lock = threading.Lock()
+
+
+def step_floor():
+    """The service's step when this process first asked (read once)."""
+    global _floor
+    with _floor_lock:
+        if _floor is None:
+            _floor = int(get("/v1/info")["step"])
+        return _floor
+
+
+def set_step_floor(step):
+    """Set the floor (a trainer whose processes share one, read by one of them)."""
+    global _floor
+    with _floor_lock:
+        _floor = int(step)
+
+
+def at_step(step):
+    """The service step of a trainer's step: max(step, step_floor())."""
+    return max(int(step), step_floor())
+
+
+RUN = (os.environ.get("LM2LM_RUN", "") + uuid.uuid4().hex[:12])
+
+
+def run_id():
+    """This process's run identity: LM2LM_RUN (when set) and a fresh id."""
+    return RUN

@@ -10,10 +10,17 @@ OpenRLHF's SingleTurnAgentExecutor (openrlhf/utils/agent.py) load
 special tokens), its prompt and its label; nothing else is passed. Here:
 
 - the label (``--data.label_key label``) is the state id, and the samples
-  of one label at one step are a group of ``LM2LM_GROUP_SIZE`` (set it to
-  ``--rollout.n_samples_per_prompt``, default 8);
-- the step is the service's current step, which the step hook below moves
-  with OpenRLHF's global step;
+  of one label gathered by one rollout actor are a group of
+  ``LM2LM_GROUP_SIZE`` (set it to ``--rollout.n_samples_per_prompt``,
+  default 8), named ``<run>/<label>/<k>`` with this process's run
+  identity (lm2lm_client.run_id: a resumed run's groups never meet an
+  earlier attempt's) and a per-label count;
+- the step is the service's current step, read once per group, by the
+  group's first sample (the step hook below moves it with OpenRLHF's
+  global step): under --train.async_enable the generator runs ahead of the
+  trainer, and a group that straddles an advance stays one group at the
+  step its first sample read (start the service with -step-lag at least
+  --train.async_queue_size, default 1);
 - the completion is the query with its prompt cut off;
 - ``rewards`` is the service's reward; ``scores`` (what
   ``--algo.dynamic_filtering_enable`` averages over a prompt's samples and
@@ -21,13 +28,17 @@ special tokens), its prompt and its label; nothing else is passed. Here:
   0 1) is 0.5 for a group the service keeps and 0 for a flat one, so that
   OpenRLHF's dynamic filtering drops exactly the groups LM2LM's dynamic
   sampling drops;
-- a sample whose group failed (world-model error, or past the group
-  deadline) raises: OpenRLHF logs it and leaves the sample without a
-  reward, and the step stops there rather than learn from a made-up
-  number. With ``LM2LM_FAILED=filter`` (only together with
-  ``--algo.dynamic_filtering_enable``) it gets reward 0 and score -1
-  instead: the group's mean score is outside the range, so OpenRLHF drops
-  the whole group and draws another prompt.
+- a sample whose group failed (world-model error, past the group deadline)
+  or is partial (scored at its deadline without its late samples) gets,
+  with ``LM2LM_FAILED=filter`` (the default), reward 0 and score -1, and so
+  does every other sample of that group: the group's mean score is -1,
+  outside the range, so _generate_vllm drops the whole group and draws
+  another prompt ("Dispatch replacement for filtered prompt"). That needs
+  ``--algo.dynamic_filtering_enable`` with a range 0 <= low < 0.5 < high:
+  the setup hook refuses to start the trainer otherwise. With
+  ``LM2LM_FAILED=raise`` such a sample raises instead: OpenRLHF logs it and
+  leaves the sample without a reward, and experience_maker cannot stack
+  a missing reward, so the step and the run stop.
 
 The service answers a sample once its group is complete, so every sample
 of a group holds a thread until the last one arrives. OpenRLHF runs the
@@ -45,8 +56,12 @@ imports openrlhf.trainer.ppo_trainer (the PPOTrainer actor) so that each
 global step it returns is posted to ``/v1/advance``: rollout k is scored at
 step k, and a calibration point falls on the trainer's step. With
 ``LM2LM_SYNC_CALIBRATION=1`` the hook then waits while a calibration runs
-(the synchronous loop). The asynchronous trainer (--train.async_enable)
-overlaps rollouts with training and is not patched.
+(the synchronous loop). The asynchronous trainer (--train.async_enable,
+openrlhf/trainer/ppo_trainer_async.py) runs train_step in TrainingActor, a
+BasePPOTrainer, so it is patched the same way. The hook also patches
+BasePPOTrainer.__init__ to refuse, at start, a configuration under which
+a failed group would be trained on (LM2LM_FAILED=filter without dynamic
+filtering over a range that drops it).
 
 remote_reward posts what OpenRLHF's HTTP client posts to the service's
 /get_reward route (``--reward.remote_url http://HOST:8080/get_reward?
@@ -62,7 +77,7 @@ import os
 import sys
 import threading
 
-from lm2lm_client import advance, get, post, score_samples, wait_calibrations
+from lm2lm_client import advance, at_step, get, post, run_id, score_samples, unusable, wait_calibrations
 
 KEPT_SCORE, FLAT_SCORE, FAILED_SCORE = 0.5, 0.0, -1.0
 
@@ -79,19 +94,32 @@ def _widen_executor():
 _widen_executor()
 
 _lock = threading.Lock()
-_next = {}  # (step, label) -> next index, this process only
+_groups = {}  # label -> [step, next index, group name], this process only
+_count = {}   # label -> groups of it started in this process
 
 
-def _index(step, label):
-    """The sample's index in its group: all samples of one prompt run in one
-    rollout actor (RolloutRayActor.generate_responses), so a per-process
-    count numbers them; a retried request then states the same index."""
+def _group(label):
+    """The sample's group, step and index. All samples of one prompt run in
+    one rollout actor (RolloutRayActor.generate_responses), so a
+    per-process count numbers them; the first sample of a group reads the
+    step and names the group, the next G-1 join it, and a retried request
+    then states the same index."""
+    G = int(os.environ.get("LM2LM_GROUP_SIZE", "8"))
     with _lock:
-        for k in [k for k in _next if k[0] < step]:
-            del _next[k]
-        i = _next.get((step, label), 0)
-        _next[(step, label)] = i + 1
-        return i
+        g = _groups.get(label)
+        if g is None:
+            k = _count.get(label, 0)
+            _count[label] = k + 1
+            g = _groups[label] = [None, 0, "%s/%s/%d" % (run_id(), label, k)]
+        i = g[1]
+        g[1] += 1
+        if g[1] == G:
+            del _groups[label]
+    if g[0] is None:
+        with _lock:
+            if g[0] is None:
+                g[0] = int(get("/v1/info")["step"])
+    return g[2], g[0], i, G
 
 
 def completion(query, prompt):
@@ -108,27 +136,41 @@ def completion(query, prompt):
 
 def reward_func(queries, prompts, labels, **kwargs):
     """OpenRLHF's reward_func: one call per sample (a list of one)."""
-    G = int(os.environ.get("LM2LM_GROUP_SIZE", "8"))
-    step = int(get("/v1/info")["step"])
-    samples = [{"group": l, "state_id": l, "group_size": G, "index": _index(step, l), "completion": completion(q, p)}
-               for q, p, l in zip(queries, prompts, labels)]
-    answers = score_samples(samples, step)
+    mode = os.environ.get("LM2LM_FAILED", "filter")
     rewards, scores, logs = [], [], []
-    for s, a in zip(samples, answers):
-        if a["reward"] is None:
-            if os.environ.get("LM2LM_FAILED", "raise") != "filter":
-                raise RuntimeError("lm2lm: group %s at step %d failed: %s" % (s["group"], step, a["failure_reason"]))
+    for q, p, l in zip(queries, prompts, labels):
+        name, step, index, G = _group(l)
+        sample = {"group": name, "state_id": l, "group_size": G, "index": index, "completion": completion(q, p)}
+        a = score_samples([sample], step)[0]
+        why = unusable(a)
+        if why:
+            if mode != "filter":
+                raise RuntimeError("lm2lm: group %s at step %d failed: %s" % (name, step, why))
             rewards.append(0.0)
             scores.append(FAILED_SCORE)
         else:
             rewards.append(a["reward"])
             scores.append(KEPT_SCORE if a["kept"] else FLAT_SCORE)
-        logs.append({"lm2lm_step": float(step), "lm2lm_index": float(s["index"]), "lm2lm_kept": float(a["kept"]),
+        logs.append({"lm2lm_step": float(step), "lm2lm_index": float(index), "lm2lm_kept": float(a["kept"]),
                      "lm2lm_valid": float(a["valid"]), "lm2lm_gain": float(a["gain"]),
-                     "lm2lm_partial": float(a.get("partial", False)), "lm2lm_failed": float(a["reward"] is None)})
-    if len(samples) == 1:  # SingleTurnAgentExecutor wraps each as torch.tensor([value])
+                     "lm2lm_partial": float(a.get("partial", False)), "lm2lm_failed": float(bool(why))})
+    if len(rewards) == 1:  # SingleTurnAgentExecutor wraps each as torch.tensor([value])
         return {"rewards": rewards[0], "scores": scores[0], "extra_logs": logs[0]}
     return {"rewards": rewards, "scores": scores, "extra_logs": logs}
+
+
+def check_args(args):
+    """Refuse a configuration under which a failed group would be trained on."""
+    if os.environ.get("LM2LM_FAILED", "filter") != "filter":
+        return
+    algo = getattr(args, "algo", None)
+    on = bool(getattr(algo, "dynamic_filtering_enable", False))
+    lo, hi = getattr(algo, "dynamic_filtering_range", (0, 1)) or (0, 1)
+    if not on or not (0 <= lo < KEPT_SCORE < hi):
+        raise ValueError("lm2lm: LM2LM_FAILED=filter (the default) gives a failed group's samples reward 0 and "
+                         "score -1, which only --algo.dynamic_filtering_enable with --algo.dynamic_filtering_range "
+                         "LOW HIGH, 0 <= LOW < 0.5 < HIGH, drops (have: enabled=%s, range %s %s); enable it, or set "
+                         "LM2LM_FAILED=raise to stop the run at a failed group" % (on, lo, hi))
 
 
 def _patch(mod):
@@ -136,15 +178,21 @@ def _patch(mod):
     if getattr(base.train_step, "_lm2lm", False):
         return
     inner = base.train_step
+    init = base.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        check_args(self.args)
 
     def train_step(self, rollout_samples, global_step):
         status, step = inner(self, rollout_samples, global_step)
-        advance(step)
+        advance(at_step(step))
         if os.environ.get("LM2LM_SYNC_CALIBRATION") == "1":
             wait_calibrations()
         return status, step
 
     train_step._lm2lm = True
+    base.__init__ = __init__
     base.train_step = train_step
 
 

@@ -25,7 +25,18 @@ the service's reward as the trace's ``lm2lm`` reward and its metrics
 group-relative advantage: mean-centred, no std). A group whose scoring
 failed gets no reward (``rewards["lm2lm"] = None``), ``lm2lm_failed`` 1 and
 advantage 0: nothing is learnt from it. Other environments' groups go to
-the original method.
+the original method. A group is sent whole, so it is never partial.
+
+Only GRPO without a length penalty trains on the service's rewards:
+MaxRLAlgorithm, RAEAlgorithm and HierarchicalGRPOAlgorithm override
+score_group (algo/max_rl.py, rae.py, hierarchical_grpo.py) and would
+read the env-side placeholder 0 as every reward, and GRPO's
+length_penalty (algo/grpo.py, GRPOAlgorithm.score_group) shapes rewards
+the service has already shaped. ``install`` also wraps
+Algorithm.finalize_group (algo/base.py), the call TrainSink.process_group
+makes for every group, so that an lm2lm group reaching any other
+algorithm type, or GRPO with a length penalty, stops the orchestrator
+with a message instead of training on 0.
 
 The environment: verifiers v1 classes (LM2LMData, LM2LMTask, LM2LMTaskset;
 only when verifiers is importable) load the service's dataset
@@ -41,7 +52,7 @@ import asyncio
 import json
 import os
 
-from lm2lm_client import post, text, wait_calibrations
+from lm2lm_client import at_step, post, run_id, text, wait_calibrations
 
 
 def state_id(trace):
@@ -83,6 +94,8 @@ async def score_group(episodes, trainable, reward_cls, assign):
     if not traces or state_id(traces[0]) is None:
         return False
     body = score_request(episodes, traces)
+    body["groups"][0]["group"] = run_id() + "/" + body["groups"][0]["group"]
+    body["step"] = at_step(body["step"])
     if os.environ.get("LM2LM_SYNC_CALIBRATION") == "1":
         await asyncio.to_thread(wait_calibrations)
     answers = (await asyncio.to_thread(post, "/v1/score", body))["groups"][0]["samples"]
@@ -90,10 +103,22 @@ async def score_group(episodes, trainable, reward_cls, assign):
     return True
 
 
+def refusal(algorithm, grpo_cls):
+    """Why an algorithm cannot train on the service's rewards, or ""."""
+    if not isinstance(algorithm, grpo_cls) or not getattr(type(algorithm).score_group, "_lm2lm", False):
+        return ("lm2lm: algo.type %r scores groups itself (%s.score_group) and would train on the env-side "
+                "placeholder reward 0; use algo.type \"grpo\" for the lm2lm environment"
+                % (getattr(getattr(algorithm, "config", None), "type", type(algorithm).__name__), type(algorithm).__name__))
+    if getattr(algorithm, "length_penalty", None) is not None:
+        return ("lm2lm: GRPO's length_penalty reshapes rewards the service has already shaped (METHOD.md section 1, "
+                "Reward); remove [orchestrator.algo.length_penalty] for the lm2lm environment")
+    return ""
+
+
 def install():
     """Route prime-rl's GRPO group scoring through the service for lm2lm tasks."""
     try:
-        from prime_rl.orchestrator.algo import grpo
+        from prime_rl.orchestrator.algo import base, grpo
         from prime_rl.orchestrator.algo.base import iter_trainable_traces
         from prime_rl.orchestrator.algo.routing import assign_advantages
         from verifiers.v1 import Reward
@@ -103,13 +128,23 @@ def install():
     if getattr(cls.score_group, "_lm2lm", False):
         return True
     inner = cls.score_group
+    finalize = base.Algorithm.finalize_group
 
     async def lm2lm_score_group(self, episodes):
         if not await score_group(episodes, iter_trainable_traces, Reward, assign_advantages):
             await inner(self, episodes)
 
+    async def lm2lm_finalize_group(self, episodes):
+        traces = [t for _, t in iter_trainable_traces(episodes)]
+        if traces and state_id(traces[0]) is not None:
+            why = refusal(self, cls)
+            if why:
+                raise RuntimeError(why)
+        await finalize(self, episodes)
+
     lm2lm_score_group._lm2lm = True
     cls.score_group = lm2lm_score_group
+    base.Algorithm.finalize_group = lm2lm_finalize_group
     return True
 
 

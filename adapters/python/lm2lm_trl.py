@@ -29,16 +29,80 @@ step from the service, which StepCallback keeps at the trainer's step:
     AsyncGRPOTrainer(..., reward_funcs=[reward], callbacks=[StepCallback()])
 
 A sample whose group failed (the world model failed, or the sample came
-after the group's deadline) gets None: TRL turns None into NaN, leaves it
-out of the group's mean and gives it advantage 0. Nothing else here needs
-TRL, transformers or torch.
+after the group's deadline) or is partial (scored at its deadline without
+the late samples) gets None, and so does every other sample of that
+group: TRL turns None into NaN, leaves it out of the group's mean and
+gives it advantage 0 (GRPOTrainer._generate_and_score_completions,
+"unscorable_mask"), so the whole group trains nothing. That holds only
+when lm2lm is the one reward function: with another, TRL sums the others
+over a NaN (nansum) and would train the failed sample on them alone, so
+the reward refuses to run beside another reward function (it finds them
+through log_extra, a bound method of the trainer).
+
+A run's identity and step floor: group names carry a run identity, so
+that a resumed run's groups never meet an earlier attempt's answers
+(the service refuses the same name with other completions), and a
+trainer resumed behind the service's step scores its replayed steps at
+the service's step (lm2lm_client.at_step). Both must be the same in every
+process: StepCallback.on_train_begin makes them on rank 0 and broadcasts
+them (torch.distributed.broadcast_object_list when a process group is
+initialised, as accelerate and torchrun do). With one process the
+reward makes its own. Nothing here needs TRL, transformers or torch;
+StepCallback is a transformers TrainerCallback when transformers is
+importable.
 """
 import asyncio
 import os
 import threading
 import time
+import uuid
 
 import lm2lm_client
+
+# The launch's identity and step floor, shared by every process (share_run).
+_shared = {}
+
+
+def _torch_broadcast(obj):
+    """torch.distributed.broadcast_object_list from rank 0, when a process
+    group is initialised; the list unchanged otherwise."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        dist = None
+    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(obj, src=0)
+        return obj
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise RuntimeError("lm2lm: WORLD_SIZE > 1 but no torch.distributed process group to share the run's "
+                           "identity; launch with accelerate or torchrun, or give LM2LMReward(run=...) and "
+                           "resume from a step the service accepts")
+    return obj
+
+
+# How share_run reaches the other processes; a stand-in may replace it.
+broadcast = _torch_broadcast
+
+
+def share_run():
+    """Make this launch's run identity and step floor on rank 0 and give
+    them to every process; returns them. Called by StepCallback at the
+    start of training (in every process, as TRL runs callbacks)."""
+    obj = [None]
+    if int(os.environ.get("RANK", "0")) == 0:
+        obj = [{"run": lm2lm_client.run_id() + "-" + uuid.uuid4().hex[:8], "floor": lm2lm_client.step_floor()}]
+    obj = broadcast(obj)
+    _shared.clear()
+    _shared.update(obj[0])
+    lm2lm_client.set_step_floor(_shared["floor"])
+    return dict(_shared)
+
+
+def _mixed(kwargs):
+    """The trainer's reward functions besides this one, when TRL says."""
+    trainer = getattr(kwargs.get("log_extra"), "__self__", None)
+    funcs = getattr(trainer, "reward_funcs", None)
+    return len(funcs) - 1 if funcs is not None else 0
 
 
 class LM2LMReward:
@@ -47,10 +111,12 @@ class LM2LMReward:
     group_size is G (GRPOConfig.num_generations). rank and world_size
     default to the RANK and WORLD_SIZE environment variables. step, when
     set, is a fixed step; otherwise trainer_state.global_step when TRL
-    passes it (GRPOTrainer), else the service's step (GET /v1/info, as
-    StepCallback or the trainer's /v1/advance calls set it). run prefixes
-    every group name (LM2LM_RUN by default): give a resumed run a new one
-    so that its groups never meet the first run's answers.
+    passes it (GRPOTrainer; at least the step floor, lm2lm_client.at_step),
+    else the service's step (GET /v1/info, as StepCallback or the
+    trainer's /v1/advance calls set it). run prefixes every group name; by
+    default the launch's identity that StepCallback shares (one process:
+    this process's own), so a resumed run's groups never meet an earlier
+    attempt's answers.
 
     The instance is picklable. Its last_answers holds the service's
     answers to the last call, in the call's order, and last_step its step.
@@ -65,7 +131,7 @@ class LM2LMReward:
         self.rank = rank
         self.world_size = world_size
         self.step = step
-        self.run = os.environ.get("LM2LM_RUN", "") if run is None else run
+        self.run = run
         self.stale_retries = stale_retries
         self.last_answers, self.last_step = [], None
         self._calls = {}  # step -> reward calls made at that step
@@ -80,21 +146,36 @@ class LM2LMReward:
         self.__dict__.update(d)
         self._lock = threading.Lock()
 
+    def _world(self):
+        return self.world_size if self.world_size is not None else int(os.environ.get("WORLD_SIZE", "1"))
+
     def _rank(self):
         rank = self.rank if self.rank is not None else int(os.environ.get("RANK", "0"))
-        world = self.world_size if self.world_size is not None else int(os.environ.get("WORLD_SIZE", "1"))
+        world = self._world()
         if not 0 <= rank < world:
             raise ValueError("lm2lm: rank %d outside world size %d" % (rank, world))
         return rank
+
+    def _run(self):
+        """The run identity in group names: run=, else the launch's shared one."""
+        if self.run is not None:
+            return self.run
+        if "run" in _shared:
+            return _shared["run"]
+        if self._world() > 1:
+            raise RuntimeError("lm2lm: %d processes need one run identity for their group names; add "
+                               "callbacks=[StepCallback()] to the trainer (it shares one from rank 0), or give "
+                               "LM2LMReward(run=...) a name unique to this launch" % self._world())
+        return lm2lm_client.run_id()
 
     def _step(self, state):
         if self.step is not None:
             return int(self.step)
         if state is not None and getattr(state, "global_step", None) is not None:
-            return int(state.global_step)
+            return lm2lm_client.at_step(int(state.global_step))
         return int(lm2lm_client.get("/v1/info")["step"])
 
-    def samples(self, state_ids, step, call, rank):
+    def samples(self, state_ids, step, call, rank, run):
         """The samples of a process's slice: group names and indices from
         the global positions rank*L+i of TRL's layout."""
         G, L = self.group_size, len(state_ids)
@@ -106,7 +187,7 @@ class LM2LMReward:
                 raise ValueError(
                     "lm2lm: positions %d and %d of group %d name different states (%s, %s): the batch is not "
                     "G=%d copies of each prompt in a row; check group_size and RANK" % (pos - 1, pos, g, seen[g], sid, G))
-            out.append({"group": "%strl/%s/s%d/c%d/g%d" % (self.run, sid, step, call, g), "state_id": sid,
+            out.append({"group": "%s/trl/%s/s%d/c%d/g%d" % (run, sid, step, call, g), "state_id": sid,
                         "group_size": G, "index": pos % G})
         return out
 
@@ -118,27 +199,39 @@ class LM2LMReward:
             raise KeyError("lm2lm: the dataset has no state_id column (use the service's /v1/dataset rows)")
         if len(ids) != len(completions):
             raise ValueError("lm2lm: %d state ids for %d completions" % (len(ids), len(completions)))
+        others = _mixed(kwargs)
+        if others:
+            raise ValueError("lm2lm: the trainer has %d other reward function(s); TRL sums them over a failed lm2lm "
+                             "sample (nansum) and would train it on them alone. Use lm2lm as the only reward "
+                             "function" % others)
         state = kwargs.get("trainer_state")
         with self._lock:
             rank = self._rank()
+            # Without trainer_state (AsyncGRPOTrainer: one whole group per
+            # call in one process), a fresh name per call is unique anyway.
+            run = self._run() if state is not None or self.step is not None else \
+                lm2lm_client.run_id() + "-" + uuid.uuid4().hex[:8]
             answers = None
             for attempt in range(self.stale_retries + 1):
                 step = self._step(state)
                 call = self._calls.get(step, 0)
                 self._calls = {step: call + 1}  # a call count per step; earlier steps are done
-                smps = self.samples(ids, step, call, rank)
+                smps = self.samples(ids, step, call, rank, run)
                 for s, c in zip(smps, completions):
                     s["completion"] = c
                 try:
                     answers = lm2lm_client.score_samples(smps, step)
                     break
-                except RuntimeError as e:
+                except lm2lm_client.LM2LMError as e:
                     # An asynchronous trainer's step moved on between reading it and scoring.
-                    if "stale_step" not in str(e) or state is not None or self.step is not None \
+                    if e.code != "stale_step" or state is not None or self.step is not None \
                             or attempt == self.stale_retries:
                         raise
             self.last_answers, self.last_step = answers, step
-        rewards = [a["reward"] for a in answers]  # None: dropped by TRL (NaN, advantage 0)
+        # None (TRL: NaN, advantage 0) for every sample of a failed or
+        # partial group, in this process's slice.
+        bad = {a.get("group") for a in answers if lm2lm_client.unusable(a)}
+        rewards = [None if a.get("group") in bad else a["reward"] for a in answers]
         log(kwargs, answers)
         return rewards
 
@@ -199,14 +292,22 @@ def lm2lm_reward_sync(prompts=None, completions=None, **kwargs):
     return _default_reward()(prompts, completions, **kwargs)
 
 
-class StepCallback:
-    """A transformers TrainerCallback (duck-typed: it has every event
-    method, each returning None) that posts the trainer's global_step to
-    /v1/advance when a step begins and ends. With wait=True it then waits
-    while a calibration point is running (the paper's synchronous loop).
-    Every process posts (the same step: the service answers each alike)
-    and waits, so that no process sends half a group the others hold back
-    past the service's group deadline."""
+try:  # a real TrainerCallback when transformers is importable
+    from transformers import TrainerCallback as _CallbackBase
+except ImportError:
+    _CallbackBase = object
+
+
+class StepCallback(_CallbackBase):
+    """A transformers TrainerCallback (a subclass of it when transformers
+    is importable; otherwise duck-typed: it has every event method, each
+    returning None) that shares the launch's run identity and step floor
+    when training begins (share_run) and posts the trainer's global_step
+    to /v1/advance when a step begins and ends. With wait=True it then
+    waits while a calibration point is running (the paper's synchronous
+    loop). Every process posts (the same step: the service answers each
+    alike) and waits, so that no process sends half a group the others
+    hold back past the service's group deadline."""
 
     def __init__(self, wait=False, poll=1.0):
         self.wait = wait
@@ -214,7 +315,7 @@ class StepCallback:
         self.posted = []
 
     def _advance(self, state):
-        step = int(state.global_step)
+        step = lm2lm_client.at_step(int(state.global_step))
         if self.posted and self.posted[-1] == step:
             return
         cals = lm2lm_client.advance(step)
@@ -223,6 +324,9 @@ class StepCallback:
             time.sleep(self.poll)
             cals = lm2lm_client.calibrations()
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        share_run()
+
     def on_step_begin(self, args, state, control, **kwargs):
         self._advance(state)
 
@@ -230,7 +334,7 @@ class StepCallback:
         self._advance(state)
 
     def __getattr__(self, name):
-        # Every other TrainerCallback event (on_init_end, on_log, ...) does nothing.
+        # Without transformers: every other TrainerCallback event (on_init_end, on_log, ...) does nothing.
         if name.startswith("on_"):
             return lambda *args, **kwargs: None
         raise AttributeError(name)

@@ -32,17 +32,37 @@ the sample to the service in a thread and returns a dict: "score" plus the
 facts verl keeps as reward_extra_info (mechanism, valid, gain, advantage,
 tau, kept, partial, received, reason, kept_advantage).
 
-A world-model failure (the service answers "reward": null with a
-failure_reason, or the sample came after the group deadline) raises
-LM2LMFailure. verl does not catch it in this path: in the v1 trainer the
-session fails, _run_prompt marks the whole prompt "failure", none of the
-failed sessions' trajectories is stored, and with
-trainer.v1.sampler.sync_refill_failed_groups=True the replay buffer
-(verl/trainer/ppo/v1/replay_buffer.py) replaces the group with a fresh
-prompt. No made-up number is learnt from. (The "limited" manager instead
+A sample that must not be trained on raises LM2LMFailure: its group
+failed (world-model error or timeout, or the sample came after the group
+deadline), or its group is partial (scored at the deadline on the samples
+that had arrived, so its rewards were shaped over a smaller group). Every
+sample of such a group raises, so no session of it stores a trajectory.
+verl does not catch the exception in this path: the session fails and
+AgentLoopWorkerTQ._run_prompt marks the prompt "failure". The sync replay
+buffer (verl/trainer/ppo/v1/replay_buffer.py, ReplayBufferSync.
+_terminal_eviction_reasons) evicts and refills a failed group only when
+trainer.v1.sampler.sync_refill_failed_groups=True and the group has no
+materialisable trajectory ("self.failure_keys[partition_id] -
+materializable_uids"): a group with one stored trajectory would be trained
+on, which is why the whole group raises. (The "limited" manager instead
 turns any exception into a reward of 0.0; do not combine this adapter with
 it.) In the legacy trainer (trainer.use_v1=false) the exception fails the
 step.
+
+verl awaits the reward with no timeout (AgentLoopWorker._compute_score);
+each sample here is bounded by LM2LM_SAMPLE_TIMEOUT_S (default the
+client's deadline plus 30 s) and raises LM2LMFailure past it.
+
+A resumed run: verl's uids are fresh uuid4s, so its groups never meet an
+earlier attempt's; its global_steps restart at the checkpoint's step,
+behind the service's, and LM2LMRewardManager maps them with
+lm2lm_client.at_step (the floor read once when the manager is built), so
+the replayed steps are scored at the service's step instead of refused.
+
+verl v1's rollout dump (trainer_base.py, _log_rollout_data) writes the
+uid, prompt, response, ground truth and score only; with
+trainer.rollout_data_dir set, the manager also appends each sample's
+service answer to ROLLOUT_DATA_DIR/lm2lm/STEP-PID.jsonl.
 
 The legacy trainer (verl/trainer/ppo/ray_trainer.py) passes the uid but not
 the step to the reward; there compute_score_async uses the service's current step,
@@ -59,7 +79,9 @@ scored under the newest world model (the paper's synchronous loop).
 """
 import asyncio
 import concurrent.futures
+import json
 import os
+import threading
 import weakref
 
 import lm2lm_client
@@ -71,6 +93,10 @@ _locks = weakref.WeakKeyDictionary()
 
 class LM2LMFailure(RuntimeError):
     """The service answered a sample without a reward: drop it."""
+
+
+def _sample_timeout():
+    return float(os.environ.get("LM2LM_SAMPLE_TIMEOUT_S", lm2lm_client.DEADLINE_S + 30.0))
 
 
 def _executor():
@@ -117,8 +143,18 @@ async def compute_score(data_source=None, solution_str=None, ground_truth=None, 
     extra_info holds the dataset row's state_id and split, and, added by
     LM2LMRewardManager, lm2lm_group (verl's uid), lm2lm_group_size (G),
     lm2lm_index (the session id) and lm2lm_step (verl's global_steps).
-    Raises LM2LMFailure when the service gives no reward.
+    Raises LM2LMFailure when the service gives no usable reward (a failed
+    or partial group) or the sample takes longer than
+    LM2LM_SAMPLE_TIMEOUT_S.
     """
+    try:
+        return await asyncio.wait_for(_compute_score(data_source, solution_str, ground_truth, extra_info),
+                                      _sample_timeout())
+    except asyncio.TimeoutError:
+        raise LM2LMFailure("lm2lm: no reward within LM2LM_SAMPLE_TIMEOUT_S = %g s" % _sample_timeout()) from None
+
+
+async def _compute_score(data_source, solution_str, ground_truth, extra_info):
     info = dict(extra_info or {})
     state_id = info.get("state_id") or ground_truth
     if info.get("split") == "test":
@@ -138,8 +174,9 @@ async def compute_score(data_source=None, solution_str=None, ground_truth=None, 
     if info.get("lm2lm_index") is not None:
         sample["index"] = int(info["lm2lm_index"])
     ans = (await _call(lm2lm_client.score_samples, [sample], step))[0]
-    if ans.get("reward") is None:
-        raise LM2LMFailure("lm2lm: no reward for group %s at step %d: %s" % (group, step, ans.get("failure_reason")))
+    why = lm2lm_client.unusable(ans)
+    if why:
+        raise LM2LMFailure("lm2lm: no reward for group %s at step %d: %s" % (group, step, why))
     kept = bool(ans.get("kept"))
     return {
         "score": float(ans["reward"]),
@@ -152,6 +189,7 @@ async def compute_score(data_source=None, solution_str=None, ground_truth=None, 
         "kept": int(kept),
         "partial": int(bool(ans.get("partial"))),
         "received": int(ans.get("received", 0)),
+        "step": step,
         # DAPO's filter (algorithm.filter_groups.metric) drops a group whose
         # metric is the same for all its samples: this one is constant (0)
         # exactly when the service's dynamic sampling drops the group.
@@ -189,6 +227,19 @@ except ImportError:
             self.compute_score = compute_score
 
 
+_log_lock = threading.Lock()
+
+
+def _log_sample(rollout_dir, step, uid, session_id, result):
+    """Append one sample's service answer to rollout_dir/lm2lm/STEP-PID.jsonl."""
+    d = os.path.join(str(rollout_dir), "lm2lm")
+    line = json.dumps(dict(result, uid=uid, session_id=session_id), sort_keys=True) + "\n"
+    with _log_lock:
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "%d-%d.jsonl" % (step, os.getpid())), "a") as f:
+            f.write(line)
+
+
 class LM2LMRewardManager(_Base):
     """A Reward Loop manager that tells compute_score the group, G and step."""
 
@@ -196,6 +247,10 @@ class LM2LMRewardManager(_Base):
                  reward_model_tokenizer=None, **kwargs):
         super().__init__(config, tokenizer, compute_score)
         self.group_size = int(_cfg(config, "actor_rollout_ref.rollout.n", 1))
+        self.rollout_dir = _cfg(config, "trainer.rollout_data_dir", None)
+        # The service's step when this run's reward workers start: a run
+        # resumed behind it scores its replayed steps there.
+        self.floor = lm2lm_client.step_floor()
 
     async def run_single(self, data):
         data = data[-1:]  # as naive.py: the last sequence of a multi-sequence output
@@ -217,9 +272,11 @@ class LM2LMRewardManager(_Base):
         if step is None:
             step = (getattr(data, "meta_info", None) or {}).get("global_steps")
         if step is not None and int(step) >= 0:
-            extra["lm2lm_step"] = int(step)
+            extra["lm2lm_step"] = max(int(step), self.floor)
         result = await compute_score_async(data_source=nt.get("data_source"), solution_str=text,
                                      ground_truth=(nt.get("reward_model") or {}).get("ground_truth"), extra_info=extra)
+        if self.rollout_dir:
+            await _call(_log_sample, self.rollout_dir, result["step"], str(uid), extra.get("lm2lm_index"), result)
         return {"reward_score": result["score"], "reward_extra_info": result}
 
 
@@ -232,7 +289,7 @@ def _step_agent_loop_manager():
         def generate_sequences(self, prompts):
             meta = getattr(prompts, "meta_info", None) or {}
             if not meta.get("validate", False) and meta.get("global_steps") is not None:
-                lm2lm_client.advance(int(meta["global_steps"]))
+                lm2lm_client.advance(lm2lm_client.at_step(int(meta["global_steps"])))
             return super().generate_sequences(prompts)
 
     return LM2LMStepAgentLoopManager

@@ -43,6 +43,7 @@ import os
 import random
 import sys
 import tempfile
+import types
 
 import lm2lm_tabular
 
@@ -100,6 +101,8 @@ def trainer_module():
         open(os.path.join(d, "__init__.py"), "w").close()
     with open(os.path.join(pkg, "ppo_trainer.py"), "w") as f:
         f.write("class BasePPOTrainer:\n"
+                "    def __init__(self, strategy_args):\n"
+                "        self.args = strategy_args\n"
                 "    def train_step(self, rollout_samples, global_step):\n"
                 "        return {}, global_step + 1\n")
     sys.path.insert(0, root)
@@ -175,7 +178,10 @@ async def main(args):
     actor = Actor()
     await actor.init(args.remote_url)
     rng = random.Random(args.seed)
-    trainer, step, steps = BasePPOTrainer(), 0, []
+    # strategy.args as OpenRLHF nests them (openrlhf/cli/train_ppo_ray.py).
+    nested = types.SimpleNamespace(algo=types.SimpleNamespace(
+        dynamic_filtering_enable=args.dynamic_filtering, dynamic_filtering_range=tuple(args.dynamic_filtering_range)))
+    trainer, step, steps = BasePPOTrainer(nested), 0, []
     for _ in range(args.steps):
         kept, dropped = await rollout(args, actor, rng, rows)
         flat = lambda gs: [s for g in gs for s in g]

@@ -230,11 +230,51 @@ def grpo_advantages(rewards, G, scale):
 
 # --- GRPOTrainer: one process per rank ---------------------------------------
 
-def _rank_main(rank, world, conn, variant, G):
-    """A training process: its reward function, its loop for async ones."""
+class Trainer:
+    """GRPOTrainer as a reward function sees it: reward_funcs, and the
+    bound methods it passes as log_extra and log_metric
+    (_calculate_rewards: reward_kwargs["log_extra"] =
+    self._log_completion_extra, reward_kwargs["log_metric"] =
+    self._log_metric)."""
+
+    def __init__(self, reward_funcs):
+        self.reward_funcs = reward_funcs
+        self.extra, self.metrics = {}, {}
+
+    def _log_completion_extra(self, column, values):
+        self.extra.setdefault(column, []).extend(values)
+
+    def _log_metric(self, name, value):
+        self.metrics.setdefault(name, []).append(value)
+
+
+def one(**kwargs):
+    """Another reward function: 1 for every completion."""
+    return [1.0] * len(kwargs["completions"])
+
+
+def _rank_main(rank, world, conn, variant, G, others):
+    """A training process: its reward functions, its loop for async ones,
+    and its callbacks' on_train_begin (StepCallback shares the launch's
+    run identity from rank 0; the pipe to the parent stands in for
+    torch.distributed.broadcast_object_list)."""
     os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world)
     os.environ["LM2LM_GROUP_SIZE"] = str(G)
+
+    def broadcast(obj):
+        if rank == 0:
+            conn.send(("share", obj[0]))
+        tag, got = conn.recv()
+        return [got]
+
+    lm2lm_trl.broadcast = broadcast
+    try:
+        lm2lm_trl.StepCallback().on_train_begin(None, None, None)
+    except Exception as e:
+        conn.send(("error", "%s: %s" % (type(e).__name__, e)))
+        return
     reward = {"async": lm2lm_trl.lm2lm_reward, "sync": lm2lm_trl.lm2lm_reward_sync}[variant]
+    funcs = [reward] + [one] * others
     loop = asyncio.new_event_loop()  # GRPOTrainer's self.async_loop, in its own thread
     threading.Thread(target=loop.run_forever, daemon=True).start()
     while True:
@@ -243,31 +283,40 @@ def _rank_main(rank, world, conn, variant, G):
             return
         inputs, completions, global_step = msg
         try:
-            conn.send(("ok", _calculate_rewards(reward, loop, inputs, completions, global_step)))
+            conn.send(("ok", _calculate_rewards(funcs, loop, inputs, completions, global_step)))
         except Exception as e:  # the trainer would stop here
             conn.send(("error", "%s: %s" % (type(e).__name__, e)))
 
 
-def _calculate_rewards(reward_func, loop, inputs, completions, global_step):
+def _calculate_rewards(funcs, loop, inputs, completions, global_step):
     prompts = [x["prompt"] for x in inputs]
     keys = [k for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")]
     kwargs = {k: [x[k] for x in inputs] for k in keys}
     kwargs["trainer_state"] = types.SimpleNamespace(global_step=global_step, is_world_process_zero=True)
-    extra, metrics = {}, {}
-    kwargs["log_extra"] = lambda column, values: extra.setdefault(column, []).extend(values)
-    kwargs["log_metric"] = lambda name, value: metrics.setdefault(name, []).append(value)
+    trainer = Trainer(funcs)
+    kwargs["log_extra"] = trainer._log_completion_extra
+    kwargs["log_metric"] = trainer._log_metric
     ids = [[1, 2, 3]] * len(completions)
-    if inspect.iscoroutinefunction(reward_func):
-        fut = asyncio.run_coroutine_threadsafe(
-            reward_func(prompts=prompts, completions=completions, completion_ids=ids, **kwargs), loop)
-        out = fut.result()
-    else:
-        out = reward_func(prompts=prompts, completions=completions, completion_ids=ids, **kwargs)
-    if len(out) != len(completions):
-        raise ValueError("%d rewards for %d completions" % (len(out), len(completions)))
-    returned = list(out)
-    return {"returned": returned, "trl": [nan_or(r) for r in returned], "extra": extra,
-            "metrics": {k: mean(v) for k, v in metrics.items()}}
+    outs = []
+    for reward_func in funcs:
+        if inspect.iscoroutinefunction(reward_func):
+            fut = asyncio.run_coroutine_threadsafe(
+                reward_func(prompts=prompts, completions=completions, completion_ids=ids, **kwargs), loop)
+            out = fut.result()
+        else:
+            out = reward_func(prompts=prompts, completions=completions, completion_ids=ids, **kwargs)
+        if len(out) != len(completions):
+            raise ValueError("%d rewards for %d completions" % (len(out), len(completions)))
+        outs.append([nan_or(r) for r in out])
+    returned = [None if math.isnan(r) else r for r in outs[0]]
+    # sum_then_normalize: nansum over the functions, NaN where all are NaN.
+    trl = []
+    for i in range(len(completions)):
+        col = [o[i] for o in outs]
+        ok = [r for r in col if not math.isnan(r)]
+        trl.append(sum(ok) if ok else float("nan"))
+    return {"returned": returned, "trl": trl, "extra": trainer.extra,
+            "metrics": {k: mean(v) for k, v in trainer.metrics.items()}}
 
 
 def spec_config(spec):
@@ -289,10 +338,18 @@ def run_grpo(spec):
     conns, procs = [], []
     for rank in range(world):
         a, b = ctx.Pipe()
-        p = ctx.Process(target=_rank_main, args=(rank, world, b, variant, G), daemon=True)
+        p = ctx.Process(target=_rank_main, args=(rank, world, b, variant, G, int(spec.get("other_rewards", 0))),
+                        daemon=True)
         p.start()
         conns.append(a)
         procs.append(p)
+    # torch.distributed.broadcast_object_list, relayed: rank 0's object to every rank.
+    tag, shared = conns[0].recv()
+    if tag != "share":
+        raise RuntimeError(shared)
+    for conn in conns:
+        conn.send(("share", shared))
+    lm2lm_client.set_step_floor(shared["floor"])  # the parent plays every process's StepCallback
     # RepeatSampler: chunks of generation_batch_size // G prompt indices of a
     # seeded permutation, an incomplete last chunk dropped; each index G times.
     import random
