@@ -6,19 +6,24 @@ Environment: LM2LM_URL (default http://127.0.0.1:8080) and LM2LM_TOKEN
 Retries. Every call goes through one policy (``request``): a connection
 error, a timed-out attempt and the statuses 408, 429, 500, 502, 503 and 504
 are tried again with the same body, after a capped exponential backoff
-with full jitter (a uniform wait in [0, min(LM2LM_BACKOFF_CAP_S,
-LM2LM_BACKOFF_S * 2**attempt)], or the service's Retry-After when that is
-longer), until the call's total deadline (LM2LM_DEADLINE_S, default 150 s)
-is spent. Each attempt is bounded by LM2LM_ATTEMPT_TIMEOUT_S (default
-90 s: longer than the service's default group deadline of 60 s, which a
-sample may legitimately wait) and by what is left of the deadline. The
-default deadline is below every framework's own limit on a reward call:
-OpenRLHF's HTTP reward client gives up after 180 s
+with full jitter (a uniform wait in [0, min(LM2LM_BACKOFF_CAP_S, default
+8 s, LM2LM_BACKOFF_S * 2**attempt, default 0.5 s)], or the service's
+Retry-After when that is longer), until the call's total deadline is
+spent. What else goes wrong (a 400, 401, 409, 413, or the deadline spent)
+raises LM2LMError, which says what happened: an adapter never turns an
+error into a reward.
+
+Timeouts follow the service's group deadline D (GET /v1/health's
+group_deadline_seconds, read once; 60 s when it cannot be read), since a
+score request legitimately waits up to D for its group's last sample:
+each attempt may take D + 30 s (LM2LM_ATTEMPT_TIMEOUT_S) and a call
+2 D + 30 s in all (LM2LM_DEADLINE_S; 150 s at the default D). Set the
+deadline once, on the service (-group-deadline), and the clients follow.
+Keep 2 D + 30 s below the framework's own limit on a reward call, where
+it has one: OpenRLHF's HTTP reward client gives up after 180 s
 (openrlhf/utils/agent.py, SingleTurnAgentExecutor._fetch_rewards_via_http);
-verl, TRL, slime and prime-rl await a reward without a limit, so an
-unbounded call would hang their step. Anything else (a 400, 401, 409, 413,
-or the deadline spent) raises LM2LMError, which says what happened: an
-adapter never turns an error into a reward.
+verl, TRL, slime, prime-rl and OpenRLHF's reward file await a reward
+without a limit, so an unbounded call would hang their step.
 
 A retried score request is answered from its groups' first answers when
 every sample states its index or the request is a named whole group; a
@@ -59,10 +64,33 @@ def _env_float(name, default):
     return float(v) if v else default
 
 
-DEADLINE_S = _env_float("LM2LM_DEADLINE_S", 150.0)
-ATTEMPT_TIMEOUT_S = _env_float("LM2LM_ATTEMPT_TIMEOUT_S", 90.0)
 BACKOFF_S = _env_float("LM2LM_BACKOFF_S", 0.5)
 BACKOFF_CAP_S = _env_float("LM2LM_BACKOFF_CAP_S", 8.0)
+DEFAULT_GROUP_DEADLINE_S = 60.0  # serve.DefaultConfig().GroupDeadline
+
+_timeouts = None
+_timeouts_lock = threading.Lock()
+
+
+def timeouts():
+    """(attempt timeout, total deadline) in seconds: the environment's, or
+    derived from the service's group deadline D as (D + 30, 2 D + 30)."""
+    global _timeouts
+    with _timeouts_lock:
+        if _timeouts is not None:
+            return _timeouts
+    d = DEFAULT_GROUP_DEADLINE_S
+    if not (os.environ.get("LM2LM_ATTEMPT_TIMEOUT_S") and os.environ.get("LM2LM_DEADLINE_S")):
+        try:
+            h = json.loads(request("GET", "/v1/health", deadline=10.0, attempt_timeout=5.0))
+            d = float(h.get("group_deadline_seconds") or d)
+        except (LM2LMError, ValueError):
+            pass
+    t = (_env_float("LM2LM_ATTEMPT_TIMEOUT_S", d + 30.0), _env_float("LM2LM_DEADLINE_S", 2 * d + 30.0))
+    with _timeouts_lock:
+        _timeouts = t
+    return t
+
 
 _rng = random.Random()  # jitter only; seeded from the OS
 _rng_lock = threading.Lock()
@@ -113,10 +141,13 @@ def request(method, path, body=None, idempotent=True, deadline=None, attempt_tim
 
     idempotent=False retries only what the service certainly did not
     apply (a refused connection, a 429). deadline and attempt_timeout
-    default to LM2LM_DEADLINE_S and LM2LM_ATTEMPT_TIMEOUT_S.
+    default to timeouts().
     """
-    deadline = DEADLINE_S if deadline is None else float(deadline)
-    attempt_timeout = ATTEMPT_TIMEOUT_S if attempt_timeout is None else float(attempt_timeout)
+    if deadline is None or attempt_timeout is None:
+        at, dl = timeouts()
+        deadline = dl if deadline is None else deadline
+        attempt_timeout = min(at, float(deadline)) if attempt_timeout is None else attempt_timeout
+    deadline, attempt_timeout = float(deadline), float(attempt_timeout)
     end = time.monotonic() + deadline
     data = None if body is None else json.dumps(body).encode()
     headers = {}

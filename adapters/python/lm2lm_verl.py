@@ -51,7 +51,8 @@ step.
 
 verl awaits the reward with no timeout (AgentLoopWorker._compute_score);
 each sample here is bounded by LM2LM_SAMPLE_TIMEOUT_S (default the
-client's deadline plus 30 s) and raises LM2LMFailure past it.
+client's deadline plus 30 s: 180 s at the service's default group
+deadline) and raises LM2LMFailure past it.
 
 A resumed run: verl's uids are fresh uuid4s, so its groups never meet an
 earlier attempt's; its global_steps restart at the checkpoint's step,
@@ -96,7 +97,7 @@ class LM2LMFailure(RuntimeError):
 
 
 def _sample_timeout():
-    return float(os.environ.get("LM2LM_SAMPLE_TIMEOUT_S", lm2lm_client.DEADLINE_S + 30.0))
+    return float(os.environ.get("LM2LM_SAMPLE_TIMEOUT_S", lm2lm_client.timeouts()[1] + 30.0))
 
 
 def _executor():
@@ -251,6 +252,7 @@ class LM2LMRewardManager(_Base):
         # The service's step when this run's reward workers start: a run
         # resumed behind it scores its replayed steps there.
         self.floor = lm2lm_client.step_floor()
+        lm2lm_client.timeouts()  # read here, not on the event loop
 
     async def run_single(self, data):
         data = data[-1:]  # as naive.py: the last sequence of a multi-sequence output

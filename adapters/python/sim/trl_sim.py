@@ -64,6 +64,7 @@ import os
 import pickle
 import sys
 import threading
+import time
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -456,7 +457,7 @@ def run_async(spec):
     per_step = c["per_device_train_batch_size"] * c["gradient_accumulation_steps"] * int(spec.get("world_size", 1))
     groups_per_step = max(per_step // G, 1)
     state = types.SimpleNamespace(global_step=0, is_world_process_zero=True)
-    samples, errors = [], []
+    samples, errors, score_seconds = [], [], []
     group_id, cursor = 0, 0
     try:
         while state.global_step < c["max_steps"]:
@@ -466,8 +467,10 @@ def run_async(spec):
                 cursor += 1
                 comps = [completion(pool, state.global_step, group_id, j) for j in range(G)]
                 kw = {k: [row[k]] * G for k in row if k not in ("prompt", "completion", "completion_ids")}
+                t0 = time.monotonic()
                 a.send({"prompts": [row["prompt"]] * G, "completions": comps, "reward_kwargs": kw})
                 status, out, answers = a.recv()
+                score_seconds.append(time.monotonic() - t0)
                 if status != "ok":
                     errors.append(out)
                     raise RuntimeError(out)
@@ -488,7 +491,7 @@ def run_async(spec):
         a.send(None)
         child.join(10)
     return {"trainer": "async", "config": {k: c[k] for k in ("num_generations", "epsilon", "epsilon_high",
-            "max_staleness")}, "samples": samples, "advanced": callback.posted,
+            "max_staleness")}, "samples": samples, "advanced": callback.posted, "score_seconds": score_seconds,
             "calibrations": lm2lm_client.calibrations(), "errors": errors}
 
 
