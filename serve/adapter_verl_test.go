@@ -3,6 +3,7 @@ package serve_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -76,6 +77,8 @@ func runVerlSim(t *testing.T, url string, extra ...string) verlSimOut {
 	b, _ := json.Marshal(servetest.Completions(0, 8))
 	require.NoError(t, os.WriteFile(comps, b, 0o600))
 	args := append([]string{"verl_sim.py", "--completions", comps, "--flat-every", "3"}, verlRecipe(t)...)
+	// The recipe's rollout_data_dir is relative: keep its logs out of the tree.
+	args = append(args, "trainer.rollout_data_dir="+filepath.Join(t.TempDir(), "rollouts"))
 	args = append(args, extra...)
 	script := `
 import os, runpy, sys
@@ -114,8 +117,31 @@ func TestVerlRewardLoop(t *testing.T) {
 	// the step after its point.
 	s, url := simService(t, servetest.Options{RunDelay: 50 * time.Millisecond})
 	const B, steps = 3, 5 // every third prompt's policy collapsed (--flat-every 3)
+	facts := t.TempDir()
 	res := runVerlSim(t, url, "data.train_batch_size=3", "trainer.total_training_steps=5",
-		"reward.num_workers=2", "actor_rollout_ref.rollout.agent.num_workers=2")
+		"reward.num_workers=2", "actor_rollout_ref.rollout.agent.num_workers=2", "trainer.rollout_data_dir="+facts)
+
+	// verl v1's rollout dump has no reward_extra_info: the manager logs
+	// each sample's answer beside it, one line per sample and step.
+	for step := 1; step <= steps; step++ {
+		files, err := filepath.Glob(filepath.Join(facts, "lm2lm", fmt.Sprintf("%d-*.jsonl", step)))
+		require.NoError(t, err)
+		lines := 0
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				var m map[string]any
+				require.NoError(t, json.Unmarshal([]byte(line), &m))
+				require.Equal(t, float64(step), m["step"])
+				require.Contains(t, m, "uid")
+				require.Contains(t, m, "score")
+				require.Contains(t, m, "kept_advantage")
+				lines++
+			}
+		}
+		require.Equal(t, B*8, lines, "step %d", step)
+	}
 
 	// The recipe's settings, as the simulator resolved them.
 	for k, v := range map[string]any{
