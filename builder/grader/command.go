@@ -120,8 +120,12 @@ type Command struct {
 	// Hide path. The run's user must be allowed to read it.
 	ReadOnly []string
 	// Hide are host paths the run must not see: a directory becomes an
-	// empty read-only directory, a file an empty one (/dev/null). Dir must
-	// not lie below one.
+	// empty read-only directory, a file an empty one (/dev/null), masked
+	// after every other mount (a ReadOnly folder that holds one, below
+	// /tmp or elsewhere, shows it masked); a path that cannot be masked
+	// fails the run with ErrIsolation, nothing run. Dir must not lie below
+	// one, and none may lie in Dir (ErrBadCommand: its copy would be the
+	// run's).
 	Hide []string
 	// Keep names files of the run directory (plain names, no '/') to copy
 	// back to Dir after the run, each at most KeepMax+1 bytes (so that the
@@ -246,6 +250,11 @@ func (s *Sandbox) spec(c Command) (sandboxSpec, error) {
 		}
 		if within(dir, abs) {
 			return bad("the run directory %s lies below the hidden path %s", dir, abs)
+		}
+		if within(abs, dir) {
+			// Its copy would be the run's (and, as root, given to the
+			// run's user): the caller leaves it out of Dir instead.
+			return bad("the hidden path %s lies in the run directory %s", abs, dir)
 		}
 		hide = append(hide, abs)
 	}

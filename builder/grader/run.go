@@ -424,8 +424,11 @@ func runSandboxed(ctx context.Context, sp sandboxSpec, lim runLimits, stdout, st
 			}
 			break
 		}
-		// Degrade: drop what the host refused and try again.
+		// Degrade: drop what the host refused and try again; never a
+		// mask (a run without it would see what it must not).
 		switch {
+		case strings.HasPrefix(e.setup, maskFailure):
+			return runEnd{}, err
 		case strings.HasPrefix(e.setup, "cgroup") && sp.Cgroups != nil:
 			missing, sp.Cgroups, cg = append(missing, "cgroup limits ("+e.setup+")"), nil, nil
 		case ns:

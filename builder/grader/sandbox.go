@@ -209,12 +209,13 @@ const (
 // view is first made read-only (mount_setattr, recursively). Every
 // directory of sp.Private gets a fresh tmpfs (so /tmp, /dev/shm, /run and
 // what lives there, host Unix sockets included, are out of sight, and what
-// the run writes there dies with the namespace), every path of sp.Hide is
-// masked (a directory by an empty read-only tmpfs, a file by /dev/null),
-// the terminals are masked (maskTerminals), the run directory gets a tmpfs
-// of its own holding a copy of the tree staged there, every path of
-// sp.ReadOnly is bound read-only at its own path, and /proc is remounted
-// for the new PID namespace. Every tmpfs has size=sp.TmpSize and
+// the run writes there dies with the namespace), the terminals are masked
+// (maskTerminals), the run directory gets a tmpfs of its own holding a
+// copy of the tree staged there, every path of sp.ReadOnly is bound
+// read-only at its own path, /proc is remounted for the new PID
+// namespace, and last every path of sp.Hide is masked (hidePaths: a
+// directory by an empty read-only tmpfs, a file by /dev/null), so that no
+// later mount brings a hidden path back. Every tmpfs has size=sp.TmpSize and
 // nr_inodes=sp.Inodes (the run directory's that much beyond its staged
 // files), so what a run writes cannot fill a file system another run or
 // the host uses, and disappears with the namespace however many files it
@@ -284,26 +285,17 @@ func setupMounts(sp sandboxSpec) (host, run *os.File, err error) {
 			return nil, nil, fmt.Errorf("tmpfs on %s: %w", p, err)
 		}
 	}
-	for _, p := range sp.Hide {
-		fi, err := os.Stat(p)
-		switch {
-		case err != nil:
-			continue
-		case fi.IsDir():
-			err = syscall.Mount("tmpfs", p, "tmpfs", syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "mode=0555,size=4k")
-		default:
-			err = syscall.Mount("/dev/null", p, "", syscall.MS_BIND, "")
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("hide %s: %w", p, err)
-		}
-	}
 	if err := maskTerminals(); err != nil {
 		return nil, nil, err
 	}
-	// The run directory: absent here when a private tmpfs or a mask
-	// covers it, made again (a read-only mask refuses, and the sandbox
-	// cannot be set up); then a tmpfs of its own on it.
+	// The run directory: absent here when a private tmpfs covers it, made
+	// again; then a tmpfs of its own on it. Below a masked path it could
+	// not be reached, and the sandbox cannot be set up.
+	for _, p := range sp.Hide {
+		if within(sp.Dir, p) {
+			return nil, nil, fmt.Errorf("the run directory %s lies below the hidden path %s", sp.Dir, p)
+		}
+	}
 	if err := os.MkdirAll(sp.Dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("run directory: %w", err)
 	}
@@ -337,7 +329,88 @@ func setupMounts(sp sandboxSpec) (host, run *os.File, err error) {
 	// refuse it inside containers; the run then sees the host's /proc,
 	// where it can signal nothing outside its namespace.
 	_ = syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "")
+	// The masks come last, over everything mounted above (a read-only
+	// bind of a folder that holds a hidden file, the run directory's
+	// copy, /proc), and fail closed.
+	if err := hidePaths(sp.Hide); err != nil {
+		return nil, nil, err
+	}
 	return host, run, nil
+}
+
+// maskFailure begins the init's setup report when a hidden path could
+// not be masked (hidePaths): runSandboxed never degrades past it.
+const maskFailure = "mount: hide "
+
+// hidePaths masks every path of hide in the run's view, once every other
+// mount is in place: a directory by an empty read-only tmpfs, anything
+// else by /dev/null. A path absent from the view (below a private tmpfs
+// and no read-only bind) is out of sight already. It fails closed: a path
+// that cannot be looked up or masked, or that is neither absent nor
+// masked afterwards (checkHidden), is an error, and nothing runs.
+func hidePaths(hide []string) error {
+	for _, p := range hide {
+		fi, err := os.Stat(p)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			continue
+		case err != nil:
+			return fmt.Errorf("hide %s: %w", p, err)
+		case fi.IsDir():
+			err = syscall.Mount("tmpfs", p, "tmpfs", syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "mode=0555,size=4k")
+		default:
+			err = syscall.Mount("/dev/null", p, "", syscall.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("hide %s: %w", p, err)
+		}
+	}
+	for _, p := range hide {
+		if err := checkHidden(p); err != nil {
+			return fmt.Errorf("hide %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// errNotMasked: a hidden path is still visible in the run's view.
+var errNotMasked = errors.New("still visible after masking")
+
+// checkHidden reports whether p is out of the run's sight: absent, an
+// empty directory on a tmpfs, or /dev/null.
+func checkHidden(p string) error {
+	var st unix.Stat_t
+	err := unix.Stat(p, &st)
+	switch {
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
+		return nil
+	case err != nil:
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		var fs unix.Statfs_t
+		if err := unix.Statfs(p, &fs); err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		names, err := f.Readdirnames(1)
+		f.Close()
+		if fs.Type != unix.TMPFS_MAGIC || len(names) > 0 || (err != nil && err != io.EOF) {
+			return errNotMasked
+		}
+		return nil
+	}
+	var null unix.Stat_t
+	if err := unix.Stat("/dev/null", &null); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != null.Rdev {
+		return errNotMasked
+	}
+	return nil
 }
 
 // maxTreeDepth bounds the depth of the tree staged in a run directory

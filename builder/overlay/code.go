@@ -98,29 +98,75 @@ func Digest(root string) (string, error) {
 
 // copyTree copies the regular files and directories of src into dst (which
 // must exist), keeping whether each file is executable (0755 or 0644,
-// directories 0755), and returns the digest of what it copied, computed
-// from the bytes as they were read: a caller compares it with the digest
-// the job was built against, so that a run can only use the code its
-// record names.
-func copyTree(src, dst string) (string, error) {
+// directories 0755), and returns the digest of src, computed from the
+// bytes as they were read: a caller compares it with the digest the job
+// was built against, so that a run can only use the code its record names.
+// The files and directories whose slash path leave names (and what lies
+// below them) count in the digest but are not written: hidden paths of
+// the code that a run must not see in its copy either.
+func copyTree(src, dst string, leave []string) (string, error) {
 	t, err := walk(src)
 	if err != nil {
 		return "", err
 	}
+	left := func(rel string) bool {
+		for _, l := range leave {
+			if rel == l || strings.HasPrefix(rel, l+"/") {
+				return true
+			}
+		}
+		return false
+	}
 	for _, d := range t.dirs {
+		if left(d) {
+			continue
+		}
 		if err := os.MkdirAll(filepath.Join(dst, filepath.FromSlash(d)), 0o755); err != nil {
 			return "", fmt.Errorf("overlay: copy: %w", err)
 		}
 	}
 	h := sha256.New()
 	for _, rel := range t.files {
-		if err := copyFile(h, filepath.Join(src, filepath.FromSlash(rel)), filepath.Join(dst, filepath.FromSlash(rel)), rel); err != nil {
+		to := filepath.Join(dst, filepath.FromSlash(rel))
+		if left(rel) {
+			to = ""
+		}
+		if err := copyFile(h, filepath.Join(src, filepath.FromSlash(rel)), to, rel); err != nil {
 			return "", err
 		}
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// hiddenBelow returns the paths of hide (absolute or relative to the
+// working directory) that lie strictly below the code directory code, as
+// slash paths relative to it.
+func hiddenBelow(code string, hide []string) []string {
+	root, err := filepath.Abs(code)
+	if err != nil {
+		return nil
+	}
+	if r, err := filepath.EvalSymlinks(root); err == nil {
+		root = r
+	}
+	var out []string
+	for _, h := range hide {
+		abs, err := filepath.Abs(h)
+		if err != nil {
+			continue
+		}
+		if r, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = r
+		}
+		if rel, err := filepath.Rel(root, abs); err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			out = append(out, filepath.ToSlash(rel))
+		}
+	}
+	return out
+}
+
+// copyFile hashes from into h (as rel) and copies it to to; "" = hash
+// only.
 func copyFile(h hash.Hash, from, to, rel string) error {
 	in, err := os.Open(from)
 	if err != nil {
@@ -139,11 +185,18 @@ func copyFile(h hash.Hash, from, to, rel string) error {
 	if exec {
 		perm = 0o755
 	}
+	ch := sha256.New()
+	if to == "" {
+		if _, err := io.Copy(ch, in); err != nil {
+			return fmt.Errorf("overlay: copy: %w", err)
+		}
+		digestEntry(h, rel, exec, ch)
+		return nil
+	}
 	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return fmt.Errorf("overlay: copy: %w", err)
 	}
-	ch := sha256.New()
 	_, err = io.Copy(io.MultiWriter(out, ch), in)
 	if cerr := out.Close(); err == nil {
 		err = cerr

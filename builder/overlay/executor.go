@@ -67,6 +67,9 @@ type ExecutorConfig struct {
 	// Sandbox configures the default runner (Runner nil): the training
 	// script's command line, the task's data it reads, what it must not
 	// see, and the sandbox's limits. Sandbox.Command is then required.
+	// Whatever the runner, a Sandbox.Hide path inside the code directory
+	// is left out of each run's copy (it still counts in the code's
+	// digest).
 	Sandbox SandboxConfig
 	// Unsandboxed allows the default runner to fall back to
 	// SubprocessRunner (Sandbox.Command, Env, Timeout and LogTail, with
@@ -189,7 +192,7 @@ func (e *Executor) Execute(ctx context.Context, j builder.Job) (builder.Outcome,
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return builder.Outcome{}, &builder.RunError{Class: builder.ErrTransient, Reason: "make run directory", Err: err}
 	}
-	got, err := copyTree(s.Code, dir)
+	got, err := copyTree(s.Code, dir, hiddenBelow(s.Code, e.cfg.Sandbox.Hide))
 	if err != nil {
 		return builder.Outcome{}, &builder.RunError{Class: builder.ErrFailed, Reason: "copy code", Err: err}
 	}
