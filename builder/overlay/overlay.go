@@ -29,8 +29,9 @@ var (
 	// ErrBadPath: a file path that is absolute, not clean, climbs out of
 	// the code (".."), repeats, or is not on the allow-list.
 	ErrBadPath = errors.New("overlay: path outside the allow-list")
-	// ErrBadContent: a file that is not UTF-8 text, holds a NUL byte, is
-	// larger than MaxFileBytes, or would replace a directory.
+	// ErrBadContent: a file that is not UTF-8 text, holds a NUL byte or a
+	// carriage return that no line feed follows, is larger than
+	// MaxFileBytes, or would replace a directory.
 	ErrBadContent = errors.New("overlay: bad file content")
 	// ErrTooLarge: the overlay changes more lines than MaxLines.
 	ErrTooLarge = errors.New("overlay: too many changed lines")
@@ -173,7 +174,8 @@ func CleanPath(p string) string {
 // Validate checks overlay o against base and lim before anything is
 // written or run: every path clean and on the allow-list, no path twice,
 // no file where the code has a directory, every content UTF-8 without NUL
-// and at most MaxFileBytes, at least one line changed and at most MaxLines
+// and without a lone carriage return (loneCR), at most MaxFileBytes, at
+// least one line changed and at most MaxLines
 // (METHOD.md §1 Vocabulary, Builder). The error wraps ErrBadPath,
 // ErrBadContent, ErrTooLarge or ErrNoChange. Validate is pure.
 func Validate(o Overlay, base Base, lim Limits) (Checked, error) {
@@ -204,6 +206,9 @@ func Validate(o Overlay, base Base, lim Limits) (Checked, error) {
 			return Checked{}, fmt.Errorf("%w: %q has %d bytes, max %d", ErrBadContent, q, len(f.Content), lim.MaxFileBytes)
 		case !utf8.ValidString(f.Content) || strings.IndexByte(f.Content, 0) >= 0:
 			return Checked{}, fmt.Errorf("%w: %q is not UTF-8 text without NUL bytes", ErrBadContent, q)
+		case loneCR(f.Content) >= 0:
+			return Checked{}, fmt.Errorf("%w: %q has a carriage return without a line feed at byte %d (Python ends a line there, the line count and a terminal would not)",
+				ErrBadContent, q, loneCR(f.Content))
 		}
 		for dir := path.Dir(f.Path); dir != "."; dir = path.Dir(dir) {
 			if _, isFile := base.Files[dir]; isFile {
@@ -228,6 +233,21 @@ func Validate(o Overlay, base Base, lim Limits) (Checked, error) {
 	}
 	out.Digest = out.Overlay.Digest()
 	return out, nil
+}
+
+// loneCR returns the offset of the first '\r' of s that no '\n' follows,
+// or -1. Python (and its universal newlines) ends a line at a lone '\r' as
+// at '\n' and "\r\n"; the overlay's lines are counted at '\n', so a lone
+// '\r' would hide lines from the bound and, in the kept diff, make a
+// terminal draw one line over another. Validate refuses it: the lines
+// counted and shown are the lines that run.
+func loneCR(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\r' && (i+1 == len(s) || s[i+1] != '\n') {
+			return i
+		}
+	}
+	return -1
 }
 
 // splitLines splits s after each '\n'; a last line without one is kept.

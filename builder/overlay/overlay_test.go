@@ -46,6 +46,11 @@ func TestValidate(t *testing.T) {
 		{"not on the allow-list", []File{{"other.py", "x\n"}}, 0, ErrBadPath},
 		{"twice", []File{{"new.py", "x\n"}, {"new.py", "y\n"}}, 0, ErrBadPath},
 		{"NUL byte", []File{{"new.py", "x\x00\n"}}, 0, ErrBadContent},
+		{"lone carriage return", []File{{"new.py", "x = 1\ry = 2\n"}}, 0, ErrBadContent},
+		{"carriage return at the end", []File{{"new.py", "x = 1\r"}}, 0, ErrBadContent},
+		{"statements joined by carriage returns", []File{{"new.py", strings.Repeat("x=1\r", 10) + "\n"}}, 0, ErrBadContent},
+		{"CRLF lines counted", []File{{"new.py", "x\r\ny\r\n"}}, 2, nil},
+		{"CRLF lines over the limit", []File{{"new.py", "a\r\nb\r\nc\r\nd\r\ne\r\n"}}, 0, ErrTooLarge},
 		{"not UTF-8", []File{{"new.py", "x\xff\n"}}, 0, ErrBadContent},
 		{"too big", []File{{"new.py", strings.Repeat("x", 65)}}, 0, ErrBadContent},
 		{"replaces a directory", []File{{"lib", "x\n"}}, 0, ErrBadContent},
@@ -176,6 +181,8 @@ func FuzzParseAnswer(f *testing.F) {
 		`{"files": [{"path": "lib/new.py", "content": "x\n"}, {"path": "new.py", "content": "y"}]}`,
 		`{"infeasible": "no"}`, `{"files": null}`, "```{\"files\":[{\"path\":\"new.py\",\"content\":\"\\u0000\"}]}```",
 		`{{{`, ``,
+		`{"files": [{"path": "new.py", "content": "x = 1\ry = 2\rz = 3\n"}]}`,
+		`{"files": [{"path": "new.py", "content": "x = 1\r\ny = 2\r\n"}]}`,
 	} {
 		f.Add(s)
 	}
@@ -210,6 +217,33 @@ func FuzzParseAnswer(f *testing.F) {
 			if CleanPath(f.Path) != "" || !allow[f.Path] {
 				t.Fatalf("accepted path %q", f.Path)
 			}
+			// The lines Python runs are the lines counted: no line end
+			// but '\n' (alone or after '\r').
+			if py := pythonLines(f.Content); py != len(splitLines(f.Content)) {
+				t.Fatalf("accepted %q: Python sees %d lines, %d counted", f.Content, py, len(splitLines(f.Content)))
+			}
 		}
 	})
+}
+
+// pythonLines counts the lines of s as Python's universal newlines do:
+// each "\r\n", lone '\r' and '\n' ends one; a last line without an end
+// counts.
+func pythonLines(s string) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\r':
+			if i+1 < len(s) && s[i+1] == '\n' {
+				i++
+			}
+			n++
+		case '\n':
+			n++
+		}
+	}
+	if s != "" && s[len(s)-1] != '\n' && s[len(s)-1] != '\r' {
+		n++
+	}
+	return n
 }
