@@ -2,8 +2,10 @@ package envconfig
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +122,9 @@ func TestStrictErrorsNameTheirKey(t *testing.T) {
 		{"no catalogue", strings.Split(valid, "catalogue:")[0], "catalogue", ErrMissing},
 		{"card kind", strings.Replace(valid, "kind: float", "kind: real", 1), "catalogue.cards[0].params[0].kind", ErrRange},
 		{"card choice out of range", strings.Replace(valid, `"0.5", "2"`, `"0.5", "20"`, 1), "catalogue.cards[0].params[0].choices[1]", ErrRange},
+		{"card choice with trailing text", strings.Replace(valid, `"0.5", "2"`, `"0.5", "2 ; rm -rf /"`, 1), "catalogue.cards[0].params[0].choices[1]", ErrRange},
+		{"card choice of two numbers", strings.Replace(valid, `"0.5", "2"`, `"0.5 2", "2"`, 1), "catalogue.cards[0].params[0].choices[0]", ErrRange},
+		{"card choice padded", strings.Replace(valid, `"0.5", "2"`, `" 0.5 ", "2"`, 1), "", nil},
 		{"group size", valid + "serve: {group_size: 0}\nm0: {size: 1}\n", "", nil},
 		{"serve group size too big", valid + "serve: {group_size: 65}\n", "serve.group_size", ErrRange},
 		{"descriptor name", strings.Replace(valid, "budget: 160", "budget: 160\n    descriptors: {Width: 1}", 1), "tasks[0].descriptors.Width", ErrRange},
@@ -227,5 +232,27 @@ func FuzzParse(f *testing.F) {
 		require.NoError(t, err, "%s", out)
 		back = back.Resolve()
 		require.NoError(t, back.Validate())
+	})
+}
+
+// FuzzCheckChoice: a numeric card choice is accepted only when its whole
+// trimmed text is a finite number of its kind within the range.
+func FuzzCheckChoice(f *testing.F) {
+	for _, s := range []string{"2", " 0.5 ", "2 ; rm -rf /", "1e3", "0x1p3", "NaN", "2\n3", "1.5", ""} {
+		f.Add(true, s)
+		f.Add(false, s)
+	}
+	f.Fuzz(func(t *testing.T, integer bool, s string) {
+		ps := Param{Name: "p", Kind: "float", Min: -1e6, Max: 1e6}
+		if integer {
+			ps.Kind = "int"
+		}
+		if checkChoice(ps, s) != nil {
+			return
+		}
+		x, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < ps.Min || x > ps.Max || (integer && x != math.Trunc(x)) {
+			t.Fatalf("checkChoice(%s, %q) accepted a choice that is not one", ps.Kind, s)
+		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -546,14 +547,16 @@ func validateCards(path string, cards []Card) error {
 	return nil
 }
 
-// checkChoice reports a numeric choice that is not a number of its kind or
-// lies outside [min, max] (when min < max).
+// checkChoice reports a numeric choice that is not a number of its kind
+// (its whole trimmed text, as lab/cards reads a proposal's value) or lies
+// outside [min, max] (when min < max).
 func checkChoice(ps Param, v string) error {
 	if ps.Kind == "enum" {
 		return nil
 	}
-	var x float64
-	if _, err := fmt.Sscan(strings.TrimSpace(v), &x); err != nil || !finite(x) {
+	// The whole trimmed text is the number: "2 ; rm -rf /" is not 2.
+	x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || !finite(x) {
 		return fmt.Errorf("%q is not a %s", excerpt(v), ps.Kind)
 	}
 	if ps.Kind == "int" && x != math.Trunc(x) {
