@@ -202,17 +202,23 @@ func digest(body []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// guard checks the token.
+// guard checks the token. A request without it is answered 401 and its
+// connection closed: a client without the token keeps no connection (an
+// idle keep-alive would hold one of Config.MaxConns for IdleTimeout).
 func (s *Service) guard(next http.Handler) http.Handler {
 	want := []byte("Bearer " + s.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			closeConn(w)
 			s.met.request("auth", writeError(w, &RequestError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a bearer token is required"}))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
+
+// closeConn asks net/http to close the connection after this response.
+func closeConn(w http.ResponseWriter) { w.Header().Set("Connection", "close") }
 
 // route reads the bounded body, takes an in-flight slot when slot is set,
 // calls f and writes its JSON answer.
@@ -221,6 +227,9 @@ func (s *Service) route(name string, slot bool, f func(r *http.Request, body []b
 		start := time.Now()
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
 		if err != nil {
+			// What is left of an unreadable body would be read as the
+			// next request: the connection ends with this answer.
+			closeConn(w)
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				err = tooLarge("body_too_large", "body over %d bytes", s.cfg.MaxBody)
@@ -441,12 +450,25 @@ func (s *Service) reward(r *http.Request, q RewardRequest) (any, error) {
 	return out, nil
 }
 
+// HeaderTimeout bounds the arrival of a request's line and headers, from
+// the connection's start for its first request (from its first byte for a
+// later one), when Config.ReadTimeout is longer. Library choice: an honest
+// client sends its few hundred bytes of headers at once; a connection
+// that sends nothing is closed after it, so that clients which connect and
+// wait hold one of Config.MaxConns for at most this long.
+const HeaderTimeout = 5 * time.Second
+
 // Server returns an HTTP server for the service's Handler with its read
-// and idle timeouts (Config.ReadTimeout, IdleTimeout): a slow client
-// cannot hold a connection by trickling its request, an idle one is
-// closed. Serve it on Listen's listener, which bounds open connections.
+// and idle timeouts (HeaderTimeout, Config.ReadTimeout, IdleTimeout): a
+// slow client cannot hold a connection by trickling its request, a silent
+// or idle one is closed, and a request without the token or with an
+// unreadable body ends its connection. Serve it on Listen's listener,
+// which bounds open connections. With Config.MaxConns = n, any number of
+// clients without the token delay an honest one by at most their place in
+// the accept queue: each holds a connection for one refused request or
+// HeaderTimeout.
 func (s *Service) Server() *http.Server {
-	return &http.Server{Handler: s.Handler(), ReadHeaderTimeout: s.cfg.ReadTimeout, ReadTimeout: s.cfg.ReadTimeout,
+	return &http.Server{Handler: s.Handler(), ReadHeaderTimeout: min(HeaderTimeout, s.cfg.ReadTimeout), ReadTimeout: s.cfg.ReadTimeout,
 		IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: 64 << 10}
 }
 
