@@ -217,31 +217,41 @@ def completion(pol, body, lock):
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": prompt_tokens + done}}
 
 
-def serve(args):
-    """Serves the policy saved at args.serve as an OpenAI-compatible chat
-    completions endpoint on 127.0.0.1 (a free port: the first line on
-    stdout is "listening on http://127.0.0.1:PORT"), each request needing
-    the bearer token in LM2LM_POLICY_TOKEN, until stdin closes."""
+SERVE_TIMEOUT = 10  # seconds a connection may take over each read and write
+SERVE_CONNS = 16  # connections handled at once (one thread each); more wait in the listen backlog
+
+
+def policy_server(token, answer, timeout=SERVE_TIMEOUT, conns=SERVE_CONNS):
+    """Returns an HTTP server on a free loopback port that answers POST
+    /v1/chat/completions with answer(body) (body a JSON object; answer
+    raises ValueError for a bad one), each request needing the bearer
+    token. Every connection has a socket timeout (a client that stops
+    sending is dropped after it), at most conns connections are handled at
+    once (each by a thread; the next waits in the listen backlog, and one
+    that finds no slot within timeout is closed), and each serves one
+    request (HTTP/1.0). A body that cannot be parsed, whatever the reason
+    (not UTF-8, not JSON, nested past the parser's recursion limit, shorter
+    than its Content-Length), is answered 400; an error of answer other
+    than ValueError, 500."""
     import http.server
     import threading
-    import torch
 
-    torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(1)
-    token = os.environ.get("LM2LM_POLICY_TOKEN", "")
-    if not token:
-        raise RuntimeError("LM2LM_POLICY_TOKEN is empty: the policy server needs a token")
-    pol, _ = load_policy(torch, args.serve, "cpu", args.seed)
-    lock = threading.Lock()
+    slots = threading.BoundedSemaphore(conns)
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        def setup(self):
+            self.timeout = timeout  # StreamRequestHandler sets it on the socket
+            super().setup()
+
         def reply(self, code, obj):
             b = json.dumps(obj).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(b)))
+            self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(b)
+            self.close_connection = True
 
         def fail(self, code, msg):
             self.reply(code, {"error": {"message": msg, "type": "invalid_request_error"}})
@@ -257,25 +267,82 @@ def serve(args):
                 return self.fail(411, "Content-Length is needed")
             if not 0 <= size <= MAX_BODY:
                 return self.fail(413, "the body exceeds %d bytes" % MAX_BODY)
+            raw = self.rfile.read(size)  # a socket timeout ends the connection
+            if len(raw) != size:
+                return self.fail(400, "the body is shorter than its Content-Length")
             try:
-                body = json.loads(self.rfile.read(size))
-                if not isinstance(body, dict):
-                    raise ValueError("want a JSON object")
-                out = completion(pol, body, lock)
+                body = json.loads(raw)
+            except Exception as e:  # ValueError, UnicodeDecodeError, RecursionError, ...
+                return self.fail(400, "the body is not JSON: %s" % type(e).__name__)
+            if not isinstance(body, dict):
+                return self.fail(400, "want a JSON object")
+            try:
+                out = answer(body)
             except ValueError as e:
                 return self.fail(400, str(e)[:300])
+            except Exception as e:
+                print("serve: %s: %s" % (type(e).__name__, str(e)[:300]), file=sys.stderr, flush=True)
+                return self.fail(500, "internal error")
             self.reply(200, out)
 
         def log_message(self, *a):
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 128
+
+        def process_request(self, request, client_address):
+            if not slots.acquire(timeout=timeout):
+                self.shutdown_request(request)
+                return
+            try:
+                super().process_request(request, client_address)
+            except BaseException:
+                slots.release()
+                raise
+
+        def process_request_thread(self, request, client_address):
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                slots.release()
+
+        def handle_error(self, request, client_address):
+            pass  # a client that timed out or went away
+
+    return Server(("127.0.0.1", 0), Handler)
+
+
+def run_policy_server(srv):
+    """Serves srv until stdin closes, after printing its address."""
+    import threading
+
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     print("listening on http://127.0.0.1:%d" % srv.server_address[1], flush=True)
     sys.stdin.read()  # the owner closes stdin to stop the server
     srv.shutdown()
     return 0
+
+
+def serve(args):
+    """Serves the policy saved at args.serve as an OpenAI-compatible chat
+    completions endpoint on 127.0.0.1 (a free port: the first line on
+    stdout is "listening on http://127.0.0.1:PORT"), each request needing
+    the bearer token in LM2LM_POLICY_TOKEN, until stdin closes
+    (policy_server: timeouts, a bound on connections, 400 for a body that
+    cannot be parsed)."""
+    import threading
+    import torch
+
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    token = os.environ.get("LM2LM_POLICY_TOKEN", "")
+    if not token:
+        raise RuntimeError("LM2LM_POLICY_TOKEN is empty: the policy server needs a token")
+    pol, _ = load_policy(torch, args.serve, "cpu", args.seed)
+    lock = threading.Lock()
+    return run_policy_server(policy_server(token, lambda body: completion(pol, body, lock)))
 
 
 # The service.
