@@ -14,12 +14,15 @@ import (
 	"github.com/lm2lm/lm2lm"
 )
 
-// seal wraps a checkpoint body in the version 2 envelope with its checksum.
+// seal wraps a checkpoint body in the loop's envelope with its checksum.
 func seal(body []byte) []byte {
 	sum := sha256.Sum256(body)
-	b, _ := json.Marshal(map[string]any{"format": "lm2lm/Trainer/v2", "sha256": hex.EncodeToString(sum[:]), "body": json.RawMessage(body)})
+	b, _ := json.Marshal(map[string]any{"format": "lm2lm/Loop/v1", "sha256": hex.EncodeToString(sum[:]), "body": json.RawMessage(body)})
 	return b
 }
+
+// part returns the trainer's part of a decoded checkpoint body.
+func part(b map[string]any) map[string]any { return b["driver"].(map[string]any) }
 
 // midRun returns a checkpoint of a WMRL trainer stopped at step 11 (five
 // mini-batches left, one calibration done) and its decoded body.
@@ -53,16 +56,16 @@ func TestCheckpointValidation(t *testing.T) {
 	before, err := fresh.MarshalBinary()
 	require.NoError(t, err)
 	item := func(b map[string]any) map[string]any {
-		return b["batches"].([]any)[0].([]any)[0].(map[string]any)
+		return part(b)["batches"].([]any)[0].([]any)[0].(map[string]any)
 	}
 	for _, c := range []struct {
 		name string
 		edit func(b map[string]any)
 	}{
-		{"step beyond Steps", func(b map[string]any) { b["step"] = 99 }},
+		{"step beyond Steps", func(b map[string]any) { part(b)["step"] = 99 }},
 		{"calibration not done though due", func(b map[string]any) { b["calibrations"] = 0 }},
-		{"calibration done ahead", func(b map[string]any) { b["calibrations"] = 2; b["step"] = 12 }},
-		{"mini-batch count", func(b map[string]any) { b["batches"] = b["batches"].([]any)[1:] }},
+		{"calibration done ahead", func(b map[string]any) { b["calibrations"] = 2; part(b)["step"] = 12 }},
+		{"mini-batch count", func(b map[string]any) { part(b)["batches"] = part(b)["batches"].([]any)[1:] }},
 		{"unknown pool task", func(b map[string]any) { b["pool"].(map[string]any)["nope"] = []any{} }},
 		{"negative cost", func(b map[string]any) { b["cost"] = map[string]any{"device_seconds": -1} }},
 		{"negative runs", func(b map[string]any) { b["runs"] = -1 }},
@@ -93,7 +96,15 @@ func TestCheckpointValidation(t *testing.T) {
 			d := b["wmrl"].(map[string]any)["debiaser"].(map[string]any)
 			d["x"] = append(d["x"].([]any), 0.5)
 		}},
-		{"policy", func(b map[string]any) { b["policy"] = "e30=" }},
+		{"policy", func(b map[string]any) { part(b)["policy"] = "e30=" }},
+		{"no trainer's part", func(b map[string]any) { delete(b, "driver") }},
+		{"a trainer's part outside it", func(b map[string]any) { b["batches"] = part(b)["batches"] }},
+		{"a calibration in flight", func(b map[string]any) {
+			b["in_flight"] = map[string]any{"phase": 3, "cal_u": 1}
+		}},
+		{"an earlier version's step in flight", func(b map[string]any) {
+			b["in_flight"] = map[string]any{"phase": 2}
+		}},
 		{"version inside the body", func(b map[string]any) { b["version"] = 1 }},
 	} {
 		_, body := midRun(t)
@@ -115,7 +126,7 @@ func TestCheckpointValidation(t *testing.T) {
 	env["format"] = "lm2lm/Trainer/v9"
 	b, _ := json.Marshal(env)
 	require.ErrorIs(t, fresh.UnmarshalBinary(b), lm2lm.ErrCheckpoint)
-	env["format"], env["sha256"] = "lm2lm/Trainer/v2", "00"
+	env["format"], env["sha256"] = "lm2lm/Loop/v1", "00"
 	b, _ = json.Marshal(env)
 	require.ErrorContains(t, fresh.UnmarshalBinary(b), "checksum")
 	require.NoError(t, fresh.UnmarshalBinary(cp))
@@ -133,6 +144,7 @@ func FuzzTrainerUnmarshal(f *testing.F) {
 	f.Add(raw, true)
 	f.Add([]byte(`{}`), true)
 	f.Add([]byte(`{"format":"lm2lm/Trainer/v2","sha256":"","body":{}}`), false)
+	f.Add([]byte(`{"format":"lm2lm/Loop/v1","sha256":"","body":{}}`), false)
 	f.Add([]byte(`{"version":1,"seed":1}`), false)
 	cfg := smallConfig()
 	cfg.Steps = 20
@@ -196,7 +208,7 @@ func TestCheckpointErrorsBounded(t *testing.T) {
 			panic("no pool record")
 		},
 		"mini-batch task": func(b map[string]any) {
-			item := b["batches"].([]any)[0].([]any)[0].(map[string]any)
+			item := part(b)["batches"].([]any)[0].([]any)[0].(map[string]any)
 			item["State"].(map[string]any)["task"].(map[string]any)["id"] = huge
 		},
 	} {

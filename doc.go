@@ -44,26 +44,27 @@
 // which combines separately computed gradient estimates and is offered for
 // hosts that compute them (packages calibrate and dapo).
 //
-// The loop itself is Loop, a pure state machine in the shape of etcd
-// raft's RawNode: it owns M, the state pool, the step, the random source,
-// the calibration and WMRL state, and its Ready says what it needs next
-// (states to sample, predictions to make, real runs to execute, a DAPO
-// mini-batch to apply); Advance takes the answers back. It computes τ_e,
-// shaped rewards, dynamic sampling, advantages, mini-batches, calibration
-// picks and the monitors; it does no I/O and checkpoints at any point
-// (MarshalBinary). The Trainer is one driver over it; the environment
+// The method's state is package loop's Loop, a pure state machine in the
+// shape of etcd raft's RawNode: it owns M, the state pool, the calibration
+// and WMRL state and a random source; its inputs draw states, score groups,
+// observe the trainer's step and absorb finished runs, and its one output,
+// Ready, names the predictions to make and the runs to execute. It computes
+// τ_e, shaped rewards, dynamic sampling, advantages, calibration picks,
+// WMRL's corrections and the monitors; it does no I/O. The Trainer is one
+// driver of it (it samples and updates the policy); the environment
 // service (package serve), which lets an outside RL trainer such as TRL,
-// verl or OpenRLHF train an LLM proposer, is another. WMRL plugs into the
-// loop as a correction.
+// verl or OpenRLHF train an LLM proposer, is another.
 //
 // # Package map
 //
-//   - lm2lm (this package): Loop is the loop above; Trainer runs it with the
-//     interfaces below (Config.Calibration selects top-rated, random or no
+//   - lm2lm (this package): Trainer drives the loop with the interfaces
+//     below (Config.Calibration selects top-rated, random or no
 //     calibration; Config.WMRL adds WMRL's corrections; Config.Trigger
 //     times calibrations adaptively at the schedule's budgets) and checkpoints
 //     between steps; Evaluate executes a policy's proposals on held-out
 //     research states for real (METHOD.md §1 Data and evaluation).
+//   - loop: the method's state and its one vocabulary (above), with its
+//     own Config of scoring, calibration and WMRL parameters. Pure.
 //   - records: tasks, proposals and canonical keys, records, research states,
 //     real-only Evidence, the Store contract with in-memory and durable file
 //     stores, the state pool.

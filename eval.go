@@ -209,7 +209,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 		return EvalReport{}, err
 	}
 	var jobs []seededChange
-	var at []ref // at[j]: the state and sample of job j
+	var at [][2]int // at[j]: the state and sample of job j
 	for si, smp := range samples {
 		for k, x := range smp {
 			if !x.Invalid {
@@ -218,7 +218,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 					c.Seed, c.SetSeed = cfg.Seeds[(si%cfg.StatesPerTask+k)%len(cfg.Seeds)], true
 				}
 				jobs = append(jobs, c)
-				at = append(at, ref{si, k})
+				at = append(at, [2]int{si, k})
 			}
 		}
 	}
@@ -231,7 +231,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 		byState[si] = make([]realRun, len(samples[si]))
 	}
 	for j, r := range runs {
-		byState[at[j].g][at[j].i] = r
+		byState[at[j][0]][at[j][1]] = r
 	}
 	preds, err := predictAll(ctx, cfg, states, samples)
 	if err != nil {

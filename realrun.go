@@ -7,6 +7,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/internal/realrun"
+	"github.com/lm2lm/lm2lm/loop"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -64,8 +65,13 @@ func runAllSeeded(ctx context.Context, b builder.Builder, e builder.Executor, pa
 }
 
 // RunRealJob builds and executes j for real, as RunReal does, and returns
-// the RealRun a Loop takes back (Answer.Runs, FinishCalibration).
-func RunRealJob(ctx context.Context, b builder.Builder, e builder.Executor, j RunJob) (RealRun, error) {
+// the RealRun a loop.Loop takes back (Absorb).
+func RunRealJob(ctx context.Context, b builder.Builder, e builder.Executor, j loop.RunJob) (loop.RealRun, error) {
 	r, err := realrun.Measure(ctx, b, e, seededChange{TaskChange: j.Change, Seed: j.Seed, SetSeed: j.SetSeed})
 	return exportedRun(r), err
+}
+
+// exportedRun is r as the loop's RealRun.
+func exportedRun(r realRun) loop.RealRun {
+	return loop.RealRun{Record: r.Rec, Measured: r.Measured, Ran: r.Ran, Reused: r.Reused, Seed: r.Seed, Cost: r.Cost, Failure: r.Failure}
 }

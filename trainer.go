@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -11,6 +12,7 @@ import (
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/dapo"
+	"github.com/lm2lm/lm2lm/loop"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/reward"
@@ -26,32 +28,18 @@ var (
 	ErrNoSignal = errors.New("lm2lm: rollout carries no signal")
 )
 
-// Calibration selects what the trainer executes at calibration points
-// (METHOD.md §1 On-policy calibration and its ablations).
-type Calibration int
+// Calibration selects what calibration points execute: TopRated (LM2LM),
+// RandomCalibration or Static (METHOD.md §1 On-policy calibration and its
+// ablations; loop.Calibration).
+type Calibration = loop.Calibration
 
+// The calibration modes (loop.TopRated, loop.RandomCalibration,
+// loop.Static).
 const (
-	// TopRated executes the B_u top-rated proposals of the current policy
-	// (greedy top-B): LM2LM.
-	TopRated Calibration = iota
-	// RandomCalibration executes B_u proposals of the current policy drawn
-	// uniformly: the "random calibration" ablation.
-	RandomCalibration
-	// Static never executes: the "static RWM" ablation (M stays M_0).
-	Static
+	TopRated          = loop.TopRated
+	RandomCalibration = loop.RandomCalibration
+	Static            = loop.Static
 )
-
-func (c Calibration) String() string {
-	switch c {
-	case TopRated:
-		return "top-rated"
-	case RandomCalibration:
-		return "random"
-	case Static:
-		return "static"
-	}
-	return fmt.Sprintf("Calibration(%d)", int(c))
-}
 
 // Config parameterises a Trainer. Defaults are the paper's (METHOD.md §1)
 // except where noted.
@@ -138,47 +126,34 @@ type Config struct {
 	Trigger *TriggerConfig
 }
 
-// TriggerConfig times calibrations by calibrate.Trigger instead of the
-// fixed schedule, at equal total real-run budget: the schedule's points
-// are executed in order with their budgets B_u, the next one as soon as
-// the trigger fires at a rollout boundary on the reliability monitors of
-// the last calibration (predicted under M_u vs real normalised rewards of
-// exactly its runs, CalibrationReport.Monitors), and at step
-// Schedule.Steps[u] + Horizon at the latest. Point 0 runs at its deadline:
-// before it no real residuals exist. The trigger thus never spends more
-// than Schedule.Total() runs and never calibrates after the last scheduled
-// step plus Horizon (library choice: it moves calibrations, it does not
-// change the budget, so that it compares with the schedule at equal cost).
-type TriggerConfig struct {
-	// Rule holds the thresholds, MinPairs and MinInterval;
-	// calibrate.DefaultTrigger() by default. Rule.Budget is not used: the
-	// budgets are the schedule's.
-	Rule calibrate.Trigger
-	// Horizon is how many steps a point may run after its scheduled step
-	// when the trigger has not fired; a multiple of RolloutEvery, default 0
-	// (library choice: the trigger only brings calibrations forward, so by
-	// every scheduled step at least the schedule's runs are spent).
-	Horizon int
-}
+// TriggerConfig times calibrations adaptively at the schedule's budgets
+// (loop.TriggerConfig, beyond the paper: METHOD.md §1 Known weaknesses).
+// Its Horizon must be a multiple of Config.RolloutEvery.
+type TriggerConfig = loop.TriggerConfig
 
-// DefaultTriggerConfig returns the defaults documented on TriggerConfig.
-func DefaultTriggerConfig() TriggerConfig {
-	return TriggerConfig{Rule: calibrate.DefaultTrigger()}
-}
+// DefaultTriggerConfig returns loop.DefaultTriggerConfig().
+func DefaultTriggerConfig() TriggerConfig { return loop.DefaultTriggerConfig() }
 
-// Validate reports an invalid rule or a negative horizon, wrapping
-// calibrate.ErrConfig.
-func (c TriggerConfig) Validate() error {
-	if err := c.Rule.Validate(); err != nil {
-		return err
-	}
-	if c.Horizon < 0 {
-		return fmt.Errorf("%w: trigger Horizon = %d, want ≥ 0", calibrate.ErrConfig, c.Horizon)
-	}
-	return nil
-}
+// WMRLConfig switches on WMRL's corrections (METHOD.md §2;
+// loop.WMRLConfig).
+type WMRLConfig = loop.WMRLConfig
 
-// DAPOConfig is the loop's part of DAPO (METHOD.md §1 Policy
+// DefaultWMRLConfig returns loop.DefaultWMRLConfig().
+func DefaultWMRLConfig() WMRLConfig { return loop.DefaultWMRLConfig() }
+
+// The loop's reports (package loop), as the Trainer's StepReport carries
+// them.
+type (
+	RolloutReport     = loop.RolloutReport
+	CalibrationReport = loop.CalibrationReport
+	AnchorReport      = loop.AnchorReport
+)
+
+// Unparseable is the mechanism under which RolloutReport.Share counts
+// samples that could not be parsed (loop.Unparseable).
+const Unparseable = loop.Unparseable
+
+// DAPOConfig is the Trainer's part of DAPO (METHOD.md §1 Policy
 // optimisation): what it samples, keeps and normalises. The loss is the
 // policy's.
 type DAPOConfig struct {
@@ -234,34 +209,20 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: RolloutEvery = %d, want ≥ 1", ErrConfig, c.RolloutEvery)
 	case c.States < 1:
 		return fmt.Errorf("%w: States = %d, want ≥ 1", ErrConfig, c.States)
-	case c.MaxHistory < 0 || c.MaxHistory > records.MaxHistory:
-		return fmt.Errorf("%w: MaxHistory = %d, want 0..%d", ErrConfig, c.MaxHistory, records.MaxHistory)
 	case c.Parallel < 1:
 		return fmt.Errorf("%w: Parallel = %d, want ≥ 1", ErrConfig, c.Parallel)
-	case c.Calibration < TopRated || c.Calibration > Static:
-		return fmt.Errorf("%w: unknown calibration %d", ErrConfig, int(c.Calibration))
-	}
-	if c.WMRL != nil {
-		if err := c.WMRL.Validate(); err != nil {
-			return fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-	}
-	if err := c.validateTrigger(); err != nil {
-		return err
-	}
-	if c.DAPO.Quota > c.States {
+	case c.DAPO.Quota > c.States:
 		return fmt.Errorf("%w: DAPO.Quota = %d exceeds States = %d", ErrConfig, c.DAPO.Quota, c.States)
+	case c.Trigger != nil && c.Trigger.Horizon%c.RolloutEvery != 0:
+		return fmt.Errorf("%w: trigger Horizon = %d is not a multiple of RolloutEvery = %d", ErrConfig, c.Trigger.Horizon, c.RolloutEvery)
 	}
 	if err := c.DAPO.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	if err := c.Reward.Validate(); err != nil {
+	if err := c.loopConfig().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if c.Calibration != Static {
-		if err := c.Schedule.Validate(); err != nil {
-			return fmt.Errorf("%w: %w", ErrConfig, err)
-		}
 		for _, s := range c.Schedule.Steps {
 			if s%c.RolloutEvery != 0 {
 				return fmt.Errorf("%w: calibration step %d is not a multiple of RolloutEvery = %d", ErrConfig, s, c.RolloutEvery)
@@ -271,21 +232,13 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// validateTrigger checks the trigger against the calibration mode and the
-// rollout length.
-func (c Config) validateTrigger() error {
-	switch {
-	case c.Trigger == nil:
-		return nil
-	case c.Calibration == Static:
-		return fmt.Errorf("%w: a calibration trigger needs a calibration other than static", ErrConfig)
-	case c.Trigger.Horizon%c.RolloutEvery != 0:
-		return fmt.Errorf("%w: trigger Horizon = %d is not a multiple of RolloutEvery = %d", ErrConfig, c.Trigger.Horizon, c.RolloutEvery)
-	}
-	if err := c.Trigger.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	return nil
+// loopConfig is the method's part of c: the loop's configuration. The
+// calibration candidates are one rollout's groups, the current policy's
+// (METHOD.md §1 On-policy calibration).
+func (c Config) loopConfig() loop.Config {
+	return loop.Config{Reward: c.Reward, Norm: c.DAPO.Norm, Eps: c.DAPO.Eps, FlatTol: c.DAPO.FlatTol, Quota: c.DAPO.Quota,
+		Schedule: c.Schedule, Calibration: c.Calibration, Candidates: c.States, DuplicateRuns: c.DuplicateRuns,
+		Trigger: c.Trigger, HeldOutTask: c.HeldOutTask, WMRL: c.WMRL, MaxHistory: c.MaxHistory, Seed: c.Seed}
 }
 
 // Components are the parts a Trainer wires together. Every one is an
@@ -303,7 +256,7 @@ type Components struct {
 	// Tasks are the training tasks (METHOD.md §1 Objective: J_train).
 	Tasks []records.Task
 	// Unmeasured are training tasks no real run measures, their states
-	// rewarded by the world model only (WithUnmeasured); nil = none.
+	// rewarded by the world model only (loop.Setup.Unmeasured); nil = none.
 	Unmeasured []records.Task
 	// Evidence is M_0, the initial real records.
 	Evidence records.Evidence
@@ -313,15 +266,24 @@ type Components struct {
 }
 
 // Trainer runs LM2LM (METHOD.md §1): DAPO on world-model rewards with
-// on-policy calibration. It is a driver over a Loop: it samples from the
-// policy, asks the world model and runs the executor for what the loop
-// names, and feeds the answers back. A Trainer is not safe for concurrent
-// use; its goroutines (world-model calls and real runs, bounded by
-// Config.Parallel) all finish before the method that started them returns.
+// on-policy calibration. It is a driver of a loop.Loop: it draws states
+// and sampling sources from the loop, samples the policy, asks the world
+// model the loop's queries, scores each rollout, executes the runs the
+// loop names, splits the kept groups into mini-batches and updates the
+// policy. A Trainer is not safe for concurrent use; its goroutines
+// (world-model calls and real runs, bounded by Config.Parallel) all finish
+// before the method that started them returns.
 type Trainer struct {
 	cfg  Config
 	c    Components
-	loop *Loop
+	loop *loop.Loop
+	// step is the number of updates done; batches the current rollout's
+	// mini-batches left.
+	step    int
+	batches [][]proposer.Item
+	// pendingCal is the report of a calibration whose step has not
+	// completed yet; it is attached to the step that completes.
+	pendingCal *CalibrationReport
 	// pinned caches, under HeldOutTask, the world model pinned on M
 	// without each task (rwm.Pinner), for the M of fingerprint pinnedM.
 	pinned  map[string]rwm.WorldModel
@@ -339,35 +301,35 @@ func New(cfg Config, c Components) (*Trainer, error) {
 	if (cfg.Calibration != Static || cfg.WMRL != nil) && (c.Builder == nil || c.Executor == nil) {
 		return nil, fmt.Errorf("%w: Builder and Executor are required unless Calibration is Static and WMRL is off", ErrConfig)
 	}
-	loop, err := NewLoop(cfg, c.Tasks, c.Evidence, c.Pool, WithUnmeasured(c.Unmeasured...))
+	l, err := loop.New(cfg.loopConfig(), loop.Setup{Tasks: c.Tasks, Unmeasured: c.Unmeasured, Evidence: c.Evidence, Pool: c.Pool})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return &Trainer{cfg: cfg, c: c, loop: loop}, nil
+	return &Trainer{cfg: cfg, c: c, loop: l}, nil
 }
 
-// Loop returns the loop the trainer drives.
-func (t *Trainer) Loop() *Loop { return t.loop }
-
 // Evidence returns the current M (M_0 plus every calibration record).
-func (t *Trainer) Evidence() records.Evidence { return t.loop.m }
+func (t *Trainer) Evidence() records.Evidence { return t.loop.Status().Evidence }
 
 // Pool returns the state pool.
-func (t *Trainer) Pool() *records.Pool { return t.loop.pool }
+func (t *Trainer) Pool() *records.Pool { return t.loop.Status().Pool }
 
 // Step returns the number of updates done.
-func (t *Trainer) Step() int { return t.loop.step }
+func (t *Trainer) Step() int { return t.step }
 
 // Cost returns the summed cost and number of the real runs the trainer
 // paid for: fresh executions only. A measurement the executor served from
 // its records store or from a coalesced twin (builder.Outcome.Reused) is
 // counted by Reused instead, so a second invocation over the same store
 // reports what it really spent.
-func (t *Trainer) Cost() (records.Cost, int) { return t.loop.cost, t.loop.runs }
+func (t *Trainer) Cost() (records.Cost, int) {
+	st := t.loop.Status()
+	return st.Cost, st.Runs
+}
 
 // Reused returns the number of measurements the executor served without a
 // run (builder.Outcome.Reused).
-func (t *Trainer) Reused() int { return t.loop.reused }
+func (t *Trainer) Reused() int { return t.loop.Status().Reused }
 
 // StepReport describes one training step.
 type StepReport struct {
@@ -383,59 +345,11 @@ type StepReport struct {
 	Calibration *CalibrationReport
 }
 
-// Unparseable is the mechanism under which RolloutReport.Share counts
-// samples that could not be parsed into a proposal.
-const Unparseable = "(unparseable)"
-
-// RolloutReport describes one rollout.
-type RolloutReport struct {
-	Groups     int     // groups scored
-	Kept       int     // informative groups kept
-	Flat       int     // groups dropped as flat
-	Invalid    int     // proposals that were invalid (unparseable, rejected by W, bad prediction)
-	MeanReward float64 // mean shaped reward over all proposals
-	MeanGain   float64 // mean predicted gain of valid proposals in σ_e units
-	// Share is each mechanism direction's share of the sampled proposals,
-	// most frequent first (METHOD.md §1 On-policy calibration, case study).
-	Share []calibrate.Share
-	// Anchors is set when WMRL is on.
-	Anchors *AnchorReport
-}
-
-// CalibrationReport describes one calibration point.
-type CalibrationReport struct {
-	Step   int // the calibration point u: updates done before it
-	Budget int // B_u
-	// Trigger says why the point ran when Config.Trigger is set: the
-	// monitor that crossed its threshold (e.g. "gap 1.8 > 1") or
-	// "deadline step N"; "" under the fixed schedule.
-	Trigger  string
-	Executed int // runs that produced a record (feasible or not)
-	// Records are the new real records added to M.
-	Records []records.Record
-	// Predicted and Real are the predicted (under M_u, before the new
-	// records) and real normalised rewards (clip(g/τ_e, −c, c), −c when
-	// infeasible; the predicted one normalises the value Reward.Pessimism
-	// blends with q10, the gain itself by default) of the executed
-	// proposals, grouped by task in order of first appearance, as the
-	// reliability monitors see them. Calibration picks by Predicted.
-	Predicted, Real [][]float64
-	// Monitors are the reliability monitors on exactly those proposals.
-	Monitors calibrate.Monitors
-	// MeanRealGain is the mean real gain of the feasible runs in σ_e units.
-	MeanRealGain float64
-	Infeasible   int
-	// Failures lists the picked proposals that produced no record (a build
-	// or run failure that was not the proposal's fault), one "task key:
-	// reason" line each; they are not in Records and not retried.
-	Failures []string
-}
-
 // Run trains until Config.Steps updates are done, calling onStep (if not
 // nil) after each step. It returns the reports of every step.
 func (t *Trainer) Run(ctx context.Context, onStep func(StepReport)) ([]StepReport, error) {
 	var out []StepReport
-	for t.loop.step < t.cfg.Steps {
+	for t.step < t.cfg.Steps {
 		r, err := t.StepOnce(ctx)
 		if err != nil {
 			return out, err
@@ -448,72 +362,180 @@ func (t *Trainer) Run(ctx context.Context, onStep func(StepReport)) ([]StepRepor
 	return out, nil
 }
 
-// StepOnce performs one training step: at rollout boundaries a calibration
-// (when the schedule says so) and a new rollout, then one policy update on
-// the next mini-batch. On error the step is not counted and may be retried;
-// a calibration whose records already joined M is not executed again.
-// After Config.Steps updates it returns an error wrapping ErrConfig.
+// StepOnce performs one training step: at rollout boundaries a new
+// rollout (with the calibration the schedule says and WMRL's anchor
+// groups), then one policy update on the next mini-batch. On error the
+// step is not counted and may be retried: a rollout is drawn again, a
+// calibration whose records already joined M is not executed again (one
+// whose runs failed is executed again), and a failed update keeps its
+// mini-batch. After Config.Steps updates it returns an error wrapping
+// ErrConfig.
 func (t *Trainer) StepOnce(ctx context.Context) (StepReport, error) {
-	for {
-		rd := t.loop.Ready()
-		if rd.Need == NeedNothing {
-			return StepReport{Step: rd.Step}, fmt.Errorf("%w: all %d steps are done", ErrConfig, t.cfg.Steps)
-		}
-		a := t.answer(ctx, rd)
-		rep, done, err := t.loop.Advance(a)
-		if err != nil || done {
+	rep := StepReport{Step: t.step + 1}
+	if t.step >= t.cfg.Steps {
+		return StepReport{Step: t.step}, fmt.Errorf("%w: all %d steps are done", ErrConfig, t.cfg.Steps)
+	}
+	if t.step%t.cfg.RolloutEvery == 0 || len(t.batches) == 0 {
+		rr, err := t.rollout(ctx)
+		if err != nil {
 			return rep, err
 		}
+		rep.Rollout = rr
 	}
+	stats, err := t.c.Policy.Update(ctx, t.batches[0])
+	if err != nil {
+		// The mini-batch stays, so a retry updates on it.
+		return StepReport{Step: t.step + 1}, fmt.Errorf("lm2lm: step %d: update: %w", t.step+1, err)
+	}
+	t.batches = t.batches[1:]
+	rep.Update = stats
+	rep.Calibration, t.pendingCal = t.pendingCal, nil
+	t.step++
+	return rep, nil
 }
 
-// answer does the I/O that rd asks for.
-func (t *Trainer) answer(ctx context.Context, rd Ready) Answer {
-	var a Answer
-	switch rd.Need {
-	case NeedSamples:
-		a.Samples = make([][]proposer.Sample, len(rd.Propose))
-		for i, j := range rd.Propose {
-			smp, err := t.c.Policy.Propose(ctx, j.State, j.N, j.Rand())
-			if err != nil {
-				a.Err = fmt.Errorf("lm2lm: step %d: propose: %w", rd.Step, err)
-				return a
+// rollout draws Config.States states, samples G proposals of each and has
+// the loop score them; at a calibration point it executes the point's
+// runs and scores the rollout again under the new M (METHOD.md §1
+// On-policy calibration: each segment keeps a fixed reward function);
+// under WMRL it executes the anchor groups. The kept groups become the
+// rollout's RolloutEvery mini-batches, and its predicted samples join the
+// pool (METHOD.md §1 Synthetic state expansion).
+func (t *Trainer) rollout(ctx context.Context) (*RolloutReport, error) {
+	step := t.step + 1
+	states := t.loop.Draw(t.cfg.States)
+	sources := t.loop.Sources(len(states))
+	gs := make([]loop.Group, len(states))
+	for i, s := range states {
+		smp, err := t.c.Policy.Propose(ctx, s, t.cfg.DAPO.GroupSize, rand.New(rand.NewPCG(sources[i][0], sources[i][1])))
+		if err != nil {
+			return nil, fmt.Errorf("lm2lm: step %d: propose: %w", step, err)
+		}
+		gs[i] = loop.Group{State: s, Samples: smp}
+	}
+	sc, err := t.score(ctx, gs)
+	if err != nil {
+		return nil, err
+	}
+	if rd := t.loop.Ready(); rd.Kind == loop.CalibrationRuns {
+		runs, err := t.execute(ctx, rd.Execute)
+		if err != nil {
+			return nil, fmt.Errorf("lm2lm: calibration at step %d: %w", t.step, err)
+		}
+		ab, err := t.loop.Absorb(runs)
+		if ab.Calibration != nil {
+			// Its records are in M: report it with the step that
+			// completes, even if this attempt fails after that.
+			t.pendingCal = ab.Calibration
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lm2lm: %w", err)
+		}
+		if sc, err = t.score(ctx, gs); err != nil {
+			return nil, err
+		}
+	}
+	if sc.Report.Kept == 0 {
+		return nil, fmt.Errorf("%w: step %d: all %d groups flat", ErrNoSignal, step, len(gs))
+	}
+	if rd := t.loop.Ready(); rd.Kind == loop.AnchorRuns {
+		runs, err := t.execute(ctx, rd.Execute)
+		if err != nil {
+			return nil, fmt.Errorf("lm2lm: step %d: anchor groups: %w", step, err)
+		}
+		ab, err := t.loop.Absorb(runs)
+		if err != nil {
+			return nil, fmt.Errorf("lm2lm: step %d: %w", step, err)
+		}
+		sc = *ab.Scored
+	}
+	t.batches = split(minibatch(gs, sc), t.cfg.RolloutEvery)
+	var now time.Time
+	if t.cfg.Now != nil {
+		now = t.cfg.Now()
+	}
+	if err := t.loop.Expand(now); err != nil {
+		return nil, fmt.Errorf("lm2lm: step %d: %w", step, err)
+	}
+	rr := sc.Report
+	return &rr, nil
+}
+
+// score asks the world model the loop's queries for gs, hands the answers
+// to the loop and observes the step: the loop then names the runs due.
+func (t *Trainer) score(ctx context.Context, gs []loop.Group) (loop.Scored, error) {
+	preds, err := t.predict(ctx, t.step+1, t.loop.Ready(gs...).Predict)
+	if err != nil {
+		return loop.Scored{}, err
+	}
+	sc, err := t.loop.Score(gs, preds)
+	if err != nil {
+		return sc, fmt.Errorf("lm2lm: step %d: %w", t.step+1, err)
+	}
+	t.loop.Observe(t.step)
+	return sc, nil
+}
+
+// minibatch returns the kept groups' items (state, sample, advantage), in
+// order.
+func minibatch(gs []loop.Group, sc loop.Scored) [][]proposer.Item {
+	var items [][]proposer.Item
+	for gi, g := range sc.Groups {
+		if !g.Kept {
+			continue
+		}
+		grp := make([]proposer.Item, len(gs[gi].Samples))
+		for i, s := range gs[gi].Samples {
+			grp[i] = proposer.Item{State: gs[gi].State, Sample: s, Advantage: g.Advantages[i]}
+		}
+		items = append(items, grp)
+	}
+	return items
+}
+
+// split cuts groups (in order) into n mini-batches of whole groups, as even
+// as possible; with fewer groups than n, groups are reused round-robin so
+// that every step has a batch (library choice: METHOD.md §1 Policy
+// optimisation draws a new rollout every 8 steps). Groups may differ in
+// size (a proposer may return fewer than G samples). groups must not be
+// empty.
+func split(groups [][]proposer.Item, n int) [][]proposer.Item {
+	out := make([][]proposer.Item, n)
+	if len(groups) >= n {
+		for b := 0; b < n; b++ {
+			lo, hi := b*len(groups)/n, (b+1)*len(groups)/n
+			for _, g := range groups[lo:hi] {
+				out[b] = append(out[b], g...)
 			}
-			a.Samples[i] = smp
 		}
-	case NeedPredictions:
-		a.Predictions, a.Err = t.predict(ctx, rd)
-	case NeedRuns:
-		a.Runs, a.Err = t.execute(ctx, rd.Execute)
-	case NeedUpdate:
-		if rd.Stamp && t.cfg.Now != nil {
-			a.Now = t.cfg.Now()
-		}
-		a.Stats, a.Err = t.c.Policy.Update(ctx, rd.Batch)
+		return out
 	}
-	return a
+	for b := 0; b < n; b++ {
+		out[b] = groups[b%len(groups)]
+	}
+	return out
 }
 
-// predict asks the world model every query of rd, at most Parallel at
-// once. An error that is not about one proposal stops the others.
-func (t *Trainer) predict(ctx context.Context, rd Ready) ([]Prediction, error) {
-	out := make([]Prediction, len(rd.Predict))
-	worlds := make([]rwm.WorldModel, len(rd.Predict))
-	for k, j := range rd.Predict {
+// predict asks the world model every job, at most Parallel at once. An
+// error that is not about one proposal stops the others.
+func (t *Trainer) predict(ctx context.Context, step int, jobs []loop.PredictJob) ([]loop.Prediction, error) {
+	out := make([]loop.Prediction, len(jobs))
+	worlds := make([]rwm.WorldModel, len(jobs))
+	for k, j := range jobs {
 		w, err := t.judge(ctx, j)
 		if err != nil {
-			return nil, fmt.Errorf("lm2lm: step %d: evidence of a state of %q: %w", rd.Step, records.Excerpt(j.PinTask), err)
+			return nil, fmt.Errorf("lm2lm: step %d: evidence of a state of %q: %w", step, records.Excerpt(j.PinTask), err)
 		}
 		worlds[k] = w
 	}
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(t.cfg.Parallel)
-	for k, j := range rd.Predict {
+	for k, j := range jobs {
 		eg.Go(func() error {
 			p, err := worlds[k].Predict(ectx, j.Query)
-			out[k] = Prediction{Prediction: p, Err: err}
+			out[k] = loop.Prediction{Prediction: p, Err: err}
 			if err != nil && !errors.Is(err, rwm.ErrBadPrediction) && !errors.Is(err, records.ErrInvalid) {
-				return fmt.Errorf("lm2lm: step %d: predict %s: %w", rd.Step, onTask(j.Query.Proposal, j.Query.Task), err)
+				return fmt.Errorf("lm2lm: step %d: predict %s: %w", step, onTask(j.Query.Proposal, j.Query.Task), err)
 			}
 			return nil
 		})
@@ -527,12 +549,12 @@ func (t *Trainer) predict(ctx context.Context, rd Ready) ([]Prediction, error) {
 // judge returns the world model that answers j: the trainer's, or under
 // HeldOutTask for an rwm.Pinner, the model pinned on M without the task
 // (one tuning per task and M).
-func (t *Trainer) judge(ctx context.Context, j PredictJob) (rwm.WorldModel, error) {
+func (t *Trainer) judge(ctx context.Context, j loop.PredictJob) (rwm.WorldModel, error) {
 	p, ok := t.c.World.(rwm.Pinner)
 	if j.PinTask == "" || !ok {
 		return t.c.World, nil
 	}
-	if fp := t.loop.m.Fingerprint(); t.pinnedM != fp || t.pinned == nil {
+	if fp := t.loop.Status().Evidence.Fingerprint(); t.pinnedM != fp || t.pinned == nil {
 		t.pinned, t.pinnedM = map[string]rwm.WorldModel{}, fp
 	}
 	if w, ok := t.pinned[j.PinTask]; ok {
@@ -547,31 +569,15 @@ func (t *Trainer) judge(ctx context.Context, j PredictJob) (rwm.WorldModel, erro
 }
 
 // execute runs jobs for real (at most Parallel at once), in job order.
-func (t *Trainer) execute(ctx context.Context, jobs []RunJob) ([]RealRun, error) {
+func (t *Trainer) execute(ctx context.Context, jobs []loop.RunJob) ([]loop.RealRun, error) {
 	sc := make([]seededChange, len(jobs))
 	for i, j := range jobs {
 		sc[i] = seededChange{TaskChange: j.Change, Seed: j.Seed, SetSeed: j.SetSeed}
 	}
 	runs, err := runAllSeeded(ctx, t.c.Builder, t.c.Executor, t.cfg.Parallel, sc)
-	out := make([]RealRun, len(runs))
+	out := make([]loop.RealRun, len(runs))
 	for i, r := range runs {
 		out[i] = exportedRun(r)
 	}
 	return out, err
-}
-
-// lastCalibration is the last calibration's step and the predicted and
-// real normalised rewards its monitors are computed from.
-type lastCalibration struct {
-	Step      int         `json:"step"`
-	Predicted [][]float64 `json:"predicted,omitempty"`
-	Real      [][]float64 `json:"real,omitempty"`
-}
-
-// heldOut is what HeldOutTask derives from one M: M without each task's
-// records, by task ID. It is rebuilt when M changes (at calibration
-// points).
-type heldOut struct {
-	m    string // M's fingerprint
-	rest map[string]records.Evidence
 }

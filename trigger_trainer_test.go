@@ -165,9 +165,8 @@ func TestTriggerCheckpointValidation(t *testing.T) {
 	cp, err := tr.MarshalBinary()
 	require.NoError(t, err)
 	for name, edit := range map[string]func(b map[string]any){
-		"trigger state missing":        func(b map[string]any) { delete(b, "trigger") },
-		"last calibration ahead":       func(b map[string]any) { b["trigger"].(map[string]any)["step"] = 16 },
-		"last calibration off-rollout": func(b map[string]any) { b["trigger"].(map[string]any)["step"] = 4 },
+		"trigger state missing":  func(b map[string]any) { delete(b, "trigger") },
+		"last calibration ahead": func(b map[string]any) { b["trigger"].(map[string]any)["step"] = 16 },
 		"groups mismatched": func(b map[string]any) {
 			tr := b["trigger"].(map[string]any)
 			tr["real"] = tr["real"].([]any)[1:]

@@ -11,7 +11,7 @@ import (
 // UnmeasuredName is the name of the lab's unmeasured training tasks:
 // tasks of the training space that no real run measures, whose states a
 // trainer draws beside the training tasks' and the world model alone
-// rewards (lm2lm.WithUnmeasured). Their generator streams (SplitStream of
+// rewards (loop.Setup.Unmeasured). Their generator streams (SplitStream of
 // IDs under this name) are those of no split and of no pretraining task.
 const UnmeasuredName = "v2-unmeasured"
 

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/loop"
 	"github.com/lm2lm/lm2lm/records"
 )
 
@@ -46,7 +47,7 @@ type CalibrationStatus struct {
 }
 
 // CalibrationResult is an applied calibration's report on the wire
-// (lm2lm.CalibrationReport; monitors that are undefined are absent).
+// (loop.CalibrationReport; monitors that are undefined are absent).
 type CalibrationResult struct {
 	Executed     int              `json:"executed"`
 	Infeasible   int              `json:"infeasible"`
@@ -59,7 +60,7 @@ type CalibrationResult struct {
 	Accuracy     *float64         `json:"pairwise_accuracy,omitempty"`
 }
 
-func calibrationResult(r lm2lm.CalibrationReport) CalibrationResult {
+func calibrationResult(r loop.CalibrationReport) CalibrationResult {
 	m := r.Monitors
 	return CalibrationResult{Executed: r.Executed, Infeasible: r.Infeasible, MeanRealGain: r.MeanRealGain, Records: r.Records,
 		Failures: r.Failures, DeltaM: finPtr(m.Bias.Delta), Gap: finPtr(m.Bias.Gap()), Cosine: finPtr(m.Cosine), Accuracy: finPtr(m.Accuracy)}
@@ -68,8 +69,8 @@ func calibrationResult(r lm2lm.CalibrationReport) CalibrationResult {
 // calRun is the calibration in flight. Guarded by Service.mu.
 type calRun struct {
 	u       int
-	jobs    []lm2lm.RunJob
-	runs    []lm2lm.RealRun
+	jobs    []loop.RunJob
+	runs    []loop.RealRun
 	err     error
 	done    bool
 	running bool
@@ -85,29 +86,26 @@ func (s *Service) status(u int) *CalibrationStatus {
 	return nil
 }
 
-// startDue starts the calibration due at the current step, or resumes the
-// runs of one restored in flight. The caller holds mu.
+// startDue launches the runs of the calibration the loop picked when it
+// observed the step (or of one restored in flight). The caller holds mu.
 func (s *Service) startDue() error {
 	if s.closed {
 		return nil
 	}
-	if s.loop.CalibrationInFlight() {
-		if s.cal == nil {
-			s.cal = &calRun{u: s.loop.Calibrations(), jobs: s.loop.PendingRuns()}
-			s.launch(s.cal)
+	rd := s.loop.Ready()
+	if rd.Kind != loop.CalibrationRuns || s.cal != nil {
+		return nil
+	}
+	u := s.loop.Status().Calibrations
+	if s.status(u) == nil {
+		// Picked when the step was observed: recorded, then checkpointed so
+		// that a restart executes the same runs.
+		s.cals = append(s.cals, CalibrationStatus{Point: u, Step: rd.Step, Budget: s.cfg.Schedule.Budgets[u], Runs: len(rd.Execute), State: CalRunning})
+		if err := s.checkpoint(); err != nil {
+			return err
 		}
-		return nil
 	}
-	jobs, ok := s.loop.Calibrate()
-	if !ok {
-		return nil
-	}
-	u := s.loop.Calibrations()
-	s.cals = append(s.cals, CalibrationStatus{Point: u, Step: s.loop.Step(), Budget: s.cfg.Schedule.Budgets[u], Runs: len(jobs), State: CalRunning})
-	if err := s.checkpoint(); err != nil {
-		return err
-	}
-	s.cal = &calRun{u: u, jobs: jobs}
+	s.cal = &calRun{u: u, jobs: rd.Execute}
 	s.launch(s.cal)
 	return nil
 }
@@ -146,11 +144,12 @@ func (s *Service) applyReady(step int) error {
 	if c == nil || !c.done {
 		return nil
 	}
-	rep, err := s.loop.FinishCalibration(c.runs)
-	if s.loop.CalibrationInFlight() {
+	ab, err := s.loop.Absorb(c.runs)
+	if s.loop.Status().Calibrating {
 		return fmt.Errorf("%w: calibration %d: %w", ErrState, c.u, err)
 	}
 	s.cal = nil
+	rep := *ab.Calibration
 	res := calibrationResult(rep)
 	eff := step
 	if st := s.status(c.u); st != nil {
@@ -170,7 +169,7 @@ func (s *Service) applyReady(step int) error {
 // applies a finished calibration, is journalled, and starts the
 // calibration due at it. The caller holds mu.
 func (s *Service) observeStep(step int) error {
-	cur := s.loop.Step()
+	cur := s.loop.Status().Step
 	switch {
 	case step < 0 || step > MaxStep:
 		return badRequest("bad_step", "step = %d, want 0..%d", step, MaxStep)
@@ -212,14 +211,14 @@ func (s *Service) Advance(step int) (AdvanceResponse, error) {
 	if err := s.observeStep(step); err != nil {
 		return AdvanceResponse{}, err
 	}
-	return AdvanceResponse{API: APIVersion, Step: s.loop.Step(), Calibrations: s.calibrations()}, nil
+	return AdvanceResponse{API: APIVersion, Step: s.loop.Status().Step, Calibrations: s.calibrations()}, nil
 }
 
 // Calibrations returns every calibration point started so far.
 func (s *Service) Calibrations() AdvanceResponse {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return AdvanceResponse{API: APIVersion, Step: s.loop.Step(), Calibrations: s.calibrations()}
+	return AdvanceResponse{API: APIVersion, Step: s.loop.Status().Step, Calibrations: s.calibrations()}
 }
 
 func (s *Service) calibrations() []CalibrationStatus {
@@ -227,8 +226,8 @@ func (s *Service) calibrations() []CalibrationStatus {
 }
 
 // execute runs jobs for real, at most Parallel at once, in job order.
-func (s *Service) execute(ctx context.Context, jobs []lm2lm.RunJob) ([]lm2lm.RealRun, error) {
-	runs := make([]lm2lm.RealRun, len(jobs))
+func (s *Service) execute(ctx context.Context, jobs []loop.RunJob) ([]loop.RealRun, error) {
+	runs := make([]loop.RealRun, len(jobs))
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(s.cfg.Parallel)
 	for i, j := range jobs {
@@ -279,7 +278,7 @@ func (s *Service) Monitors() MonitorsResponse {
 		r = *s.mon
 	}
 	r.Share = []ShareRow{}
-	for _, sh := range s.loop.CandidateShare() {
+	for _, sh := range s.loop.Share() {
 		r.Share = append(r.Share, ShareRow{Mechanism: sh.Mechanism, Count: sh.Count, Fraction: sh.Fraction})
 	}
 	return r

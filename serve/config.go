@@ -3,18 +3,17 @@ package serve
 import (
 	"errors"
 	"fmt"
+	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/dapo"
+	"github.com/lm2lm/lm2lm/loop"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/reward"
+	"github.com/lm2lm/lm2lm/rwm"
 	"net"
 	"strings"
 	"time"
 	"unicode"
-
-	"github.com/lm2lm/lm2lm"
-	"github.com/lm2lm/lm2lm/builder"
-	"github.com/lm2lm/lm2lm/calibrate"
-	"github.com/lm2lm/lm2lm/dapo"
-	"github.com/lm2lm/lm2lm/records"
-	"github.com/lm2lm/lm2lm/reward"
-	"github.com/lm2lm/lm2lm/rwm"
 )
 
 // Errors of the package.
@@ -62,11 +61,11 @@ type Config struct {
 	// steps 16, 40, 64 with budgets 31, 38, 31 (METHOD.md §1 On-policy
 	// calibration).
 	Schedule calibrate.Schedule
-	// Calibration is lm2lm.TopRated (default, greedy top-B),
-	// lm2lm.RandomCalibration or lm2lm.Static.
-	Calibration lm2lm.Calibration
+	// Calibration is loop.TopRated (default, greedy top-B),
+	// loop.RandomCalibration or loop.Static.
+	Calibration loop.Calibration
 	// DuplicateRuns allows calibration to run a change already in M
-	// (lm2lm.Config.DuplicateRuns); default false.
+	// (loop.Config.DuplicateRuns); default false.
 	DuplicateRuns bool
 	// MaxHistory is the longest history of a drawn state; default
 	// records.MaxHistory (8, METHOD.md §1 Vocabulary).
@@ -125,10 +124,10 @@ type Config struct {
 	// holds at most 64·G more between two trims); default 1024 (a state's
 	// history holds at most 8 records).
 	PoolPerTask int
-	// MaxCandidates bounds the groups kept as the next calibration's
-	// candidates (lm2lm.Loop.TrimCandidates, the oldest dropped, every 64
-	// scored groups: at most 64 more between two trims); default 4096 (the
-	// main job's segments score at most 3,072 groups).
+	// MaxCandidates is how many of the groups scored since the last
+	// calibration are its candidates, the newest kept (loop.Config.Candidates,
+	// METHOD.md §1 On-policy calibration: the current policy's proposals);
+	// default 4096 (the main job's segments score at most 3,072 groups).
 	MaxCandidates int
 	// MaxInFlight bounds the requests being processed at once, waiting
 	// samples included; a request beyond it is answered 503. Default 1024.
@@ -175,7 +174,7 @@ type Config struct {
 func DefaultConfig() Config {
 	d := dapo.DefaultConfig()
 	return Config{Reward: reward.DefaultConfig(), Norm: d.Norm, Eps: d.Eps, FlatTol: d.FlatTol,
-		Schedule: calibrate.DefaultSchedule(), Calibration: lm2lm.TopRated, MaxHistory: records.MaxHistory, Seed: 1,
+		Schedule: calibrate.DefaultSchedule(), Calibration: loop.TopRated, MaxHistory: records.MaxHistory, Seed: 1,
 		GroupSize: d.GroupSize,
 		Addr:      "127.0.0.1:8080", MaxBody: 16 << 20, MaxSamples: 4096, MaxCompletions: 64, MaxCompletionBytes: 8192,
 		MaxStates: 512, MaxIssued: 8192, MaxPendingGroups: 4096, MaxDoneGroups: 8192, GroupDeadline: 60 * time.Second,
@@ -185,14 +184,12 @@ func DefaultConfig() Config {
 }
 
 // loopConfig is the loop configuration the service drives: its method
-// parameters over the paper's defaults, one rollout per scored group.
-func (c Config) loopConfig() lm2lm.Config {
-	lc := lm2lm.DefaultConfig()
-	lc.RolloutEvery, lc.Steps, lc.States = 1, MaxStep, 1
-	lc.DAPO.Norm, lc.DAPO.Eps, lc.DAPO.FlatTol, lc.DAPO.Quota = c.Norm, c.Eps, c.FlatTol, 1
-	lc.Reward, lc.Schedule, lc.Calibration, lc.DuplicateRuns = c.Reward, c.Schedule, c.Calibration, c.DuplicateRuns
-	lc.MaxHistory, lc.Seed, lc.Parallel = c.MaxHistory, c.Seed, c.Parallel
-	return lc
+// parameters. Each request is a batch, every informative group kept
+// (Quota 0): the outside trainer does its own dynamic sampling.
+func (c Config) loopConfig() loop.Config {
+	return loop.Config{Reward: c.Reward, Norm: c.Norm, Eps: c.Eps, FlatTol: c.FlatTol, Schedule: c.Schedule,
+		Calibration: c.Calibration, Candidates: c.MaxCandidates, DuplicateRuns: c.DuplicateRuns,
+		MaxHistory: c.MaxHistory, Seed: c.Seed}
 }
 
 // Loopback reports whether addr's host is a loopback address (or

@@ -1,5 +1,5 @@
 // Package serve is LM2LM's environment service: the training loop
-// (lm2lm.Loop) driven by an outside RL trainer such as verl, TRL,
+// (loop.Loop) driven by an outside RL trainer such as verl, TRL,
 // OpenRLHF, slime or prime-rl, which samples completions from its LLM
 // policy and updates it.
 //

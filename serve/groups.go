@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"sync"
-	"time"
-
-	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/loop"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/proposer/openai"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
+	"strconv"
+	"sync"
+	"time"
 )
 
 // A group is one state's G completions at one trainer step, named by the
@@ -204,7 +203,7 @@ func (s *Service) finish(as []*assembly) {
 		idx    []int
 		texts  []string
 		parsed []proposer.Sample
-		jobs   []lm2lm.PredictJob
+		jobs   []loop.PredictJob
 		preds  []predJSON
 		err    error
 	}
@@ -215,7 +214,7 @@ func (s *Service) finish(as []*assembly) {
 			return
 		}
 		ps := make([]*prepared, len(as))
-		var all []lm2lm.PredictJob
+		var all []loop.PredictJob
 		for k, a := range as {
 			e, ok := s.states[a.stateID]
 			if !ok {
@@ -231,11 +230,11 @@ func (s *Service) finish(as []*assembly) {
 				}
 			}
 			p.parsed = s.parse(p.texts)
-			p.jobs = s.loop.ScoreJobs([]lm2lm.Group{{State: e.State, Samples: p.parsed}})
+			p.jobs = s.loop.Ready(loop.Group{State: e.State, Samples: p.parsed}).Predict
 			all = append(all, p.jobs...)
 			ps[k] = p
 		}
-		epoch := s.loop.Calibrations()
+		epoch := s.loop.Status().Calibrations
 		s.mu.Unlock()
 
 		preds, errs := s.predictAll(all)
@@ -258,7 +257,7 @@ func (s *Service) finish(as []*assembly) {
 			s.mu.Unlock()
 			return
 		}
-		if s.loop.Calibrations() != epoch {
+		if s.loop.Status().Calibrations != epoch {
 			s.mu.Unlock()
 			continue
 		}
@@ -308,24 +307,26 @@ func (s *Service) applyGroup(g *groupOp, parsed []proposer.Sample) (*groupAnswer
 	if len(parsed) != len(g.Completions) {
 		parsed = s.parse(g.Completions)
 	}
-	lg := lm2lm.Group{State: e.State, Samples: parsed}
-	preds := make([]lm2lm.Prediction, len(g.Preds))
+	lg := loop.Group{State: e.State, Samples: parsed}
+	preds := make([]loop.Prediction, len(g.Preds))
 	for i, p := range g.Preds {
-		preds[i] = lm2lm.Prediction{Prediction: p.P}
+		preds[i] = loop.Prediction{Prediction: p.P}
 		if p.Bad != "" {
 			preds[i].Err = badPrediction{p.Bad}
 		}
 	}
-	sc, err := s.loop.ScoreGroups([]lm2lm.Group{lg}, preds, s.now())
+	sc, err := s.loop.Score([]loop.Group{lg}, preds)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.loop.Expand(s.now()); err != nil {
 		return nil, err
 	}
 	s.scored++
 	if s.scored%trimEvery == 0 {
 		// Trimmed every trimEvery groups, not at each: a trim copies what
 		// it keeps.
-		s.loop.TrimCandidates(s.cfg.MaxCandidates)
-		s.loop.Pool().TrimSynthetic(s.cfg.PoolPerTask)
+		s.loop.Status().Pool.TrimSynthetic(s.cfg.PoolPerTask)
 	}
 	sg := sc.Groups[0]
 	ans := &groupAnswer{StateID: g.StateID, Size: g.Size, Partial: g.Partial, Tau: sg.Tau, Kept: sg.Kept, Index: g.Index,
@@ -350,8 +351,8 @@ func (s *Service) applyGroup(g *groupOp, parsed []proposer.Sample) (*groupAnswer
 }
 
 // trimEvery is how many scored groups pass between two trims of the
-// candidates and the state pool to their bounds (MaxCandidates,
-// PoolPerTask), which they may exceed by as many groups in between.
+// state pool to its bound (PoolPerTask), which it may exceed by as many
+// groups in between.
 const trimEvery = 64
 
 // parse turns completions into samples: a proposal of the catalogue, or
@@ -380,7 +381,7 @@ func truncate(s string, n int) string {
 // predictAll asks the world model every job, at most Parallel at once
 // over the whole service, each call bounded by PredictTimeout. An error
 // about one proposal is kept as its answer; any other is that job's error.
-func (s *Service) predictAll(jobs []lm2lm.PredictJob) ([]predJSON, []error) {
+func (s *Service) predictAll(jobs []loop.PredictJob) ([]predJSON, []error) {
 	out := make([]predJSON, len(jobs))
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup

@@ -4,10 +4,9 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/lm2lm/lm2lm/loop"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/lm2lm/lm2lm"
 )
 
 // metrics are the service's Prometheus metrics, on a registry of its own.
@@ -53,7 +52,7 @@ func (m *metrics) request(route string, code int) {
 }
 
 // scored counts one score request's completions and groups.
-func (m *metrics) scored(sc lm2lm.Scored) {
+func (m *metrics) scored(sc loop.Scored) {
 	var valid, invalid int
 	for _, g := range sc.Groups {
 		for _, v := range g.Valid {
@@ -75,7 +74,7 @@ func (m *metrics) scored(sc lm2lm.Scored) {
 }
 
 // calibrated sets the monitors of a calibration.
-func (m *metrics) calibrated(rep lm2lm.CalibrationReport) {
+func (m *metrics) calibrated(rep loop.CalibrationReport) {
 	for name, v := range map[string]float64{"delta_m": rep.Monitors.Bias.Delta, "gap": rep.Monitors.Bias.Gap(),
 		"advantage_cosine": rep.Monitors.Cosine, "pairwise_accuracy": rep.Monitors.Accuracy} {
 		m.monitor.WithLabelValues(name).Set(v)
@@ -84,9 +83,9 @@ func (m *metrics) calibrated(rep lm2lm.CalibrationReport) {
 
 // update sets the state gauges. The caller holds s.mu or owns s.
 func (m *metrics) update(s *Service) {
-	_, runs, _ := s.loop.Cost()
-	m.step.Set(float64(s.loop.Step()))
-	m.calibrations.Set(float64(s.loop.Calibrations()))
-	m.evidence.Set(float64(s.loop.Evidence().Len()))
-	m.realRuns.Set(float64(runs))
+	st := s.loop.Status()
+	m.step.Set(float64(st.Step))
+	m.calibrations.Set(float64(st.Calibrations))
+	m.evidence.Set(float64(st.Evidence.Len()))
+	m.realRuns.Set(float64(st.Runs))
 }

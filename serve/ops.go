@@ -52,10 +52,10 @@ func (s *Service) apply(o op) (json.RawMessage, error) {
 			return nil, err
 		}
 	case "step":
-		if o.Step < s.loop.Step() || o.Step > MaxStep {
-			return nil, fmt.Errorf("step op: step %d after step %d", o.Step, s.loop.Step())
+		if cur := s.loop.Status().Step; o.Step < cur || o.Step > MaxStep {
+			return nil, fmt.Errorf("step op: step %d after step %d", o.Step, cur)
 		}
-		s.loop.SetStep(o.Step)
+		s.loop.Observe(o.Step)
 	case "request":
 		b, err := json.Marshal(requestRecord{Sum: o.Sum, Step: o.Step})
 		if err != nil {

@@ -630,10 +630,10 @@ func TestMemoryBounds(t *testing.T) {
 		c.Schedule.Steps = []int{100, 200}
 	}, servetest.Options{})
 	first := states(t, srv.URL, 4, "")
-	for k := range 16 { // 64 groups: the bounds are applied every 64
+	for k := range 16 { // 64 groups: the pool's bound is applied every 64
 		score(t, srv.URL, fmt.Sprintf("m%d", k), k, first, 8)
 		if k == 14 {
-			require.Equal(t, 60, s.Info().Candidates, "not yet trimmed")
+			require.Equal(t, 5, s.Info().Candidates, "the candidates are the newest MaxCandidates at every score")
 		}
 	}
 	in := s.Info()

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lm2lm/lm2lm/loop"
+	"github.com/lm2lm/lm2lm/records"
 	"io"
 	"maps"
 	"os"
@@ -16,12 +18,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/lm2lm/lm2lm"
-	"github.com/lm2lm/lm2lm/records"
 )
 
-// Service is the LM2LM environment service: an lm2lm.Loop driven by
+// Service is the LM2LM environment service: a loop.Loop driven by
 // requests of an outside RL trainer. It hands out research states as chat
 // prompts, assembles each group of completions from however the trainer
 // sends it (whole, per sample, split across processes), scores it with the
@@ -33,10 +32,9 @@ import (
 // A Service owns goroutines (a calibration's runs, the deadline of each
 // group being assembled); Close stops them and waits.
 type Service struct {
-	cfg  Config
-	lcfg lm2lm.Config
-	c    Components
-	met  *metrics
+	cfg Config
+	c   Components
+	met *metrics
 
 	admit   chan struct{} // MaxInFlight slots
 	predict chan struct{} // Parallel world-model calls
@@ -48,7 +46,7 @@ type Service struct {
 
 	mu       sync.Mutex // guards everything below
 	closed   bool
-	loop     *lm2lm.Loop
+	loop     *loop.Loop
 	j        *journal
 	states   map[string]stateEntry // issued states by id
 	order    map[string][]string   // issued state ids by split, oldest first
@@ -124,7 +122,7 @@ func New(cfg Config, c Components) (*Service, error) {
 	if c.World == nil {
 		return nil, fmt.Errorf("%w: World is required", ErrConfig)
 	}
-	if cfg.Calibration != lm2lm.Static && (c.Builder == nil || c.Executor == nil) {
+	if cfg.Calibration != loop.Static && (c.Builder == nil || c.Executor == nil) {
 		return nil, fmt.Errorf("%w: Builder and Executor are required unless calibration is static", ErrConfig)
 	}
 	for _, t := range c.HeldOut {
@@ -132,8 +130,7 @@ func New(cfg Config, c Components) (*Service, error) {
 			return nil, fmt.Errorf("%w: held-out task: %w", ErrConfig, err)
 		}
 	}
-	lcfg := cfg.loopConfig()
-	loop, err := lm2lm.NewLoop(lcfg, c.Tasks, c.Evidence, nil, lm2lm.WithDeferredCalibration())
+	l, err := loop.New(cfg.loopConfig(), loop.Setup{Tasks: c.Tasks, Evidence: c.Evidence})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -144,7 +141,7 @@ func New(cfg Config, c Components) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, lcfg: lcfg, c: c, loop: loop, states: map[string]stateEntry{}, order: map[string][]string{},
+	s := &Service{cfg: cfg, c: c, loop: l, states: map[string]stateEntry{}, order: map[string][]string{},
 		cache: newByteCache(cfg.CacheBytes), reqs: newByteCache(cfg.CacheBytes), pending: map[string]chan struct{}{},
 		asm: map[string]*assembly{}, done: newDoneGroups(cfg.MaxDoneGroups),
 		admit: make(chan struct{}, cfg.MaxInFlight), predict: make(chan struct{}, cfg.Parallel), lock: lock}
@@ -265,7 +262,7 @@ func decodeSnapshot(b []byte) (snapshot, error) {
 
 // restore installs a decoded checkpoint.
 func (s *Service) restore(sn snapshot) error {
-	if err := s.loop.UnmarshalBinary(sn.Loop); err != nil {
+	if err := s.loop.Restore(sn.Loop, nil); err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	for _, e := range sn.States {
@@ -289,7 +286,7 @@ func (s *Service) restore(sn snapshot) error {
 // checkpoint writes the checkpoint atomically, recording the last journal
 // entry it covers, then empties the journal. The caller holds mu.
 func (s *Service) checkpoint() error {
-	lb, err := s.loop.MarshalBinary()
+	lb, err := s.loop.Checkpoint(nil)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
@@ -322,10 +319,10 @@ func (s *Service) checkpoint() error {
 
 // writeSnapshotBody writes the snapshot's JSON (the fields of type
 // snapshot) to w. The caller holds mu.
-func (s *Service) writeSnapshotBody(w io.Writer, loop []byte) error {
+func (s *Service) writeSnapshotBody(w io.Writer, lb []byte) error {
 	sw := &jsonWriter{w: w}
 	sw.raw(`{"loop":`)
-	sw.raw(string(loop))
+	sw.raw(string(lb))
 	sw.field("journal_seq", s.j.seq)
 	sw.raw(`,"states":[`)
 	n := 0
@@ -491,11 +488,11 @@ func (s *Service) InfoDigest() Info { return s.info(true) }
 func (s *Service) info(digest bool) Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, runs, reused := s.loop.Cost()
-	in := Info{API: APIVersion, Step: s.loop.Step(), Scored: s.scored, Failed: s.failed, Requests: s.requests,
-		Calibrations: s.loop.Calibrations(), Evidence: s.loop.Evidence().Len(), Candidates: s.loop.Candidates(),
-		RealRuns: runs, Reused: reused, EvalRuns: s.evalRuns, Calibrating: s.loop.CalibrationInFlight(),
-		Issued: len(s.states), Pool: s.loop.Pool().Len()}
+	st := s.loop.Status()
+	in := Info{API: APIVersion, Step: st.Step, Scored: s.scored, Failed: s.failed, Requests: s.requests,
+		Calibrations: st.Calibrations, Evidence: st.Evidence.Len(), Candidates: st.Candidates,
+		RealRuns: st.Runs, Reused: st.Reused, EvalRuns: s.evalRuns, Calibrating: st.Calibrating,
+		Issued: len(s.states), Pool: st.Pool.Len()}
 	if digest {
 		in.Digest = s.digest()
 	}
@@ -525,8 +522,8 @@ func (s *Service) Health() Health {
 	defer s.mu.Unlock()
 	h := Health{API: APIVersion, OK: true, InFlight: len(s.admit), MaxInFlight: s.cfg.MaxInFlight,
 		PendingGroups: len(s.asm), MaxPendingGroups: s.cfg.MaxPendingGroups, Parallel: s.cfg.Parallel,
-		GroupSize: s.cfg.GroupSize, GroupDeadline: s.cfg.GroupDeadline.Seconds(), Step: s.loop.Step(),
-		Calibrating: s.loop.CalibrationInFlight()}
+		GroupSize: s.cfg.GroupSize, GroupDeadline: s.cfg.GroupDeadline.Seconds(), Step: s.loop.Status().Step,
+		Calibrating: s.loop.Status().Calibrating}
 	if s.j.broken != nil {
 		h.OK, h.Problem = false, records.Excerpt(s.j.broken.Error())
 	}
@@ -538,7 +535,7 @@ func (s *Service) Health() Health {
 
 // digest is Info.Digest. The caller holds mu.
 func (s *Service) digest() string {
-	b, err := s.loop.MarshalBinary()
+	b, err := s.loop.Checkpoint(nil)
 	if err != nil {
 		return ""
 	}

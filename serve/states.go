@@ -7,13 +7,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/lm2lm/lm2lm/loop"
+	"github.com/lm2lm/lm2lm/proposer/openai"
+	"github.com/lm2lm/lm2lm/records"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-
-	"github.com/lm2lm/lm2lm"
-	"github.com/lm2lm/lm2lm/proposer/openai"
-	"github.com/lm2lm/lm2lm/records"
 )
 
 // StateID returns the id of the n-th issued state st: "s-" and the first
@@ -78,7 +77,7 @@ func (s *Service) applyStates(o op) issuedStates {
 	} else {
 		sts = s.loop.Draw(o.N)
 	}
-	out := issuedStates{Step: s.loop.Step(), IDs: make([]string, 0, len(sts))}
+	out := issuedStates{Step: s.loop.Status().Step, IDs: make([]string, 0, len(sts))}
 	for _, st := range sts {
 		id := StateID(st, s.issued)
 		s.issued++
@@ -308,7 +307,7 @@ func (s *Service) Evaluate(ctx context.Context, key string, gs []ScoreGroup) (js
 		}
 		s.mu.Unlock()
 		idx := map[string]int{}
-		var jobs []lm2lm.RunJob
+		var jobs []loop.RunJob
 		at := make([][]int, len(lg))
 		parsed := make([][]proposerSample, len(lg))
 		for gi, g := range lg {
@@ -324,7 +323,7 @@ func (s *Service) Evaluate(ctx context.Context, key string, gs []ScoreGroup) (js
 				if !ok {
 					k = len(jobs)
 					idx[tc.Key()] = k
-					jobs = append(jobs, lm2lm.RunJob{Change: tc})
+					jobs = append(jobs, loop.RunJob{Change: tc})
 				}
 				at[gi][i] = k
 			}

@@ -1,4 +1,4 @@
-package lm2lm
+package loop
 
 import (
 	"errors"
@@ -9,19 +9,18 @@ import (
 
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/dapo"
+	"github.com/lm2lm/lm2lm/internal/realrun"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/reward"
 	"github.com/lm2lm/lm2lm/rwm"
 )
 
-// This file is the trainer's planning core: pure functions of a rollout
-// (states, samples, predictions, real outcomes) that compute τ, shaped
-// rewards, dynamic sampling, advantages, mini-batches, synthetic records,
-// calibration picks and monitors. No I/O, no goroutines, no clocks; the
-// only randomness is an explicit *rand.Rand. The Trainer (trainer.go) is
-// the driver: it asks the world model for the predictions and the executor
-// for the runs that the core names, and feeds their answers back.
+// This file is the loop's planning core: pure functions of a batch of
+// groups (states, samples, predictions, real outcomes) that compute τ,
+// shaped rewards, dynamic sampling, advantages, synthetic records,
+// calibration picks and monitors. The only randomness is an explicit
+// *rand.Rand.
 
 // sample is one proposal of a group with what the core computed of it.
 type sample struct {
@@ -220,62 +219,32 @@ func (ro *rolloutData) synthetic(now time.Time) []records.Record {
 }
 
 // keep applies dynamic sampling (METHOD.md §1 Policy optimisation): the
-// indices of the informative groups kept, with the kept and flat counts
-// written to rep. A rollout whose groups are all flat is ErrNoSignal.
-func (c *core) keep(ro *rolloutData, step int, rep *RolloutReport) ([]int, error) {
+// indices of the informative groups kept, at most Quota of them in order
+// (every one when Quota is 0), and the kept and flat counts.
+func (c *core) keep(ro *rolloutData) ([]int, dapo.Report) {
 	rewards := make([][]float64, len(ro.groups))
 	for gi, g := range ro.groups {
 		rewards[gi] = g.rewards()
 	}
-	kept, dr, err := dapo.Select(rewards, c.cfg.DAPO.Quota, c.cfg.DAPO.FlatTol)
-	rep.Kept, rep.Flat = dr.Kept, dr.Flat
-	if err != nil && !errors.Is(err, dapo.ErrShortBatch) {
-		return nil, fmt.Errorf("lm2lm: step %d: %w", step, err)
+	quota := c.cfg.Quota
+	if quota == 0 {
+		quota = len(ro.groups)
 	}
-	if len(kept) == 0 {
-		return nil, fmt.Errorf("%w: step %d: all %d groups flat", ErrNoSignal, step, len(ro.groups))
-	}
-	return kept, nil
+	// A batch short of its quota keeps what it has (dapo.ErrShortBatch):
+	// the driver decides what a batch without signal means.
+	kept, dr, _ := dapo.Select(rewards, quota, c.cfg.FlatTol)
+	return kept, dr
 }
 
-// batches computes the kept groups' advantages (scaled by weight for the
-// anchor groups) and splits them into RolloutEvery mini-batches.
-func (c *core) batches(ro *rolloutData, kept []int, anchor map[int]bool, weight float64) [][]proposer.Item {
-	items := make([][]proposer.Item, 0, len(kept))
-	for _, gi := range kept {
-		g := ro.groups[gi]
-		adv := dapo.Advantages(g.rewards(), c.cfg.DAPO.Norm, c.cfg.DAPO.Eps)
-		if anchor[gi] && weight != 1 {
-			dapo.ScaleAdvantages(adv, weight)
-		}
-		grp := make([]proposer.Item, len(g.samples))
-		for i, s := range g.samples {
-			grp[i] = proposer.Item{State: g.state, Sample: s.Sample, Advantage: adv[i]}
-		}
-		items = append(items, grp)
+// advantages returns group g's advantages (METHOD.md §1 Policy
+// optimisation), scaled by weight when it is not 1 (WMRL's anchor groups,
+// METHOD.md §2 Inverse-Variance Denoising).
+func (c *core) advantages(g *group, weight float64) []float64 {
+	adv := dapo.Advantages(g.rewards(), c.cfg.Norm, c.cfg.Eps)
+	if weight != 1 {
+		dapo.ScaleAdvantages(adv, weight)
 	}
-	return split(items, c.cfg.RolloutEvery)
-}
-
-// split cuts groups (in order) into n mini-batches of whole groups, as even
-// as possible; with fewer groups than n, groups are reused round-robin so
-// that every step has a batch. Groups may differ in size (a proposer may
-// return fewer than G samples). groups must not be empty.
-func split(groups [][]proposer.Item, n int) [][]proposer.Item {
-	out := make([][]proposer.Item, n)
-	if len(groups) >= n {
-		for b := 0; b < n; b++ {
-			lo, hi := b*len(groups)/n, (b+1)*len(groups)/n
-			for _, g := range groups[lo:hi] {
-				out[b] = append(out[b], g...)
-			}
-		}
-		return out
-	}
-	for b := 0; b < n; b++ {
-		out[b] = groups[b%len(groups)]
-	}
-	return out
+	return adv
 }
 
 // calibrationPicks returns the samples that calibration executes with
@@ -355,7 +324,7 @@ func realReward(cfg reward.Config, valid bool, gain, tau float64) float64 {
 // grouped by task (library choice: greedy top-B rarely takes two proposals
 // of one state, so within-state groups would leave the cosine and the
 // pairwise accuracy undefined; proposals of one task share b_e and σ_e).
-func (c *core) calibrationReport(ro *rolloutData, step, budget int, picks []ref, runs []realRun) CalibrationReport {
+func (c *core) calibrationReport(ro *rolloutData, step, budget int, picks []ref, runs []RealRun) CalibrationReport {
 	rep := CalibrationReport{Step: step, Budget: budget}
 	byTask := map[string]int{}
 	var sumGain float64
@@ -364,10 +333,10 @@ func (c *core) calibrationReport(ro *rolloutData, step, budget int, picks []ref,
 		g := ro.groups[p.g]
 		s := g.samples[p.i]
 		if !runs[k].Measured {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", onTask(s.Proposal, g.state.Task), runs[k].Failure))
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", realrun.OnTask(s.Proposal, g.state.Task), runs[k].Failure))
 			continue
 		}
-		rec := runs[k].Rec
+		rec := runs[k].Record
 		rep.Records = append(rep.Records, rec)
 		if rec.Infeasible != "" {
 			rep.Infeasible++
@@ -396,8 +365,9 @@ func (c *core) calibrationReport(ro *rolloutData, step, budget int, picks []ref,
 // calibrationDue is the calibration decision at the rollout boundary
 // before update step+1, given the schedule points already executed (done),
 // the step of the last calibration (negative: none) and its monitors (nil:
-// none). Without a trigger it is the fixed schedule: point u runs at
-// Steps[u] (METHOD.md §1 On-policy calibration). With a trigger (beyond the
+// none). Without a trigger it is the fixed schedule: point u = done runs
+// at the first step at or after Steps[u] (METHOD.md §1 On-policy
+// calibration; a driver whose step jumps may pass a point's step). With a trigger (beyond the
 // paper, METHOD.md §1 Known weaknesses) the schedule's budgets are spent in
 // order: the next point u = done runs at the first boundary where the
 // trigger fires on the last calibration's monitors, and at step
@@ -407,15 +377,13 @@ func (c *core) calibrationReport(ro *rolloutData, step, budget int, picks []ref,
 // point 0 waits for its deadline. reason says why the point runs ("" for
 // the fixed schedule).
 func calibrationDue(s calibrate.Schedule, trig *TriggerConfig, step, done, last int, m *calibrate.Monitors) (u, budget int, reason string, ok bool) {
-	if trig == nil {
-		for u, st := range s.Steps {
-			if st == step && u >= done {
-				return u, s.Budgets[u], "", true
-			}
-		}
+	if done >= len(s.Steps) {
 		return 0, 0, "", false
 	}
-	if done >= len(s.Steps) {
+	if trig == nil {
+		if s.Steps[done] <= step {
+			return done, s.Budgets[done], "", true
+		}
 		return 0, 0, "", false
 	}
 	if deadline := s.Steps[done] + trig.Horizon; step >= deadline {

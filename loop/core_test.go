@@ -1,4 +1,4 @@
-package lm2lm
+package loop
 
 import (
 	"errors"
@@ -40,8 +40,7 @@ func coreGroup(gainA, gainB float64) *group {
 func coreConfig() Config {
 	cfg := DefaultConfig()
 	cfg.Reward.DiversityScale = 0 // rewards are the base rewards
-	cfg.RolloutEvery = 2
-	cfg.DAPO.Quota = 1
+	cfg.Quota = 1
 	return cfg
 }
 
@@ -72,39 +71,29 @@ func TestCoreShape(t *testing.T) {
 	require.Equal(t, records.Synthetic, syn[0].Source)
 }
 
-func TestCoreKeepAndBatches(t *testing.T) {
-	// Dynamic sampling drops the flat group (all four predicted 1.0 and no
-	// invalid sample would be flat; here every reward is −6), keeps the
-	// informative one, and mean-centred advantages of [1, 2, −6, −3]
-	// (mean −1.5) are [2.5, 3.5, −4.5, −1.5] (METHOD.md §1 Policy
-	// optimisation). One kept group and two mini-batches: reused.
+func TestCoreKeepAndAdvantages(t *testing.T) {
+	// Dynamic sampling drops the flat group (every reward −6) and keeps the
+	// informative one; mean-centred advantages of [1, 2, −6, −3] (mean
+	// −1.5) are [2.5, 3.5, −4.5, −1.5] (METHOD.md §1 Policy optimisation).
 	c := core{cfg: coreConfig(), corr: noCorrection{}}
 	flat := newGroup(records.State{Task: coreTask}, []proposer.Sample{{Invalid: true}, {Invalid: true}})
-	ro := &rolloutData{groups: []*group{flat, coreGroup(0.5, 1.0)}}
+	ro := &rolloutData{groups: []*group{flat, coreGroup(0.5, 1.0), coreGroup(0.25, 1.0)}}
 	c.shape(ro)
-	var rep RolloutReport
-	kept, err := c.keep(ro, 1, &rep)
-	require.NoError(t, err)
-	require.Equal(t, []int{1}, kept)
+	kept, rep := c.keep(ro)
+	require.Equal(t, []int{1}, kept, "Quota 1 keeps the first informative group")
 	require.Equal(t, 1, rep.Kept)
 	require.Equal(t, 1, rep.Flat)
-	b := c.batches(ro, kept, nil, 1)
-	require.Len(t, b, 2)
-	adv := func(items []proposer.Item) []float64 {
-		var out []float64
-		for _, it := range items {
-			out = append(out, it.Advantage)
-		}
-		return out
-	}
-	require.Equal(t, []float64{2.5, 3.5, -4.5, -1.5}, adv(b[0]))
-	require.Equal(t, adv(b[0]), adv(b[1]))
+	require.Equal(t, []float64{2.5, 3.5, -4.5, -1.5}, c.advantages(ro.groups[1], 1))
 	// An anchor group's advantages are scaled by the weight (METHOD.md §2).
-	b = c.batches(ro, kept, map[int]bool{1: true}, 2)
-	require.Equal(t, []float64{5, 7, -9, -3}, adv(b[0]))
+	require.Equal(t, []float64{5, 7, -9, -3}, c.advantages(ro.groups[1], 2))
 
-	_, err = c.keep(&rolloutData{groups: []*group{flat}}, 3, &rep)
-	require.ErrorIs(t, err, ErrNoSignal)
+	// Quota 0 keeps every informative group; a batch all flat keeps none.
+	c.cfg.Quota = 0
+	kept, _ = c.keep(ro)
+	require.Equal(t, []int{1, 2}, kept)
+	kept, rep = c.keep(&rolloutData{groups: []*group{flat}})
+	require.Empty(t, kept)
+	require.Equal(t, 1, rep.Flat)
 }
 
 func TestCoreCalibration(t *testing.T) {
@@ -124,7 +113,7 @@ func TestCoreCalibration(t *testing.T) {
 	// reasons: one record, one failure, monitors on one pair.
 	picks := []ref{{0, 1}, {0, 0}}
 	rec := records.Record{Task: coreTask, Proposal: prop("b"), Gain: 0.25, Loss: 2.75, Source: records.Real}
-	rep := c.calibrationReport(ro, 8, 2, picks, []realRun{{Rec: rec, Measured: true, Ran: true}, {Failure: "run: lost node"}})
+	rep := c.calibrationReport(ro, 8, 2, picks, []RealRun{{Record: rec, Measured: true, Ran: true}, {Failure: "run: lost node"}})
 	require.Equal(t, 8, rep.Step)
 	require.Equal(t, 1, rep.Executed)
 	require.Equal(t, []records.Record{rec}, rep.Records)
@@ -165,9 +154,9 @@ func TestWMRLAbsorb(t *testing.T) {
 	require.Equal(t, []int{0}, plan.groups)
 	require.Equal(t, []int{0, 1, -1, -1}, plan.jobOf[0])
 	require.Len(t, plan.jobs, 2)
-	runs := []realRun{
-		{Measured: true, Rec: records.Record{Task: coreTask, Proposal: prop("a"), Gain: -0.5, Loss: 3.5, Source: records.Real}},
-		{Measured: true, Rec: records.Record{Task: coreTask, Proposal: prop("b"), Source: records.Real, Infeasible: "diverged"}},
+	runs := []RealRun{
+		{Measured: true, Record: records.Record{Task: coreTask, Proposal: prop("a"), Gain: -0.5, Loss: 3.5, Source: records.Real}},
+		{Measured: true, Record: records.Record{Task: coreTask, Proposal: prop("b"), Source: records.Real, Infeasible: "diverged"}},
 	}
 	rep, real := c.corr.absorb(ro, plan, runs)
 	require.Len(t, real, 2)

@@ -1,4 +1,4 @@
-package lm2lm
+package loop
 
 import (
 	"math/rand/v2"
@@ -35,6 +35,8 @@ func TestCalibrationDue(t *testing.T) {
 		{"fixed: nothing between points", nil, 24, 1, 16, mon(3, 0, 0, 99), 0, 0, "", false},
 		{"fixed: point 1 at its step", nil, 40, 1, 16, nil, 1, 38, "", true},
 		{"fixed: a done point is not repeated", nil, 16, 1, 16, nil, 0, 0, "", false},
+		{"fixed: a point jumped over runs at the next step", nil, 20, 0, -1, nil, 0, 31, "", true},
+		{"fixed: the schedule spent", nil, 80, 3, 64, nil, 0, 0, "", false},
 		{"trigger: no residuals before point 0", &trig, 8, 0, -1, nil, 0, 0, "", false},
 		{"trigger: point 0 at its deadline", &trig, 16, 0, -1, nil, 0, 31, "deadline step 16", true},
 		{"trigger: gap fires after the interval", &trig, 24, 1, 16, mon(2, 0.6, 0.65, 20), 1, 38, "gap 2 > 1", true},

@@ -1,4 +1,4 @@
-package lm2lm
+package loop
 
 import (
 	"encoding/json"
@@ -7,30 +7,12 @@ import (
 	"math/rand/v2"
 
 	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/internal/realrun"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/reward"
 )
 
-// WMRLConfig switches on WMRL's corrections (METHOD.md §2) in a Trainer:
-// in every rollout a fraction of the kept groups (anchor groups) is also
-// executed for real and trained on real rewards; an isotonic map from
-// world-model score to real score is refitted online on the anchor pairs and
-// applied to every world-model reward (Online Debiasing); anchor groups'
-// advantages are up-weighted by the inverse-variance weight of the measured
-// disagreement (Inverse-Variance Denoising). Its fields, defaults and
-// validation are calibrate.WMRLConfig's.
-//
-// Scores are the normalised rewards clip(g/τ_e, −c, c) (−c when invalid)
-// mapped affinely onto [0, 1] so that WMRL's binned isotonic fit on [0, 1]
-// applies unchanged (library choice).
-type WMRLConfig = calibrate.WMRLConfig
-
-// DefaultWMRLConfig returns calibrate.DefaultWMRLConfig(): anchor fraction
-// 0.10 (METHOD.md §2), debiaser 200/64/10/5000 and weighter 64/32/4/2
-// (library choice, WMRL's code).
-func DefaultWMRLConfig() WMRLConfig { return calibrate.DefaultWMRLConfig() }
-
-// AnchorReport describes the anchor groups of one rollout.
+// AnchorReport describes the anchor groups of one scored batch.
 type AnchorReport struct {
 	Groups   int     // anchor groups executed
 	Runs     int     // real runs (records obtained)
@@ -45,7 +27,7 @@ type AnchorReport struct {
 
 // correction is the composable part of the planning core that corrects
 // world-model rewards with real runs: WMRL (METHOD.md §2), or none. The
-// trainer asks it to map predicted gains, to pick anchor groups among the
+// loop asks it to map predicted gains, to pick anchor groups among the
 // kept ones, and to absorb the anchor runs; it never branches on which
 // correction it holds.
 type correction interface {
@@ -56,7 +38,7 @@ type correction interface {
 	// absorb takes the real runs of plan's jobs: it reshapes the anchor
 	// groups' rewards from the real gains and updates its own state. It
 	// returns the report and the real records obtained.
-	absorb(ro *rolloutData, plan *anchorPlan, runs []realRun) (AnchorReport, []records.Record)
+	absorb(ro *rolloutData, plan *anchorPlan, runs []RealRun) (AnchorReport, []records.Record)
 	// state returns the correction's state for a checkpoint (nil: none).
 	state() (json.RawMessage, error)
 	// restored returns a new correction of the same configuration holding
@@ -64,23 +46,23 @@ type correction interface {
 	restored(state json.RawMessage) (correction, error)
 }
 
-// noCorrection is the correction of a trainer with WMRL off.
+// noCorrection is the correction of a loop with WMRL off.
 type noCorrection struct{}
 
 func (noCorrection) debias(gain, _ float64) float64                      { return gain }
 func (noCorrection) anchors(*rolloutData, []int, *rand.Rand) *anchorPlan { return nil }
-func (noCorrection) absorb(*rolloutData, *anchorPlan, []realRun) (AnchorReport, []records.Record) {
+func (noCorrection) absorb(*rolloutData, *anchorPlan, []RealRun) (AnchorReport, []records.Record) {
 	return AnchorReport{Weight: 1}, nil
 }
 func (noCorrection) state() (json.RawMessage, error) { return nil, nil }
 func (c noCorrection) restored(state json.RawMessage) (correction, error) {
 	if len(state) > 0 {
-		return nil, errors.New("the checkpoint holds WMRL state, the trainer has WMRL off")
+		return nil, errors.New("the checkpoint holds WMRL state, the loop has WMRL off")
 	}
 	return c, nil
 }
 
-// anchorPlan is one rollout's anchor groups and the runs they need.
+// anchorPlan is one batch's anchor groups and the runs they need.
 type anchorPlan struct {
 	groups []int        // anchor group indices, in kept order
 	set    map[int]bool // the same as a set
@@ -165,15 +147,15 @@ func (w *wmrl) anchors(ro *rolloutData, kept []int, rng *rand.Rand) *anchorPlan 
 // absorb reshapes each anchor group from its real gains, pushes one
 // (world-model score, real score) pair per distinct job to the debiaser and
 // one group disagreement to the weighter.
-func (w *wmrl) absorb(ro *rolloutData, plan *anchorPlan, runs []realRun) (AnchorReport, []records.Record) {
+func (w *wmrl) absorb(ro *rolloutData, plan *anchorPlan, runs []RealRun) (AnchorReport, []records.Record) {
 	rep := AnchorReport{Groups: len(plan.groups)}
 	var real []records.Record
 	for j, r := range runs {
 		if r.Measured {
-			real = append(real, r.Rec)
+			real = append(real, r.Record)
 			rep.Runs++
 		} else {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", onTask(plan.jobs[j].Proposal, plan.jobs[j].Task), r.Failure))
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %s", realrun.OnTask(plan.jobs[j].Proposal, plan.jobs[j].Task), r.Failure))
 		}
 	}
 	pushed := make([]bool, len(plan.jobs))
@@ -188,7 +170,7 @@ func (w *wmrl) absorb(ro *rolloutData, plan *anchorPlan, runs []realRun) (Anchor
 
 // absorbGroup reshapes one anchor group and feeds the debiaser and the
 // weighter; it returns the number of pairs pushed.
-func (w *wmrl) absorbGroup(g *group, jobOf []int, runs []realRun, pushed []bool) int {
+func (w *wmrl) absorbGroup(g *group, jobOf []int, runs []RealRun, pushed []bool) int {
 	rc := w.rc
 	cands := make([]reward.Candidate, len(g.samples))
 	var pred, obs []float64
@@ -196,12 +178,12 @@ func (w *wmrl) absorbGroup(g *group, jobOf []int, runs []realRun, pushed []bool)
 	pairs := 0
 	for i := range g.samples {
 		s := &g.samples[i]
-		var r realRun
+		var r RealRun
 		j := jobOf[i]
 		if j >= 0 {
 			r = runs[j]
 		}
-		feasible := r.Measured && r.Rec.Infeasible == ""
+		feasible := r.Measured && r.Record.Infeasible == ""
 		// A sample that was not measured (unparseable, no change, or a run
 		// that failed for infrastructure reasons) keeps the world model's
 		// verdict and its debiased gain.
@@ -209,7 +191,7 @@ func (w *wmrl) absorbGroup(g *group, jobOf []int, runs []realRun, pushed []bool)
 		if r.Measured {
 			gain, valid = 0, feasible
 			if feasible {
-				gain = r.Rec.Gain
+				gain = r.Record.Gain
 			}
 		}
 		cands[i] = reward.NewCandidate(g.state, s.Proposal, gain, valid)
@@ -265,7 +247,7 @@ func (w *wmrl) state() (json.RawMessage, error) {
 
 func (w *wmrl) restored(state json.RawMessage) (correction, error) {
 	if len(state) == 0 {
-		return nil, errors.New("the trainer has WMRL on, the checkpoint holds no WMRL state")
+		return nil, errors.New("the loop has WMRL on, the checkpoint holds no WMRL state")
 	}
 	var st wmrlState
 	if err := json.Unmarshal(state, &st); err != nil {
