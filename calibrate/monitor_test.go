@@ -150,7 +150,7 @@ func TestTrigger(t *testing.T) {
 	fire, _ := off.Fire(20, 0, Monitors{Bias: good.Bias, Cosine: -1, Accuracy: 0.9})
 	require.False(t, fire)
 	bad := tr
-	bad.Budget = 0
+	bad.MinPairs = -1
 	require.ErrorIs(t, bad.Validate(), ErrConfig)
 	bad = tr
 	bad.Gap.Value = math.NaN()

@@ -86,9 +86,6 @@ type Trigger struct {
 	// MinInterval is the fewest steps between calibrations. Default 8
 	// (library choice: one rollout, METHOD.md §1 Policy optimisation).
 	MinInterval int
-	// Budget is B for an adaptively triggered calibration. Default 32
-	// (library choice: close to the paper's mean B_u = 100/3).
-	Budget int
 }
 
 // DefaultTrigger returns the defaults documented on Trigger's fields.
@@ -97,12 +94,12 @@ func DefaultTrigger() Trigger {
 		Gap:      Threshold{On: true, Value: 1},
 		Cosine:   Threshold{On: true, Value: 0.3},
 		Accuracy: Threshold{On: true, Value: 0.55},
-		MinPairs: 16, MinInterval: 8, Budget: 32,
+		MinPairs: 16, MinInterval: 8,
 	}
 }
 
-// Validate reports non-finite thresholds that are on, negative counts or a
-// budget below 1, wrapping ErrConfig.
+// Validate reports non-finite thresholds that are on or negative counts,
+// wrapping ErrConfig.
 func (t Trigger) Validate() error {
 	for _, th := range []struct {
 		name string
@@ -112,11 +109,8 @@ func (t Trigger) Validate() error {
 			return fmt.Errorf("%w: trigger %s threshold %g is not finite", ErrConfig, th.name, th.t.Value)
 		}
 	}
-	switch {
-	case t.MinPairs < 0 || t.MinInterval < 0:
+	if t.MinPairs < 0 || t.MinInterval < 0 {
 		return fmt.Errorf("%w: trigger MinPairs %d and MinInterval %d must be ≥ 0", ErrConfig, t.MinPairs, t.MinInterval)
-	case t.Budget < 1:
-		return fmt.Errorf("%w: trigger Budget = %d, want ≥ 1", ErrConfig, t.Budget)
 	}
 	return nil
 }

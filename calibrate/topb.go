@@ -18,31 +18,25 @@ func TopB(scores []float64, b int) []int {
 
 // Options restricts TopBWith. Zero values impose nothing.
 type Options struct {
-	// Task[i] is candidate i's task; with PerTask > 0 at most PerTask
-	// candidates of one task are selected. Nil or empty: no task limit.
-	Task []string
 	// Key[i] is candidate i's canonical proposal key (records.Proposal.Key);
 	// with UniqueKeys at most one candidate per key is selected. An empty
 	// key never collides.
 	Key []string
-	// PerTask is k, the most candidates per task; 0 means no limit.
-	PerTask int
 	// UniqueKeys selects at most one candidate per canonical key: executing
 	// the same change twice spends a run on an answer already known.
 	UniqueKeys bool
 }
 
 // TopBWith is TopB under opt: it walks the candidates in TopB order and
-// skips any that would exceed PerTask for its task or repeat a key already
-// selected, until b are selected or the candidates run out (so it may
-// return fewer than b). Task and Key, when set, must have len(scores)
-// entries, or TopBWith panics.
+// skips any that would repeat a key already selected, until b are
+// selected or the candidates run out (so it may return fewer than b). Key,
+// when set with UniqueKeys, must have len(scores) entries, or TopBWith
+// panics.
 func TopBWith(scores []float64, b int, opt Options) []int {
 	n := len(scores)
-	useTask := opt.PerTask > 0 && len(opt.Task) > 0
 	useKey := opt.UniqueKeys && len(opt.Key) > 0
-	if (useTask && len(opt.Task) != n) || (useKey && len(opt.Key) != n) {
-		panic("calibrate: TopBWith: Options.Task or Options.Key length differs from len(scores)")
+	if useKey && len(opt.Key) != n {
+		panic("calibrate: TopBWith: Options.Key length differs from len(scores)")
 	}
 	if b <= 0 || n == 0 {
 		return []int{}
@@ -57,26 +51,19 @@ func TopBWith(scores []float64, b int, opt Options) []int {
 		}
 		return cmp.Compare(i, j)
 	})
-	if !useTask && !useKey {
+	if !useKey {
 		return idx[:min(b, n):min(b, n)]
 	}
 	out := make([]int, 0, min(b, n))
-	perTask := map[string]int{}
 	keys := map[string]bool{}
 	for _, i := range idx {
 		if len(out) == b {
 			break
 		}
-		if useTask && perTask[opt.Task[i]] >= opt.PerTask {
-			continue
-		}
 		if useKey && opt.Key[i] != "" && keys[opt.Key[i]] {
 			continue
 		}
 		out = append(out, i)
-		if useTask {
-			perTask[opt.Task[i]]++
-		}
 		if useKey && opt.Key[i] != "" {
 			keys[opt.Key[i]] = true
 		}

@@ -91,7 +91,6 @@ func TestTopBMatchesSortReference(t *testing.T) {
 
 func TestTopBWith(t *testing.T) {
 	scores := []float64{9, 8, 7, 6, 5, 4}
-	task := []string{"a", "a", "a", "b", "b", "c"}
 	key := []string{"x", "x", "y", "", "", "z"}
 	tests := []struct {
 		name string
@@ -100,13 +99,9 @@ func TestTopBWith(t *testing.T) {
 		want []int
 	}{
 		{"no options", 3, Options{}, []int{0, 1, 2}},
-		{"per task 1", 3, Options{Task: task, PerTask: 1}, []int{0, 3, 5}},
-		{"per task 2", 4, Options{Task: task, PerTask: 2}, []int{0, 1, 3, 4}},
 		{"unique keys", 3, Options{Key: key, UniqueKeys: true}, []int{0, 2, 3}},
 		{"empty keys never collide", 5, Options{Key: key, UniqueKeys: true}, []int{0, 2, 3, 4, 5}},
-		{"both", 3, Options{Task: task, Key: key, PerTask: 1, UniqueKeys: true}, []int{0, 3, 5}},
-		{"runs out", 10, Options{Task: task, PerTask: 1}, []int{0, 3, 5}},
-		{"per task 0 ignores task", 2, Options{Task: task}, []int{0, 1}},
+		{"runs out", 10, Options{Key: key, UniqueKeys: true}, []int{0, 2, 3, 4, 5}},
 		{"keys ignored unless unique", 2, Options{Key: key}, []int{0, 1}},
 	}
 	for _, tt := range tests {
@@ -114,6 +109,5 @@ func TestTopBWith(t *testing.T) {
 			require.Equal(t, tt.want, TopBWith(scores, tt.b, tt.opt))
 		})
 	}
-	require.Panics(t, func() { TopBWith(scores, 2, Options{Task: []string{"a"}, PerTask: 1}) })
 	require.Panics(t, func() { TopBWith(scores, 2, Options{Key: []string{"a"}, UniqueKeys: true}) })
 }
