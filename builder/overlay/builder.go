@@ -181,35 +181,93 @@ type Builder struct {
 
 	plain bool // set after the server rejected json_object (under mu)
 
-	mu       sync.Mutex
-	inflight map[string]*flight // by proposal key
-	memo     map[string]Overlay // validated overlays by proposal key, at most MemoEntries
-	smoke    map[string]*flight // smoke verdicts by task ID and overlay digest, at most 8·MemoEntries
-	memoAge  []string           // memo's keys, oldest first
-	smokeAge []string           // smoke's keys, oldest first
+	mu sync.Mutex
+
+	// overlays holds the validated overlays by proposal key, at most
+	// MemoEntries; smokes the smoke verdicts by task ID and overlay digest,
+	// at most 8·MemoEntries.
+	overlays *flights[Overlay]
+	smokes   *flights[struct{}]
 }
 
-// remember puts v under key in m and key at the end of age, evicting the
-// oldest keys beyond limit. Called with b.mu held.
-func remember[V any](m map[string]V, age *[]string, key string, v V, limit int) {
-	if _, ok := m[key]; !ok {
-		*age = append(*age, key)
-	}
-	m[key] = v
-	for len(*age) > limit {
-		delete(m, (*age)[0])
-		*age = (*age)[1:]
-	}
-	if cap(*age) > 4*limit { // let the evicted prefix go
-		*age = append([]string(nil), *age...)
-	}
+// flights runs one computation per key among concurrent callers and keeps
+// the results worth keeping, at most limit keys, the oldest evicted. It is
+// safe for concurrent use.
+type flights[V any] struct {
+	mu    sync.Mutex
+	m     map[string]*flight[V] // in flight or kept
+	age   []string              // m's keys, oldest first
+	limit int
 }
 
 // flight is one computation others may wait for.
-type flight struct {
+type flight[V any] struct {
 	done chan struct{}
-	ov   Overlay
+	v    V
 	err  error
+}
+
+func newFlights[V any](limit int) *flights[V] {
+	return &flights[V]{m: map[string]*flight[V]{}, limit: limit}
+}
+
+// do returns key's kept result, waits for the one in flight, or runs fn.
+// fn's result is kept when keep(err); a waiter takes the result of the run
+// it waited for when final(err), else (a failure worth trying again) runs
+// again. shared reports a result another call ran. A waiter's cancellation
+// is an error wrapping builder.ErrCancelled, prefixed with what.
+func (fs *flights[V]) do(ctx context.Context, key, what string, fn func() (V, error), keep, final func(error) bool) (v V, shared bool, err error) {
+	for {
+		fs.mu.Lock()
+		f, ok := fs.m[key]
+		if !ok {
+			f = &flight[V]{done: make(chan struct{})}
+			fs.put(key, f)
+			fs.mu.Unlock()
+			f.v, f.err = fn()
+			if !keep(f.err) {
+				fs.mu.Lock()
+				if fs.m[key] == f {
+					delete(fs.m, key)
+				}
+				fs.mu.Unlock()
+			}
+			close(f.done)
+			return f.v, false, f.err
+		}
+		fs.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return v, false, fmt.Errorf("overlay: %s: %w: %w", what, builder.ErrCancelled, ctx.Err())
+		}
+		if final(f.err) {
+			return f.v, true, f.err
+		}
+	}
+}
+
+// put files f under key, evicting the oldest keys beyond the limit. Called
+// with fs.mu held.
+func (fs *flights[V]) put(key string, f *flight[V]) {
+	fs.m[key] = f
+	fs.age = append(fs.age, key)
+	for len(fs.m) > fs.limit && len(fs.age) > 0 {
+		delete(fs.m, fs.age[0])
+		fs.age = fs.age[1:]
+	}
+	if len(fs.age) > 4*fs.limit { // keys dropped and filed again: compact
+		live := fs.age[:0:0]
+		seen := map[string]bool{}
+		for i := len(fs.age) - 1; i >= 0; i-- {
+			if k := fs.age[i]; fs.m[k] != nil && !seen[k] {
+				seen[k] = true
+				live = append(live, k)
+			}
+		}
+		slices.Reverse(live)
+		fs.age = live
+	}
 }
 
 var _ builder.Builder = (*Builder)(nil)
@@ -236,7 +294,7 @@ func New(cfg Config) (*Builder, error) {
 	cfg.Allow = slices.Clone(cfg.Allow)
 	slices.Sort(cfg.Allow)
 	cfg.Allow = slices.Compact(cfg.Allow)
-	b := &Builder{cfg: cfg, client: oaichat.New(s), inflight: map[string]*flight{}, memo: map[string]Overlay{}, smoke: map[string]*flight{}}
+	b := &Builder{cfg: cfg, client: oaichat.New(s), overlays: newFlights[Overlay](cfg.MemoEntries), smokes: newFlights[struct{}](8 * cfg.MemoEntries)}
 	if b.digest, err = Digest(abs); err != nil {
 		return nil, err
 	}
@@ -362,33 +420,9 @@ func (b *Builder) wrap(base builder.Job, p records.Proposal, o Overlay, code *re
 // smokeOnce smoke-tests j once per memo key: a verdict (pass or an
 // infeasible failure) is kept, a transient failure or cancellation is not.
 func (b *Builder) smokeOnce(ctx context.Context, memo string, j builder.Job) error {
-	for {
-		b.mu.Lock()
-		f, ok := b.smoke[memo]
-		if !ok {
-			f = &flight{done: make(chan struct{})}
-			remember(b.smoke, &b.smokeAge, memo, f, 8*b.cfg.MemoEntries)
-			b.mu.Unlock()
-			f.err = b.smokeTest(ctx, j)
-			if f.err != nil && !errors.Is(f.err, builder.ErrInfeasible) {
-				b.mu.Lock()
-				delete(b.smoke, memo)
-				b.mu.Unlock()
-			}
-			close(f.done)
-			return f.err
-		}
-		b.mu.Unlock()
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			return fmt.Errorf("overlay: smoke test: %w: %w", builder.ErrCancelled, ctx.Err())
-		}
-		if f.err == nil || errors.Is(f.err, builder.ErrInfeasible) {
-			return f.err
-		}
-		// The other caller's attempt failed transiently or was cancelled: try again.
-	}
+	verdict := func(err error) bool { return err == nil || errors.Is(err, builder.ErrInfeasible) }
+	_, _, err := b.smokes.do(ctx, memo, "smoke test", func() (struct{}, error) { return struct{}{}, b.smokeTest(ctx, j) }, verdict, verdict)
+	return err
 }
 
 // MaxReasonLog is how much of a failed smoke test's log tail the reason
@@ -456,39 +490,15 @@ func (b *Builder) ledger(f func(t *builder.BuildTotals)) {
 // overlay returns p's validated overlay: from the cache, or from the
 // model (one request per proposal key in flight).
 func (b *Builder) overlay(ctx context.Context, t records.Task, p records.Proposal, key string) (Overlay, error) {
-	for {
-		b.mu.Lock()
-		if ov, ok := b.memo[key]; ok {
-			b.mu.Unlock()
-			b.ledger(func(t *builder.BuildTotals) { t.CacheHits++ })
-			return ov, nil
-		}
-		f, busy := b.inflight[key]
-		if !busy {
-			f = &flight{done: make(chan struct{})}
-			b.inflight[key] = f
-			b.mu.Unlock()
-			f.ov, f.err = b.fetch(ctx, t, p, key)
-			b.mu.Lock()
-			delete(b.inflight, key)
-			if f.err == nil {
-				remember(b.memo, &b.memoAge, key, f.ov, b.cfg.MemoEntries)
-			}
-			b.mu.Unlock()
-			close(f.done)
-			return f.ov, f.err
-		}
-		b.mu.Unlock()
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			return Overlay{}, fmt.Errorf("overlay: build: %w: %w", builder.ErrCancelled, ctx.Err())
-		}
-		if f.err != nil && errors.Is(f.err, builder.ErrInfeasible) {
-			return Overlay{}, f.err
-		}
-		// Done (now in memo), or failed in a way worth trying again.
+	// A validated overlay is kept; an infeasible one is every waiter's
+	// answer but asked again later; any other failure is worth trying again.
+	ok := func(err error) bool { return err == nil }
+	final := func(err error) bool { return err == nil || errors.Is(err, builder.ErrInfeasible) }
+	ov, shared, err := b.overlays.do(ctx, key, "build", func() (Overlay, error) { return b.fetch(ctx, t, p, key) }, ok, final)
+	if shared && err == nil {
+		b.ledger(func(t *builder.BuildTotals) { t.CacheHits++ })
 	}
+	return ov, err
 }
 
 // fetch reads the cache, or asks the model, validates the overlay and
