@@ -1,9 +1,12 @@
 package loop
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -350,4 +353,55 @@ func TestLoopCheckpointAnywhere(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestLoopRestoresAnEarlierCheckpoint(t *testing.T) {
+	// testdata holds the environment service's loop checkpoint as an
+	// earlier version wrote it (format lm2lm/Trainer/v3): a calibration
+	// picked at step 1 with its runs in flight, and a group scored at step
+	// 2. It restores with the same run pending and the group a candidate;
+	// absorbing the run reports b's predicted r = 2 under M_0 against its
+	// real clip(0.2/0.5) = 0.4 (METHOD.md §1 On-policy calibration).
+	data, err := os.ReadFile("testdata/service-loop-v3-calibrating.json")
+	require.NoError(t, err)
+	l := newTestLoop(t, loopConfig())
+	var part json.RawMessage
+	require.NoError(t, l.Restore(data, func(d json.RawMessage, st Status) error {
+		part = d
+		require.True(t, st.Calibrating)
+		return nil
+	}))
+	require.JSONEq(t, `{"step": 2, "batches": null, "policy": null}`, string(part), "an earlier layout's trainer part: no mini-batches, no policy")
+	st := l.Status()
+	require.Equal(t, 2, st.Step)
+	require.Equal(t, 1, st.Candidates)
+	rd := l.Ready()
+	require.Equal(t, CalibrationRuns, rd.Kind)
+	require.Len(t, rd.Execute, 1)
+	require.Equal(t, "b", rd.Execute[0].Change.Proposal.Mechanism)
+	rec := records.Record{Task: coreTask, Proposal: prop("b"), Gain: 0.2, Loss: 2.8, Source: records.Real}
+	ab, err := l.Absorb([]RealRun{{Record: rec, Measured: true, Ran: true}})
+	require.NoError(t, err)
+	require.Equal(t, 1, ab.Calibration.Step)
+	require.Equal(t, [][]float64{{2}}, ab.Calibration.Predicted)
+	require.InDelta(t, 0.4, ab.Calibration.Real[0][0], 1e-12)
+	require.Equal(t, 2, l.Status().Evidence.Len())
+
+	// A step in flight of a phase this version no longer has is refused
+	// with a message that says so, and the loop is unchanged.
+	var env map[string]any
+	require.NoError(t, json.Unmarshal(data, &env))
+	body := env["body"].(map[string]any)
+	body["in_flight"].(map[string]any)["phase"] = 2
+	raw, err := json.Marshal(body)
+	require.NoError(t, err)
+	sum := sha256.Sum256(raw)
+	env["body"], env["sha256"] = json.RawMessage(raw), hex.EncodeToString(sum[:])
+	old, err := json.Marshal(env)
+	require.NoError(t, err)
+	fresh := newTestLoop(t, loopConfig())
+	err = fresh.Restore(old, nil)
+	require.ErrorIs(t, err, ErrCheckpoint)
+	require.ErrorContains(t, err, "phase 2, which this version no longer has")
+	require.Zero(t, fresh.Status().Step)
 }
