@@ -109,7 +109,7 @@ func twinAdvance(t *testing.T, url string, step int) {
 
 // twinScore scores whole groups on the twin at step and returns the
 // rewards by group name and index.
-func twinScore(t *testing.T, url string, step int, groups []serve.ScoreGroup) map[string][]*float64 {
+func twinScore(t *testing.T, url string, step int, groups []serve.GroupCompletions) map[string][]*float64 {
 	t.Helper()
 	code, b := post(t, url+"/v1/score", "", serve.ScoreRequest{Step: ip(step), Groups: groups})
 	require.Equal(t, http.StatusOK, code, string(b))
@@ -193,12 +193,12 @@ func TestOpenRLHFSimulator(t *testing.T) {
 			require.NotNil(t, smp.Index)
 			byLabel[smp.Label] = append(byLabel[smp.Label], smp)
 		}
-		var groups []serve.ScoreGroup
+		var groups []serve.GroupCompletions
 		for _, r := range rows {
 			g := byLabel[r.Label]
 			require.Len(t, g, openrlhfG)
 			sort.Slice(g, func(i, j int) bool { return *g[i].Index < *g[j].Index })
-			sg := serve.ScoreGroup{StateID: r.StateID, Group: r.Label}
+			sg := serve.GroupCompletions{StateID: r.StateID, Group: r.Label}
 			for i, smp := range g {
 				require.Equal(t, i, *smp.Index)
 				sg.Completions = append(sg.Completions, smp.Completion)

@@ -69,9 +69,9 @@ func TestPrimeRLSimulator(t *testing.T) {
 	require.Equal(t, rows, twinRows)
 	for _, st := range got.Steps {
 		twinAdvance(t, twin.URL, st.Step)
-		var groups []serve.ScoreGroup
+		var groups []serve.GroupCompletions
 		for _, g := range st.Groups {
-			sg := serve.ScoreGroup{StateID: g.StateID, Group: "primerl-" + g.Group}
+			sg := serve.GroupCompletions{StateID: g.StateID, Group: "primerl-" + g.Group}
 			for _, tr := range g.Traces {
 				sg.Completions = append(sg.Completions, tr.Completion)
 			}

@@ -63,9 +63,9 @@ func TestSlimeSimulator(t *testing.T) {
 	for _, ro := range got.Rollouts {
 		require.Empty(t, ro.Error)
 		twinAdvance(t, twin.URL, ro.RolloutID)
-		var groups []serve.ScoreGroup
+		var groups []serve.GroupCompletions
 		for _, g := range ro.Groups {
-			sg := serve.ScoreGroup{StateID: g.Label, Group: fmt.Sprintf("%s/%d", g.Label, g.GroupIndex)}
+			sg := serve.GroupCompletions{StateID: g.Label, Group: fmt.Sprintf("%s/%d", g.Label, g.GroupIndex)}
 			for _, smp := range g.Samples {
 				sg.Completions = append(sg.Completions, smp.Response)
 			}

@@ -164,7 +164,7 @@ func replayWhole(t *testing.T, run trlRun, n, G int) (map[string][]float64, []se
 		slices.Sort(names)
 		q := serve.ScoreRequest{Step: ip(step)}
 		for _, name := range names {
-			q.Groups = append(q.Groups, serve.ScoreGroup{StateID: groups[name].state, Group: name, Completions: groups[name].texts})
+			q.Groups = append(q.Groups, serve.GroupCompletions{StateID: groups[name].state, Group: name, Completions: groups[name].texts})
 		}
 		code, b = post(t, srv.URL+"/v1/score", "", q)
 		require.Equal(t, http.StatusOK, code, string(b))

@@ -187,7 +187,7 @@ func TestVerlRewardLoop(t *testing.T) {
 				require.Equal(t, i, smp.SessionID)
 				comps = append(comps, smp.Completion)
 			}
-			q.Groups = append(q.Groups, serve.ScoreGroup{StateID: g.StateID, Group: g.UID, Completions: comps})
+			q.Groups = append(q.Groups, serve.GroupCompletions{StateID: g.StateID, Group: g.UID, Completions: comps})
 		}
 		code, b := post(t, twin.URL+"/v1/score", "", q)
 		require.Equal(t, http.StatusOK, code, string(b))

@@ -92,7 +92,7 @@ func (c adapterCase) want(t *testing.T) []float64 {
 		if !ok {
 			g = len(q.Groups)
 			idx[id] = g
-			q.Groups = append(q.Groups, serve.ScoreGroup{StateID: id})
+			q.Groups = append(q.Groups, serve.GroupCompletions{StateID: id})
 		}
 		q.Groups[g].Completions = append(q.Groups[g].Completions, c.completions[k])
 	}

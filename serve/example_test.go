@@ -44,7 +44,7 @@ func Example() {
 	for i, text := range texts {
 		wg.Go(func() {
 			step := 0
-			r, err := s.Score(context.Background(), "", "", serve.ScoreRequest{Step: &step, Samples: []serve.ScoreSample{
+			r, err := s.Score(context.Background(), "", "", serve.ScoreRequest{Step: &step, Samples: []serve.SampleCompletion{
 				{Group: "uid-1", StateID: sr.States[0].StateID, GroupSize: len(texts), Index: &i, Completion: text}}})
 			if err != nil {
 				log.Fatal(err)

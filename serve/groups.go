@@ -415,11 +415,17 @@ func (s *Service) predictAll(jobs []loop.PredictJob) ([]predJSON, []error) {
 	return out, errs
 }
 
-// ScoreSample is one sample of a score request: the trainer's name for its
+// The score types name the thing first, then what it carries: a
+// SampleCompletion and a GroupCompletions come in (ScoreRequest), a
+// SampleScore and a GroupScore go out (ScoreResponse); inside, a group is
+// an assembly while its samples arrive, a groupOp in the journal and a
+// groupAnswer once scored.
+
+// SampleCompletion is one sample of a score request: the trainer's name for its
 // group (unique within the step), the state, G, the sample's index in the
 // group (optional: absent, the next free index; state it for safe retries)
 // and the completion.
-type ScoreSample struct {
+type SampleCompletion struct {
 	Group      string `json:"group"`
 	StateID    string `json:"state_id"`
 	GroupSize  int    `json:"group_size"`
@@ -427,9 +433,9 @@ type ScoreSample struct {
 	Completion string `json:"completion"`
 }
 
-// ScoreGroup is a whole group in a score request. Group names it; absent,
+// GroupCompletions is a whole group in a score request. Group names it; absent,
 // it is named after the request (its request_id, or its body's digest).
-type ScoreGroup struct {
+type GroupCompletions struct {
 	StateID     string   `json:"state_id"`
 	Group       string   `json:"group,omitempty"`
 	Completions []string `json:"completions"`

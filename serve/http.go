@@ -84,10 +84,10 @@ type StatesRequest struct {
 // naming its group) and whole groups (Groups) at the trainer's Step
 // (required unless the service counts steps).
 type ScoreRequest struct {
-	RequestID string        `json:"request_id"`
-	Step      *int          `json:"step"`
-	Samples   []ScoreSample `json:"samples"`
-	Groups    []ScoreGroup  `json:"groups"`
+	RequestID string             `json:"request_id"`
+	Step      *int               `json:"step"`
+	Samples   []SampleCompletion `json:"samples"`
+	Groups    []GroupCompletions `json:"groups"`
 }
 
 // AdvanceRequest sets the trainer's step.
@@ -432,7 +432,7 @@ func (s *Service) reward(r *http.Request, q RewardRequest) (any, error) {
 		if len(q.Prompts) > 0 {
 			c = strings.TrimPrefix(query, q.Prompts[i])
 		}
-		sq.Samples = append(sq.Samples, ScoreSample{Group: q.Labels[i], StateID: q.Labels[i], GroupSize: size, Completion: c})
+		sq.Samples = append(sq.Samples, SampleCompletion{Group: q.Labels[i], StateID: q.Labels[i], GroupSize: size, Completion: c})
 	}
 	sr, err := s.Score(r.Context(), "", "", sq)
 	if err != nil {

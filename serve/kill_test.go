@@ -179,7 +179,7 @@ func waitRuns(url string) error {
 func scoreOp(sr serve.StatesResponse, k int) serve.ScoreRequest {
 	q := serve.ScoreRequest{RequestID: fmt.Sprintf("sc-%d", k), Step: ip(k - 1)}
 	for i, st := range sr.States {
-		q.Groups = append(q.Groups, serve.ScoreGroup{StateID: st.StateID, Completions: servetest.Completions(i+k, 8)})
+		q.Groups = append(q.Groups, serve.GroupCompletions{StateID: st.StateID, Completions: servetest.Completions(i+k, 8)})
 	}
 	return q
 }

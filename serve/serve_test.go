@@ -67,7 +67,7 @@ func score(t *testing.T, url, id string, step int, sr serve.StatesResponse, k in
 	t.Helper()
 	q := serve.ScoreRequest{RequestID: id, Step: ip(step)}
 	for i, st := range sr.States {
-		q.Groups = append(q.Groups, serve.ScoreGroup{StateID: st.StateID, Group: fmt.Sprintf("%s-%d", id, i), Completions: servetest.Completions(i+len(id), k)})
+		q.Groups = append(q.Groups, serve.GroupCompletions{StateID: st.StateID, Group: fmt.Sprintf("%s-%d", id, i), Completions: servetest.Completions(i+len(id), k)})
 	}
 	code, b := post(t, url+"/v1/score", "", q)
 	require.Equal(t, http.StatusOK, code, string(b))
@@ -170,7 +170,7 @@ func groupAnswers(t *testing.T, send func(t *testing.T, url, stateID string, tex
 	return out
 }
 
-func postSamples(t *testing.T, url string, step int, smps []serve.ScoreSample) []serve.SampleScore {
+func postSamples(t *testing.T, url string, step int, smps []serve.SampleCompletion) []serve.SampleScore {
 	code, b := post(t, url+"/v1/score", "", serve.ScoreRequest{Step: ip(step), Samples: smps})
 	require.Equal(t, http.StatusOK, code, string(b))
 	var r serve.ScoreResponse
@@ -180,7 +180,7 @@ func postSamples(t *testing.T, url string, step int, smps []serve.ScoreSample) [
 
 func TestSameAnswersHoweverTheGroupIsSplit(t *testing.T) {
 	whole := groupAnswers(t, func(t *testing.T, url, id string, texts []string) []serve.SampleScore {
-		code, b := post(t, url+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.ScoreGroup{{StateID: id, Group: "g", Completions: texts}}})
+		code, b := post(t, url+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.GroupCompletions{{StateID: id, Group: "g", Completions: texts}}})
 		require.Equal(t, http.StatusOK, code, string(b))
 		var r serve.ScoreResponse
 		require.NoError(t, json.Unmarshal(b, &r))
@@ -192,7 +192,7 @@ func TestSameAnswersHoweverTheGroupIsSplit(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := len(texts) - 1; i >= 0; i-- {
 			wg.Go(func() {
-				out[i] = postSamples(t, url, 0, []serve.ScoreSample{{Group: "uid-1", StateID: id, GroupSize: 8, Index: ip(i), Completion: texts[i]}})[0]
+				out[i] = postSamples(t, url, 0, []serve.SampleCompletion{{Group: "uid-1", StateID: id, GroupSize: 8, Index: ip(i), Completion: texts[i]}})[0]
 			})
 		}
 		wg.Wait()
@@ -204,9 +204,9 @@ func TestSameAnswersHoweverTheGroupIsSplit(t *testing.T) {
 		var wg sync.WaitGroup
 		for half := range 2 {
 			wg.Go(func() {
-				var smps []serve.ScoreSample
+				var smps []serve.SampleCompletion
 				for i := half * 4; i < half*4+4; i++ {
-					smps = append(smps, serve.ScoreSample{Group: "7", StateID: id, GroupSize: 8, Index: ip(i), Completion: texts[i]})
+					smps = append(smps, serve.SampleCompletion{Group: "7", StateID: id, GroupSize: 8, Index: ip(i), Completion: texts[i]})
 				}
 				copy(out[half*4:], postSamples(t, url, 0, smps))
 			})
@@ -229,9 +229,9 @@ func TestPartialGroupAtItsDeadline(t *testing.T) {
 	sr := states(t, srv.URL, 1, "")
 	id := sr.States[0].StateID
 	texts := servetest.Completions(0, 8)
-	var smps []serve.ScoreSample
+	var smps []serve.SampleCompletion
 	for i := range 3 {
-		smps = append(smps, serve.ScoreSample{Group: "g", StateID: id, GroupSize: 8, Index: ip(i), Completion: texts[i]})
+		smps = append(smps, serve.SampleCompletion{Group: "g", StateID: id, GroupSize: 8, Index: ip(i), Completion: texts[i]})
 	}
 	got := postSamples(t, srv.URL, 0, smps)
 	for _, smp := range got {
@@ -240,7 +240,7 @@ func TestPartialGroupAtItsDeadline(t *testing.T) {
 		require.NotNil(t, smp.Reward)
 	}
 	// A sample after the deadline gets no reward and says why.
-	late := postSamples(t, srv.URL, 0, []serve.ScoreSample{{Group: "g", StateID: id, GroupSize: 8, Index: ip(5), Completion: texts[5]}})
+	late := postSamples(t, srv.URL, 0, []serve.SampleCompletion{{Group: "g", StateID: id, GroupSize: 8, Index: ip(5), Completion: texts[5]}})
 	require.Nil(t, late[0].Reward)
 	require.Contains(t, late[0].FailureReason, "late")
 	// A retried sample gets its first answer.
@@ -252,7 +252,7 @@ func TestPartialGroupAtItsDeadline(t *testing.T) {
 func TestStepRules(t *testing.T) {
 	_, srv, _ := newService(t, t.TempDir(), nil, servetest.Options{})
 	sr := states(t, srv.URL, 1, "")
-	g := []serve.ScoreGroup{{StateID: sr.States[0].StateID, Completions: servetest.Completions(0, 2)}}
+	g := []serve.GroupCompletions{{StateID: sr.States[0].StateID, Completions: servetest.Completions(0, 2)}}
 	for _, c := range []struct {
 		name string
 		body any
@@ -281,7 +281,7 @@ func TestStepCountingIsOptIn(t *testing.T) {
 	sr := states(t, srv.URL, 1, "")
 	for k := range 3 {
 		code, b := post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{RequestID: fmt.Sprint(k),
-			Groups: []serve.ScoreGroup{{StateID: sr.States[0].StateID, Completions: servetest.Completions(k, 2)}}})
+			Groups: []serve.GroupCompletions{{StateID: sr.States[0].StateID, Completions: servetest.Completions(k, 2)}}})
 		require.Equal(t, http.StatusOK, code, string(b))
 		var r serve.ScoreResponse
 		require.NoError(t, json.Unmarshal(b, &r))
@@ -361,7 +361,7 @@ func TestCalibrationOffTheScoringPath(t *testing.T) {
 func TestRequestIDReusedWithAnotherBody(t *testing.T) {
 	s, srv, _ := newService(t, t.TempDir(), nil, servetest.Options{})
 	sr := states(t, srv.URL, 2, "")
-	q := serve.ScoreRequest{RequestID: "same", Step: ip(0), Groups: []serve.ScoreGroup{{StateID: sr.States[0].StateID, Completions: servetest.Completions(0, 4)}}}
+	q := serve.ScoreRequest{RequestID: "same", Step: ip(0), Groups: []serve.GroupCompletions{{StateID: sr.States[0].StateID, Completions: servetest.Completions(0, 4)}}}
 	_, b1 := post(t, srv.URL+"/v1/score", "", q)
 	_, b2 := post(t, srv.URL+"/v1/score", "", q)
 	require.Equal(t, string(b1), string(b2))
@@ -376,7 +376,7 @@ func TestRequestIDReusedWithAnotherBody(t *testing.T) {
 func TestHeldOutStatesAreNeverScored(t *testing.T) {
 	s, srv, _ := newService(t, t.TempDir(), nil, servetest.Options{})
 	held := states(t, srv.URL, 2, "test")
-	code, b := post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.ScoreGroup{{StateID: held.States[0].StateID, Completions: servetest.Completions(0, 4)}}})
+	code, b := post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.GroupCompletions{{StateID: held.States[0].StateID, Completions: servetest.Completions(0, 4)}}})
 	require.Equal(t, http.StatusBadRequest, code, string(b))
 	require.Equal(t, "test_state", errCode(t, b))
 	require.Zero(t, s.Info().Candidates, "nothing of a held-out state can reach a calibration")
@@ -440,8 +440,8 @@ func TestRequestErrors(t *testing.T) {
 	_, srv, _ := newService(t, t.TempDir(), func(c *serve.Config) { c.MaxBody, c.MaxSamples, c.MaxCompletions, c.GroupSize = 4096, 3, 3, 3 }, servetest.Options{})
 	sr := states(t, srv.URL, 3, "")
 	id := sr.States[0].StateID
-	g := func(k int) []serve.ScoreGroup {
-		return []serve.ScoreGroup{{StateID: id, Completions: servetest.Completions(0, k)}}
+	g := func(k int) []serve.GroupCompletions {
+		return []serve.GroupCompletions{{StateID: id, Completions: servetest.Completions(0, k)}}
 	}
 	for _, c := range []struct {
 		name, path string
@@ -449,7 +449,7 @@ func TestRequestErrors(t *testing.T) {
 		code       int
 		errCode    string
 	}{
-		{"unknown state", "/v1/score", serve.ScoreRequest{Step: ip(0), Groups: []serve.ScoreGroup{{StateID: "s-nope", Completions: []string{"x"}}}}, 400, "unknown_state"},
+		{"unknown state", "/v1/score", serve.ScoreRequest{Step: ip(0), Groups: []serve.GroupCompletions{{StateID: "s-nope", Completions: []string{"x"}}}}, 400, "unknown_state"},
 		{"bad json", "/v1/score", []byte(`{"groups": [`), 400, "bad_json"},
 		{"unknown field", "/v1/score", []byte(`{"groupz": []}`), 400, "bad_json"},
 		{"duplicate key", "/v1/score", []byte(`{"step": 0, "step": 5, "groups": []}`), 400, "bad_json"},
@@ -457,9 +457,9 @@ func TestRequestErrors(t *testing.T) {
 		{"nested duplicate key", "/v1/score", []byte(`{"step": 0, "groups": [{"state_id": "a", "state_id": "b", "completions": ["x"]}]}`), 400, "bad_json"},
 		{"no samples", "/v1/score", serve.ScoreRequest{Step: ip(0)}, 400, "empty"},
 		{"too many samples", "/v1/score", serve.ScoreRequest{Step: ip(0), Groups: g(4)}, 413, "too_many_samples"},
-		{"group size", "/v1/score", serve.ScoreRequest{Step: ip(0), Samples: []serve.ScoreSample{{Group: "g", StateID: id, GroupSize: 9, Completion: "x"}}}, 413, "bad_group_size"},
-		{"index", "/v1/score", serve.ScoreRequest{Step: ip(0), Samples: []serve.ScoreSample{{Group: "g", StateID: id, GroupSize: 2, Index: ip(2), Completion: "x"}}}, 400, "bad_index"},
-		{"no group name", "/v1/score", serve.ScoreRequest{Step: ip(0), Samples: []serve.ScoreSample{{StateID: id, GroupSize: 2, Completion: "x"}}}, 400, "bad_group"},
+		{"group size", "/v1/score", serve.ScoreRequest{Step: ip(0), Samples: []serve.SampleCompletion{{Group: "g", StateID: id, GroupSize: 9, Completion: "x"}}}, 413, "bad_group_size"},
+		{"index", "/v1/score", serve.ScoreRequest{Step: ip(0), Samples: []serve.SampleCompletion{{Group: "g", StateID: id, GroupSize: 2, Index: ip(2), Completion: "x"}}}, 400, "bad_index"},
+		{"no group name", "/v1/score", serve.ScoreRequest{Step: ip(0), Samples: []serve.SampleCompletion{{StateID: id, GroupSize: 2, Completion: "x"}}}, 400, "bad_group"},
 		{"body too large", "/v1/score", []byte(`{"groups": [{"state_id": "` + strings.Repeat("x", 5000) + `"}]}`), 413, "body_too_large"},
 		{"negative step", "/v1/advance", serve.AdvanceRequest{Step: -1}, 400, "bad_step"},
 		{"bad split", "/v1/states", serve.StatesRequest{N: 1, Split: "dev"}, 400, "bad_split"},
@@ -474,11 +474,11 @@ func TestRequestErrors(t *testing.T) {
 	}
 	// A sample with another completion for a filled index, and a group
 	// named twice with another state, are conflicts.
-	one := []serve.ScoreSample{{Group: "c", StateID: id, GroupSize: 3, Index: ip(0), Completion: "a"}}
-	code, b := post(t, srv.URL+"/v1/score?x", "", serve.ScoreRequest{Step: ip(0), Samples: append(one, serve.ScoreSample{Group: "c", StateID: id, GroupSize: 3, Index: ip(0), Completion: "b"})})
+	one := []serve.SampleCompletion{{Group: "c", StateID: id, GroupSize: 3, Index: ip(0), Completion: "a"}}
+	code, b := post(t, srv.URL+"/v1/score?x", "", serve.ScoreRequest{Step: ip(0), Samples: append(one, serve.SampleCompletion{Group: "c", StateID: id, GroupSize: 3, Index: ip(0), Completion: "b"})})
 	require.Equal(t, http.StatusConflict, code, string(b))
 	require.Equal(t, "sample_conflict", errCode(t, b))
-	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Samples: []serve.ScoreSample{{Group: "c", StateID: sr.States[1].StateID, GroupSize: 3, Completion: "a"}}})
+	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Samples: []serve.SampleCompletion{{Group: "c", StateID: sr.States[1].StateID, GroupSize: 3, Completion: "a"}}})
 	require.Equal(t, http.StatusConflict, code, string(b))
 	require.Equal(t, "group_mismatch", errCode(t, b))
 }
@@ -518,7 +518,7 @@ func TestBusyBeyondMaxInFlight(t *testing.T) {
 	sr := states(t, srv.URL, 1, "")
 	done := make(chan int)
 	go func() {
-		code, _ := post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.ScoreGroup{{StateID: sr.States[0].StateID, Completions: servetest.Completions(0, 2)}}})
+		code, _ := post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.GroupCompletions{{StateID: sr.States[0].StateID, Completions: servetest.Completions(0, 2)}}})
 		done <- code
 	}()
 	for {
@@ -598,7 +598,7 @@ func TestEvaluateRunsForReal(t *testing.T) {
 	sr := states(t, srv.URL, 2, "test")
 	q := serve.ScoreRequest{RequestID: "ev"}
 	for _, st := range sr.States {
-		q.Groups = append(q.Groups, serve.ScoreGroup{StateID: st.StateID, Completions: []string{
+		q.Groups = append(q.Groups, serve.GroupCompletions{StateID: st.StateID, Completions: []string{
 			`{"mechanism": "lr-scale", "params": {"factor": "2"}}`, `{"mechanism": "lr-scale", "params": {"factor": "2"}}`, "junk"}})
 	}
 	code, b := post(t, srv.URL+"/v1/evaluate", "", q)
@@ -645,7 +645,7 @@ func TestMemoryBounds(t *testing.T) {
 	var more serve.StatesResponse
 	require.NoError(t, json.Unmarshal(b, &more))
 	require.Equal(t, 6, s.Info().Issued)
-	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(16), Groups: []serve.ScoreGroup{{StateID: first.States[0].StateID, Completions: []string{"x"}}}})
+	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(16), Groups: []serve.GroupCompletions{{StateID: first.States[0].StateID, Completions: []string{"x"}}}})
 	require.Equal(t, http.StatusBadRequest, code, string(b))
 	require.Equal(t, "unknown_state", errCode(t, b), "the oldest issued states are forgotten")
 	code, b = post(t, srv.URL+"/v1/states", "", serve.StatesRequest{RequestID: "st--4", N: 4})
@@ -661,7 +661,7 @@ func TestDamagedJournalRefusesToStart(t *testing.T) {
 	// A completion of '<' is journalled as itself, not as six bytes of
 	// JSON escape each.
 	lt := strings.Repeat("<", 8000)
-	code, b := post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.ScoreGroup{{StateID: sr.States[0].StateID, Completions: []string{lt, lt}}}})
+	code, b := post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.GroupCompletions{{StateID: sr.States[0].StateID, Completions: []string{lt, lt}}}})
 	require.Equal(t, http.StatusOK, code, string(b))
 	score(t, srv.URL, "x", 0, sr, 4)
 	srv.Close()
@@ -701,11 +701,11 @@ func TestHeldOutStatesOutliveTraining(t *testing.T) {
 	require.Equal(t, 4+2, s.Info().Issued, "4 training states and the 2 held-out ones")
 	q := serve.ScoreRequest{RequestID: "ev"}
 	for _, st := range held.States {
-		q.Groups = append(q.Groups, serve.ScoreGroup{StateID: st.StateID, Completions: []string{`{"mechanism": "lr-scale", "params": {"factor": "2"}}`}})
+		q.Groups = append(q.Groups, serve.GroupCompletions{StateID: st.StateID, Completions: []string{`{"mechanism": "lr-scale", "params": {"factor": "2"}}`}})
 	}
 	code, b := post(t, srv.URL+"/v1/evaluate", "", q)
 	require.Equal(t, http.StatusOK, code, string(b))
-	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.ScoreGroup{{StateID: first.States[0].StateID, Completions: []string{"x"}}}})
+	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Groups: []serve.GroupCompletions{{StateID: first.States[0].StateID, Completions: []string{"x"}}}})
 	require.Equal(t, http.StatusBadRequest, code, string(b))
 	require.Equal(t, "unknown_state", errCode(t, b), "the oldest training states are forgotten")
 }

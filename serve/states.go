@@ -266,7 +266,7 @@ type EvalResponse struct {
 // and evaluation); unparseable, infeasible and unmeasured proposals are
 // reported as such, and the mean is over the feasible runs in σ_e units.
 // Runs are never added to M, and the runs it paid are counted durably.
-func (s *Service) Evaluate(ctx context.Context, key string, gs []ScoreGroup) (json.RawMessage, error) {
+func (s *Service) Evaluate(ctx context.Context, key string, gs []GroupCompletions) (json.RawMessage, error) {
 	n := 0
 	for i, g := range gs {
 		if g.StateID == "" || len(g.Completions) == 0 {

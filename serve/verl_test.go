@@ -32,7 +32,7 @@ func verlStep(client *http.Client, url string, sr serve.StatesResponse, step, G,
 		wg.Go(func() {
 			for j := range jobs {
 				idx, st := j.i, step
-				q := serve.ScoreRequest{Step: &st, Samples: []serve.ScoreSample{{Group: fmt.Sprintf("uid-%d-%d", step, j.g),
+				q := serve.ScoreRequest{Step: &st, Samples: []serve.SampleCompletion{{Group: fmt.Sprintf("uid-%d-%d", step, j.g),
 					StateID: sr.States[j.g].StateID, GroupSize: G, Index: &idx, Completion: servetest.Completions(j.g+step, G)[j.i]}}}
 				body, _ := json.Marshal(q)
 				sent[j.g][j.i] = time.Now()
