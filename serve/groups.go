@@ -199,41 +199,13 @@ func (s *Service) deadline(a *assembly) {
 // new M. A world-model failure answers that group's samples with a failure
 // reason and changes nothing: the trainer may send the group again.
 func (s *Service) finish(as []*assembly) {
-	type prepared struct {
-		idx    []int
-		texts  []string
-		parsed []proposer.Sample
-		jobs   []loop.PredictJob
-		preds  []predJSON
-		err    error
-	}
 	for {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			return
 		}
-		ps := make([]*prepared, len(as))
-		var all []loop.PredictJob
-		for k, a := range as {
-			e, ok := s.states[a.stateID]
-			if !ok {
-				if a.ans == nil {
-					s.fail(a, "state_evicted: the state was forgotten before its group was scored")
-				}
-				continue
-			}
-			p := &prepared{}
-			for i, h := range a.have {
-				if h {
-					p.idx, p.texts = append(p.idx, i), append(p.texts, a.texts[i])
-				}
-			}
-			p.parsed = s.parse(p.texts)
-			p.jobs = s.loop.Ready(loop.Group{State: e.State, Samples: p.parsed}).Predict
-			all = append(all, p.jobs...)
-			ps[k] = p
-		}
+		ps, all := s.prepare(as)
 		epoch := s.loop.Status().Calibrations
 		s.mu.Unlock()
 
@@ -262,24 +234,69 @@ func (s *Service) finish(as []*assembly) {
 			continue
 		}
 		for k, a := range as {
-			p := ps[k]
-			_, known := s.states[a.stateID]
-			switch {
-			case p == nil:
-			case !known: // forgotten while its predictions ran: journal nothing replay could not apply
-				s.fail(a, "state_evicted: the state was forgotten before its group was scored")
-			case p.err != nil:
-				s.fail(a, "world_model: "+records.Excerpt(p.err.Error()))
-			default:
-				o := op{Kind: "group", Group: &groupOp{Key: a.key, Group: a.group, StateID: a.stateID, Size: a.size,
-					Partial: a.partial, Index: p.idx, Completions: p.texts, Preds: p.preds}, parsed: p.parsed}
-				if _, err := s.commit(o); err != nil && a.ans == nil {
-					s.fail(a, "state: "+records.Excerpt(err.Error()))
-				}
-			}
+			s.commitGroup(a, ps[k])
 		}
 		s.mu.Unlock()
 		return
+	}
+}
+
+// prepared is a group ready for its world-model queries: its samples'
+// indices, completions and parses, the queries (the loop's Ready) and,
+// once asked, their answers or the first error.
+type prepared struct {
+	idx    []int
+	texts  []string
+	parsed []proposer.Sample
+	jobs   []loop.PredictJob
+	preds  []predJSON
+	err    error
+}
+
+// prepare parses each group and lists its queries under the current M
+// (nil for a group whose state was forgotten, which it fails), and returns
+// all the queries in order. The caller holds mu.
+func (s *Service) prepare(as []*assembly) ([]*prepared, []loop.PredictJob) {
+	ps := make([]*prepared, len(as))
+	var all []loop.PredictJob
+	for k, a := range as {
+		e, ok := s.states[a.stateID]
+		if !ok {
+			if a.ans == nil {
+				s.fail(a, "state_evicted: the state was forgotten before its group was scored")
+			}
+			continue
+		}
+		p := &prepared{}
+		for i, h := range a.have {
+			if h {
+				p.idx, p.texts = append(p.idx, i), append(p.texts, a.texts[i])
+			}
+		}
+		p.parsed = s.parse(p.texts)
+		p.jobs = s.loop.Ready(loop.Group{State: e.State, Samples: p.parsed}).Predict
+		all = append(all, p.jobs...)
+		ps[k] = p
+	}
+	return ps, all
+}
+
+// commitGroup journals a predicted group, which scores it, or answers its
+// samples with why it cannot be scored. The caller holds mu.
+func (s *Service) commitGroup(a *assembly, p *prepared) {
+	_, known := s.states[a.stateID]
+	switch {
+	case p == nil:
+	case !known: // forgotten while its predictions ran: journal nothing replay could not apply
+		s.fail(a, "state_evicted: the state was forgotten before its group was scored")
+	case p.err != nil:
+		s.fail(a, "world_model: "+records.Excerpt(p.err.Error()))
+	default:
+		o := op{Kind: "group", Group: &groupOp{Key: a.key, Group: a.group, StateID: a.stateID, Size: a.size,
+			Partial: a.partial, Index: p.idx, Completions: p.texts, Preds: p.preds}, parsed: p.parsed}
+		if _, err := s.commit(o); err != nil && a.ans == nil {
+			s.fail(a, "state: "+records.Excerpt(err.Error()))
+		}
 	}
 }
 
@@ -499,33 +516,7 @@ func (s *Service) Score(ctx context.Context, key, sum string, q ScoreRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	type wait struct {
-		a   *assembly
-		ans *groupAnswer
-		idx int
-	}
-	waits := make([]wait, len(ins))
-	var complete []*assembly
-	s.mu.Lock()
-	step, err := s.requestStep(q, key, sum)
-	if err == nil {
-		for i, in := range ins {
-			a, ans, idx, jerr := s.join(step, in)
-			if jerr != nil {
-				err = jerr
-				break
-			}
-			waits[i] = wait{a, ans, idx}
-			if a != nil && a.complete && !a.launched {
-				a.launched = true
-				complete = append(complete, a)
-			}
-		}
-	}
-	if len(complete) > 0 && !s.closed {
-		s.goBG(func() { s.finish(complete) })
-	}
-	s.mu.Unlock()
+	step, waits, err := s.joinAll(q, key, sum, ins)
 	if err != nil {
 		return nil, err
 	}
@@ -541,6 +532,50 @@ func (s *Service) Score(ctx context.Context, key, sum string, q ScoreRequest) (*
 				Message: "the request ended before its groups were complete; send the same samples again (same group and index) for their answers"}
 		}
 	}
+	return scoreResponse(step, len(q.Samples), ins, waits), nil
+}
+
+// joined is a sample of a request in its group: the group being
+// assembled, or its answer once scored, and the sample's index in it.
+type joined struct {
+	a   *assembly
+	ans *groupAnswer
+	idx int
+}
+
+// joinAll takes the request's step and joins each sample to its group,
+// starting the scoring of the groups it completes.
+func (s *Service) joinAll(q ScoreRequest, key, sum string, ins []sampleIn) (int, []joined, error) {
+	waits := make([]joined, len(ins))
+	var complete []*assembly
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	step, err := s.requestStep(q, key, sum)
+	if err == nil {
+		for i, in := range ins {
+			a, ans, idx, jerr := s.join(step, in)
+			if jerr != nil {
+				err = jerr
+				break
+			}
+			waits[i] = joined{a, ans, idx}
+			if a != nil && a.complete && !a.launched {
+				a.launched = true
+				complete = append(complete, a)
+			}
+		}
+	}
+	if len(complete) > 0 && !s.closed {
+		s.goBG(func() { s.finish(complete) })
+	}
+	return step, waits, err
+}
+
+// scoreResponse answers a request whose groups are all answered: its
+// first singles samples one by one, the rest by whole group, with the
+// counts over the distinct groups and the mean reward of the scored
+// samples.
+func scoreResponse(step, singles int, ins []sampleIn, waits []joined) *ScoreResponse {
 	resp := &ScoreResponse{API: APIVersion, Step: step}
 	seen := map[*groupAnswer]bool{}
 	var sumR float64
@@ -565,7 +600,7 @@ func (s *Service) Score(ctx context.Context, key, sum string, q ScoreRequest) (*
 				resp.Flat++
 			}
 		}
-		if i < len(q.Samples) {
+		if i < singles {
 			resp.Samples = append(resp.Samples, smp)
 			continue
 		}
@@ -580,7 +615,7 @@ func (s *Service) Score(ctx context.Context, key, sum string, q ScoreRequest) (*
 	if nR > 0 {
 		resp.MeanReward = sumR / float64(nR)
 	}
-	return resp, nil
+	return resp
 }
 
 // normalise checks a score request's shape and bounds and lists its

@@ -267,35 +267,11 @@ type EvalResponse struct {
 // reported as such, and the mean is over the feasible runs in σ_e units.
 // Runs are never added to M, and the runs it paid are counted durably.
 func (s *Service) Evaluate(ctx context.Context, key string, gs []GroupCompletions) (json.RawMessage, error) {
-	n := 0
-	for i, g := range gs {
-		if g.StateID == "" || len(g.Completions) == 0 {
-			return nil, badRequest("bad_group", "group %d: a state_id and completions are required", i)
-		}
-		if len(g.Completions) > s.cfg.MaxCompletions {
-			return nil, tooLarge("too_many_completions", "group %d: %d completions, at most %d", i, len(g.Completions), s.cfg.MaxCompletions)
-		}
-		for j, c := range g.Completions {
-			if len(c) > s.cfg.MaxCompletionBytes {
-				return nil, tooLarge("completion_too_long", "group %d completion %d: %d bytes, at most %d", i, j, len(c), s.cfg.MaxCompletionBytes)
-			}
-		}
-		n += len(g.Completions)
-	}
-	switch {
-	case n == 0:
-		return nil, badRequest("empty", "no groups")
-	case n > s.cfg.MaxSamples:
-		return nil, tooLarge("too_many_samples", "%d completions, at most %d", n, s.cfg.MaxSamples)
-	case s.c.Builder == nil || s.c.Executor == nil:
-		return nil, badRequest("no_executor", "the service has no executor")
+	if err := s.checkEval(gs); err != nil {
+		return nil, err
 	}
 	return s.once(key, func() (json.RawMessage, error) {
-		type grp struct {
-			state records.State
-			texts []string
-		}
-		lg := make([]grp, len(gs))
+		lg := make([]evalGroup, len(gs))
 		s.mu.Lock()
 		for i, g := range gs {
 			e, ok := s.states[g.StateID]
@@ -303,61 +279,15 @@ func (s *Service) Evaluate(ctx context.Context, key string, gs []GroupCompletion
 				s.mu.Unlock()
 				return nil, badRequest("unknown_state", "group %d: unknown state_id %q", i, records.Excerpt(g.StateID))
 			}
-			lg[i] = grp{e.State, g.Completions}
+			lg[i] = evalGroup{state: e.State, texts: g.Completions}
 		}
 		s.mu.Unlock()
-		idx := map[string]int{}
-		var jobs []loop.RunJob
-		at := make([][]int, len(lg))
-		parsed := make([][]proposerSample, len(lg))
-		for gi, g := range lg {
-			at[gi] = make([]int, len(g.texts))
-			for i, smp := range s.parse(g.texts) {
-				parsed[gi] = append(parsed[gi], proposerSample{smp.Invalid, smp.Proposal})
-				at[gi][i] = -1
-				if smp.Invalid || smp.Proposal.IsNoChange() {
-					continue
-				}
-				tc := records.TaskChange{Task: g.state.Task, Proposal: smp.Proposal}
-				k, ok := idx[tc.Key()]
-				if !ok {
-					k = len(jobs)
-					idx[tc.Key()] = k
-					jobs = append(jobs, loop.RunJob{Change: tc})
-				}
-				at[gi][i] = k
-			}
-		}
+		jobs := s.evalJobs(lg)
 		runs, err := s.execute(ctx, jobs)
 		if err != nil {
 			return nil, err
 		}
-		resp := EvalResponse{API: APIVersion, Groups: make([][]EvalResult, len(lg)), Runs: len(jobs)}
-		var sum float64
-		var nf int
-		for gi, g := range lg {
-			for i, smp := range parsed[gi] {
-				r := EvalResult{Valid: !smp.invalid}
-				if !smp.invalid {
-					r.Mechanism = smp.p.Mechanism
-				}
-				if k := at[gi][i]; k >= 0 {
-					run := runs[k]
-					r.Measured, r.Failure = run.Measured, records.Excerpt(run.Failure)
-					r.Infeasible = records.Excerpt(run.Record.Infeasible)
-					if run.Measured && run.Record.Infeasible == "" {
-						r.Gain, r.GainSigmas = run.Record.Gain, run.Record.Gain/g.state.Task.SeedNoise
-						sum += r.GainSigmas
-						nf++
-					}
-				}
-				resp.Groups[gi] = append(resp.Groups[gi], r)
-			}
-		}
-		if nf > 0 {
-			resp.MeanSig = sum / float64(nf)
-		}
-		b, err := json.Marshal(resp)
+		b, err := json.Marshal(evalResponse(lg, runs, len(jobs)))
 		if err != nil {
 			return nil, err
 		}
@@ -373,6 +303,101 @@ func (s *Service) Evaluate(ctx context.Context, key string, gs []GroupCompletion
 		defer s.mu.Unlock()
 		return s.commit(op{Kind: "eval", Key: key, Runs: paid, Cost: &cost, Body: b})
 	})
+}
+
+// checkEval checks an evaluate request's shape and bounds.
+func (s *Service) checkEval(gs []GroupCompletions) error {
+	n := 0
+	for i, g := range gs {
+		if g.StateID == "" || len(g.Completions) == 0 {
+			return badRequest("bad_group", "group %d: a state_id and completions are required", i)
+		}
+		if len(g.Completions) > s.cfg.MaxCompletions {
+			return tooLarge("too_many_completions", "group %d: %d completions, at most %d", i, len(g.Completions), s.cfg.MaxCompletions)
+		}
+		for j, c := range g.Completions {
+			if len(c) > s.cfg.MaxCompletionBytes {
+				return tooLarge("completion_too_long", "group %d completion %d: %d bytes, at most %d", i, j, len(c), s.cfg.MaxCompletionBytes)
+			}
+		}
+		n += len(g.Completions)
+	}
+	switch {
+	case n == 0:
+		return badRequest("empty", "no groups")
+	case n > s.cfg.MaxSamples:
+		return tooLarge("too_many_samples", "%d completions, at most %d", n, s.cfg.MaxSamples)
+	case s.c.Builder == nil || s.c.Executor == nil:
+		return badRequest("no_executor", "the service has no executor")
+	}
+	return nil
+}
+
+// evalGroup is an evaluated group: its state, its completions, their
+// parses and each one's run (an index into the jobs, −1 for none).
+type evalGroup struct {
+	state  records.State
+	texts  []string
+	parsed []proposerSample
+	at     []int
+}
+
+// evalJobs parses the groups' completions and returns one run per
+// distinct (task, change), filling each group's parses and runs.
+func (s *Service) evalJobs(lg []evalGroup) []loop.RunJob {
+	idx := map[string]int{}
+	var jobs []loop.RunJob
+	for gi := range lg {
+		g := &lg[gi]
+		g.at = make([]int, len(g.texts))
+		for i, smp := range s.parse(g.texts) {
+			g.parsed = append(g.parsed, proposerSample{smp.Invalid, smp.Proposal})
+			g.at[i] = -1
+			if smp.Invalid || smp.Proposal.IsNoChange() {
+				continue
+			}
+			tc := records.TaskChange{Task: g.state.Task, Proposal: smp.Proposal}
+			k, ok := idx[tc.Key()]
+			if !ok {
+				k = len(jobs)
+				idx[tc.Key()] = k
+				jobs = append(jobs, loop.RunJob{Change: tc})
+			}
+			g.at[i] = k
+		}
+	}
+	return jobs
+}
+
+// evalResponse reports each completion's real outcome and the mean gain
+// of the feasible runs in σ_e units.
+func evalResponse(lg []evalGroup, runs []loop.RealRun, nJobs int) EvalResponse {
+	resp := EvalResponse{API: APIVersion, Groups: make([][]EvalResult, len(lg)), Runs: nJobs}
+	var sum float64
+	var nf int
+	for gi, g := range lg {
+		for i, smp := range g.parsed {
+			r := EvalResult{Valid: !smp.invalid}
+			if !smp.invalid {
+				r.Mechanism = smp.p.Mechanism
+			}
+			if k := g.at[i]; k >= 0 {
+				run := runs[k]
+				r.Measured, r.Failure = run.Measured, records.Excerpt(run.Failure)
+				r.Infeasible = records.Excerpt(run.Record.Infeasible)
+				if run.Measured && run.Record.Infeasible == "" {
+					r.Gain, r.GainSigmas = run.Record.Gain, run.Record.Gain/g.state.Task.SeedNoise
+					sum += r.GainSigmas
+					nf++
+				}
+			}
+			resp.Groups[gi] = append(resp.Groups[gi], r)
+		}
+	}
+	if nf > 0 {
+		resp.MeanSig = sum / float64(nf)
+	}
+	return resp
 }
 
 // proposerSample is a parsed evaluated completion.
