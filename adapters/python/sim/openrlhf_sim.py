@@ -80,6 +80,10 @@ def parse(argv=None):
     a("--sim.steps", dest="steps", type=int, default=1)
     a("--sim.seed", dest="seed", type=int, default=1)
     a("--sim.flat_every", dest="flat_every", type=int, default=0)  # every k-th prompt answers nonsense G times
+    a("--train.async_enable", dest="async_enable", action="store_true")
+    a("--train.async_queue_size", dest="async_queue_size", type=int, default=1)
+    a("--sim.start_step", dest="start_step", type=int, default=0)  # a run resumed from a checkpoint
+    a("--sim.straggle", dest="straggle", default="")  # ROW:SECONDS: the last sample of that row's group is late
     return p.parse_args(argv)
 
 
@@ -117,26 +121,32 @@ class Actor:
         spec.loader.exec_module(mod)
         self.reward_func = mod.reward_func
 
-    async def execute(self, rng, prompt, label, flat=False):
+    async def execute(self, rng, prompt, label, flat=False, late=0.0):
         acts = actions(prompt)
         response = ("no idea" if flat else rng.choice(acts)) + EOS
-        await asyncio.sleep(rng.random() * 0.02)  # generation finishes out of order
+        await asyncio.sleep(rng.random() * 0.02 + late)  # generation finishes out of order
         query = prompt + response
         out = {"label": label, "completion": response, "reward": None, "score": None, "index": None}
         try:
             info = await asyncio.to_thread(self.reward_func, [query], [prompt], [label])
             out["reward"], out["score"] = info.get("rewards"), info.get("scores")
-            out["index"] = int(info["extra_logs"]["lm2lm_index"])
+            logs = info["extra_logs"]
+            out["index"] = int(logs["lm2lm_index"])
+            out["step"] = int(logs["lm2lm_step"])
+            out["partial"], out["failed"] = bool(logs["lm2lm_partial"]), bool(logs["lm2lm_failed"])
         except Exception as e:  # agent.py: logged, reward stays None
             out["error"] = str(e)
         return out
 
-    async def generate_responses(self, rng, prompt, label, n, flat=False):
-        return await asyncio.gather(*[self.execute(random.Random(rng.random()), prompt, label, flat) for _ in range(n)])
+    async def generate_responses(self, rng, prompt, label, n, flat=False, late=0.0):
+        """The n samples of one prompt; the last one late seconds late."""
+        return await asyncio.gather(*[self.execute(random.Random(rng.random()), prompt, label, flat,
+                                                   late if j == n - 1 else 0.0) for j in range(n)])
 
 
-async def rollout(args, actor, rng, rows):
-    """samples_generator._generate_vllm for one step."""
+async def rollout(args, actor, rng, rows, late=None):
+    """samples_generator._generate_vllm for one step; late(i) is how late
+    the last sample of row i comes."""
     queue = list(enumerate(rows))
     pending = set()
 
@@ -145,7 +155,8 @@ async def rollout(args, actor, rng, rows):
             if queue:
                 i, (prompt, label) = queue.pop(0)
                 flat = args.flat_every > 0 and i % args.flat_every == 0
-                pending.add(asyncio.ensure_future(actor.generate_responses(rng, prompt, label, args.n_samples, flat)))
+                pending.add(asyncio.ensure_future(actor.generate_responses(rng, prompt, label, args.n_samples, flat,
+                                                                           late(i) if late else 0.0)))
     dispatch(args.rollout_batch_size)
     kept, dropped = [], []
     while pending:
@@ -181,10 +192,33 @@ async def main(args):
     # strategy.args as OpenRLHF nests them (openrlhf/cli/train_ppo_ray.py).
     nested = types.SimpleNamespace(algo=types.SimpleNamespace(
         dynamic_filtering_enable=args.dynamic_filtering, dynamic_filtering_range=tuple(args.dynamic_filtering_range)))
-    trainer, step, steps = BasePPOTrainer(nested), 0, []
-    for _ in range(args.steps):
-        kept, dropped = await rollout(args, actor, rng, rows)
-        flat = lambda gs: [s for g in gs for s in g]
+    trainer, step, steps = BasePPOTrainer(nested), args.start_step, []
+    flat = lambda gs: [s for g in gs for s in g]
+    straggle = None
+    if args.straggle:
+        row, sec = args.straggle.split(":")
+        straggle = lambda i: float(sec) if i == int(row) else 0.0
+    if args.async_enable:
+        # ppo_trainer_async: GenerateSamplesActor generates rollout k + 1
+        # while TrainingActor trains on rollout k and posts its step. Here
+        # the trainer's train_step for the previous rollout lands while
+        # this rollout's samples are in flight: every group's last sample
+        # comes after it.
+        prev = None
+        for _ in range(args.steps):
+            gen = asyncio.ensure_future(rollout(args, actor, rng, rows, lambda i: 0.3))
+            if prev is not None:
+                await asyncio.sleep(0.1)
+                _, step = await asyncio.to_thread(trainer.train_step, prev, step)
+            kept, dropped = await gen
+            steps.append({"step": step, "kept": flat(kept), "dropped": flat(dropped)})
+            if any(s["reward"] is None for s in flat(kept)):
+                break
+            prev = kept
+        print(json.dumps({"steps": steps, "calibrations": calibrations()}))
+        return
+    for k in range(args.steps):
+        kept, dropped = await rollout(args, actor, rng, rows, straggle if k == 0 else None)
         steps.append({"step": step, "kept": flat(kept), "dropped": flat(dropped)})
         if any(s["reward"] is None for s in flat(kept)):
             break  # experience_maker cannot stack a missing reward: the step fails

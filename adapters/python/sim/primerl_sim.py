@@ -68,6 +68,7 @@ def parse(argv=None):
     a = p.add_argument
     a("--config", required=True)  # the rl.toml of the recipe
     a("--sim.seed", dest="seed", type=int, default=1)
+    a("--sim.start_step", dest="start_step", type=int, default=0)  # a run resumed from a checkpoint
     args = p.parse_args(argv)
     with open(args.config, "rb") as f:
         cfg = dict(flatten(tomllib.load(f)))
@@ -199,7 +200,7 @@ async def main(args):
     per_step = cfg["orchestrator.batch_size"] // G
     rng = random.Random(args.seed)
     steps, k = [], 0
-    for step in range(cfg["max_steps"]):
+    for step in range(args.start_step, args.start_step + cfg["max_steps"]):
         batch = []
         for _ in range(per_step):
             batch.append(rows[k % len(rows)])

@@ -83,6 +83,7 @@ def parse(argv=None):
     a("--lr", dest="lr", type=float, default=1e-6)
     a("--sim.seed", dest="seed", type=int, default=1)
     a("--sim.flat_every", dest="flat_every", type=int, default=0)  # every k-th group answers nonsense G times
+    a("--sim.start_rollout", dest="start_rollout", type=int, default=0)  # a run resumed from a checkpoint
     return p.parse_args(argv)
 
 
@@ -257,7 +258,9 @@ def main(args):
     mod.generate_rollout = sglang_generate_rollout
     sys.modules[mod.__name__] = mod
     generate_rollout = load_function(args.rollout_function_path)
-    for rollout_id in range(args.num_rollout):
+    # A resumed run starts at its checkpoint's rollout id; its data source's
+    # group_index counter restarts where the checkpoint left it (here 0).
+    for rollout_id in range(args.start_rollout, args.start_rollout + args.num_rollout):
         hooks.set_current_rollout_id(rollout_id)  # RolloutManager.generate
         try:
             out = generate_rollout(args, rollout_id, source)

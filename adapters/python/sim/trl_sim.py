@@ -254,7 +254,7 @@ def one(**kwargs):
     return [1.0] * len(kwargs["completions"])
 
 
-def _rank_main(rank, world, conn, variant, G, others):
+def _rank_main(rank, world, conn, variant, G, others, straggle=None):
     """A training process: its reward functions, its loop for async ones,
     and its callbacks' on_train_begin (StepCallback shares the launch's
     run identity from rank 0; the pipe to the parent stands in for
@@ -283,6 +283,8 @@ def _rank_main(rank, world, conn, variant, G, others):
         if msg is None:
             return
         inputs, completions, global_step = msg
+        if straggle and int(straggle["rank"]) == rank and int(straggle["step"]) == global_step:
+            time.sleep(float(straggle["seconds"]))  # this process generates its slice late
         try:
             conn.send(("ok", _calculate_rewards(funcs, loop, inputs, completions, global_step)))
         except Exception as e:  # the trainer would stop here
@@ -339,12 +341,14 @@ def run_grpo(spec):
     conns, procs = [], []
     for rank in range(world):
         a, b = ctx.Pipe()
-        p = ctx.Process(target=_rank_main, args=(rank, world, b, variant, G, int(spec.get("other_rewards", 0))),
-                        daemon=True)
+        p = ctx.Process(target=_rank_main, args=(rank, world, b, variant, G, int(spec.get("other_rewards", 0)),
+                                                 spec.get("straggle")), daemon=True)
         p.start()
         conns.append(a)
         procs.append(p)
     # torch.distributed.broadcast_object_list, relayed: rank 0's object to every rank.
+    if not conns[0].poll(60):
+        raise RuntimeError("rank 0 shared no run identity (StepCallback.on_train_begin did not broadcast one)")
     tag, shared = conns[0].recv()
     if tag != "share":
         raise RuntimeError(shared)
@@ -366,18 +370,21 @@ def run_grpo(spec):
                 yield idx[k:k + n]
 
     source = chunks()
-    state = types.SimpleNamespace(global_step=0, is_world_process_zero=True)
+    # A run resumed from a checkpoint starts at its global_step.
+    state = types.SimpleNamespace(global_step=int(spec.get("start_step", 0)), is_world_process_zero=True)
+    end = state.global_step + c["max_steps"]
+    shift = int(spec.get("pool_shift", 0))
     samples, metrics, errors = [], [], []
     micro = 0
     generate_every = spg * c["num_iterations"]
     try:
-        while state.global_step < c["max_steps"]:
+        while state.global_step < end:
             callback.on_step_begin(None, state, None)
             for _ in range(c["gradient_accumulation_steps"]):
                 if micro % generate_every == 0:
                     chunk = next(source)
                     batch = [(q, j, rows[i]) for q, i in enumerate(chunk) for j in range(G)]
-                    comps = [completion(pool, state.global_step, q, j) for q, j, _ in batch]
+                    comps = [completion(pool, state.global_step + shift, q, j) for q, j, _ in batch]
                     L = per * spg
                     for rank, conn in enumerate(conns):
                         sl = slice(rank * L, (rank + 1) * L)

@@ -247,7 +247,7 @@ class RewardWorker:
             return await self.manager.run_single(data)
 
 
-async def run_prompt(prompt, n, workers, rng, policy, step, tok):
+async def run_prompt(prompt, n, workers, rng, policy, step, tok, delay=None):
     """AgentLoopWorkerTQ._run_prompt: n sessions at once, then the group status."""
 
     async def session(i):
@@ -255,6 +255,8 @@ async def run_prompt(prompt, n, workers, rng, policy, step, tok):
         completion = policy(step, prompt["index"], i)
         data = one_sample(tok, prompt["raw_prompt"][-1]["content"], completion, kwargs)
         out = {"session_id": i, "completion": completion}
+        if delay is not None and delay(step, prompt["index"], i) > 0:
+            await asyncio.sleep(delay(step, prompt["index"], i))  # a straggling generation
         try:
             res = await rng.choice(workers).compute_score(data)
             out["reward_score"] = res["reward_score"]
@@ -265,8 +267,11 @@ async def run_prompt(prompt, n, workers, rng, policy, step, tok):
 
     samples = await asyncio.gather(*(session(i) for i in range(n)))
     status = "failure" if any("error" in s for s in samples) else "finished"
+    # Trajectories stored: one per session whose reward came back
+    # (_agent_loop_postprocess runs only for a session that did not raise).
+    stored = sum("error" not in s for s in samples)
     return {"uid": prompt["uid"], "state_id": prompt["extra_info"]["state_id"], "index": prompt["index"],
-            "status": status, "samples": list(samples)}
+            "status": status, "stored": stored, "samples": list(samples)}
 
 
 def dapo_evicted(group, metric):
@@ -274,7 +279,19 @@ def dapo_evicted(group, metric):
     return len(vals) > 1 and statistics.pstdev(vals) == 0.0
 
 
-async def run(cfg, flat, policy, seed):
+def replay_buffer(group, flat):
+    """What ReplayBuffer (sync) does with a terminal group: "trained",
+    "dapo_evicted", "refilled" (a failed group with no stored trajectory,
+    under sync_refill_failed_groups) or "stops" (no stored trajectory
+    without it: sample raises "no materializable trajectories")."""
+    if group["status"] == "failure" and group["stored"] == 0:
+        return "refilled" if flat["trainer.v1.sampler.sync_refill_failed_groups"] else "stops"
+    if group["dapo_evicted"]:
+        return "dapo_evicted"
+    return "trained"
+
+
+async def run(cfg, flat, policy, seed, start=1, delay=None, ahead=0):
     B, n = int(flat["data.train_batch_size"]), int(flat["actor_rollout_ref.rollout.n"])
     steps = flat["trainer.total_training_steps"]
     if steps is None:
@@ -300,15 +317,20 @@ async def run(cfg, flat, policy, seed):
     metric = flat["algorithm.filter_groups.metric"] if flat["algorithm.filter_groups.enable"] else None
     agents = max(1, int(flat["actor_rollout_ref.rollout.agent.num_workers"]))
     out_steps = []
-    for step in range(1, steps + 1):
-        prompts = [dict(r, uid=str(uuid.uuid4()), global_steps=step) for r in rows[(step - 1) * B: step * B]]
+    for k, step in enumerate(range(start, start + steps)):
+        if ahead:
+            # The trainer is ahead of this rollout (an asynchronous mode):
+            # the service's step has moved on before its samples arrive.
+            await asyncio.to_thread(lm2lm_client.advance, step + ahead)
+        prompts = [dict(r, uid=str(uuid.uuid4()), global_steps=step) for r in rows[k * B: (k + 1) * B]]
         # generate_sequences: chunks over the agent loop workers, every prompt a background task.
         chunks = [prompts[i::agents] for i in range(agents)]
-        tasks = [run_prompt(p, n, workers, rng, policy, step, tok) for c in chunks for p in c]
+        tasks = [run_prompt(p, n, workers, rng, policy, step, tok, delay) for c in chunks for p in c]
         groups = await asyncio.gather(*tasks)
         groups.sort(key=lambda g: g["index"])
         for g in groups:
             g["dapo_evicted"] = bool(metric) and g["status"] == "finished" and dapo_evicted(g, metric)
+            g["replay_buffer"] = replay_buffer(g, flat)
         out_steps.append({"step": step, "groups": groups})
     cal = await asyncio.to_thread(lm2lm_client.calibrations)
     return {"states_request": states_req, "steps": out_steps, "calibrations": cal}
@@ -320,6 +342,12 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--flat-every", type=int, default=0,
                     help="every k-th prompt of a step gets the same completion n times (a collapsed policy)")
+    ap.add_argument("--start-step", type=int, default=1, help="the first global_steps (a run resumed from a checkpoint)")
+    ap.add_argument("--policy-shift", type=int, default=0, help="shifts the completions the policy writes")
+    ap.add_argument("--straggle", default="",
+                    help="STEP:PROMPT:SESSION:SECONDS: that session's generation finishes SECONDS late")
+    ap.add_argument("--ahead", type=int, default=0,
+                    help="before each step's rollout, advance the service to step + AHEAD (an asynchronous trainer)")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args(argv)
     flat = parse_overrides(a.overrides)
@@ -331,9 +359,16 @@ def main(argv=None):
     def policy(step, prompt, session):
         if a.flat_every > 0 and prompt % a.flat_every == a.flat_every - 1:
             session = 0
-        return texts[(step * 7 + prompt * 3 + session * 5) % len(texts)]
+        return texts[(step * 7 + prompt * 3 + session * 5 + a.policy_shift) % len(texts)]
 
-    res = asyncio.run(run(nest(flat), flat, policy, a.seed))
+    delay = None
+    if a.straggle:
+        st, pr, se, sec = a.straggle.split(":")
+
+        def delay(step, prompt, session):
+            return float(sec) if (step, prompt, session) == (int(st), int(pr), int(se)) else 0.0
+
+    res = asyncio.run(run(nest(flat), flat, policy, a.seed, a.start_step, delay, a.ahead))
     given = {o.split("=", 1)[0] for o in a.overrides}
     res["config"] = {k: flat[k] for k in sorted(given)}
     json.dump(res, sys.stdout)
