@@ -53,7 +53,7 @@ func rescore(t *testing.T, url string, groups []pathGroup) {
 	require.NoError(t, json.Unmarshal(b, &info))
 	require.NotEmpty(t, groups)
 	for i, g := range groups {
-		q := serve.ScoreRequest{Step: ip(info.Step), Groups: []serve.ScoreGroup{{StateID: g.state,
+		q := serve.ScoreRequest{Step: ip(info.Step), Groups: []serve.GroupCompletions{{StateID: g.state,
 			Group: fmt.Sprintf("rescore-%d", i), Completions: g.completions}}}
 		code, b := post(t, url+"/v1/score", simToken, q)
 		require.Equal(t, http.StatusOK, code, string(b))
