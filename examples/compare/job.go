@@ -47,10 +47,10 @@ func expectedRuns(o options, m method, tests int) int {
 	if m.extra {
 		n += p.CalibrationBudget()
 	}
-	if m.kind == "rl" && m.calibration != lm2lm.Static {
+	if m.trains() && m.calibration != lm2lm.Static {
 		n += p.CalibrationBudget()
 	}
-	if m.kind == "rl" {
+	if m.trains() {
 		n += o.probe * probeGroup * (len(p.Schedule.Steps) + 1)
 	}
 	return n
@@ -110,38 +110,16 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	if err != nil {
 		return res, err
 	}
-	var prop proposer.Proposer = pol
-	var world rwm.WorldModel
-	var final records.Evidence
-	switch m.kind {
-	case "sft", "rft":
-		err = supervise(ctx, m.kind, prof.Steps, pol, known, &res)
-	case "rl":
-		if world, final, err = train(ctx, e, cnt, o, m, j.seed, pol, m0, &res); err == nil && m.rerank {
-			prop, err = baseline.NewRerank(set.RerankConfig(), pol, world, final)
-		}
-	case "bestknown":
-		prop, err = baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), known)
-	case "rerank":
-		var w rwm.WorldModel
-		if m.prior {
-			w, res.Prior, err = priorWorld(o, e.lab)
-		} else {
-			w, err = newWorld(o, e.lab)
-		}
-		if err == nil {
-			prop, err = baseline.NewRerank(set.RerankConfig(), pol, w, m0)
-		}
-	case "external":
-		var stop func() error
-		if prop, stop, err = transformerProposer(ctx, o, m, j.seed, &res); err == nil {
-			defer stop()
-		}
+	in := &jobIn{e: e, o: o, m: m, seed: j.seed, pol: pol, m0: m0, known: known, cnt: cnt, res: &res}
+	prop, err := m.via.obtain(ctx, in)
+	if in.stop != nil {
+		defer in.stop()
 	}
+	world, final := in.world, in.final
 	if err != nil {
 		return res, fmt.Errorf("%s: training: %w", j, err)
 	}
-	if m.kind == "external" {
+	if m.isExternal() {
 		cnt.take() // nothing ran here: the run's own training runs are in res
 	} else {
 		res.Runs.Training = cnt.take()
@@ -184,7 +162,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 // trained method but the real-gains diagnostic, whose "world model" is
 // the lab itself, so its predictions would be real runs.
 func predicts(o options, m method) bool {
-	return o.predict && m.kind == "rl" && !m.realGains
+	return o.predict && m.trains() && !m.realGains
 }
 
 // cells turns an evaluation into per-state gains in σ_e units, an
@@ -220,6 +198,51 @@ func cells(ev lm2lm.EvalReport) ([]StateResult, int) {
 		}
 	}
 	return out, unmeasured
+}
+
+func (untrained) obtain(_ context.Context, in *jobIn) (proposer.Proposer, error) { return in.pol, nil }
+
+func (s supervised) obtain(ctx context.Context, in *jobIn) (proposer.Proposer, error) {
+	prof, _ := in.o.prof() // validated
+	return in.pol, supervise(ctx, s.kind, prof.Steps, in.pol, in.known, in.res)
+}
+
+func (bestKnown) obtain(_ context.Context, in *jobIn) (proposer.Proposer, error) {
+	return baseline.NewBestKnown(baseline.DefaultBestKnownConfig(), in.known)
+}
+
+func (worldRank) obtain(_ context.Context, in *jobIn) (proposer.Proposer, error) {
+	set, _ := in.o.chosen() // validated
+	var w rwm.WorldModel
+	var err error
+	if in.m.prior {
+		w, in.res.Prior, err = priorWorld(in.o, in.e.lab)
+	} else {
+		w, err = newWorld(in.o, in.e.lab)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return baseline.NewRerank(set.RerankConfig(), in.pol, w, in.m0)
+}
+
+// obtain trains the policy with the trainer; with the method's rerank, the
+// proposer is the trained world model's rerank of the trained policy.
+func (rl) obtain(ctx context.Context, in *jobIn) (proposer.Proposer, error) {
+	var err error
+	if in.world, in.final, err = train(ctx, in.e, in.cnt, in.o, in.m, in.seed, in.pol, in.m0, in.res); err != nil || !in.m.rerank {
+		return in.pol, err
+	}
+	set, _ := in.o.chosen() // validated
+	return baseline.NewRerank(set.RerankConfig(), in.pol, in.world, in.final)
+}
+
+func (external) obtain(ctx context.Context, in *jobIn) (proposer.Proposer, error) {
+	prop, stop, err := transformerProposer(ctx, in.o, in.m, in.seed, in.res)
+	if err == nil {
+		in.stop = stop
+	}
+	return prop, err
 }
 
 // newWorld returns the setting's embedded world model over the lab

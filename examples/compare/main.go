@@ -217,7 +217,7 @@ func (o options) validate() error {
 	if !needCorpus && o.corpus != "" {
 		bad("-corpus %q: no method of -methods draws on it (rft-corpus, bestknown-corpus)", o.corpus)
 	}
-	needTransformer := slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].kind == "external" })
+	needTransformer := slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].isExternal() })
 	if needTransformer && !strings.Contains(o.transformer, "{seed}") {
 		bad("-methods names a transformer method: -transformer names the examples/llm-rl run directory of each seed, with {seed} in it (got %q)", o.transformer)
 	}

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"slices"
 
 	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/proposer"
+	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
 )
 
 // method is one way to obtain a policy (METHOD.md §1 Data and evaluation:
@@ -11,10 +15,12 @@ import (
 type method struct {
 	label string // for tables and charts
 	order int    // row order
-	// kind: "none" (the untrained policy), "sft" or "rft" (maximum
-	// likelihood on M_0), "bestknown" or "rerank" (package baseline's
-	// proposers over M'_0), "rl" (the trainer).
-	kind string
+	// via is how the method obtains the proposer it evaluates: the
+	// untrained policy, maximum likelihood on M_0 (sft, rft), package
+	// baseline's proposers over M'_0 (bestknown, rerank), the trainer
+	// (rl) or an outside run's policy (external). The fields below are
+	// the parameters its obtainer reads.
+	via obtainer
 	// extra: the calibration budget is spent up front on random real
 	// records (M'_0 = M_0 + as many random records, METHOD.md §1 Data and
 	// evaluation: the static RWM with 100 random extra records), so the
@@ -57,6 +63,50 @@ type method struct {
 	pairWith []string
 }
 
+// obtainer obtains the proposer a method evaluates for one job: the one
+// behaviour in which methods differ. A new kind of method is a new
+// obtainer; a new method of an existing kind is one entry of methods.
+type obtainer interface {
+	obtain(ctx context.Context, in *jobIn) (proposer.Proposer, error)
+}
+
+// jobIn is what a job hands its method's obtainer: the environment and
+// options, the seed's untrained policy, M'_0 and what the method ranks or
+// imitates (known), the run counter and the result to fill. An obtainer
+// that trains a world model leaves it and its final evidence in world and
+// final (the evaluation's predictions read them), and a proposer that
+// holds a process leaves its stop in stop.
+type jobIn struct {
+	e         *env
+	o         options
+	m         method
+	seed      uint64
+	pol       *proposer.Policy
+	m0, known records.Evidence
+	cnt       *counter
+	res       *Result
+	world     rwm.WorldModel
+	final     records.Evidence
+	stop      func() error
+}
+
+// The obtainers (job.go, transformer.go).
+type (
+	untrained  struct{}              // the untrained policy itself
+	supervised struct{ kind string } // "sft" or "rft" on known (supervise)
+	bestKnown  struct{}              // baseline.BestKnown over known
+	worldRank  struct{}              // baseline.Rerank of the untrained policy over M'_0
+	rl         struct{}              // the trainer (train), its calibration and WMRL from the method
+	external   struct{}              // an examples/llm-rl run's policy (transformerProposer)
+)
+
+// trains reports whether the method is the trainer's (LM2LM, its
+// ablations, WMRL, the real-gains diagnostic).
+func (m method) trains() bool { _, ok := m.via.(rl); return ok }
+
+// external reports whether the method evaluates an outside run's policy.
+func (m method) isExternal() bool { _, ok := m.via.(external); return ok }
+
 // defaultRerankTemp is -rerank-temperature's default: lm2lm-rerank draws
 // the 32 candidates its world model reranks at the validated setting's
 // rollout temperature (2), not at the evaluation temperature (0.5).
@@ -67,36 +117,36 @@ type method struct {
 const defaultRerankTemp = 2
 
 var methods = map[string]method{
-	"base":             {label: "Base (untrained)", order: 0, kind: "none", baseline: true},
-	"sft":              {label: "SFT on M₀", order: 1, kind: "sft", baseline: true},
-	"rft":              {label: "RFT on M₀'s gains", order: 2, kind: "rft", baseline: true},
-	"rft-corpus":       {label: "RFT on M₀'s and the corpus's gains", order: 3, kind: "rft", baseline: true, corpus: true},
-	"bestknown":        {label: "best known changes (M'₀)", order: 4, kind: "bestknown", extra: true, baseline: true},
-	"bestknown-corpus": {label: "best known changes (M'₀ + corpus)", order: 5, kind: "bestknown", extra: true, baseline: true, corpus: true},
-	"rerank":           {label: "world-model rerank (M'₀)", order: 6, kind: "rerank", extra: true, baseline: true},
+	"base":             {label: "Base (untrained)", order: 0, via: untrained{}, baseline: true},
+	"sft":              {label: "SFT on M₀", order: 1, via: supervised{"sft"}, baseline: true},
+	"rft":              {label: "RFT on M₀'s gains", order: 2, via: supervised{"rft"}, baseline: true},
+	"rft-corpus":       {label: "RFT on M₀'s and the corpus's gains", order: 3, via: supervised{"rft"}, baseline: true, corpus: true},
+	"bestknown":        {label: "best known changes (M'₀)", order: 4, via: bestKnown{}, extra: true, baseline: true},
+	"bestknown-corpus": {label: "best known changes (M'₀ + corpus)", order: 5, via: bestKnown{}, extra: true, baseline: true, corpus: true},
+	"rerank":           {label: "world-model rerank (M'₀)", order: 6, via: worldRank{}, extra: true, baseline: true},
 	// rerank-prior is the rerank with the lab's pretrained prior in its
 	// world model (lab/prior V2, its hyperparameters kept, the context's
 	// gains clipped to ±setting.PriorClip σ_e): the strongest method
 	// v3-val has measured (docs/results.md, 2026-12-06 prior entry).
 	// Outside knowledge, as the corpus methods'; refused with
 	// -hold-out-family, whose family the prior's corpus holds.
-	"rerank-prior": {label: "world-model rerank (M'₀, pretrained prior)", order: 7, kind: "rerank", extra: true, baseline: true, prior: true},
-	"static":       {label: "static world model", order: 8, kind: "rl", calibration: lm2lm.Static},
+	"rerank-prior": {label: "world-model rerank (M'₀, pretrained prior)", order: 7, via: worldRank{}, extra: true, baseline: true, prior: true},
+	"static":       {label: "static world model", order: 8, via: rl{}, calibration: lm2lm.Static},
 	// static-random is an ablation and a baseline (the static world model
 	// given LM2LM's real-run budget as random records): the strongest
 	// baseline is the one every calibrating method is paired with.
-	"static-random": {label: "static + random records (M'₀)", order: 9, kind: "rl", calibration: lm2lm.Static, extra: true, baseline: true},
-	"random":        {label: "random calibration", order: 10, kind: "rl", calibration: lm2lm.RandomCalibration},
-	"lm2lm":         {label: "LM2LM", order: 11, kind: "rl", calibration: lm2lm.TopRated},
-	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 12, kind: "rl", calibration: lm2lm.TopRated, wmrl: true},
-	"static-wmrl":   {label: "WMRL (static + anchors)", order: 13, kind: "rl", calibration: lm2lm.Static, wmrl: true},
-	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 14, kind: "rl", calibration: lm2lm.TopRated, rerank: true},
-	"real-gains":    {label: "trained on real gains (diagnostic)", order: 15, kind: "rl", calibration: lm2lm.Static, realGains: true},
+	"static-random": {label: "static + random records (M'₀)", order: 9, via: rl{}, calibration: lm2lm.Static, extra: true, baseline: true},
+	"random":        {label: "random calibration", order: 10, via: rl{}, calibration: lm2lm.RandomCalibration},
+	"lm2lm":         {label: "LM2LM", order: 11, via: rl{}, calibration: lm2lm.TopRated},
+	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 12, via: rl{}, calibration: lm2lm.TopRated, wmrl: true},
+	"static-wmrl":   {label: "WMRL (static + anchors)", order: 13, via: rl{}, calibration: lm2lm.Static, wmrl: true},
+	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 14, via: rl{}, calibration: lm2lm.TopRated, rerank: true},
+	"real-gains":    {label: "trained on real gains (diagnostic)", order: 15, via: rl{}, calibration: lm2lm.Static, realGains: true},
 	// The token-level transformer of examples/llm-rl, trained through the
 	// environment service with LM2LM's rewards and calibrations, after
 	// its warm-up and after RL (transformer.go).
-	"transformer-warmup": {label: "transformer, warm-up only", order: 16, kind: "external", checkpoint: "warmup.pt"},
-	"transformer": {label: "transformer, LM2LM through the service", order: 17, kind: "external", checkpoint: "final.pt",
+	"transformer-warmup": {label: "transformer, warm-up only", order: 16, via: external{}, checkpoint: "warmup.pt"},
+	"transformer": {label: "transformer, LM2LM through the service", order: 17, via: external{}, checkpoint: "final.pt",
 		pairWith: []string{"transformer-warmup", "lm2lm"}},
 }
 
@@ -104,7 +154,8 @@ var methods = map[string]method{
 // method but the untrained policy and the transformer's warm-up (which
 // imitates catalogue-valid answers and reads no measured gain).
 func (m method) usesM0() bool {
-	return m.kind != "none" && !(m.kind == "external" && m.checkpoint == "warmup.pt")
+	_, none := m.via.(untrained)
+	return !none && !(m.isExternal() && m.checkpoint == "warmup.pt")
 }
 
 // defaultMethods lists the methods -methods runs by default, in row
@@ -113,7 +164,7 @@ func (m method) usesM0() bool {
 // transformer run (they need -transformer).
 func defaultMethods() []string {
 	return slices.DeleteFunc(methodNames(), func(n string) bool {
-		return methods[n].realGains || methods[n].corpus || methods[n].prior || methods[n].kind == "external"
+		return methods[n].realGains || methods[n].corpus || methods[n].prior || methods[n].isExternal()
 	})
 }
 

@@ -231,7 +231,7 @@ func readResult(dir string, j job, o options) (r Result, ok bool, err error) {
 			path, records.Excerpt(r.Corpus), records.Excerpt(want), j)
 	}
 	want = ""
-	if m := methods[j.method]; m.kind == "external" {
+	if m := methods[j.method]; m.isExternal() {
 		if _, _, want, err = transformerRun(o, m, j.seed); err != nil {
 			return r, false, err
 		}
