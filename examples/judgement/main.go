@@ -30,6 +30,7 @@ import (
 	"github.com/lm2lm/lm2lm/lab/prior"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/reward"
+	"github.com/lm2lm/lm2lm/rwm"
 )
 
 func main() {
@@ -116,95 +117,6 @@ func byMech(score map[string]float64, mech map[string]string) map[string]float64
 	return out
 }
 
-// space is how descriptors are compared: the names, and each one's mean
-// and spread over the corpus's tasks, after an optional asinh.
-type space struct {
-	names     []string
-	mu, sd    []float64
-	asinhVals bool
-}
-
-func newSpace(c *land, asinhVals bool) space {
-	sp := space{asinhVals: asinhVals}
-	for _, t := range c.tasks {
-		for k := range t.Descriptors {
-			if !slices.Contains(sp.names, k) {
-				sp.names = append(sp.names, k)
-			}
-		}
-	}
-	slices.Sort(sp.names)
-	n := float64(len(c.tasks))
-	var keep []string
-	for _, k := range sp.names {
-		mu, sq := 0.0, 0.0
-		for _, t := range c.tasks {
-			v := sp.val(t, k)
-			mu += v
-			sq += v * v
-		}
-		mu /= n
-		if sd := math.Sqrt(math.Max(sq/n-mu*mu, 0)); sd > 1e-12 {
-			keep = append(keep, k)
-			sp.mu, sp.sd = append(sp.mu, mu), append(sp.sd, sd)
-		}
-	}
-	sp.names = keep
-	return sp
-}
-
-func (sp space) val(t records.Task, k string) float64 {
-	v := t.Descriptors[k]
-	if sp.asinhVals {
-		return math.Asinh(v)
-	}
-	return v
-}
-
-func (sp space) dist(a, b records.Task) float64 {
-	d := 0.0
-	for i, k := range sp.names {
-		x := (sp.val(a, k) - sp.val(b, k)) / sp.sd[i]
-		d += x * x
-	}
-	return d
-}
-
-// nearest returns the mean landscape of the k corpus tasks nearest to t.
-func nearest(c *land, sp space, t records.Task, k int) map[string]float64 {
-	ids := make([]string, 0, len(c.tasks))
-	for id := range c.tasks {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	slices.SortStableFunc(ids, func(a, b string) int {
-		da, db := sp.dist(t, c.tasks[a]), sp.dist(t, c.tasks[b])
-		switch {
-		case da < db:
-			return -1
-		case da > db:
-			return 1
-		}
-		return 0
-	})
-	return meanOf(c, ids[:min(k, len(ids))])
-}
-
-// meanOf is the mean landscape of the tasks ids, per proposal.
-func meanOf(c *land, ids []string) map[string]float64 {
-	sum, n := map[string]float64{}, map[string]float64{}
-	for _, id := range ids {
-		for k, g := range c.gains[id] {
-			sum[k] += g
-			n[k]++
-		}
-	}
-	for k := range sum {
-		sum[k] /= n[k]
-	}
-	return sum
-}
-
 // ranking is one way to score a task's proposals from outside knowledge.
 type ranking struct {
 	name  string
@@ -226,18 +138,18 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if !ok {
 		return fmt.Errorf("-suite %q: not a V3 split", *suite)
 	}
-	c, err := readLand(ctx, *corpus)
+	cs, err := records.OpenFile(*corpus, records.FileConfig{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("-corpus: %w", err)
+	}
+	crs, err := cs.Scan(ctx, records.Filter{Source: records.Real})
+	cs.Close()
 	if err != nil {
 		return fmt.Errorf("-corpus: %w", err)
 	}
 	l, err := readLand(ctx, *landscape)
 	if err != nil {
 		return fmt.Errorf("-landscape: %w", err)
-	}
-	for id := range l.tasks {
-		if _, ok := c.tasks[id]; ok {
-			return fmt.Errorf("task %s is in both stores", id)
-		}
 	}
 	p, err := prior.V2()
 	if err != nil {
@@ -255,35 +167,55 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	for _, card := range cat {
 		props = append(props, cards.Proposals(card)...)
 	}
-	raw, asn := newSpace(c, false), newSpace(c, true)
-	var ids []string
-	for id := range c.tasks {
-		ids = append(ids, id)
+	neighbours := func(k int) (*rwm.NeighbourMean, error) {
+		cfg := rwm.DefaultNeighbourConfig()
+		cfg.K = k
+		return rwm.NewNeighbourMean(crs, cfg)
 	}
-	rankings := []ranking{
-		{"corpus mean", func(records.Task) (map[string]float64, error) { return meanOf(c, ids), nil }},
-		{"pretrained prior's mean (lab/prior V2)", func(t records.Task) (map[string]float64, error) {
+	scoreOf := func(f func(records.Task, records.Proposal) (float64, bool)) func(records.Task) (map[string]float64, error) {
+		return func(t records.Task) (map[string]float64, error) {
 			out := map[string]float64{}
 			for _, q := range props {
-				out[q.Key()] = p.Mean(t, q, eff, 0)
+				if v, ok := f(t, q); ok {
+					out[q.Key()] = v
+				}
 			}
 			return out, nil
-		}},
-	}
-	for _, k := range []int{1, 3, 5, 10, 20} {
-		for _, s := range []struct {
-			name string
-			sp   space
-		}{{"standardised", raw}, {"asinh, standardised", asn}} {
-			rankings = append(rankings, ranking{fmt.Sprintf("nearest %d corpus tasks (%s)", k, s.name),
-				func(t records.Task) (map[string]float64, error) { return nearest(c, s.sp, t, k), nil }})
 		}
 	}
+	priorMean := func(t records.Task, q records.Proposal) (float64, bool) { return p.Mean(t, q, eff, 0), true }
+	all, err := neighbours(1 << 20)
+	if err != nil {
+		return fmt.Errorf("-corpus: %w", err)
+	}
+	for _, r := range crs {
+		if _, ok := l.tasks[r.Task.ID]; ok {
+			return fmt.Errorf("task %s is in both stores", r.Task.ID)
+		}
+	}
+	rankings := []ranking{
+		{fmt.Sprintf("corpus mean (%d tasks)", all.Tasks()), scoreOf(all.Mean)},
+		{"pretrained prior's mean (lab/prior V2)", scoreOf(priorMean)},
+	}
+	for _, k := range []int{1, 3, 5, 10, 20} {
+		nb, err := neighbours(k)
+		if err != nil {
+			return err
+		}
+		rankings = append(rankings, ranking{fmt.Sprintf("nearest %d corpus tasks (rwm.NeighbourMean)", k), scoreOf(nb.Mean)})
+		rankings = append(rankings, ranking{fmt.Sprintf("½ prior's mean + ½ nearest %d", k), scoreOf(func(t records.Task, q records.Proposal) (float64, bool) {
+			a, _ := priorMean(t, q)
+			if b, ok := nb.Mean(t, q); ok {
+				return (a + b) / 2, true
+			}
+			return a, true
+		})})
+	}
 	for k, q := range propsMech(props) {
-		c.mech[k], l.mech[k] = q, q
+		l.mech[k] = q
 	}
 	regions := append([]string{"all"}, lab.RegionNames...)
-	fmt.Fprintf(w, "Rank of each task's best mechanism (of %d) in %s, %d tasks; corpus %s, %d tasks\n\n", len(mechanisms(cat)), *landscape, len(l.tasks), *corpus, len(c.tasks))
+	fmt.Fprintf(w, "Rank of each task's best mechanism (of %d) in %s, %d tasks; corpus %s, %d tasks\n\n", len(mechanisms(cat)), *landscape, len(l.tasks), *corpus, all.Tasks())
 	fmt.Fprintf(w, "| ranking | %s |\n|---|%s\n", strings.Join(regions, " | "), strings.Repeat("---|", len(regions)))
 	tids := make([]string, 0, len(l.tasks))
 	for id := range l.tasks {
