@@ -35,7 +35,7 @@ func TestNeighbourMeanByHand(t *testing.T) {
 	inf.Infeasible = "diverged"
 	corpus := []records.Record{
 		rec(a, ps[0], 1, 1), rec(a, ps[0], 3, 2), // mean 2
-		rec(b, ps[0], 10, 3),                     // clipped to 6
+		rec(b, ps[0], 10, 3), // clipped to 6
 		rec(c, ps[0], -4, 4),
 		rec(a, ps[1], -1, 5), // b never ran ps[1]
 		rec(b, ps[2], 2, 6), inf,
