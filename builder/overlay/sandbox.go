@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,6 +52,78 @@ type SandboxConfig struct {
 	// is not used: see Timeout). Isolate and RequireIsolation must be
 	// true: a SandboxRunner never runs without the whole sandbox.
 	Limits grader.SandboxConfig
+	// Eval, when set, is the trusted measurement of every run: the loss
+	// (and gain) recorded is the evaluator's, not the script's. Default
+	// nil: the script measures itself (docs/code-builder.md).
+	Eval *EvalConfig
+}
+
+// EvalConfig is a fixed evaluator that measures a sandboxed run from the
+// checkpoint it wrote, as a sandboxed step of its own (METHOD.md §1
+// Vocabulary: the loss ℓ of a run, g = b_e − ℓ). The training run is given
+// the path of its checkpoint in the environment (CheckpointEnv) and never
+// sees the held-out data (ReadOnly is hidden from it); the evaluator runs
+// in a fresh directory holding a copy of Code (never the overlaid copy, so
+// no overlay can change it), the checkpoint and the job file, with the
+// held-out data bound read-only, under the same limits and with no
+// network, and writes a result file {"loss", "gain"?} under the subprocess
+// protocol (exit 3 with {"infeasible"} when the checkpoint cannot be
+// evaluated, e.g. it does not fit the task's model).
+type EvalConfig struct {
+	// Command is the evaluator's command line, e.g. {"/usr/bin/python3",
+	// "evaluate.py"}; a relative script names the evaluator's copy of Code.
+	// The job file and result file paths are appended. Required.
+	Command []string
+	// Code is the directory the evaluator's copy is made from (regular
+	// files and directories only). Required.
+	Code string
+	// Checkpoint is the plain file name the training run writes its
+	// checkpoint to, in its copy (CheckpointEnv holds its path). Default
+	// "lm2lm-checkpoint".
+	Checkpoint string
+	// CheckpointMax bounds the checkpoint, in bytes; default 1 GiB
+	// (library choice: the weights of a small model). A larger one is
+	// infeasible.
+	CheckpointMax int64
+	// ReadOnly are the paths only the evaluator reads (the held-out
+	// data): bound read-only for it, hidden from every training run.
+	ReadOnly []string
+	// Timeout bounds one evaluation; 0 = the run's ctx only.
+	Timeout time.Duration
+}
+
+// CheckpointEnv names the environment variable that tells a training run,
+// and then the evaluator, the checkpoint's path.
+const CheckpointEnv = "LM2LM_CHECKPOINT"
+
+// ErrNoCheckpoint: a run measured by an evaluator left no usable
+// checkpoint (none, not a regular file, or larger than CheckpointMax).
+// The run is infeasible: the overlay broke the script's contract.
+var ErrNoCheckpoint = errors.New("overlay: no checkpoint for the evaluator")
+
+// validate checks e and fills its defaults.
+func (e *EvalConfig) validate() error {
+	switch {
+	case len(e.Command) == 0 || !filepath.IsAbs(e.Command[0]):
+		return fmt.Errorf("overlay: EvalConfig.Command = %q, want an absolute program path first", e.Command)
+	case e.Code == "":
+		return errors.New("overlay: EvalConfig.Code is required")
+	case e.CheckpointMax < 0 || e.Timeout < 0:
+		return fmt.Errorf("overlay: EvalConfig.CheckpointMax = %d, Timeout = %v, want ≥ 0", e.CheckpointMax, e.Timeout)
+	}
+	if e.Checkpoint == "" {
+		e.Checkpoint = "lm2lm-checkpoint"
+	}
+	if e.CheckpointMax == 0 {
+		e.CheckpointMax = 1 << 30
+	}
+	if k := e.Checkpoint; k == "." || k == ".." || strings.ContainsRune(k, '/') || k == JobFileName || k == ResultFileName {
+		return fmt.Errorf("overlay: EvalConfig.Checkpoint = %q, want a plain file name other than the job and result files", k)
+	}
+	if _, err := walk(e.Code); err != nil {
+		return fmt.Errorf("overlay: EvalConfig.Code: %w", err)
+	}
+	return nil
 }
 
 // DefaultSandboxConfig returns the defaults documented on SandboxConfig;
@@ -74,6 +147,12 @@ func (c SandboxConfig) Validate() error {
 	for _, e := range c.Env {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return fmt.Errorf("overlay: SandboxConfig.Env entry %q is not NAME=value", e)
+		}
+	}
+	if c.Eval != nil {
+		ev := *c.Eval
+		if err := ev.validate(); err != nil {
+			return err
 		}
 	}
 	return c.Limits.Validate()
@@ -134,6 +213,12 @@ func NewSandboxRunner(cfg SandboxConfig) (*SandboxRunner, error) {
 		return nil, err
 	}
 	cfg.Command = append([]string(nil), cfg.Command...)
+	if cfg.Eval != nil {
+		ev := *cfg.Eval
+		_ = ev.validate() // checked above; fills the defaults
+		ev.Command, ev.ReadOnly = slices.Clone(ev.Command), slices.Clone(ev.ReadOnly)
+		cfg.Eval = &ev
+	}
 	return &SandboxRunner{cfg: cfg, sb: sb}, nil
 }
 
@@ -191,9 +276,21 @@ func (x *sandboxedRun) Execute(ctx context.Context, j builder.Job) (builder.Outc
 	}
 	tail := builder.NewTail(cfg.LogTail)
 	args := append(append([]string(nil), cfg.Command[1:]...), jobPath, resultPath)
-	res, err := x.r.sb.Run(ctx, grader.Command{Path: cfg.Command[0], Args: args, Dir: x.dir, Env: cfg.Env,
+	run := grader.Command{Path: cfg.Command[0], Args: args, Dir: x.dir, Env: cfg.Env,
 		ReadOnly: cfg.ReadOnly, Hide: cfg.Hide, Keep: []string{ResultFileName}, KeepMax: builder.MaxResultBytes,
-		Stdout: tail, Stderr: tail})
+		Stdout: tail, Stderr: tail}
+	if ev := cfg.Eval; ev != nil {
+		// The held-out data is the evaluator's alone; the checkpoint
+		// comes back beside the result.
+		run.Env = append(slices.Clone(cfg.Env), CheckpointEnv+"="+filepath.Join(x.dir, ev.Checkpoint))
+		run.Hide = append(slices.Clone(cfg.Hide), ev.ReadOnly...)
+		run.Keep = append(run.Keep, ev.Checkpoint)
+		run.KeepMax = max(run.KeepMax, ev.CheckpointMax)
+		if err := os.Remove(filepath.Join(x.dir, ev.Checkpoint)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return builder.Outcome{}, &builder.RunError{Class: builder.ErrTransient, Reason: "clear checkpoint", Err: err}
+		}
+	}
+	res, err := x.r.sb.Run(ctx, run)
 	slots := max(j.Slots, 1)
 	wall := res.Wall.Seconds()
 	measured := records.Cost{WallSeconds: wall, DeviceSeconds: wall * float64(slots)}
@@ -229,5 +326,118 @@ func (x *sandboxedRun) Execute(ctx context.Context, j builder.Job) (builder.Outc
 	if err != nil {
 		return builder.Outcome{Cost: measured, Log: log}, &builder.RunError{Class: builder.ErrFailed, Reason: "parse result", Log: log, Err: err}
 	}
+	if cfg.Eval == nil || r.Infeasible != "" {
+		return r.Outcome(j, measured, log)
+	}
+	// The script's loss and gain are its own word: the evaluator's
+	// replace them.
+	ev, wall, evLog, err := x.evaluate(ctx, j)
+	measured.WallSeconds += wall
+	measured.DeviceSeconds += wall * float64(slots)
+	log = fmt.Sprintf("%s\n[evaluator] %s", log, evLog)
+	if err != nil {
+		var re *builder.RunError
+		if errors.As(err, &re) {
+			re.Log = log
+		}
+		if errors.Is(err, builder.ErrInfeasible) {
+			return builder.Outcome{Infeasible: re.Reason, Seeds: []uint64{j.Seed}, Cost: measured, Log: log}, err
+		}
+		if ctx.Err() != nil {
+			return builder.DoneOutcome(ctx, j, measured, log)
+		}
+		return builder.Outcome{Cost: measured, Log: log}, err
+	}
+	if r.Loss != nil && *r.Loss != *ev.Loss {
+		log = fmt.Sprintf("%s\n[evaluator] the script reported loss %g; the evaluator measured %g", log, *r.Loss, *ev.Loss)
+	}
+	r.Loss, r.Gain = ev.Loss, ev.Gain
+	r.Cost.WallSeconds, r.Cost.DeviceSeconds = 0, 0 // the executor's measurement, evaluation included
 	return r.Outcome(j, measured, log)
+}
+
+// evaluate measures the run of j whose checkpoint x's copy holds with the
+// evaluator (SandboxConfig.Eval) in a sandboxed run of its own, and
+// returns its result (a loss, maybe a gain), its wall time and its log.
+// A missing or oversized checkpoint, and an evaluator that reports the
+// checkpoint infeasible, are builder.ErrInfeasible; an evaluator that
+// fails otherwise is builder.ErrFailed.
+func (x *sandboxedRun) evaluate(ctx context.Context, j builder.Job) (builder.Result, float64, string, error) {
+	cfg := x.r.cfg
+	ev := cfg.Eval
+	infeasible := func(reason string, err error) (builder.Result, float64, string, error) {
+		return builder.Result{}, 0, reason, &builder.RunError{Class: builder.ErrInfeasible, Reason: reason, Err: err}
+	}
+	failed := func(reason string, err error) (builder.Result, float64, string, error) {
+		return builder.Result{}, 0, reason, &builder.RunError{Class: builder.ErrFailed, Reason: reason, Err: err}
+	}
+	ckpt := filepath.Join(x.dir, ev.Checkpoint)
+	fi, err := os.Lstat(ckpt)
+	switch {
+	case err != nil || !fi.Mode().IsRegular():
+		return infeasible("the run left no checkpoint "+ev.Checkpoint, ErrNoCheckpoint)
+	case fi.Size() > ev.CheckpointMax:
+		return infeasible(fmt.Sprintf("the checkpoint is larger than %d bytes", ev.CheckpointMax), ErrNoCheckpoint)
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(x.dir), "lm2lm-eval-")
+	if err != nil {
+		return failed("make evaluation directory", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return failed("make evaluation directory", err)
+	}
+	if _, err := copyTree(ev.Code, dir, nil); err != nil {
+		return failed("copy the evaluator", err)
+	}
+	// The checkpoint is data to the evaluator, never code: the
+	// evaluator decides how to read it.
+	if err := os.Rename(ckpt, filepath.Join(dir, ev.Checkpoint)); err != nil {
+		return failed("move the checkpoint", err)
+	}
+	if ev.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = builder.WithTimeout(ctx, ev.Timeout)
+		defer cancel()
+	}
+	jobPath, resultPath := filepath.Join(dir, JobFileName), filepath.Join(dir, ResultFileName)
+	if err := builder.WriteJobFile(jobPath, j, resultPath); err != nil {
+		return failed("write the evaluator's job file", err)
+	}
+	tail := builder.NewTail(cfg.LogTail)
+	args := append(append([]string(nil), ev.Command[1:]...), jobPath, resultPath)
+	res, err := x.r.sb.Run(ctx, grader.Command{Path: ev.Command[0], Args: args, Dir: dir,
+		Env: append(slices.Clone(cfg.Env), CheckpointEnv+"="+filepath.Join(dir, ev.Checkpoint)),
+		ReadOnly: ev.ReadOnly, Hide: cfg.Hide, Keep: []string{ResultFileName}, KeepMax: builder.MaxResultBytes,
+		Stdout: tail, Stderr: tail})
+	wall, log := res.Wall.Seconds(), tail.String()
+	fail := func(class error, reason string, err error) (builder.Result, float64, string, error) {
+		return builder.Result{}, wall, log, &builder.RunError{Class: class, Reason: "evaluator: " + reason, Err: err}
+	}
+	switch {
+	case ctx.Err() != nil:
+		return fail(builder.ErrFailed, "cancelled or past its time", ctx.Err())
+	case err != nil:
+		return fail(builder.ErrFailed, "sandbox", err)
+	case res.OOMKills > 0:
+		return fail(builder.ErrInfeasible, fmt.Sprintf("exceeded the memory limit of %d bytes", cfg.Limits.Memory), ErrOverMemory)
+	case res.Signal != 0:
+		return fail(builder.ErrFailed, "killed by signal "+res.Signal.String(), nil)
+	}
+	b, rerr := builder.ReadResultFile(resultPath)
+	if res.ExitCode != 0 {
+		e := builder.ExitError(res.ExitCode, builder.InfeasibleReason(b), log)
+		return fail(e.Class, e.Reason, e.Err)
+	}
+	if rerr != nil {
+		return fail(builder.ErrFailed, "no result file", fmt.Errorf("%w: %w", builder.ErrBadResult, rerr))
+	}
+	r, err := builder.ParseResult(b)
+	if err == nil && (r.Infeasible != "" || r.Loss == nil) {
+		err = fmt.Errorf("%w: the evaluator's result has no loss", builder.ErrBadResult)
+	}
+	if err != nil {
+		return fail(builder.ErrFailed, "parse result", err)
+	}
+	return r, wall, log, nil
 }

@@ -22,7 +22,12 @@ type TaskSpec struct {
 	// Builder.SetReference from the reference runs.
 	Task records.Task
 	// Corpus is the text file trained on (made absolute by NewBuilder).
-	Corpus    string
+	Corpus string
+	// Heldout, when set, is the validation text kept apart from Corpus
+	// (made absolute by NewBuilder): the spec's "heldout", which a
+	// sandboxed overlay run never sees and evaluate.py scores
+	// (docs/code-builder.md, A loss the overlay cannot forge).
+	Heldout   string
 	Reference Recipe
 }
 
@@ -82,6 +87,11 @@ func NewBuilder(cfg Config) (*Builder, error) {
 			return nil, err
 		}
 		t.Corpus = abs
+		if t.Heldout != "" {
+			if t.Heldout, err = filepath.Abs(t.Heldout); err != nil {
+				return nil, err
+			}
+		}
 		b.tasks[t.Task.ID] = t
 	}
 	return b, nil
@@ -139,7 +149,7 @@ func (b *Builder) build(t records.Task, p records.Proposal, withRef bool) (build
 	if err != nil {
 		return builder.Job{}, fmt.Errorf("pytorch: build %s on %s: %w", p.Key(), t.ID, err)
 	}
-	spec := Spec{Corpus: ts.Corpus, Block: 1024, ValEvery: 10, EvalBytes: b.cfg.EvalBytes, Recipe: r,
+	spec := Spec{Corpus: ts.Corpus, Heldout: ts.Heldout, Block: 1024, ValEvery: 10, EvalBytes: b.cfg.EvalBytes, Recipe: r,
 		Device: b.cfg.Device, Threads: b.cfg.Threads}
 	if withRef {
 		ref := ts.Reference

@@ -94,7 +94,12 @@ func oneOf(s string, choices ...string) bool {
 
 // Spec is the Job.Spec of a run of train.py (see its docstring).
 type Spec struct {
-	Corpus    string  `json:"corpus"`     // absolute path of the text file
+	Corpus string `json:"corpus"` // absolute path of the text file
+	// Heldout is the absolute path of the validation text when it is kept
+	// apart from Corpus (then all training text): hidden from the
+	// training run and read by evaluate.py, the trusted evaluator
+	// (overlay.EvalConfig). Empty: Corpus holds both, split by blocks.
+	Heldout   string  `json:"heldout,omitempty"`
 	Block     int     `json:"block"`      // split block in bytes
 	ValEvery  int     `json:"val_every"`  // every ValEvery-th block is validation
 	EvalBytes int     `json:"eval_bytes"` // validation bytes scored

@@ -12,12 +12,22 @@ the run needs:
       "corpus": "/abs/path/text.txt",   # any text file; one symbol per byte
       "block": 1024, "val_every": 10,   # every 10th 1 KiB block is validation
       "eval_bytes": 8192,               # validation bytes scored
+      "heldout": "/abs/path/val.txt",   # optional: the validation text, kept apart
       "recipe": {...},                  # the recipe to train (see RECIPE)
       "reference": {...},               # the task's reference recipe (optional)
       "reference_losses": {"1": 2.9},   # its loss by seed, when known (optional)
       "device": "auto",                 # auto | cpu | cuda
       "threads": 1                      # CPU threads (torch.set_num_threads)
     }
+
+With "heldout" the corpus is all training text and the validation bytes are
+the held-out file's (the interleaved split written to two files gives the
+same training and validation bytes as the one file). When the environment
+names a checkpoint (LM2LM_CHECKPOINT, set by overlay.SandboxRunner's trusted
+evaluation), the trained weights are saved there (a state dict of tensors,
+torch.save) for evaluate.py, which measures the run; a run that cannot read
+the held-out file (hidden from it) then reports its last training loss in
+bits per byte, which the evaluator's measurement replaces.
 
 The loss is validation bits per byte. The gain is measured against the
 reference recipe with the same seed: the reference loss of the job's seed
@@ -140,7 +150,9 @@ def read_job(path):
 
 
 def load_corpus(spec):
-    """Returns (train, val) byte strings split by interleaved blocks."""
+    """Returns (train, val) byte strings split by interleaved blocks, or
+    with "heldout" the corpus and the held-out file's bytes (val None when
+    the run cannot read them: they are the evaluator's)."""
     block, every = int(spec.get("block", 1024)), int(spec.get("val_every", 10))
     if block < 1 or every < 2:
         raise BadJob("block %d, val_every %d" % (block, every))
@@ -149,6 +161,15 @@ def load_corpus(spec):
             data = f.read()
     except OSError as e:
         raise Transient("corpus: %s" % e)
+    if spec.get("heldout"):
+        try:
+            with open(spec["heldout"], "rb") as f:
+                val = f.read()
+        except OSError:
+            val = b""
+        if len(data) < 2:
+            raise BadJob("corpus %s (%d bytes) is too small" % (spec["corpus"], len(data)))
+        return data, (val if len(val) >= 2 else None)
     train, val = bytearray(), bytearray()
     for i in range(0, len(data), block):
         (val if (i // block) % every == every - 1 else train).extend(data[i : i + block])
@@ -245,8 +266,11 @@ def flops_of(r, tokens_trained, tokens_scored):
     return 3 * per_token * tokens_trained + per_token * tokens_scored
 
 
-def train(torch, r, data, seed, device, eval_bytes):
-    """Trains recipe r with seed and returns (validation bits per byte, steps, flops)."""
+def train(torch, r, data, seed, device, eval_bytes, checkpoint=None):
+    """Trains recipe r with seed and returns (validation bits per byte, steps, flops).
+    With checkpoint, the trained weights are saved there; without
+    validation bytes (val None), the loss is the last step's training loss
+    in bits per byte."""
     train_data, val_data = data
     ctx = r["context"]
     if len(train_data) <= ctx + 1:
@@ -278,6 +302,11 @@ def train(torch, r, data, seed, device, eval_bytes):
         opt.step()
         if (step + 1) % max(1, r["steps"] // 4) == 0 or step == 0:
             log("step %d/%d loss %.4f nats lr %.3g" % (step + 1, r["steps"], value, lr_at(r, step)))
+    if checkpoint:
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, checkpoint)
+    if val_data is None:
+        log("validation left to the evaluator")
+        return value / math.log(2), r["steps"], flops_of(r, r["steps"] * r["batch"] * ctx, 0)
     bpb, scored = evaluate(torch, model, val_data, ctx, device, eval_bytes)
     if not math.isfinite(bpb):
         raise Infeasible("diverged: validation loss %r" % bpb)
@@ -337,7 +366,7 @@ def run(job, spec):
     seed, eval_bytes = job["seed"], int(spec.get("eval_bytes", 8192))
     start, cpu0 = time.time(), time.process_time()
     try:
-        loss, steps, flops = train(torch, recipe, data, seed, device, eval_bytes)
+        loss, steps, flops = train(torch, recipe, data, seed, device, eval_bytes, os.environ.get("LM2LM_CHECKPOINT"))
         log("validation %.5f bits per byte after %d steps" % (loss, steps))
         out = {"loss": loss, "seeds": [seed]}
         ref = (spec.get("reference_losses") or {}).get(str(seed))
