@@ -407,7 +407,7 @@ func (x *sandboxedRun) evaluate(ctx context.Context, j builder.Job) (builder.Res
 	tail := builder.NewTail(cfg.LogTail)
 	args := append(append([]string(nil), ev.Command[1:]...), jobPath, resultPath)
 	res, err := x.r.sb.Run(ctx, grader.Command{Path: ev.Command[0], Args: args, Dir: dir,
-		Env: append(slices.Clone(cfg.Env), CheckpointEnv+"="+filepath.Join(dir, ev.Checkpoint)),
+		Env:      append(slices.Clone(cfg.Env), CheckpointEnv+"="+filepath.Join(dir, ev.Checkpoint)),
 		ReadOnly: ev.ReadOnly, Hide: cfg.Hide, Keep: []string{ResultFileName}, KeepMax: builder.MaxResultBytes,
 		Stdout: tail, Stderr: tail})
 	wall, log := res.Wall.Seconds(), tail.String()
