@@ -37,9 +37,37 @@ func recipe(steps int) map[string]any {
 // pyBase is the base builder of train.py's tiny task: the reference
 // recipe, with the reference losses set so far.
 type pyBase struct {
-	corpus string
-	mu     sync.Mutex
-	refs   map[string]float64
+	corpus  string
+	heldout string // "": the corpus holds the validation blocks
+	mu      sync.Mutex
+	refs    map[string]float64
+}
+
+// splitHeldout writes b's corpus split as train.py splits it (blocks of
+// 256 bytes, every fifth validation) to a training file and a held-out
+// file beside it, and makes b's jobs name both.
+func (b *pyBase) splitHeldout(t *testing.T) {
+	t.Helper()
+	data, err := os.ReadFile(b.corpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var train, val []byte
+	for i := 0; i < len(data); i += 256 {
+		blk := data[i:min(i+256, len(data))]
+		if (i/256)%5 == 4 {
+			val = append(val, blk...)
+		} else {
+			train = append(train, blk...)
+		}
+	}
+	dir := filepath.Dir(b.corpus)
+	b.corpus, b.heldout = filepath.Join(dir, "train.txt"), filepath.Join(dir, "heldout.txt")
+	for p, d := range map[string][]byte{b.corpus: train, b.heldout: val} {
+		if err := os.WriteFile(p, d, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func (b *pyBase) Build(ctx context.Context, t records.Task, p records.Proposal) (builder.Job, error) {
@@ -49,6 +77,9 @@ func (b *pyBase) Build(ctx context.Context, t records.Task, p records.Proposal) 
 		"recipe": recipe(6), "device": "cpu", "threads": 1}
 	if len(b.refs) > 0 {
 		spec["reference_losses"] = b.refs
+	}
+	if b.heldout != "" {
+		spec["heldout"] = b.heldout
 	}
 	raw, err := json.Marshal(spec)
 	return builder.Job{Task: t, Proposal: p, Seed: 1, Spec: raw}, err

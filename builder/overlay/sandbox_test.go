@@ -306,9 +306,11 @@ func procsWith(s string) []int {
 
 // The honest run: examples/pytorch/train.py, overlaid with label
 // smoothing by the builder, smoke-tested and trained for real through
-// the sandbox, reading its corpus through a read-only bind; the loss is
-// the one the same job gives without the sandbox, bit for bit (one CPU
-// thread, a fixed seed).
+// the sandbox, reading its training text through a read-only bind, its
+// loss measured by examples/pytorch/evaluate.py (the trusted evaluator)
+// from its checkpoint and the held-out text the run never saw; the loss
+// is the one the same job gives without the sandbox and the evaluator,
+// bit for bit (one CPU thread, a fixed seed).
 func TestSandboxedOverlayTrains(t *testing.T) {
 	if testing.Short() {
 		t.Skip("four tiny PyTorch runs; skipped with -short")
@@ -317,10 +319,15 @@ func TestSandboxedOverlayTrains(t *testing.T) {
 	requireTorch(t)
 	needSandbox(t)
 	e := newPyEnv(t)
+	e.base.splitHeldout(t)
+	evaluator, err := os.ReadFile("../../examples/pytorch/evaluate.py")
+	require.NoError(t, err)
+	writeFile(t, filepath.Join(e.code, "evaluate.py"), string(evaluator)) // not on the allow-list
 	scfg := overlay.DefaultSandboxConfig()
 	scfg.Command = []string{python, "train.py"}
 	scfg.ReadOnly = []string{e.base.corpus}
 	scfg.Hide = []string{e.code} // the copies are made from it; no run needs it
+	scfg.Eval = &overlay.EvalConfig{Command: []string{python, "evaluate.py"}, Code: e.code, ReadOnly: []string{e.base.heldout}}
 	ex, err := overlay.NewExecutor(overlay.ExecutorConfig{Sandbox: scfg, Plain: e.exec, TempDir: filepath.Dir(e.code)})
 	require.NoError(t, err)
 	iso, ok := ex.Sandboxed()
@@ -346,6 +353,8 @@ func TestSandboxedOverlayTrains(t *testing.T) {
 	free, err := e.exec.Execute(ctx, j)
 	require.NoError(t, err, free.Log)
 	require.Equal(t, free.Loss, out.Loss, "the sandbox changes where the run may go, not what it computes")
+	require.Contains(t, out.Log, "evaluator: ", "the evaluator measured the run")
+	require.Contains(t, out.Log, "validation left to the evaluator", "the run did not see the held-out text")
 	t.Logf("loss %.6f; the real run's Execute took %v sandboxed, %v unsandboxed", out.Loss, inside.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }
 
