@@ -26,8 +26,10 @@
 //
 // Validate refuses, before anything is written: a path that is absolute,
 // not clean, climbs out with "..", repeats, or is not on the allow-list
-// (ErrBadPath); content that is not UTF-8 text, holds a NUL, is larger
-// than MaxFileBytes, or would replace a directory (ErrBadContent); more
+// (ErrBadPath); content that is not UTF-8 text, holds a NUL or a carriage
+// return without a line feed (Python ends a line there; the lines counted
+// and the diff kept must be the lines that run), is larger than
+// MaxFileBytes, or would replace a directory (ErrBadContent); more
 // than MaxLines changed lines, default 400 (ErrTooLarge); no change at all
 // (ErrNoChange). The format has no modes, links or deletions: an overlay
 // cannot make a file executable, add a symbolic link, or touch a file off
@@ -64,13 +66,25 @@
 // The default (no Runner) is SandboxRunner: each smoke test and real run
 // in grader.Sandbox, with a user of its own, no network, a read-only view
 // of the host but for its copy and private /tmp, the task's data bound
-// read-only, chosen paths masked, cgroup limits on memory, processes and
-// CPU, and a time limit. NewExecutor probes the host and fails with an
-// error wrapping grader.ErrIsolation when it cannot give all of that,
-// unless ExecutorConfig.Unsandboxed allows SubprocessRunner, which gives
+// read-only, chosen paths masked (after every other mount, failing
+// closed; a hidden path inside the code directory is left out of each
+// copy), cgroup limits on memory, processes and CPU, and a time limit.
+// NewExecutor probes the host and fails with an error wrapping
+// grader.ErrIsolation when it cannot give all of that, unless
+// ExecutorConfig.Unsandboxed allows SubprocessRunner, which gives
 // builder.Subprocess's process group, subreaper, minimal environment and
-// time limit only. Neither makes the loss trustworthy: the overlaid
-// script computes its own validation loss.
+// time limit only.
+//
+// # A loss the overlay cannot forge
+//
+// An overlaid script computes and writes its own validation loss. With
+// SandboxConfig.Eval (an EvalConfig) the loss recorded is not the
+// script's: the training run writes a checkpoint (CheckpointEnv) and never
+// sees the held-out data (hidden from it), and a fixed evaluator, copied
+// afresh from a directory no overlay writes to, measures the checkpoint on
+// the held-out data in a sandboxed run of its own (METHOD.md §1
+// Vocabulary: ℓ, and g = b_e − ℓ). Without Eval, and with any other
+// Runner, the script measures itself.
 //
 // # Concurrency and I/O
 //

@@ -177,7 +177,9 @@ const (
 //   - a file system that is read-only everywhere but in its copy of the
 //     code (a private tmpfs of at most Limits.Memory bytes and
 //     Limits.Inodes files beyond the copy) and a private /tmp, /var/tmp,
-//     /dev/shm and /run; Hide masked, ReadOnly bound read-only;
+//     /dev/shm and /run; ReadOnly bound read-only, Hide masked over
+//     everything (below /tmp or elsewhere, inside a ReadOnly folder too;
+//     a path that cannot be masked fails the run);
 //   - cgroup limits on the memory of the whole run (Limits.Memory: a run
 //     killed for memory is infeasible, ErrOverMemory), its processes and
 //     threads (Limits.Processes), and its CPU share and cap where the
@@ -192,9 +194,13 @@ const (
 // files); a device boundary (/dev is the host's, on a read-only mount:
 // device nodes open as their modes allow, so a GPU whose nodes every user
 // may open is usable, and so is any other such device; there is no
-// device cgroup); and a trusted measurement: the overlaid script computes
-// and writes its own validation loss (docs/code-builder.md, Sandboxing).
-// Files the run writes are gone with it, except the result file.
+// device cgroup); and, without Eval, a trusted measurement: the overlaid
+// script computes and writes its own validation loss. With Eval the loss
+// and gain recorded are the evaluator's, measured from the checkpoint the
+// run wrote on held-out data the run never saw (EvalConfig;
+// docs/code-builder.md, A loss the overlay cannot forge). Files the run
+// writes are gone with it, except the result file (and the checkpoint,
+// handed to the evaluator).
 type SandboxRunner struct {
 	cfg SandboxConfig
 	sb  *grader.Sandbox
