@@ -2,6 +2,8 @@ package serve
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,9 +57,40 @@ type groupAnswer struct {
 	Tau     float64 `json:"tau"`
 	Kept    bool    `json:"kept"`
 	// Index is the index in the group of each scored sample, Samples
-	// their scores in that order.
+	// their scores in that order, and Digests their completions' digests
+	// (textDigest), so that a later request naming the group is answered
+	// only for the same text. Absent in answers of an earlier version's
+	// checkpoint, which are then given without the comparison.
 	Index   []int         `json:"index"`
 	Samples []SampleScore `json:"samples"`
+	Digests []string      `json:"digests,omitempty"`
+}
+
+// textDigest is a completion's digest in a group answer: the first 8
+// bytes of its SHA-256, in hex.
+func textDigest(text string) string {
+	sum := sha256.Sum256([]byte(text))
+	return hex.EncodeToString(sum[:8])
+}
+
+// sameText returns an error when the answer scored another completion at
+// idx than text: the same group name at the same step with other
+// completions (a resumed trainer reusing its names) must not get the
+// rewards of the first.
+func (a *groupAnswer) sameText(group string, step, idx int, text string) error {
+	if len(a.Digests) != len(a.Index) {
+		return nil
+	}
+	for p, i := range a.Index {
+		if i == idx {
+			if got := textDigest(text); got != a.Digests[p] {
+				return conflict("group_conflict", "group %q at step %d was scored with other completions: sample %d sent with digest %s, scored with digest %s; give a new run's groups new names",
+					records.Excerpt(group), step, idx, got, a.Digests[p])
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // sample returns the answer of the sample at index idx.
@@ -126,6 +159,9 @@ func (s *Service) join(step int, in sampleIn) (*assembly, *groupAnswer, int, err
 		}
 		if in.index < 0 {
 			return nil, nil, 0, conflict("group_done", "group %q at step %d is scored; a retried sample must state its index", records.Excerpt(in.group), step)
+		}
+		if err := ans.sameText(in.group, step, in.index, in.text); err != nil {
+			return nil, nil, 0, err
 		}
 		return nil, ans, in.index, nil
 	}
@@ -347,8 +383,9 @@ func (s *Service) applyGroup(g *groupOp, parsed []proposer.Sample) (*groupAnswer
 	}
 	sg := sc.Groups[0]
 	ans := &groupAnswer{StateID: g.StateID, Size: g.Size, Partial: g.Partial, Tau: sg.Tau, Kept: sg.Kept, Index: g.Index,
-		Samples: make([]SampleScore, len(g.Index))}
+		Samples: make([]SampleScore, len(g.Index)), Digests: make([]string, len(g.Index))}
 	for i := range g.Index {
+		ans.Digests[i] = textDigest(g.Completions[i])
 		r := sg.Rewards[i]
 		smp := SampleScore{Reward: &r, Advantage: sg.Advantages[i], Valid: sg.Valid[i], Gain: sg.Gains[i],
 			Reason: records.Excerpt(sg.Reasons[i])}
