@@ -10,6 +10,7 @@ import (
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/reward"
 	"github.com/lm2lm/lm2lm/rwm"
+	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -168,6 +169,10 @@ type Config struct {
 	// Now stamps synthetic records; nil = a zero time (reproducible state
 	// byte for byte).
 	Now func() time.Time
+	// Log receives what the service repaired when it opened its state
+	// (a final journal entry cut short by a crash, dropped with its byte
+	// count and offset); nil = nowhere. cmd/lm2lm-serve logs to stderr.
+	Log *slog.Logger
 }
 
 // DefaultConfig returns the defaults documented on Config.

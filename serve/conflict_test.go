@@ -1,8 +1,13 @@
 package serve_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 
@@ -74,4 +79,37 @@ func TestGroupNameReusedWithOtherCompletions(t *testing.T) {
 	s2, srv2, _ := newService(t, dir, nil, servetest.Options{})
 	check(srv2.URL)
 	require.Equal(t, 1, s2.Info().Scored)
+}
+
+// TestTornJournalLogged: a final journal entry cut short by a crash is
+// dropped on the next start, and the log says so with the bytes dropped
+// and where.
+func TestTornJournalLogged(t *testing.T) {
+	dir := t.TempDir()
+	s, srv, _ := newService(t, dir, nil, servetest.Options{})
+	sr := states(t, srv.URL, 1, "")
+	score(t, srv.URL, "torn-1", 0, sr, 4)
+	srv.Close()
+	s.Close()
+
+	path := filepath.Join(dir, "journal.log")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := bytes.SplitAfter(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	last := lines[len(lines)-1]
+	torn := last[:len(last)/2] // the next entry's first half, as a crash leaves it
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0o600)
+	require.NoError(t, err)
+	_, err = f.Write(torn)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	var logged bytes.Buffer
+	s2, _, _ := newService(t, dir, func(c *serve.Config) { c.Log = slog.New(slog.NewTextHandler(&logged, nil)) }, servetest.Options{})
+	require.Equal(t, 1, s2.Info().Scored)
+	require.Contains(t, logged.String(), "level=WARN")
+	require.Contains(t, logged.String(), fmt.Sprintf("offset=%d bytes_dropped=%d", len(b), len(torn)))
+	after, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, b, after, "the journal is cut back to its whole entries")
 }

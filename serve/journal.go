@@ -41,6 +41,9 @@ type journal struct {
 	// broken is set when a write failed and the file could not be put
 	// back to its last whole entry: nothing more may be appended.
 	broken error
+	// dropped is how many bytes of a final entry cut short readJournal
+	// truncated, at offset size.
+	dropped int64
 }
 
 // maxHeader bounds an entry's header (two numbers and two sums).
@@ -200,7 +203,7 @@ func readJournal(path string, after uint64, apply func(seq uint64, payload []byt
 		f.Close()
 		return nil, fmt.Errorf("%w: %w", ErrState, err)
 	}
-	return &journal{f: f, size: off, seq: max(after, prev)}, nil
+	return &journal{f: f, size: off, seq: max(after, prev), dropped: int64(len(data)) - whole}, nil
 }
 
 // append writes and syncs the next entry. A failed write is cut back to

@@ -236,6 +236,10 @@ func (s *Service) load() error {
 	if j.seq < after {
 		j.seq = after
 	}
+	if j.dropped > 0 && s.cfg.Log != nil {
+		s.cfg.Log.Warn("serve: the journal's final entry was cut short (a write a crash interrupted, never acknowledged); dropped it",
+			"path", s.journalPath(), "offset", j.size, "bytes_dropped", j.dropped)
+	}
 	s.j = j
 	return nil
 }

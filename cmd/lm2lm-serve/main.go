@@ -11,12 +11,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
 	"github.com/lm2lm/lm2lm/serve/servelab"
@@ -55,6 +59,73 @@ type options struct {
 	groupDeadline               time.Duration
 	stepLag, maxStepJump        int
 	countSteps                  bool
+	schedule                    calibrate.Schedule
+}
+
+// maxSchedulePoints bounds the calibration points of -schedule.
+const maxSchedulePoints = 10000
+
+// parseSchedule reads -schedule: comma-separated points STEP:BUDGET, or
+// FIRST-LAST/EVERY:BUDGET for a point every EVERY steps from FIRST to
+// LAST (e.g. "16:31,40:38,64:31", or "20-2000/20:31"). The steps must
+// increase strictly (calibrate.Schedule.Validate).
+func parseSchedule(text string) (calibrate.Schedule, error) {
+	var s calibrate.Schedule
+	for _, item := range strings.Split(text, ",") {
+		item = strings.TrimSpace(item)
+		at, budget, ok := strings.Cut(item, ":")
+		if !ok {
+			return s, fmt.Errorf("schedule point %q: want STEP:BUDGET or FIRST-LAST/EVERY:BUDGET", item)
+		}
+		b, err := strconv.Atoi(budget)
+		if err != nil {
+			return s, fmt.Errorf("schedule point %q: budget: %w", item, err)
+		}
+		first, last, every := 0, 0, 1
+		if span, step, periodic := strings.Cut(at, "/"); periodic {
+			lo, hi, ok := strings.Cut(span, "-")
+			if !ok {
+				return s, fmt.Errorf("schedule point %q: want FIRST-LAST/EVERY", item)
+			}
+			if first, err = strconv.Atoi(lo); err == nil {
+				if last, err = strconv.Atoi(hi); err == nil {
+					every, err = strconv.Atoi(step)
+				}
+			}
+			if err != nil {
+				return s, fmt.Errorf("schedule point %q: %w", item, err)
+			}
+			if every < 1 || last < first {
+				return s, fmt.Errorf("schedule point %q: want FIRST ≤ LAST and EVERY ≥ 1", item)
+			}
+		} else {
+			if first, err = strconv.Atoi(at); err != nil {
+				return s, fmt.Errorf("schedule point %q: step: %w", item, err)
+			}
+			last = first
+		}
+		if first < 0 || last > serve.MaxStep {
+			return s, fmt.Errorf("schedule point %q: steps must be in 0..%d", item, serve.MaxStep)
+		}
+		if (last-first)/every+1 > maxSchedulePoints-len(s.Steps) {
+			return s, fmt.Errorf("schedule: more than %d points", maxSchedulePoints)
+		}
+		for st := first; st <= last; st += every {
+			s.Steps, s.Budgets = append(s.Steps, st), append(s.Budgets, b)
+		}
+	}
+	if err := s.Validate(); err != nil {
+		return s, fmt.Errorf("schedule %q: %w", text, err)
+	}
+	return s, nil
+}
+
+func formatSchedule(s calibrate.Schedule) string {
+	parts := make([]string, len(s.Steps))
+	for i := range s.Steps {
+		parts[i] = fmt.Sprintf("%d:%d", s.Steps[i], s.Budgets[i])
+	}
+	return strings.Join(parts, ",")
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -81,9 +152,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.stepLag, "step-lag", d.StepLag, "how many steps behind the service's step a request may be (asynchronous trainers)")
 	fs.IntVar(&o.maxStepJump, "max-step-jump", d.MaxStepJump, "how far one request may move the step forward")
 	fs.BoolVar(&o.countSteps, "count-steps", false, "take a score request without a step as the count of score requests before it (opt-in)")
+	schedule := fs.String("schedule", formatSchedule(d.Schedule),
+		"calibration points in the trainer's steps: STEP:BUDGET,... or FIRST-LAST/EVERY:BUDGET (e.g. 20-2000/20:31)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	sch, err := parseSchedule(*schedule)
+	if err != nil {
+		return o, err
+	}
+	o.schedule = sch
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -116,6 +194,10 @@ func run(ctx context.Context, o options, getenv func(string) string, w io.Writer
 	cfg.Addr, cfg.Token, cfg.Dir, cfg.Parallel, cfg.MaxInFlight = o.addr, tok, o.dir, o.parallel, o.maxInFlight
 	cfg.GroupSize, cfg.GroupDeadline, cfg.StepLag, cfg.MaxStepJump, cfg.CountSteps = o.groupSize, o.groupDeadline, o.stepLag, o.maxStepJump, o.countSteps
 	cfg.Seed = o.seed
+	if len(o.schedule.Steps) > 0 {
+		cfg.Schedule = o.schedule
+	}
+	cfg.Log = slog.New(slog.NewTextHandler(w, nil))
 	// Check the configuration, the port and the state directory before
 	// the lab's minutes of reference runs.
 	ln, err := serve.Bind(cfg)

@@ -80,3 +80,54 @@ func TestRejectsArguments(t *testing.T) {
 	_, err := parseFlags([]string{"extra"}, &b)
 	require.ErrorContains(t, err, "unexpected arguments")
 }
+
+func TestScheduleFlag(t *testing.T) {
+	tests := []struct {
+		name, flag      string
+		steps, budgets  []int
+		wantErrContains string
+	}{
+		{"default", "", []int{16, 40, 64}, []int{31, 38, 31}, ""},
+		{"points", "2:3, 4:5", []int{2, 4}, []int{3, 5}, ""},
+		{"every 20 steps to 100", "20-100/20:31", []int{20, 40, 60, 80, 100}, []int{31, 31, 31, 31, 31}, ""},
+		{"mixed", "16:31,40-64/24:38", []int{16, 40, 64}, []int{31, 38, 38}, ""},
+		{"not increasing", "40:3,16:3", nil, nil, "strictly increasing"},
+		{"no budget", "16", nil, nil, "want STEP:BUDGET"},
+		{"zero budget", "16:0", nil, nil, "budget"},
+		{"too many points", "0-100000/1:1", nil, nil, "more than 10000 points"},
+		{"backwards span", "100-20/20:1", nil, nil, "FIRST ≤ LAST"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := []string{"-dir", t.TempDir()}
+			if tt.flag != "" {
+				args = append(args, "-schedule", tt.flag)
+			}
+			o, err := parseFlags(args, &bytes.Buffer{})
+			if tt.wantErrContains != "" {
+				require.ErrorContains(t, err, tt.wantErrContains)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.steps, o.schedule.Steps)
+			require.Equal(t, tt.budgets, o.schedule.Budgets)
+		})
+	}
+}
+
+func FuzzParseSchedule(f *testing.F) {
+	f.Add("16:31,40:38,64:31")
+	f.Add("20-2000/20:31")
+	f.Add("0-9223372036854775807/1:1")
+	f.Fuzz(func(t *testing.T, s string) {
+		sch, err := parseSchedule(s)
+		if err != nil {
+			return
+		}
+		require.NoError(t, sch.Validate())
+		require.LessOrEqual(t, len(sch.Steps), maxSchedulePoints)
+		back, err := parseSchedule(formatSchedule(sch))
+		require.NoError(t, err)
+		require.Equal(t, sch, back)
+	})
+}
