@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/reward"
@@ -112,4 +113,52 @@ if found:
 	gr := gradeWithin(t, g, tk, code)
 	require.Equal(t, reward.ValidSubmission, gr.Status, gr.Summary())
 	require.InDelta(t, 1.0, gr.Metric, 1e-12)
+}
+
+// A hidden path that cannot be looked up (a symbolic link loop) or masked
+// stops the run, even where RequireIsolation is off and a refused
+// namespace would be dropped: the run never goes ahead with it unmasked.
+func TestSandboxMaskFailsClosed(t *testing.T) {
+	needSandbox(t)
+	base := maskBases(t)["elsewhere"] // below /tmp it would be out of sight
+	dir := filepath.Join(base, "run")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	loop := filepath.Join(base, "loop")
+	require.NoError(t, os.Symlink(loop, loop))
+	out := builder.NewTail(1 << 10)
+	s := newSandbox(t, func(c *SandboxConfig) { c.RequireIsolation = false })
+	r, err := s.Run(context.Background(), Command{Path: "/bin/sh", Args: []string{"-c", "echo ran"}, Dir: dir,
+		Hide: []string{loop}, Stdout: out, Stderr: out})
+	require.ErrorIs(t, err, ErrIsolation)
+	require.ErrorContains(t, err, "hide "+loop)
+	require.NotContains(t, out.String(), "ran")
+	require.False(t, r.Sandbox.Mount)
+}
+
+// checkHidden accepts a path that is absent, an empty tmpfs folder or
+// /dev/null, and nothing else.
+func TestCheckHidden(t *testing.T) {
+	dir := t.TempDir()
+	full := filepath.Join(dir, "full")
+	require.NoError(t, os.Mkdir(full, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(full, "f"), []byte("x"), 0o644))
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.Mkdir(empty, 0o755))
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	require.NoError(t, checkHidden(filepath.Join(dir, "absent")))
+	require.NoError(t, checkHidden(filepath.Join(file, "below-a-file")))
+	require.NoError(t, checkHidden("/dev/null"))
+	require.ErrorIs(t, checkHidden(file), errNotMasked, "an empty regular file is not the mask")
+	require.ErrorIs(t, checkHidden(full), errNotMasked)
+	var fs unix.Statfs_t
+	require.NoError(t, unix.Statfs(empty, &fs))
+	if fs.Type != unix.TMPFS_MAGIC {
+		require.ErrorIs(t, checkHidden(empty), errNotMasked, "an empty folder off a tmpfs is not the mask")
+	}
+	if os.Geteuid() == 0 {
+		require.NoError(t, unix.Mount("tmpfs", empty, "tmpfs", unix.MS_RDONLY, "size=4k"))
+		defer unix.Unmount(empty, 0)
+		require.NoError(t, checkHidden(empty))
+	}
 }
