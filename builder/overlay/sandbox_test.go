@@ -21,6 +21,7 @@ import (
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/builder/grader"
 	"github.com/lm2lm/lm2lm/builder/overlay"
+	"github.com/lm2lm/lm2lm/records"
 )
 
 // needSandbox skips a test unless this host can give the whole sandbox:
@@ -353,9 +354,28 @@ func TestSandboxedOverlayTrains(t *testing.T) {
 	free, err := e.exec.Execute(ctx, j)
 	require.NoError(t, err, free.Log)
 	require.Equal(t, free.Loss, out.Loss, "the sandbox changes where the run may go, not what it computes")
-	require.Contains(t, out.Log, "evaluator: ", "the evaluator measured the run")
+	require.Contains(t, out.Log, "evaluate.py: ", "the evaluator measured the run")
 	require.Contains(t, out.Log, "validation left to the evaluator", "the run did not see the held-out text")
 	t.Logf("loss %.6f; the real run's Execute took %v sandboxed, %v unsandboxed", out.Loss, inside.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+
+	// An overlay that trains as the unchanged code and reports a loss of
+	// 0.5: recorded unsandboxed, where the script measures itself; with
+	// the evaluator the loss is the unchanged code's, bit for bit.
+	e.server.Push(answer(t, "train.py", e.edit(t, `out = {"loss": loss, "seeds": [seed]}`, `out = {"loss": 0.5, "seeds": [seed]}`)))
+	forged := records.Proposal{Mechanism: records.FreeForm, Text: "Report a validation loss of 0.5."}
+	j, err = b.Build(ctx, pyTask, forged)
+	require.NoError(t, err)
+	lie, err := e.exec.Execute(ctx, j)
+	require.NoError(t, err, lie.Log)
+	require.Equal(t, 0.5, lie.Loss, "unsandboxed, the script's word is the record")
+	out, err = ex.Execute(ctx, j)
+	require.NoError(t, err, out.Log)
+	base, err := e.base.Build(ctx, pyTask, records.Proposal{Mechanism: records.NoChange})
+	require.NoError(t, err)
+	honest, err := e.exec.Execute(ctx, base)
+	require.NoError(t, err, honest.Log)
+	require.Equal(t, honest.Loss, out.Loss, "the evaluator measures the weights, not the report")
+	require.Contains(t, out.Log, "the script reported loss 0.5")
 }
 
 // Without the sandbox the default executor fails closed, unless the

@@ -31,6 +31,10 @@ import time
 import train
 
 
+def log(*args):
+    print("evaluate.py:", *args, file=sys.stderr, flush=True)
+
+
 def measure(job, spec, checkpoint):
     recipe = train.check_recipe(spec["recipe"], "recipe")
     import torch
@@ -68,7 +72,7 @@ def measure(job, spec, checkpoint):
     bpb, scored = train.evaluate(torch, model, val, recipe["context"], device, int(spec.get("eval_bytes", 8192)))
     if not math.isfinite(bpb):
         raise train.Infeasible("diverged: validation loss %r" % bpb)
-    train.log("evaluator: %.5f bits per byte over %d held-out bytes" % (bpb, scored))
+    log("%.5f bits per byte over %d held-out bytes" % (bpb, scored))
     out = {"loss": bpb, "seeds": [job["seed"]]}
     ref = (spec.get("reference_losses") or {}).get(str(job["seed"]))
     if ref is not None:
@@ -88,14 +92,14 @@ def main(argv):
         job, spec = train.read_job(argv[1])
         out = measure(job, spec, checkpoint)
     except train.BadJob as e:
-        train.log("bad job:", e)
+        log("bad job:", e)
         return train.EXIT_BAD_JOB
     except train.Infeasible as e:
-        train.log("infeasible:", e)
+        log("infeasible:", e)
         train.write_result(argv[2], {"infeasible": str(e)})
         return train.EXIT_INFEASIBLE
     except train.Transient as e:
-        train.log("transient:", e)
+        log("transient:", e)
         return train.EXIT_TRANSIENT
     train.write_result(argv[2], out)
     return train.EXIT_OK
