@@ -58,8 +58,10 @@ type method struct {
 	checkpoint string
 	// pairWith names the methods, when they are in the comparison, that
 	// this method's cells are also paired with (beside Base and the best
-	// baseline): the transformer with its own warm-up (what RL added) and
-	// with LM2LM's embedded policy (the same method, another policy).
+	// baseline): LM2LM with static training on the same world model (what
+	// calibration adds), its rerank with LM2LM (what the rerank adds), the
+	// transformer with its own warm-up (what RL added) and with LM2LM's
+	// embedded policy (the same method, another policy).
 	pairWith []string
 }
 
@@ -137,10 +139,10 @@ var methods = map[string]method{
 	// baseline is the one every calibrating method is paired with.
 	"static-random": {label: "static + random records (M'₀)", order: 9, via: rl{}, calibration: lm2lm.Static, extra: true, baseline: true},
 	"random":        {label: "random calibration", order: 10, via: rl{}, calibration: lm2lm.RandomCalibration},
-	"lm2lm":         {label: "LM2LM", order: 11, via: rl{}, calibration: lm2lm.TopRated},
+	"lm2lm":         {label: "LM2LM", order: 11, via: rl{}, calibration: lm2lm.TopRated, pairWith: []string{"static"}},
 	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 12, via: rl{}, calibration: lm2lm.TopRated, wmrl: true},
 	"static-wmrl":   {label: "WMRL (static + anchors)", order: 13, via: rl{}, calibration: lm2lm.Static, wmrl: true},
-	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 14, via: rl{}, calibration: lm2lm.TopRated, rerank: true},
+	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 14, via: rl{}, calibration: lm2lm.TopRated, rerank: true, pairWith: []string{"static", "lm2lm"}},
 	"real-gains":    {label: "trained on real gains (diagnostic)", order: 15, via: rl{}, calibration: lm2lm.Static, realGains: true},
 	// The token-level transformer of examples/llm-rl, trained through the
 	// environment service with LM2LM's rewards and calibrations, after
