@@ -113,3 +113,77 @@ func TestTornJournalLogged(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, b, after, "the journal is cut back to its whole entries")
 }
+
+// TestRequestIDsIdempotentOnEveryRoute: a request_id repeated with the
+// same body gets the first answer; with another body it is a 409 on every
+// route (states, dataset, score, evaluate), never the first answer.
+func TestRequestIDsIdempotentOnEveryRoute(t *testing.T) {
+	_, srv, _ := newService(t, t.TempDir(), nil, servetest.Options{})
+	code409 := func(code int, b []byte) {
+		t.Helper()
+		require.Equal(t, http.StatusConflict, code, string(b))
+		require.Contains(t, string(b), "request_id_reused")
+	}
+	code, first := post(t, srv.URL+"/v1/states", "", serve.StatesRequest{RequestID: "s1", N: 2})
+	require.Equal(t, http.StatusOK, code, string(first))
+	code, again := post(t, srv.URL+"/v1/states", "", serve.StatesRequest{RequestID: "s1", N: 2})
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, string(first), string(again))
+	code409(post(t, srv.URL+"/v1/states", "", serve.StatesRequest{RequestID: "s1", N: 3}))
+	code409(post(t, srv.URL+"/v1/states", "", serve.StatesRequest{RequestID: "s1", N: 2, Split: serve.SplitTest}))
+	code409(post(t, srv.URL+"/v1/dataset", "", serve.StatesRequest{RequestID: "s1", N: 5}))
+	code, rows := post(t, srv.URL+"/v1/dataset", "", serve.StatesRequest{RequestID: "s1", N: 2})
+	require.Equal(t, http.StatusOK, code, string(rows))
+	require.Len(t, bytes.Split(bytes.TrimSpace(rows), []byte("\n")), 2)
+
+	var sr serve.StatesResponse
+	require.NoError(t, json.Unmarshal(first, &sr))
+	id := sr.States[0].StateID
+	q := serve.ScoreRequest{RequestID: "q1", Step: ip(0), Groups: []serve.GroupCompletions{{StateID: id, Completions: servetest.Completions(0, 3)}}}
+	code, b := post(t, srv.URL+"/v1/score", "", q)
+	require.Equal(t, http.StatusOK, code, string(b))
+	q.Groups[0].Completions = servetest.Completions(1, 3)
+	code409(post(t, srv.URL+"/v1/score", "", q))
+
+	ev := map[string]any{"request_id": "e1", "groups": []serve.GroupCompletions{{StateID: id, Completions: servetest.Completions(0, 2)}}}
+	code, e1 := post(t, srv.URL+"/v1/evaluate", "", ev)
+	require.Equal(t, http.StatusOK, code, string(e1))
+	code, e2 := post(t, srv.URL+"/v1/evaluate", "", ev)
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, string(e1), string(e2))
+	ev["groups"] = []serve.GroupCompletions{{StateID: id, Completions: servetest.Completions(2, 2)}}
+	code409(post(t, srv.URL+"/v1/evaluate", "", ev))
+}
+
+// TestRequestAppliedWholeOrNotAtAll: a request with one valid group and
+// one unknown or held-out state is refused before anything of it is
+// applied: the valid group is not scored (so it is no calibration
+// candidate), its samples join no group, and the request's step does not
+// move the service's.
+func TestRequestAppliedWholeOrNotAtAll(t *testing.T) {
+	s, srv, _ := newService(t, t.TempDir(), nil, servetest.Options{})
+	train := states(t, srv.URL, 1, "").States[0].StateID
+	test := states(t, srv.URL, 1, serve.SplitTest).States[0].StateID
+	for _, c := range []struct{ other, code string }{{"s-unknown", "unknown_state"}, {test, "test_state"}} {
+		code, b := post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(3), Groups: []serve.GroupCompletions{
+			{StateID: train, Group: "valid", Completions: servetest.Completions(0, 4)},
+			{StateID: c.other, Group: "bad", Completions: servetest.Completions(1, 4)}}})
+		require.Equal(t, http.StatusBadRequest, code, string(b))
+		require.Contains(t, string(b), c.code)
+		// Samples one at a time: the first would open a group.
+		code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(3), Samples: []serve.SampleCompletion{
+			{Group: "half", StateID: train, GroupSize: 2, Index: ip(0), Completion: "a"},
+			{Group: "other", StateID: c.other, GroupSize: 2, Index: ip(0), Completion: "b"}}})
+		require.Equal(t, http.StatusBadRequest, code, string(b))
+	}
+	in := s.Info()
+	require.Zero(t, in.Scored)
+	require.Zero(t, in.Step, "a refused request moves no step")
+	require.Zero(t, s.Health().PendingGroups, "no sample of a refused request waits in a group")
+
+	// The valid group alone is scored afresh, under the same name.
+	code, b := post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(3), Groups: []serve.GroupCompletions{
+		{StateID: train, Group: "valid", Completions: servetest.Completions(0, 4)}}})
+	require.Equal(t, http.StatusOK, code, string(b))
+	require.Equal(t, 1, s.Info().Scored)
+}

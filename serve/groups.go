@@ -12,6 +12,7 @@ import (
 	"github.com/lm2lm/lm2lm/proposer/openai"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -587,7 +588,13 @@ func (s *Service) joinAll(q ScoreRequest, key, sum string, ins []sampleIn) (int,
 	var complete []*assembly
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	step, err := s.requestStep(q, key, sum)
+	step, seen, err := s.resolveStep(q, key, sum)
+	if err == nil {
+		err = s.checkJoins(step, ins)
+	}
+	if err == nil && !seen {
+		err = s.recordStep(q, key, sum, step)
+	}
 	if err == nil {
 		for i, in := range ins {
 			a, ans, idx, jerr := s.join(step, in)
@@ -728,39 +735,117 @@ type requestRecord struct {
 	Step int    `json:"step"`
 }
 
-// requestStep resolves and records a score request's step. A request seen
-// before (same key) keeps its first step, and a request_id reused with
-// another body is refused. The caller holds mu.
-func (s *Service) requestStep(q ScoreRequest, key, sum string) (int, error) {
+// resolveStep returns a score request's step without changing anything:
+// a request seen before (same key) keeps its first step (seen), and a
+// request_id reused with another body is refused. The caller holds mu.
+func (s *Service) resolveStep(q ScoreRequest, key, sum string) (step int, seen bool, err error) {
 	keep := q.RequestID != "" || s.cfg.CountSteps
 	if keep {
 		if b, ok := s.reqs.get(key); ok {
 			var rec requestRecord
 			if err := json.Unmarshal(b, &rec); err != nil {
-				return 0, err
+				return 0, false, err
 			}
 			if rec.Sum != sum {
-				return 0, conflict("request_id_reused", "request_id %q was used before with another body", records.Excerpt(q.RequestID))
+				return 0, false, conflict("request_id_reused", "request_id %q was used before with another body", records.Excerpt(q.RequestID))
 			}
-			return rec.Step, nil
+			return rec.Step, true, nil
 		}
 	}
-	var step int
 	switch {
 	case q.Step != nil:
-		step = *q.Step
+		return *q.Step, false, nil
 	case s.cfg.CountSteps:
-		step = s.requests
-	default:
-		return 0, badRequest("no_step", "the request states no step: send the trainer's step (or start the service with step counting)")
+		return s.requests, false, nil
 	}
+	return 0, false, badRequest("no_step", "the request states no step: send the trainer's step (or start the service with step counting)")
+}
+
+// recordStep takes a new request's step (observeStep) and records the
+// request when it has an id (or under CountSteps). The caller holds mu.
+func (s *Service) recordStep(q ScoreRequest, key, sum string, step int) error {
 	if err := s.observeStep(step); err != nil {
-		return 0, err
+		return err
 	}
-	if keep {
+	if q.RequestID != "" || s.cfg.CountSteps {
 		if _, err := s.commit(op{Kind: "request", Key: key, Sum: sum, Step: step}); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	return step, nil
+	return nil
+}
+
+// checkJoins checks, without changing anything, that every sample of a
+// request joins its group, so that a request is applied whole or not at
+// all: one unknown or held-out state, one conflict or a full table of
+// groups refuses the request before any of its samples joins a group (or
+// becomes a calibration candidate). It mirrors join. The caller holds mu.
+func (s *Service) checkJoins(step int, ins []sampleIn) error {
+	type virt struct {
+		stateID string
+		size, n int
+		have    []bool
+		texts   []string
+		closing bool
+	}
+	vs := map[string]*virt{}
+	fresh := 0
+	for _, in := range ins {
+		key := groupKey(step, in.group)
+		if ans, ok := s.done.get(key); ok {
+			switch {
+			case ans.StateID != in.stateID || ans.Size != in.size:
+				return conflict("group_mismatch", "group %q at step %d was scored for state %s with G = %d", records.Excerpt(in.group), step, ans.StateID, ans.Size)
+			case in.index < 0:
+				return conflict("group_done", "group %q at step %d is scored; a retried sample must state its index", records.Excerpt(in.group), step)
+			}
+			if err := ans.sameText(in.group, step, in.index, in.text); err != nil {
+				return err
+			}
+			continue
+		}
+		v := vs[key]
+		if v == nil {
+			if a := s.asm[key]; a != nil {
+				v = &virt{stateID: a.stateID, size: a.size, n: a.n, have: slices.Clone(a.have), texts: slices.Clone(a.texts), closing: a.closing}
+			} else {
+				e, ok := s.states[in.stateID]
+				switch {
+				case !ok:
+					return badRequest("unknown_state", "unknown state_id %q (ask /v1/states or /v1/dataset first; the oldest of more than %d issued states are forgotten)", records.Excerpt(in.stateID), s.cfg.MaxIssued)
+				case e.Split != SplitTrain:
+					return badRequest("test_state", "state %s is a held-out state: it may only be evaluated (/v1/evaluate), never scored", in.stateID)
+				case len(s.asm)+fresh >= s.cfg.MaxPendingGroups:
+					return unavailable("busy", "%d groups are being assembled; retry later", len(s.asm)+fresh)
+				}
+				fresh++
+				v = &virt{stateID: in.stateID, size: in.size, have: make([]bool, in.size), texts: make([]string, in.size)}
+			}
+			vs[key] = v
+		}
+		if v.stateID != in.stateID || v.size != in.size {
+			return conflict("group_mismatch", "group %q at step %d is for state %s with G = %d, not %s with G = %d",
+				records.Excerpt(in.group), step, v.stateID, v.size, records.Excerpt(in.stateID), in.size)
+		}
+		idx := in.index
+		if idx < 0 {
+			idx = slices.Index(v.have, false)
+			if idx < 0 {
+				return conflict("group_full", "group %q at step %d already has its %d samples", records.Excerpt(in.group), step, v.size)
+			}
+		} else if v.have[idx] {
+			if v.texts[idx] != in.text {
+				return conflict("sample_conflict", "group %q at step %d: sample %d was sent with another completion", records.Excerpt(in.group), step, idx)
+			}
+			continue
+		}
+		if v.closing {
+			continue
+		}
+		v.have[idx], v.texts[idx] = true, in.text
+		if v.n++; v.n == v.size {
+			v.closing = true
+		}
+	}
+	return nil
 }

@@ -437,7 +437,7 @@ func TestStateDirIsExclusive(t *testing.T) {
 }
 
 func TestRequestErrors(t *testing.T) {
-	_, srv, _ := newService(t, t.TempDir(), func(c *serve.Config) { c.MaxBody, c.MaxSamples, c.MaxCompletions, c.GroupSize = 4096, 3, 3, 3 }, servetest.Options{})
+	s, srv, _ := newService(t, t.TempDir(), func(c *serve.Config) { c.MaxBody, c.MaxSamples, c.MaxCompletions, c.GroupSize = 4096, 3, 3, 3 }, servetest.Options{})
 	sr := states(t, srv.URL, 3, "")
 	id := sr.States[0].StateID
 	g := func(k int) []serve.GroupCompletions {
@@ -473,14 +473,29 @@ func TestRequestErrors(t *testing.T) {
 		})
 	}
 	// A sample with another completion for a filled index, and a group
-	// named twice with another state, are conflicts.
-	one := []serve.SampleCompletion{{Group: "c", StateID: id, GroupSize: 3, Index: ip(0), Completion: "a"}}
-	code, b := post(t, srv.URL+"/v1/score?x", "", serve.ScoreRequest{Step: ip(0), Samples: append(one, serve.SampleCompletion{Group: "c", StateID: id, GroupSize: 3, Index: ip(0), Completion: "b"})})
+	// named twice with another state, are conflicts: within one request
+	// (refused whole) and against a group being assembled.
+	smp := func(i int, text string) serve.SampleCompletion {
+		return serve.SampleCompletion{Group: "c", StateID: id, GroupSize: 3, Index: ip(i), Completion: text}
+	}
+	code, b := post(t, srv.URL+"/v1/score?x", "", serve.ScoreRequest{Step: ip(0), Samples: []serve.SampleCompletion{smp(0, "a"), smp(0, "b")}})
+	require.Equal(t, http.StatusConflict, code, string(b))
+	require.Equal(t, "sample_conflict", errCode(t, b))
+	first := make(chan int, 1)
+	go func() {
+		code, _ := post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Samples: []serve.SampleCompletion{smp(0, "a")}})
+		first <- code
+	}()
+	require.Eventually(t, func() bool { return s.Health().PendingGroups == 1 }, 10*time.Second, 5*time.Millisecond)
+	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Samples: []serve.SampleCompletion{smp(0, "b")}})
 	require.Equal(t, http.StatusConflict, code, string(b))
 	require.Equal(t, "sample_conflict", errCode(t, b))
 	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Samples: []serve.SampleCompletion{{Group: "c", StateID: sr.States[1].StateID, GroupSize: 3, Completion: "a"}}})
 	require.Equal(t, http.StatusConflict, code, string(b))
 	require.Equal(t, "group_mismatch", errCode(t, b))
+	code, b = post(t, srv.URL+"/v1/score", "", serve.ScoreRequest{Step: ip(0), Samples: []serve.SampleCompletion{smp(1, "b"), smp(2, "c")}})
+	require.Equal(t, http.StatusOK, code, string(b))
+	require.Equal(t, http.StatusOK, <-first)
 }
 
 func TestTokenAndBind(t *testing.T) {

@@ -174,6 +174,9 @@ func (s *Service) States(key string, n int, split string) (json.RawMessage, erro
 	defer s.mu.Unlock()
 	b, ok := s.cache.get(key)
 	if ok {
+		if err := s.sameStatesRequest(key, b, n, split); err != nil {
+			return nil, err
+		}
 		s.met.repeats.Inc()
 	} else {
 		var err error
@@ -182,6 +185,27 @@ func (s *Service) States(key string, n int, split string) (json.RawMessage, erro
 		}
 	}
 	return s.renderStates(b)
+}
+
+// sameStatesRequest refuses a request_id used before for another count
+// or split: the same key with another body is a conflict, not the first
+// answer. The caller holds mu.
+func (s *Service) sameStatesRequest(key string, b json.RawMessage, n int, split string) error {
+	var is issuedStates
+	if err := json.Unmarshal(b, &is); err != nil {
+		return err
+	}
+	was := split
+	if len(is.IDs) > 0 {
+		if e, ok := s.states[is.IDs[0]]; ok {
+			was = e.Split
+		}
+	}
+	if len(is.IDs) != n || was != split {
+		return conflict("request_id_reused", "%s was used before for %d %s states, not %d %s",
+			records.Excerpt(key), len(is.IDs), was, n, split)
+	}
+	return nil
 }
 
 // Dataset writes n new states of split as JSON Lines dataset rows (see
@@ -258,6 +282,9 @@ type EvalResponse struct {
 	Groups  [][]EvalResult `json:"groups"`
 	Runs    int            `json:"runs"`
 	MeanSig float64        `json:"mean_gain_sigmas"`
+	// RequestSum is the digest of the request's groups: a request_id
+	// used again with other groups is refused (409), not answered.
+	RequestSum string `json:"request_sum,omitempty"`
 }
 
 // Evaluate runs a policy's proposals for real, one run per distinct
@@ -270,7 +297,12 @@ func (s *Service) Evaluate(ctx context.Context, key string, gs []GroupCompletion
 	if err := s.checkEval(gs); err != nil {
 		return nil, err
 	}
-	return s.once(key, func() (json.RawMessage, error) {
+	gb, err := json.Marshal(gs)
+	if err != nil {
+		return nil, err
+	}
+	sum := digest(gb)
+	b, err := s.once(key, func() (json.RawMessage, error) {
 		lg := make([]evalGroup, len(gs))
 		s.mu.Lock()
 		for i, g := range gs {
@@ -287,7 +319,9 @@ func (s *Service) Evaluate(ctx context.Context, key string, gs []GroupCompletion
 		if err != nil {
 			return nil, err
 		}
-		b, err := json.Marshal(evalResponse(lg, runs, len(jobs)))
+		resp := evalResponse(lg, runs, len(jobs))
+		resp.RequestSum = sum
+		b, err := json.Marshal(resp)
 		if err != nil {
 			return nil, err
 		}
@@ -303,6 +337,19 @@ func (s *Service) Evaluate(ctx context.Context, key string, gs []GroupCompletion
 		defer s.mu.Unlock()
 		return s.commit(op{Kind: "eval", Key: key, Runs: paid, Cost: &cost, Body: b})
 	})
+	if err != nil {
+		return nil, err
+	}
+	var was struct {
+		RequestSum string `json:"request_sum"`
+	}
+	if err := json.Unmarshal(b, &was); err != nil {
+		return nil, err
+	}
+	if was.RequestSum != "" && was.RequestSum != sum {
+		return nil, conflict("request_id_reused", "%s was used before with other groups", records.Excerpt(key))
+	}
+	return b, nil
 }
 
 // checkEval checks an evaluate request's shape and bounds.
