@@ -543,19 +543,46 @@ func (s *Service) digest() string {
 	if err != nil {
 		return ""
 	}
-	var env struct{ Body map[string]json.RawMessage }
-	if err := json.Unmarshal(b, &env); err != nil {
+	var env struct{ Body map[string]any }
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&env); err != nil {
 		return ""
 	}
 	delete(env.Body, "cost")
 	delete(env.Body, "runs")
 	delete(env.Body, "reused")
-	nb, err := json.Marshal(env.Body) // map keys sorted
+	nb, err := json.Marshal(withoutTimings(env.Body)) // map keys sorted
 	if err != nil {
 		return ""
 	}
 	sum := sha256.Sum256(nb)
 	return hex.EncodeToString(sum[:])
+}
+
+// timingKeys are the fields of a checkpoint that measure when or how long
+// (a record's time and cost), which two runs of the same requests do not
+// share.
+var timingKeys = map[string]bool{"time": true, "cost": true, "wall_seconds": true, "device_seconds": true}
+
+// withoutTimings returns v (decoded JSON) with every timing field removed
+// at any depth.
+func withoutTimings(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if timingKeys[k] {
+				delete(x, k)
+				continue
+			}
+			x[k] = withoutTimings(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = withoutTimings(e)
+		}
+	}
+	return v
 }
 
 // now stamps synthetic records.
