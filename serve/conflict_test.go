@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -186,4 +187,43 @@ func TestRequestAppliedWholeOrNotAtAll(t *testing.T) {
 		{StateID: train, Group: "valid", Completions: servetest.Completions(0, 4)}}})
 	require.Equal(t, http.StatusOK, code, string(b))
 	require.Equal(t, 1, s.Info().Scored)
+}
+
+// TestGetRewardIndexAndLateSample: /get_reward takes the samples'
+// indices, so that a resent sample is answered from its group's first
+// answer instead of filling the group; a sample after its group was
+// scored at the deadline gets the documented 503, not a conflict.
+func TestGetRewardIndexAndLateSample(t *testing.T) {
+	s, srv, _ := newService(t, t.TempDir(), func(c *serve.Config) { c.GroupDeadline = 300 * time.Millisecond }, servetest.Options{})
+	id := states(t, srv.URL, 1, "").States[0].StateID
+	comps := servetest.Completions(0, 3)
+	send := func(i int, indices []int) (int, []byte) {
+		return post(t, srv.URL+"/get_reward?group_size=3&step=0", "", serve.RewardRequest{Query: []string{comps[i]}, Labels: []string{id}, Indices: indices})
+	}
+	// Sample 0 sent twice (a client's retry) and sample 1: the group is
+	// still missing sample 2, and scored at its deadline on two samples.
+	codes := make(chan int, 3)
+	for _, c := range []struct{ i, idx int }{{0, 0}, {0, 0}, {1, 1}} {
+		go func() { code, _ := send(c.i, []int{c.idx}); codes <- code }()
+	}
+	for range 3 {
+		require.Equal(t, http.StatusOK, <-codes)
+	}
+	require.Equal(t, 1, s.Info().Scored)
+	// The late third sample, without an index as OpenRLHF sends it: 503.
+	code, b := send(2, nil)
+	require.Equal(t, http.StatusServiceUnavailable, code, string(b))
+	require.Contains(t, string(b), "no_reward")
+	require.Contains(t, string(b), "late")
+	// With its index it is answered as a late sample of a scored group: 503.
+	code, b = send(2, []int{2})
+	require.Equal(t, http.StatusServiceUnavailable, code, string(b))
+	// A resend of sample 0 gets its reward.
+	code, b = send(0, []int{0})
+	require.Equal(t, http.StatusOK, code, string(b))
+	var rr serve.RewardResponse
+	require.NoError(t, json.Unmarshal(b, &rr))
+	require.Len(t, rr.Rewards, 1)
+	code, b = post(t, srv.URL+"/get_reward?group_size=3&step=0", "", serve.RewardRequest{Query: []string{"a", "b"}, Labels: []string{id, id}, Indices: []int{0}})
+	require.Equal(t, http.StatusBadRequest, code, string(b))
 }

@@ -102,12 +102,17 @@ type AdvanceRequest struct {
 // sample per request; the samples of one label at one step form a group of
 // G (the group_size URL parameter, or Config.GroupSize). The step is the
 // body's step, or the step URL parameter: a number, or "current" for the
-// service's step (as the trainer's /v1/advance calls set it).
+// service's step (as the trainer's /v1/advance calls set it). Indices,
+// when a client can send them, are the samples' indices in their groups
+// (0..G-1): a resent sample is then answered from its group's first
+// answer. OpenRLHF's own client sends none; a sample without an index
+// takes its group's next free one, so a resend would count twice.
 type RewardRequest struct {
 	Query   []string `json:"query"`
 	Prompts []string `json:"prompts"`
 	Labels  []string `json:"labels"`
 	Step    *int     `json:"step"`
+	Indices []int    `json:"indices"`
 }
 
 // RewardResponse is OpenRLHF's remote reward response.
@@ -396,6 +401,14 @@ func ParseRewardRequest(body []byte) (RewardRequest, error) {
 	if q.Step != nil && (*q.Step < 0 || *q.Step > MaxStep) {
 		return q, badRequest("bad_step", "step = %d, want 0..%d", *q.Step, MaxStep)
 	}
+	if len(q.Indices) != 0 && len(q.Indices) != len(q.Query) {
+		return q, badRequest("bad_index", "%d indices for %d queries", len(q.Indices), len(q.Query))
+	}
+	for i, idx := range q.Indices {
+		if idx < 0 {
+			return q, badRequest("bad_index", "sample %d: index %d, want ≥ 0", i, idx)
+		}
+	}
 	return q, nil
 }
 
@@ -432,9 +445,20 @@ func (s *Service) reward(r *http.Request, q RewardRequest) (any, error) {
 		if len(q.Prompts) > 0 {
 			c = strings.TrimPrefix(query, q.Prompts[i])
 		}
-		sq.Samples = append(sq.Samples, SampleCompletion{Group: q.Labels[i], StateID: q.Labels[i], GroupSize: size, Completion: c})
+		smp := SampleCompletion{Group: q.Labels[i], StateID: q.Labels[i], GroupSize: size, Completion: c}
+		if len(q.Indices) > 0 {
+			smp.Index = &q.Indices[i]
+		}
+		sq.Samples = append(sq.Samples, smp)
 	}
 	sr, err := s.Score(r.Context(), "", "", sq)
+	var re *RequestError
+	if errors.As(err, &re) && re.Code == "group_done" {
+		// A sample after its group was scored (at its deadline): no
+		// reward, answered as a failed group is, so that OpenRLHF retries
+		// and then leaves the sample without one.
+		return nil, unavailable("no_reward", "late: the group was scored before this sample arrived (%s)", re.Message)
+	}
 	if err != nil {
 		return nil, err
 	}
