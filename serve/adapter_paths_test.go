@@ -325,7 +325,8 @@ func TestSimulatorsResume(t *testing.T) {
 // deadline. Every sample of its group must fail (the on-time ones are
 // partial, the late one late), so that no session of it stores a
 // trajectory: verl's sync replay buffer then refills the group (with
-// sync_refill_failed_groups) or stops (without), and never trains on it.
+// sync_refill_failed_groups) or leaves it out of the batch (without), and
+// never trains on it.
 func TestVerlStraggler(t *testing.T) {
 	for _, refill := range []bool{true, false} {
 		t.Run(fmt.Sprintf("refill=%v", refill), func(t *testing.T) {
@@ -353,7 +354,7 @@ func TestVerlStraggler(t *testing.T) {
 				}
 				require.Equal(t, "failure", g.Status)
 				require.Zero(t, rb.Stored, "a stored trajectory would make the group trainable")
-				require.Equal(t, map[bool]string{true: "refilled", false: "stops"}[refill], rb.ReplayBuffer)
+				require.Equal(t, map[bool]string{true: "refilled", false: "empty"}[refill], rb.ReplayBuffer)
 				late := 0
 				for _, smp := range g.Samples {
 					require.Nil(t, smp.RewardScore)

@@ -44,7 +44,7 @@ _terminal_eviction_reasons) evicts and refills a failed group only when
 trainer.v1.sampler.sync_refill_failed_groups=True and the group has no
 materialisable trajectory ("self.failure_keys[partition_id] -
 materializable_uids"): a group with one stored trajectory would be trained
-on, which is why the whole group raises. (The "limited" manager instead
+on, which is why the whole group raises. (The "rate_limited" manager, limited.py, instead
 turns any exception into a reward of 0.0; do not combine this adapter with
 it.) In the legacy trainer (trainer.use_v1=false) the exception fails the
 step.

@@ -282,10 +282,13 @@ def dapo_evicted(group, metric):
 def replay_buffer(group, flat):
     """What ReplayBuffer (sync) does with a terminal group: "trained",
     "dapo_evicted", "refilled" (a failed group with no stored trajectory,
-    under sync_refill_failed_groups) or "stops" (no stored trajectory
-    without it: sample raises "no materializable trajectories")."""
+    under sync_refill_failed_groups: evicted, a fresh prompt dispatched)
+    or "empty" (no stored trajectory without it: selected, but it adds
+    nothing to the batch; sample raises "no materializable trajectories"
+    when no selected group has one). A failed group with a stored
+    trajectory is "trained" on what it stored."""
     if group["status"] == "failure" and group["stored"] == 0:
-        return "refilled" if flat["trainer.v1.sampler.sync_refill_failed_groups"] else "stops"
+        return "refilled" if flat["trainer.v1.sampler.sync_refill_failed_groups"] else "empty"
     if group["dapo_evicted"]:
         return "dapo_evicted"
     return "trained"
