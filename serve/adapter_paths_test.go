@@ -527,3 +527,43 @@ func TestOpenRLHFAsync(t *testing.T) {
 	require.Zero(t, s.Info().Failed)
 	rescore(t, url, groups)
 }
+
+// TestPrimeRLAheadAndRefusals: groups dispatched at step k reach the
+// service after the trainer moved on by max_off_policy_steps. With
+// -step-lag at least that, each is scored at its dispatch step; with less,
+// the orchestrator stops with stale_step rather than train on a number.
+// An lm2lm group under another algorithm type, or under GRPO with a length
+// penalty, stops it with a message naming the setting.
+func TestPrimeRLAheadAndRefusals(t *testing.T) {
+	run := func(lag int, args ...string) (string, error, *serve.Service) {
+		s, url := simServiceWith(t, servetest.Options{}, func(c *serve.Config) { c.StepLag = lag })
+		data, _ := simDataset(t, url, simToken, 3)
+		out, err := pythonRun(t, url, nil, simScript(t, "primerl_sim.py",
+			append([]string{"--config", primerlConfig(t, data, 2, 3*primerlG, primerlG)}, args...)...))
+		return out, err, s
+	}
+	out, err, s := run(2, "--sim.ahead", "2")
+	require.NoError(t, err)
+	var got primerlOut
+	require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &got), out)
+	for _, st := range got.Steps {
+		for _, g := range st.Groups {
+			for _, tr := range g.Traces {
+				require.NotNil(t, tr.Reward)
+				require.Zero(t, tr.Metrics["lm2lm_failed"])
+			}
+		}
+	}
+	require.Equal(t, 6, s.Info().Scored)
+	require.Equal(t, 3, s.Info().Step)
+
+	_, err, s = run(1, "--sim.ahead", "2")
+	require.ErrorContains(t, err, "stale_step")
+	require.Zero(t, s.Info().Scored)
+
+	_, err, s = run(0, "--sim.algo", "max_rl")
+	require.ErrorContains(t, err, "algo.type 'MaxRLAlgorithm' scores groups itself")
+	require.Zero(t, s.Info().Scored)
+	_, err, _ = run(0, "--sim.length_penalty")
+	require.ErrorContains(t, err, "length_penalty")
+}

@@ -52,7 +52,7 @@ import asyncio
 import json
 import os
 
-from lm2lm_client import at_step, post, run_id, text, wait_calibrations
+from lm2lm_client import at_step, post, run_id, step_floor, text, wait_calibrations
 
 
 def state_id(trace):
@@ -145,6 +145,9 @@ def install():
     lm2lm_score_group._lm2lm = True
     cls.score_group = lm2lm_score_group
     base.Algorithm.finalize_group = lm2lm_finalize_group
+    # The floor of at_step: the service's step when the orchestrator
+    # starts, before its trainer moves the step on.
+    step_floor()
     return True
 
 

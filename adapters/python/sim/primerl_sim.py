@@ -69,6 +69,9 @@ def parse(argv=None):
     a("--config", required=True)  # the rl.toml of the recipe
     a("--sim.seed", dest="seed", type=int, default=1)
     a("--sim.start_step", dest="start_step", type=int, default=0)  # a run resumed from a checkpoint
+    a("--sim.ahead", dest="ahead", type=int, default=0)  # the trainer this many steps past the groups' dispatch step
+    a("--sim.algo", dest="algo", default="grpo")  # algo.type: grpo or max_rl
+    a("--sim.length_penalty", dest="length_penalty", action="store_true")  # [orchestrator.algo.length_penalty] set
     args = p.parse_args(argv)
     with open(args.config, "rb") as f:
         cfg = dict(flatten(tomllib.load(f)))
@@ -110,12 +113,27 @@ from prime_rl.orchestrator.algo.routing import assign_advantages
 
 
 class GRPOAlgorithm(Algorithm):
+    length_penalty = None  # GRPOAlgoConfig.length_penalty
+
     async def score_group(self, episodes):
         traces = [t for _, t in iter_trainable_traces(episodes)]
         rewards = [t.reward for t in traces]
         mean = sum(rewards) / len(rewards)
         for t, r in zip(traces, rewards):
             assign_advantages(t, r - mean)
+""",
+    "prime_rl/orchestrator/algo/max_rl.py": """
+from prime_rl.orchestrator.algo.base import Algorithm, iter_trainable_traces
+from prime_rl.orchestrator.algo.routing import assign_advantages
+
+
+class MaxRLAlgorithm(Algorithm):
+    # algo/max_rl.py overrides score_group with its own credit.
+    async def score_group(self, episodes):
+        traces = [t for _, t in iter_trainable_traces(episodes)]
+        best = max(t.reward for t in traces)
+        for t in traces:
+            assign_advantages(t, 1.0 if t.reward == best else 0.0)
 """,
     "verifiers/__init__.py": "",
     "verifiers/v1/__init__.py": """
@@ -192,7 +210,11 @@ async def main(args):
     from verifiers.v1 import Reward
     importlib.import_module(cfg["orchestrator.train.source.env.taskset.id"].replace("-", "_"))  # vf.load_taskset
     from prime_rl.orchestrator.algo.grpo import GRPOAlgorithm
-    algorithm = GRPOAlgorithm()
+    from prime_rl.orchestrator.algo.max_rl import MaxRLAlgorithm
+    algorithm = {"grpo": GRPOAlgorithm, "max_rl": MaxRLAlgorithm}[args.algo]()
+    if args.length_penalty:
+        algorithm.length_penalty = types.SimpleNamespace(type="linear")
+    from lm2lm_client import advance
     rows = []
     with open(cfg.get("orchestrator.train.source.env.taskset.dataset") or os.environ["LM2LM_DATASET"]) as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -201,6 +223,10 @@ async def main(args):
     rng = random.Random(args.seed)
     steps, k = [], 0
     for step in range(args.start_step, args.start_step + cfg["max_steps"]):
+        if args.ahead:
+            # max_off_policy_steps: the trainer (and the service) moved on
+            # while these groups, dispatched at step, were generated.
+            await asyncio.to_thread(advance, step + args.ahead)
         batch = []
         for _ in range(per_step):
             batch.append(rows[k % len(rows)])
