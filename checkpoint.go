@@ -56,8 +56,9 @@ func (t *Trainer) MarshalBinary() ([]byte, error) {
 // encoding.BinaryUnmarshaler. The whole checkpoint is validated before any
 // state is replaced: the loop's part (loop.Loop.Restore); a trainer's part
 // (a loop checkpoint of another driver, such as the environment service's,
-// is refused); the step and the calibrations done against the schedule;
-// no calibration in flight; mini-batches as many as the rollout has left,
+// is refused); the step and the calibrations done against the schedule,
+// a calibration in flight (a step that failed in its runs) included;
+// mini-batches as many as the rollout has left,
 // of the training and unmeasured tasks, with finite advantages, log-probs
 // and temperatures, one log-prob per token, and tokens the policy knows
 // (when it is a proposer.Scorer); and the policy's own checkpoint. On
@@ -78,11 +79,14 @@ func (t *Trainer) UnmarshalBinary(data []byte) error {
 		if err := json.Unmarshal(driver, &part); err != nil {
 			return fmt.Errorf("trainer's part: %w", err)
 		}
-		if st.Calibrating {
-			return fmt.Errorf("a calibration in flight: a trainer resumes between steps")
-		}
 		if err := t.checkProgress(part.Step, st.Calibrations); err != nil {
 			return err
+		}
+		// A step that failed in its calibration's runs leaves them pending:
+		// the retry executes them. Under the fixed schedule the point is
+		// due at the step.
+		if u := st.Calibrations; st.Calibrating && t.cfg.Trigger == nil && t.cfg.Schedule.Steps[u] != part.Step {
+			return fmt.Errorf("calibration %d in flight at step %d, scheduled at step %d", u, part.Step, t.cfg.Schedule.Steps[u])
 		}
 		if err := t.checkBatches(part); err != nil {
 			return err

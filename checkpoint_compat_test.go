@@ -5,13 +5,19 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/rwm"
 )
 
@@ -112,4 +118,65 @@ func TestCheckpointOfAnotherDriverRefused(t *testing.T) {
 	err = fresh.UnmarshalBinary(seal(raw))
 	require.ErrorIs(t, err, lm2lm.ErrCheckpoint)
 	require.ErrorContains(t, err, "no trainer's part")
+}
+
+// downNode fails every run with a machinery failure while down is set.
+type downNode struct {
+	builder.Executor
+	down atomic.Bool
+}
+
+func (e *downNode) Execute(ctx context.Context, j builder.Job) (builder.Outcome, error) {
+	if e.down.Load() {
+		return builder.Outcome{}, fmt.Errorf("%w: node lost", builder.ErrCancelled)
+	}
+	return e.Executor.Execute(ctx, j)
+}
+
+func TestCheckpointWithCalibrationInFlight(t *testing.T) {
+	// A step whose calibration runs fail leaves them pending: a checkpoint
+	// taken then restores, and the trainer it restores goes on as the one
+	// it was taken of, executing the same runs on the retry.
+	ctx := context.Background()
+	cfg := smallConfig()
+	cfg.Steps = 20
+	newFlaky := func() (*lm2lm.Trainer, *downNode) {
+		pcfg := proposer.DefaultPolicyConfig()
+		pcfg.Adam.LR = 0.05
+		pol, err := proposer.NewPolicy(catalogue(), pcfg, nil)
+		require.NoError(t, err)
+		ex := &downNode{Executor: oracle{}}
+		tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: pol, World: trapWorld(t), Builder: oracle{}, Executor: ex,
+			Tasks: tasks(), Evidence: m0(t, "wider", "lr", "decay")})
+		require.NoError(t, err)
+		return tr, ex
+	}
+	tr, ex := newFlaky()
+	for tr.Step() < 8 {
+		_, err := tr.StepOnce(ctx)
+		require.NoError(t, err)
+	}
+	ex.down.Store(true)
+	_, err := tr.StepOnce(ctx)
+	require.ErrorIs(t, err, builder.ErrCancelled)
+	require.Equal(t, 8, tr.Step())
+	ex.down.Store(false)
+	cp, err := tr.MarshalBinary()
+	require.NoError(t, err)
+	want, err := tr.Run(ctx, nil)
+	require.NoError(t, err)
+	require.NotNil(t, want[0].Calibration, "the retry runs the calibration")
+	wantState, err := tr.MarshalBinary()
+	require.NoError(t, err)
+
+	resumed, _ := newFlaky()
+	require.NoError(t, resumed.UnmarshalBinary(cp))
+	got, err := resumed.Run(ctx, nil)
+	require.NoError(t, err)
+	if diff := cmp.Diff(want, got, cmpopts.EquateNaNs()); diff != "" {
+		t.Fatalf("reports differ (-taken +restored):\n%s", diff)
+	}
+	gotState, err := resumed.MarshalBinary()
+	require.NoError(t, err)
+	require.Equal(t, string(wantState), string(gotState))
 }

@@ -99,7 +99,7 @@ func TestCheckpointValidation(t *testing.T) {
 		{"policy", func(b map[string]any) { part(b)["policy"] = "e30=" }},
 		{"no trainer's part", func(b map[string]any) { delete(b, "driver") }},
 		{"a trainer's part outside it", func(b map[string]any) { b["batches"] = part(b)["batches"] }},
-		{"a calibration in flight", func(b map[string]any) {
+		{"a calibration in flight not due", func(b map[string]any) {
 			b["in_flight"] = map[string]any{"phase": 3, "cal_u": 1}
 		}},
 		{"an earlier version's step in flight", func(b map[string]any) {

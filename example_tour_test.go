@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"math/rand/v2"
 
 	"github.com/lm2lm/lm2lm"
-	"github.com/lm2lm/lm2lm/baseline"
-	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/environment"
+	"github.com/lm2lm/lm2lm/environment/labenv"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
@@ -25,31 +24,13 @@ func Example_tour() {
 	store, err := records.OpenFile("out/records.jsonl", records.DefaultFileConfig()) // durable, crash-safe
 	tourCheck(err)
 	defer store.Close()
-	l, err := lab.New(lab.DefaultConfig(), store) // or your own Builder + Executor
+	env, err := labenv.Open(lab.DefaultConfig(), store) // the embedded lab; or your own environment.Environment
 	tourCheck(err)
-	pool, err := builder.NewPool(l, builder.PoolConfig{Slots: 2, Store: store}) // idempotent, bounded
+	// Reference runs (b_e and σ_e of every task), the training and held-out
+	// split, and M_0: 100 real records of catalogue changes drawn uniformly.
+	prep, err := environment.Prepare(ctx, env, environment.Options{M0: 100, Seed: 1, Parallel: 2})
 	tourCheck(err)
-	tasks, err := l.Tasks(ctx) // reference runs: b_e and σ_e of every task
-	tourCheck(err)
-	var train, heldOut []records.Task
-	for _, t := range tasks {
-		if t.Split == records.Train {
-			train = append(train, t)
-		} else {
-			heldOut = append(heldOut, t)
-		}
-	}
-	cat := lab.Catalogue() // mechanism cards as data
-
-	// M_0: 100 real records of catalogue changes drawn uniformly.
-	var draws []baseline.Draw
-	for _, c := range records.DrawChanges(rand.New(rand.NewPCG(1, 0)), train, cat, 100, nil) {
-		draws = append(draws, baseline.Draw{Task: c.Task, Proposal: c.Proposal})
-	}
-	recs, _, err := baseline.RunDraws(ctx, l, pool, draws, 2)
-	tourCheck(err)
-	m0, err := records.NewEvidence(recs...)
-	tourCheck(err)
+	cat := env.Catalogue() // mechanism cards as data
 
 	wcfg := rwm.DefaultEmbeddedConfig()
 	wcfg.Priors, wcfg.Cards = rwm.PriorsFromCards(cat), cat
@@ -58,12 +39,12 @@ func Example_tour() {
 	policy, err := proposer.NewPolicy(cat, proposer.DefaultPolicyConfig(), nil) // or proposer/openai
 	tourCheck(err)
 	tr, err := lm2lm.New(lm2lm.DefaultConfig(), lm2lm.Components{
-		Policy: policy, World: world, Builder: l, Executor: pool, Tasks: train, Evidence: m0,
+		Policy: policy, World: world, Builder: env.Builder(), Executor: env.Executor(), Tasks: prep.Train, Evidence: prep.M0,
 	})
 	tourCheck(err)
 	_, err = tr.Run(ctx, nil) // 96 DAPO steps, calibration at steps 16, 40 and 64
 	tourCheck(err)
-	eval, err := lm2lm.Evaluate(ctx, lm2lm.DefaultEvalConfig(), policy, l, pool, heldOut, nil) // real runs
+	eval, err := lm2lm.Evaluate(ctx, lm2lm.DefaultEvalConfig(), policy, env.Builder(), env.Executor(), prep.HeldOut, nil) // real runs
 	tourCheck(err)
 	fmt.Printf("Avg@4 %+.2f σ_e, Best@4 %+.2f σ_e\n", eval.AvgK, eval.BestK)
 }

@@ -5,12 +5,16 @@
 // tasks are split into training and held-out ones.
 //
 // An Environment is anything that can do the reference stage and hands
-// out a builder, an executor and a catalogue. Two implementations ship:
-// Open, an environment on a team's own training code from its config file
-// (package envconfig; docs/own-environment.md), and package labenv, the
-// embedded lab. The main job, the comparison driver, the environment
-// service's commands and the transformer example all set up through
-// Prepare, so the reference runs and M_0's draw are written once.
+// out a builder, an executor and a catalogue. Two implementations ship
+// beside this package: package yamlenv, an environment on a team's own
+// training code from its config file (package envconfig;
+// docs/own-environment.md), and package labenv, the embedded lab. The main
+// job, cmd/lm2lm, the environment service on the lab (serve/servelab),
+// the PyTorch example and the README's tour set up through Prepare, which
+// returns what they print (the reference rows, the split, M_0 and what it
+// paid) and reports each stage as it ends (Options.OnStage); the
+// comparison driver draws M_0 with the same M0. So the reference runs and
+// M_0's draw are written once.
 //
 // Prepare runs every real run through the environment's executor, which
 // is idempotent over the environment's store: run again after a kill, it
@@ -56,8 +60,8 @@ type LeftOut struct {
 // progress.Reporter); nil shows nothing.
 type Progress func(title string, total int) (*progress.Reporter, error)
 
-// start returns p's reporter, or one that shows nothing.
-func (p Progress) start(title string, total int) (*progress.Reporter, error) {
+// Start returns p's reporter, or one that shows nothing.
+func (p Progress) Start(title string, total int) (*progress.Reporter, error) {
 	if p == nil {
 		return progress.New(io.Discard, progress.Config{Title: title, Total: total, Mode: progress.Lines})
 	}
@@ -109,6 +113,24 @@ func Split(tasks []records.Task) (train, held []records.Task) {
 	return train, held
 }
 
+// ReferenceRows is an Environment whose reference stage reports a row per
+// task: its losses, seeds and what it paid and reused (RefTask). Prepare
+// returns the rows (Prepared.References).
+type ReferenceRows interface {
+	ReferenceRuns(ctx context.Context, p Progress) ([]RefTask, error)
+}
+
+// Stage is a stage of Prepare.
+type Stage int
+
+const (
+	// StageReferences: the reference runs are measured and the tasks
+	// split.
+	StageReferences Stage = iota
+	// StageM0: M_0 is measured.
+	StageM0
+)
+
 // Options sizes Prepare.
 type Options struct {
 	// M0 is the number of catalogue changes drawn over the training tasks
@@ -120,12 +142,27 @@ type Options struct {
 	Parallel int
 	// Progress shows the stages' progress; nil shows nothing.
 	Progress Progress
+	// OnStage, when set, is called as each stage ends with what is
+	// prepared so far, so that a driver prints and reports a stage when it
+	// ends; an error it returns stops Prepare.
+	OnStage func(Stage, Prepared) error
 }
 
-// Prepared is an environment ready to train on.
+// stage calls OnStage.
+func (o Options) stage(s Stage, p Prepared) error {
+	if o.OnStage == nil {
+		return nil
+	}
+	return o.OnStage(s, p)
+}
+
+// Prepared is an environment ready to train on: what the drivers print.
 type Prepared struct {
 	Train, HeldOut []records.Task
 	LeftOut        []LeftOut
+	// References are the reference stage's rows when the environment
+	// reports them (ReferenceRows); nil otherwise.
+	References []RefTask
 	// M0 is the initial real records (empty when Options.M0 is 0).
 	M0 records.Evidence
 	// M0Spent is what M_0's runs cost now: runs paid and reused.
@@ -133,29 +170,42 @@ type Prepared struct {
 }
 
 // Prepare runs the set-up every driver shares: the reference stage, the
-// split, then M_0 over the training tasks.
+// split (StageReferences), then M_0 over the training tasks (StageM0,
+// unless Options.M0 is 0).
 func Prepare(ctx context.Context, env Environment, o Options) (Prepared, error) {
 	if o.Parallel < 1 {
 		return Prepared{}, fmt.Errorf("environment: Parallel = %d, want ≥ 1", o.Parallel)
 	}
-	tasks, left, err := env.References(ctx, o.Progress)
-	if err != nil {
-		return Prepared{}, err
-	}
 	var p Prepared
+	var tasks []records.Task
+	if rr, ok := env.(ReferenceRows); ok {
+		rows, err := rr.ReferenceRuns(ctx, o.Progress)
+		if err != nil {
+			return Prepared{}, err
+		}
+		p.References = rows
+		tasks, p.LeftOut = Ready(rows)
+	} else {
+		var err error
+		if tasks, p.LeftOut, err = env.References(ctx, o.Progress); err != nil {
+			return Prepared{}, err
+		}
+	}
 	p.Train, p.HeldOut = Split(tasks)
-	p.LeftOut = left
-	if o.M0 == 0 {
-		return p, nil
+	if err := o.stage(StageReferences, p); err != nil || o.M0 == 0 {
+		return p, err
 	}
 	if len(p.Train) == 0 {
 		return p, fmt.Errorf("environment: M_0: no training task has a reference (b_e, σ_e)")
 	}
-	rep, err := o.Progress.start("M_0 runs", o.M0)
+	rep, err := o.Progress.Start("M_0: real runs", o.M0)
 	if err != nil {
 		return p, err
 	}
 	p.M0, p.M0Spent, err = M0(ctx, env.Builder(), progress.Executor(env.Executor(), rep), p.Train, env.Catalogue(), o.M0, o.Seed, o.Parallel)
 	rep.Finish()
-	return p, err
+	if err != nil {
+		return p, err
+	}
+	return p, o.stage(StageM0, p)
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/envconfig"
-	"github.com/lm2lm/lm2lm/environment"
+	"github.com/lm2lm/lm2lm/environment/yamlenv"
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/proposer/openai"
@@ -42,7 +42,7 @@ type EvalSummary struct {
 }
 
 // proposer returns the trained proposer of evaluate.proposer.
-func proposer(e *environment.Config, getenv func(string) string) (*openai.Proposer, error) {
+func proposer(e *yamlenv.Env, getenv func(string) string) (*openai.Proposer, error) {
 	pc := e.File().Evaluate.Proposer
 	oc := openai.DefaultConfig()
 	oc.BaseURL, oc.Model, oc.Temperature, oc.Catalogue = pc.BaseURL, pc.Model, *pc.Temperature, e.Catalogue()

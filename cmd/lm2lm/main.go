@@ -18,6 +18,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/envconfig"
 	"github.com/lm2lm/lm2lm/environment"
+	"github.com/lm2lm/lm2lm/environment/yamlenv"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
@@ -142,8 +143,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // open opens the environment of cfg with progress in mode on w.
-func open(cfg envconfig.Config, mode progress.Mode, w io.Writer) (*environment.Config, environment.Progress, error) {
-	e, err := environment.Open(cfg)
+func open(cfg envconfig.Config, mode progress.Mode, w io.Writer) (*yamlenv.Env, environment.Progress, error) {
+	e, err := yamlenv.Open(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -163,15 +164,32 @@ type M0Report struct {
 }
 
 // prepare runs the reference stage and, with withM0, M_0
-// (environment.Prepare's stages), printing what each measured and paid and
-// writing their reports.
-func prepare(ctx context.Context, e *environment.Config, p environment.Progress, withM0 bool, w io.Writer) (environment.Prepared, error) {
+// (environment.Prepare), printing what each measured and paid and writing
+// their reports as each ends.
+func prepare(ctx context.Context, e *yamlenv.Env, p environment.Progress, withM0 bool, w io.Writer) (environment.Prepared, error) {
 	cfg := e.File()
 	start := time.Now()
-	refs, err := e.ReferenceRuns(ctx, p)
-	if err != nil {
-		return environment.Prepared{}, err
+	o := environment.Options{Seed: cfg.M0.Seed, Parallel: int(cfg.Executor.Slots), Progress: p}
+	if withM0 {
+		o.M0 = cfg.M0.Size
 	}
+	o.OnStage = func(s environment.Stage, pr environment.Prepared) error {
+		var err error
+		switch s {
+		case environment.StageReferences:
+			err = printReferences(e, pr.References, start, w)
+		case environment.StageM0:
+			err = printM0(e, pr, start, w)
+		}
+		start = time.Now()
+		return err
+	}
+	return environment.Prepare(ctx, e, o)
+}
+
+// printReferences prints each task's reference row and what the stage
+// paid, and writes its report (<out>/reference.json).
+func printReferences(e *yamlenv.Env, refs []environment.RefTask, start time.Time, w io.Writer) error {
 	paid, reused := 0, 0
 	for _, r := range refs {
 		paid, reused = paid+r.PaidNow, reused+r.Reused
@@ -183,41 +201,28 @@ func prepare(ctx context.Context, e *environment.Config, p environment.Progress,
 	}
 	path, err := e.WriteReport("reference.json", refs)
 	if err != nil {
-		return environment.Prepared{}, err
+		return err
 	}
-	fmt.Fprintf(w, "reference: %d runs paid now, %d reused from %s (%.1f s); report %s\n", paid, reused, cfg.Store, time.Since(start).Seconds(), path)
-	tasks, left := environment.Ready(refs)
-	var pr environment.Prepared
-	pr.Train, pr.HeldOut = environment.Split(tasks)
-	pr.LeftOut = left
-	if !withM0 {
-		return pr, nil
-	}
-	if len(pr.Train) == 0 {
-		return pr, errors.New("lm2lm: no training task has a reference (b_e, σ_e)")
-	}
-	start = time.Now()
-	rp, err := p("M_0 runs", cfg.M0.Size)
-	if err != nil {
-		return pr, err
-	}
-	pr.M0, pr.M0Spent, err = environment.M0(ctx, e.Builder(), progress.Executor(e.Executor(), rp), pr.Train, e.Catalogue(), cfg.M0.Size, cfg.M0.Seed, int(cfg.Executor.Slots))
-	rp.Finish()
-	if err != nil {
-		return pr, err
-	}
-	rep := M0Report{Records: pr.M0.Len(), PaidNow: pr.M0Spent.Runs, Reused: pr.M0Spent.Reused, Cost: pr.M0Spent.Cost, Seed: cfg.M0.Seed}
+	fmt.Fprintf(w, "reference: %d runs paid now, %d reused from %s (%.1f s); report %s\n", paid, reused, e.File().Store, time.Since(start).Seconds(), path)
+	return nil
+}
+
+// printM0 prints what M_0 measured and paid and writes its report
+// (<out>/m0.json).
+func printM0(e *yamlenv.Env, pr environment.Prepared, start time.Time, w io.Writer) error {
+	rep := M0Report{Records: pr.M0.Len(), PaidNow: pr.M0Spent.Runs, Reused: pr.M0Spent.Reused, Cost: pr.M0Spent.Cost, Seed: e.File().M0.Seed}
 	for _, r := range pr.M0.Records() {
 		if r.Infeasible != "" {
 			rep.Infeasible++
 		}
 	}
-	if path, err = e.WriteReport("m0.json", rep); err != nil {
-		return pr, err
+	path, err := e.WriteReport("m0.json", rep)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(w, "M_0: %d records (%d infeasible): %d runs paid now, %d reused from the store (%.1f s); report %s\n",
 		rep.Records, rep.Infeasible, rep.PaidNow, rep.Reused, time.Since(start).Seconds(), path)
-	return pr, nil
+	return nil
 }
 
 // serveVerb runs the environment service over the environment.

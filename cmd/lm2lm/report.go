@@ -16,6 +16,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/envconfig"
 	"github.com/lm2lm/lm2lm/environment"
+	"github.com/lm2lm/lm2lm/environment/yamlenv"
 	"github.com/lm2lm/lm2lm/evalplot"
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/records"
@@ -151,7 +152,7 @@ func reportVerb(ctx context.Context, cfg envconfig.Config, stdout io.Writer) err
 // task: the service's calibration runs).
 func buildReport(ctx context.Context, cfg envconfig.Config, store records.Store) (Report, error) {
 	rep := Report{Store: cfg.Store, PricePerDeviceHour: cfg.PricePerDeviceHour}
-	refs, err := environment.StoredReferences(ctx, cfg, store)
+	refs, err := yamlenv.StoredReferences(ctx, cfg, store)
 	if err != nil {
 		return rep, err
 	}

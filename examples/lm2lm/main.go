@@ -245,7 +245,6 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	}()
 	for _, step := range []func(context.Context) error{
 		func(ctx context.Context) error { return j.openLab(ctx, store) },
-		j.drawM0,
 		j.drawHistories,
 		j.newModels,
 		func(ctx context.Context) error { return j.evaluate(ctx, "untrained", 0) },
@@ -294,8 +293,10 @@ func suiteTasks(suite string, sizes lab.SuiteSizes) ([]lab.TaskSpec, error) {
 	return nil, fmt.Errorf("unknown -suite %q (v2 or v1)", suite)
 }
 
-// openLab makes the lab and its idempotent pool, runs the reference runs
-// and splits the tasks.
+// openLab makes the lab and its idempotent pool and sets it up through
+// environment.Prepare: the reference runs, the split and M_0, catalogue
+// proposals drawn uniformly (METHOD.md §1 Data and evaluation:
+// mechanism-library sampling), each stage reported as it ends.
 func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 	lcfg := lab.DefaultConfig()
 	lcfg.Parallel = j.o.parallel
@@ -315,29 +316,31 @@ func (j *mainJob) openLab(ctx context.Context, store *records.FileStore) error {
 	j.env, j.lab, j.pool, j.cat, j.seeds = env, env.Lab(), env.Pool(), env.Catalogue(), lcfg.RefSeeds
 	fmt.Fprintf(j.w, "LM2LM on the embedded lab: profile %s, calibration %s, WMRL %v, seed %d, %s setting\n", j.o.profile, j.mode, j.o.wmrl, j.o.seed, j.set.Name)
 	fmt.Fprintf(j.w, "reference runs (b_e, σ_e from %d seeds per task; cached in %s) ...\n", len(lcfg.RefSeeds), j.o.store)
-	tasks, err := j.references(ctx)
-	if err != nil {
-		return err
-	}
-	j.train, j.held = environment.Split(tasks)
-	fmt.Fprintf(j.w, "%d training and %d held-out tasks ready (%.0f s)\n", len(j.train), len(j.held), time.Since(j.start).Seconds())
-	return nil
+	_, err = environment.Prepare(ctx, env, environment.Options{M0: j.prof.M0, Seed: j.o.seed, Parallel: j.o.parallel,
+		Progress: j.progress, OnStage: j.onStage})
+	return err
 }
 
-// references trains (or reads back) every task's reference runs, with
-// progress counted in tasks. A task whose reference run fails
-// (lab.ErrReference: it diverged) has no b_e or σ_e: it is left out, named
-// on the job's writer and in the report, as the comparison driver does.
-func (j *mainJob) references(ctx context.Context) ([]records.Task, error) {
-	tasks, out, err := j.env.References(ctx, j.progress)
-	if err != nil {
-		return nil, err
+// onStage reports a stage of the set-up. A task whose reference run
+// failed (lab.ErrReference: it diverged) has no b_e or σ_e: it is left
+// out, named on the job's writer and in the report, as the comparison
+// driver does.
+func (j *mainJob) onStage(s environment.Stage, p environment.Prepared) error {
+	switch s {
+	case environment.StageReferences:
+		for _, x := range p.LeftOut {
+			j.rep.TasksLeftOut = append(j.rep.TasksLeftOut, x.ID)
+			fmt.Fprintf(j.w, "task %s left out: %v\n", x.ID, x.Err)
+		}
+		j.train, j.held = p.Train, p.HeldOut
+		fmt.Fprintf(j.w, "%d training and %d held-out tasks ready (%.0f s)\n", len(j.train), len(j.held), time.Since(j.start).Seconds())
+	case environment.StageM0:
+		j.m0 = p.M0
+		spent := p.M0Spent
+		j.rep.RealRuns["m0"], j.rep.CPUSeconds["m0"], j.rep.Reused["m0"] = spent.Runs, spent.Cost.DeviceSeconds, spent.Reused
+		fmt.Fprintf(j.w, "M_0: %d real records, %d runs paid now (%.0f s)\n", j.m0.Len(), spent.Runs, time.Since(j.start).Seconds())
 	}
-	for _, x := range out {
-		j.rep.TasksLeftOut = append(j.rep.TasksLeftOut, x.ID)
-		fmt.Fprintf(j.w, "task %s left out: %v\n", x.ID, x.Err)
-	}
-	return tasks, nil
+	return nil
 }
 
 // progress starts a progress display of total units on the job's writer:
@@ -345,24 +348,6 @@ func (j *mainJob) references(ctx context.Context) ([]records.Task, error) {
 func (j *mainJob) progress(title string, total int) (*progress.Reporter, error) {
 	mode := map[string]progress.Mode{"": progress.Auto, "auto": progress.Auto, "bar": progress.Bar, "lines": progress.Lines}[j.o.progress]
 	return progress.New(j.w, progress.Config{Title: title, Total: total, Mode: mode})
-}
-
-// drawM0 executes the initial records: catalogue proposals drawn uniformly
-// (METHOD.md §1 Data and evaluation: mechanism-library sampling).
-func (j *mainJob) drawM0(ctx context.Context) error {
-	rep, err := j.progress("M_0: real runs", j.prof.M0)
-	if err != nil {
-		return err
-	}
-	m0, spent, err := environment.M0(ctx, j.lab, progress.Executor(j.pool, rep), j.train, j.cat, j.prof.M0, j.o.seed, j.o.parallel)
-	rep.Finish()
-	if err != nil {
-		return err
-	}
-	j.m0 = m0
-	j.rep.RealRuns["m0"], j.rep.CPUSeconds["m0"], j.rep.Reused["m0"] = spent.Runs, spent.Cost.DeviceSeconds, spent.Reused
-	fmt.Fprintf(j.w, "M_0: %d real records, %d runs paid now (%.0f s)\n", m0.Len(), spent.Runs, time.Since(j.start).Seconds())
-	return nil
 }
 
 // drawHistories executes evalHistory random catalogue proposals on each

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/environment/labenv"
 	"github.com/lm2lm/lm2lm/internal/labtest"
 	"github.com/lm2lm/lm2lm/lab"
@@ -177,10 +178,10 @@ func TestReferencesLeaveOutDivergedTasks(t *testing.T) {
 	require.NoError(t, err)
 	var out bytes.Buffer
 	j := &mainJob{o: options{progress: "lines"}, w: &out, env: env, lab: env.Lab()}
-	tasks, err := j.references(context.Background())
+	_, err = environment.Prepare(context.Background(), env, environment.Options{Parallel: 1, Progress: j.progress, OnStage: j.onStage})
 	require.NoError(t, err)
-	require.Len(t, tasks, 1)
-	require.Equal(t, good.ID, tasks[0].ID)
+	require.Len(t, j.train, 1)
+	require.Equal(t, good.ID, j.train[0].ID)
 	require.Equal(t, []string{hot.ID}, j.rep.TasksLeftOut)
 	require.Contains(t, out.String(), "task "+hot.ID+" left out: ")
 }

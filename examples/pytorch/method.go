@@ -40,29 +40,25 @@ func method(ctx context.Context, w io.Writer, o options, prof profile, ex builde
 		return err
 	}
 	fmt.Fprintf(w, "LM2LM with PyTorch runs (%s executor, profile %s, seed %d)\n", o.executor, o.profile, o.seed)
-	tasks, err := References(ctx, b, ex, store, o.parallel)
-	if err != nil {
-		return err
-	}
-	var train, held []records.Task
-	for _, t := range tasks {
-		fmt.Fprintf(w, "  %-16s %-8s b_e %.4f bits/byte, σ_e %.4f (%d reference seeds)\n", t.ID, t.Split, t.RefLoss, t.SeedNoise, len(bcfg.RefSeeds))
-		if t.Split == records.Train {
-			train = append(train, t)
-		} else {
-			held = append(held, t)
-		}
-	}
 	pool, err := builder.NewPool(ex, builder.PoolConfig{Slots: int64(o.parallel), MaxAttempts: 2,
 		Backoff: time.Second, MaxBackoff: 10 * time.Second, Store: store})
 	if err != nil {
 		return err
 	}
-	cat := Catalogue()
-	m0, _, err := environment.M0(ctx, b, pool, train, cat, prof.M0, o.seed, max(o.parallel, 1))
+	te := &env{b: b, ex: ex, pool: pool, store: store, parallel: o.parallel}
+	prep, err := environment.Prepare(ctx, te, environment.Options{M0: prof.M0, Seed: o.seed, Parallel: max(o.parallel, 1),
+		OnStage: func(s environment.Stage, p environment.Prepared) error {
+			if s == environment.StageReferences {
+				for _, t := range te.tasks {
+					fmt.Fprintf(w, "  %-16s %-8s b_e %.4f bits/byte, σ_e %.4f (%d reference seeds)\n", t.ID, t.Split, t.RefLoss, t.SeedNoise, len(bcfg.RefSeeds))
+				}
+			}
+			return nil
+		}})
 	if err != nil {
 		return err
 	}
+	train, held, m0, cat := prep.Train, prep.HeldOut, prep.M0, te.Catalogue()
 	fmt.Fprintf(w, "M_0: %d real records (%.0f s)\n", m0.Len(), time.Since(start).Seconds())
 	pol, err := proposer.NewPolicy(cat, proposer.DefaultPolicyConfig(), nil)
 	if err != nil {
@@ -142,3 +138,34 @@ func outcome(r records.Record) string {
 	}
 	return fmt.Sprintf("%+.2f σ_e (loss %.4f)", r.Gain/r.Task.SeedNoise, r.Loss)
 }
+
+// env is the example's tasks as an environment.Environment: reference
+// runs through the executor (References), M_0 and every later run through
+// the idempotent pool over the store, the example's catalogue.
+type env struct {
+	b        *Builder
+	ex       builder.Executor
+	pool     *builder.Pool
+	store    records.Store
+	parallel int
+	tasks    []records.Task // the tasks with b_e and σ_e, once measured
+}
+
+var _ environment.Environment = (*env)(nil)
+
+// References measures every task's reference runs (References); a
+// reference run that fails is an error, so none is left out.
+func (e *env) References(ctx context.Context, _ environment.Progress) ([]records.Task, []environment.LeftOut, error) {
+	tasks, err := References(ctx, e.b, e.ex, e.store, e.parallel)
+	e.tasks = tasks
+	return tasks, nil, err
+}
+
+// Builder returns the example's builder.
+func (e *env) Builder() builder.Builder { return e.b }
+
+// Executor returns the idempotent pool.
+func (e *env) Executor() builder.Executor { return e.pool }
+
+// Catalogue returns the example's cards.
+func (e *env) Catalogue() []records.Card { return Catalogue() }

@@ -1,4 +1,11 @@
-package environment
+// Package yamlenv is an environment on a team's own training code,
+// opened from its config file (package envconfig; docs/own-environment.md):
+// the store, the executor of the training command (a subprocess or
+// Slurm), the catalogue, the builder that passes catalogue proposals to
+// the command as data, the reference runs and the world model the file
+// names. It is an environment.Environment beside package labenv, the
+// embedded lab; drivers set it up through environment.Prepare.
+package yamlenv
 
 import (
 	"context"
@@ -18,18 +25,19 @@ import (
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/builder/slurm"
 	"github.com/lm2lm/lm2lm/envconfig"
+	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
 	rwmopenai "github.com/lm2lm/lm2lm/rwm/openai"
 )
 
-// Config is an environment on a team's own training code, opened from its
+// Env is an environment on a team's own training code, opened from its
 // config file (package envconfig; docs/own-environment.md): the store, the
 // executor of the training command, the catalogue and the builder that
 // passes catalogue proposals to the command as data. It is safe for
 // concurrent use.
-type Config struct {
+type Env struct {
 	cfg   envconfig.Config
 	store *records.FileStore
 	exec  builder.Executor
@@ -38,12 +46,12 @@ type Config struct {
 	pool  *builder.Pool
 }
 
-var _ Environment = (*Config)(nil)
+var _ environment.Environment = (*Env)(nil)
 
 // Open opens the environment of cfg (resolved and validated): it reads the
 // catalogue, makes the executor and opens the store. Close closes the
 // store.
-func Open(cfg envconfig.Config) (*Config, error) {
+func Open(cfg envconfig.Config) (*Env, error) {
 	cards, err := cfg.Cards()
 	if err != nil {
 		return nil, err
@@ -59,7 +67,7 @@ func Open(cfg envconfig.Config) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Config{cfg: cfg, store: store, exec: ex, cards: cards, b: newBuilder(cfg, cards)}
+	e := &Env{cfg: cfg, store: store, exec: ex, cards: cards, b: newBuilder(cfg, cards)}
 	if e.pool, err = e.newPool(store); err != nil {
 		store.Close()
 		return nil, err
@@ -68,25 +76,25 @@ func Open(cfg envconfig.Config) (*Config, error) {
 }
 
 // Close closes the store.
-func (e *Config) Close() error { return e.store.Close() }
+func (e *Env) Close() error { return e.store.Close() }
 
 // File returns the config the environment was opened from.
-func (e *Config) File() envconfig.Config { return e.cfg }
+func (e *Env) File() envconfig.Config { return e.cfg }
 
 // Store returns the records store.
-func (e *Config) Store() *records.FileStore { return e.store }
+func (e *Env) Store() *records.FileStore { return e.store }
 
 // Builder returns the builder of the training command's jobs; after
 // References its jobs carry the reference losses by seed.
-func (e *Config) Builder() builder.Builder { return e.b }
+func (e *Env) Builder() builder.Builder { return e.b }
 
 // Executor returns the pool over the training command: executor.slots
 // slots, executor.max_attempts, training.timeout, the price per
 // device-hour, and idempotent over the store.
-func (e *Config) Executor() builder.Executor { return e.pool }
+func (e *Env) Executor() builder.Executor { return e.pool }
 
 // Catalogue returns the catalogue's cards.
-func (e *Config) Catalogue() []records.Card { return e.cards }
+func (e *Env) Catalogue() []records.Card { return e.cards }
 
 // executor returns the configured executor of the training command.
 func executor(cfg envconfig.Config) (builder.Executor, error) {
@@ -112,16 +120,12 @@ func executor(cfg envconfig.Config) (builder.Executor, error) {
 
 // newPool wraps the executor in a builder.Pool; with store set, runs are
 // idempotent through it.
-func (e *Config) newPool(store records.Store) (*builder.Pool, error) {
+func (e *Env) newPool(store records.Store) (*builder.Pool, error) {
 	pc := builder.DefaultPoolConfig()
 	pc.Slots, pc.MaxAttempts, pc.Timeout = e.cfg.Executor.Slots, e.cfg.Executor.MaxAttempts, e.cfg.Training.Timeout
 	pc.PricePerDeviceHour, pc.Store = e.cfg.PricePerDeviceHour, store
 	return builder.NewPool(e.exec, pc)
 }
-
-// ErrReference: a task's reference run was infeasible, so it has no b_e or
-// σ_e and is left out.
-var ErrReference = errors.New("environment: reference run infeasible")
 
 // Spec is the job spec the training command reads: the task's reference
 // recipe, to which it applies the job's proposal, and the reference losses
@@ -244,17 +248,6 @@ func (b *envBuilder) check(p records.Proposal) error {
 	return nil
 }
 
-// RefTask is one task's reference result (the reference verb's report).
-type RefTask struct {
-	Task    records.Task `json:"task"` // with b_e (ref_loss) and σ_e (seed_noise)
-	Losses  []float64    `json:"losses"`
-	Seeds   []uint64     `json:"seeds"`
-	LeftOut string       `json:"left_out,omitempty"` // why the task has no b_e (an infeasible reference run)
-	PaidNow int          `json:"paid_now"`
-	Reused  int          `json:"reused"`
-	DeviceS float64      `json:"device_seconds"`
-}
-
 // references runs every task's reference recipe for its seeds (or reads
 // the runs back from the store) and returns b_e and σ_e per task. Each run
 // is appended to the store as soon as it finishes, as a records.Reference
@@ -262,7 +255,7 @@ type RefTask struct {
 // no-change run), so a killed and rerun stage pays for no run twice.
 //
 // Afterwards the builder's jobs carry the reference losses by seed.
-func (e *Config) ReferenceRuns(ctx context.Context, p Progress) ([]RefTask, error) {
+func (e *Env) ReferenceRuns(ctx context.Context, p environment.Progress) ([]environment.RefTask, error) {
 	b := e.b
 	none := records.Proposal{Mechanism: records.NoChange}
 	type todo struct {
@@ -289,7 +282,7 @@ func (e *Config) ReferenceRuns(ctx context.Context, p Progress) ([]RefTask, erro
 	if err != nil {
 		return nil, err
 	}
-	rep, err := p.start("reference runs", len(missing))
+	rep, err := p.Start("reference runs", len(missing))
 	if err != nil {
 		return nil, err
 	}
@@ -351,7 +344,7 @@ func (e *Config) ReferenceRuns(ctx context.Context, p Progress) ([]RefTask, erro
 // aggregate sets b_e and σ_e of every task of out from its stored
 // reference runs by seed (mean and sample standard deviation, σ_e floored
 // at reference.min_seed_noise), or why it has none.
-func aggregate(cfg envconfig.Config, out []RefTask, stored []map[uint64]records.Record) {
+func aggregate(cfg envconfig.Config, out []environment.RefTask, stored []map[uint64]records.Record) {
 	for i := range out {
 		for _, s := range out[i].Seeds {
 			r, ok := stored[i][s]
@@ -378,7 +371,7 @@ func aggregate(cfg envconfig.Config, out []RefTask, stored []map[uint64]records.
 // of every task from the reference runs in store, a task with a seed not
 // yet run left out with the reason. PaidNow is 0; Reused counts the stored
 // runs. It reads store only (which may be opened read-only).
-func StoredReferences(ctx context.Context, cfg envconfig.Config, store records.Store) ([]RefTask, error) {
+func StoredReferences(ctx context.Context, cfg envconfig.Config, store records.Store) ([]environment.RefTask, error) {
 	out, stored, err := scanReferences(ctx, cfg, store)
 	if err != nil {
 		return nil, err
@@ -394,12 +387,12 @@ func StoredReferences(ctx context.Context, cfg envconfig.Config, store records.S
 }
 
 // scanReferences reads every task's stored reference runs by seed.
-func scanReferences(ctx context.Context, cfg envconfig.Config, store records.Store) ([]RefTask, []map[uint64]records.Record, error) {
+func scanReferences(ctx context.Context, cfg envconfig.Config, store records.Store) ([]environment.RefTask, []map[uint64]records.Record, error) {
 	none := records.Proposal{Mechanism: records.NoChange}
-	out := make([]RefTask, len(cfg.Tasks))
+	out := make([]environment.RefTask, len(cfg.Tasks))
 	stored := make([]map[uint64]records.Record, len(cfg.Tasks))
 	for i, t := range cfg.TaskRecords() {
-		out[i] = RefTask{Task: t, Seeds: cfg.Tasks[i].Seeds}
+		out[i] = environment.RefTask{Task: t, Seeds: cfg.Tasks[i].Seeds}
 		rs, err := store.Scan(ctx, records.Filter{TaskID: t.ID, Key: none.Key(), Source: records.Reference})
 		if err != nil {
 			return nil, nil, err
@@ -435,28 +428,13 @@ func meanStd(xs []float64) (float64, float64) {
 
 // References runs ReferenceRuns and returns the tasks that have b_e and
 // σ_e, in the file's order, and those left out.
-func (e *Config) References(ctx context.Context, p Progress) ([]records.Task, []LeftOut, error) {
+func (e *Env) References(ctx context.Context, p environment.Progress) ([]records.Task, []environment.LeftOut, error) {
 	refs, err := e.ReferenceRuns(ctx, p)
 	if err != nil {
 		return nil, nil, err
 	}
-	tasks, left := Ready(refs)
+	tasks, left := environment.Ready(refs)
 	return tasks, left, nil
-}
-
-// Ready returns the tasks of refs that have b_e and σ_e and those left
-// out.
-func Ready(refs []RefTask) ([]records.Task, []LeftOut) {
-	var tasks []records.Task
-	var left []LeftOut
-	for _, r := range refs {
-		if r.LeftOut != "" {
-			left = append(left, LeftOut{ID: r.Task.ID, Err: fmt.Errorf("%w: %s", ErrReference, r.LeftOut)})
-			continue
-		}
-		tasks = append(tasks, r.Task)
-	}
-	return tasks, left
 }
 
 // World returns the world model of world_model: an OpenAI-compatible
@@ -464,7 +442,7 @@ func Ready(refs []RefTask) ([]records.Task, []LeftOut) {
 // from the variable api_key_env names, read through getenv, and nothing
 // else from the process environment) or the embedded model over the
 // catalogue's priors.
-func (e *Config) World(getenv func(string) string) (rwm.WorldModel, error) {
+func (e *Env) World(getenv func(string) string) (rwm.WorldModel, error) {
 	w := e.cfg.WorldModel
 	if w.Kind == envconfig.OpenAI {
 		o := w.OpenAI
@@ -491,24 +469,10 @@ func (e *Config) World(getenv func(string) string) (rwm.WorldModel, error) {
 
 // WriteReport writes v as indented JSON to <out>/name, replacing it
 // atomically, and returns its path.
-func (e *Config) WriteReport(name string, v any) (string, error) {
+func (e *Env) WriteReport(name string, v any) (string, error) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return "", err
 	}
-	return WriteOut(e.cfg.Out, name, append(b, '\n'))
-}
-
-// WriteOut writes b to <out>/name (name may hold folders), making the
-// folders and replacing the file atomically, and returns its path.
-func WriteOut(out, name string, b []byte) (string, error) {
-	p := filepath.Join(out, name)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return "", err
-	}
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return "", err
-	}
-	return p, os.Rename(tmp, p)
+	return environment.WriteOut(e.cfg.Out, name, append(b, '\n'))
 }
