@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/internal/realrun"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
@@ -222,7 +223,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 			}
 		}
 	}
-	runs, err := runAllSeeded(ctx, b, e, cfg.Parallel, jobs)
+	runs, err := realrun.MeasureAll(ctx, b, e, cfg.Parallel, jobs)
 	if err != nil {
 		return EvalReport{}, fmt.Errorf("lm2lm: evaluate: %w", err)
 	}

@@ -3,8 +3,6 @@ package lm2lm
 import (
 	"context"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/internal/realrun"
 	"github.com/lm2lm/lm2lm/loop"
@@ -38,37 +36,21 @@ type realRun = realrun.Result
 // SetSeed is set (else the builder's seed).
 type seededChange = realrun.Change
 
-// runAll runs every job with runReal, at most parallel at once, and
-// returns the results in job order. On the first error (cancellation) it
-// returns what it has, with the error.
-func runAll(ctx context.Context, b builder.Builder, e builder.Executor, parallel int, jobs []records.TaskChange) ([]realRun, error) {
+// RunRealJobs builds and executes jobs for real, as RunReal does, at most
+// parallel at once, and returns the RealRuns a loop.Loop takes back
+// (Absorb), in job order. On the first error (cancellation) it returns
+// what it has, with the error.
+func RunRealJobs(ctx context.Context, b builder.Builder, e builder.Executor, parallel int, jobs []loop.RunJob) ([]loop.RealRun, error) {
 	sc := make([]seededChange, len(jobs))
 	for i, j := range jobs {
-		sc[i] = seededChange{TaskChange: j}
+		sc[i] = seededChange{TaskChange: j.Change, Seed: j.Seed, SetSeed: j.SetSeed}
 	}
-	return runAllSeeded(ctx, b, e, parallel, sc)
-}
-
-// runAllSeeded is runAll over changes that may carry their seeds.
-func runAllSeeded(ctx context.Context, b builder.Builder, e builder.Executor, parallel int, jobs []seededChange) ([]realRun, error) {
-	runs := make([]realRun, len(jobs))
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(parallel)
-	for j, jb := range jobs {
-		eg.Go(func() error {
-			r, err := realrun.Measure(ectx, b, e, jb)
-			runs[j] = r
-			return err
-		})
+	runs, err := realrun.MeasureAll(ctx, b, e, parallel, sc)
+	out := make([]loop.RealRun, len(runs))
+	for i, r := range runs {
+		out[i] = exportedRun(r)
 	}
-	return runs, eg.Wait()
-}
-
-// RunRealJob builds and executes j for real, as RunReal does, and returns
-// the RealRun a loop.Loop takes back (Absorb).
-func RunRealJob(ctx context.Context, b builder.Builder, e builder.Executor, j loop.RunJob) (loop.RealRun, error) {
-	r, err := realrun.Measure(ctx, b, e, seededChange{TaskChange: j.Change, Seed: j.Seed, SetSeed: j.SetSeed})
-	return exportedRun(r), err
+	return out, err
 }
 
 // exportedRun is r as the loop's RealRun.

@@ -570,14 +570,5 @@ func (t *Trainer) judge(ctx context.Context, j loop.PredictJob) (rwm.WorldModel,
 
 // execute runs jobs for real (at most Parallel at once), in job order.
 func (t *Trainer) execute(ctx context.Context, jobs []loop.RunJob) ([]loop.RealRun, error) {
-	sc := make([]seededChange, len(jobs))
-	for i, j := range jobs {
-		sc[i] = seededChange{TaskChange: j.Change, Seed: j.Seed, SetSeed: j.SetSeed}
-	}
-	runs, err := runAllSeeded(ctx, t.c.Builder, t.c.Executor, t.cfg.Parallel, sc)
-	out := make([]loop.RealRun, len(runs))
-	for i, r := range runs {
-		out[i] = exportedRun(r)
-	}
-	return out, err
+	return RunRealJobs(ctx, t.c.Builder, t.c.Executor, t.cfg.Parallel, jobs)
 }

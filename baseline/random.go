@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"sync"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/internal/realrun"
 	"github.com/lm2lm/lm2lm/records"
@@ -61,21 +59,15 @@ func RunDraws(ctx context.Context, b builder.Builder, e builder.Executor, draws 
 		return nil, Spent{}, fmt.Errorf("%w: parallel = %d, want ≥ 1", ErrConfig, parallel)
 	}
 	m := &meter{Executor: e}
-	recs := make([]records.Record, len(draws))
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(parallel)
+	jobs := make([]realrun.Change, len(draws))
 	for i, d := range draws {
-		eg.Go(func() error {
-			rec, _, err := realrun.RunReal(ectx, b, m, d.Task, d.Proposal)
-			recs[i] = rec
-			return err
-		})
+		jobs[i] = realrun.Change{TaskChange: records.TaskChange{Task: d.Task, Proposal: d.Proposal}}
 	}
-	err := eg.Wait()
+	runs, err := realrun.MeasureAll(ctx, b, m, parallel, jobs)
 	var out []records.Record
-	for _, r := range recs {
-		if r.Task.ID != "" {
-			out = append(out, r)
+	for _, r := range runs {
+		if r.Rec.Task.ID != "" {
+			out = append(out, r.Rec)
 		}
 	}
 	return out, m.spent(), err

@@ -3,11 +3,12 @@ package evalplot
 import (
 	"fmt"
 	"io"
-	"math"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/lm2lm/lm2lm/internal/stat"
 )
 
 // Cost is what one stage of a pipeline paid: its real runs and their
@@ -30,7 +31,7 @@ func Costs(w io.Writer, title, currency string, costs []Cost) error {
 	names := make([]string, len(costs))
 	priced := false
 	for i, c := range costs {
-		if !finite(c.DeviceHours) || c.DeviceHours < 0 || !finite(c.Money) || c.Money < 0 || c.Runs < 0 {
+		if !stat.Finite(c.DeviceHours) || c.DeviceHours < 0 || !stat.Finite(c.Money) || c.Money < 0 || c.Runs < 0 {
 			return fmt.Errorf("%w: stage %q: runs %d, device-hours %g, money %g", ErrValue, c.Stage, c.Runs, c.DeviceHours, c.Money)
 		}
 		hours[i], money[i] = c.DeviceHours, c.Money
@@ -63,5 +64,3 @@ func Costs(w io.Writer, title, currency string, costs []Cost) error {
 	}
 	return figure(w, title, panels, 2, nil)
 }
-
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

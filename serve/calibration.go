@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/loop"
 	"github.com/lm2lm/lm2lm/records"
@@ -227,17 +225,8 @@ func (s *Service) calibrations() []CalibrationStatus {
 
 // execute runs jobs for real, at most Parallel at once, in job order.
 func (s *Service) execute(ctx context.Context, jobs []loop.RunJob) ([]loop.RealRun, error) {
-	runs := make([]loop.RealRun, len(jobs))
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(s.cfg.Parallel)
-	for i, j := range jobs {
-		eg.Go(func() error {
-			r, err := lm2lm.RunRealJob(ectx, s.c.Builder, s.c.Executor, j)
-			runs[i] = r
-			return err
-		})
-	}
-	if err := eg.Wait(); err != nil {
+	runs, err := lm2lm.RunRealJobs(ctx, s.c.Builder, s.c.Executor, s.cfg.Parallel, jobs)
+	if err != nil {
 		return nil, fmt.Errorf("serve: runs: %w", err)
 	}
 	return runs, nil

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,6 +25,7 @@ import (
 	"github.com/lm2lm/lm2lm/builder/slurm"
 	"github.com/lm2lm/lm2lm/envconfig"
 	"github.com/lm2lm/lm2lm/environment"
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
@@ -359,7 +359,7 @@ func aggregate(cfg envconfig.Config, out []environment.RefTask, stored []map[uin
 			out[i].Losses = append(out[i].Losses, r.Loss)
 		}
 		if out[i].LeftOut == "" {
-			mean, std := meanStd(out[i].Losses)
+			mean, std := stat.MeanStd(out[i].Losses)
 			out[i].Task.RefLoss, out[i].Task.SeedNoise = mean, max(std, cfg.Reference.MinSeedNoise)
 		} else {
 			out[i].Losses = nil
@@ -405,25 +405,6 @@ func scanReferences(ctx context.Context, cfg envconfig.Config, store records.Sto
 		}
 	}
 	return out, stored, nil
-}
-
-// meanStd returns the mean and the sample standard deviation (0 for one
-// value).
-func meanStd(xs []float64) (float64, float64) {
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	m := s / float64(len(xs))
-	if len(xs) < 2 {
-		return m, 0
-	}
-	var v float64
-	for _, x := range xs {
-		v += (x - m) * (x - m)
-	}
-	v /= float64(len(xs) - 1)
-	return m, math.Sqrt(v)
 }
 
 // References runs ReferenceRuns and returns the tasks that have b_e and

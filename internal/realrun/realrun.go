@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"math"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -43,6 +45,25 @@ type Change struct {
 func RunReal(ctx context.Context, b builder.Builder, e builder.Executor, task records.Task, p records.Proposal) (records.Record, bool, error) {
 	r, err := Measure(ctx, b, e, Change{TaskChange: records.TaskChange{Task: task, Proposal: p}})
 	return r.Rec, r.Fresh(), err
+}
+
+// MeasureAll measures every job with Measure, at most parallel at once,
+// and returns the results in job order. On the first error (cancellation)
+// it returns what it has, with the error. It is the one bounded fan-out
+// over real runs of the Trainer, Evaluate, the environment service and
+// baseline.RunDraws.
+func MeasureAll(ctx context.Context, b builder.Builder, e builder.Executor, parallel int, jobs []Change) ([]Result, error) {
+	runs := make([]Result, len(jobs))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(parallel)
+	for j, c := range jobs {
+		eg.Go(func() error {
+			r, err := Measure(ectx, b, e, c)
+			runs[j] = r
+			return err
+		})
+	}
+	return runs, eg.Wait()
 }
 
 // Measure builds and executes c. A proposal that cannot be built or whose

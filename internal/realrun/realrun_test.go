@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -95,4 +97,50 @@ func TestMeasureOutcomes(t *testing.T) {
 	r = realrun.Result{Ran: true, Reused: true}
 	require.False(t, r.Fresh())
 	require.True(t, realrun.Result{Ran: true}.Fresh())
+}
+
+// gauge is an executor whose gain is the job's seed, counting how many
+// runs are in flight at once.
+type gauge struct {
+	now, peak atomic.Int32
+	fail      uint64 // a seed whose run is cancelled (0: none)
+}
+
+func (g *gauge) Execute(ctx context.Context, j builder.Job) (builder.Outcome, error) {
+	n := g.now.Add(1)
+	defer g.now.Add(-1)
+	for p := g.peak.Load(); n > p && !g.peak.CompareAndSwap(p, n); p = g.peak.Load() {
+	}
+	time.Sleep(time.Millisecond)
+	if j.Seed == g.fail {
+		return builder.Outcome{}, builder.ErrCancelled
+	}
+	return builder.Outcome{Gain: float64(j.Seed), Loss: 2 - float64(j.Seed)/100, Seeds: []uint64{j.Seed}}, nil
+}
+
+// jobs builds every proposal into a job of its task.
+type jobs struct{}
+
+func (jobs) Build(_ context.Context, t records.Task, p records.Proposal) (builder.Job, error) {
+	return builder.Job{Task: t, Proposal: p, Seed: 3}, nil
+}
+
+func TestMeasureAll(t *testing.T) {
+	// Results come back in job order whatever the order of completion,
+	// with at most parallel runs at once; a cancellation is the error.
+	task := records.Task{ID: "t", Family: "f", Split: records.Train, Metric: records.BitsPerByte, RefLoss: 2, SeedNoise: 0.1}
+	var changes []realrun.Change
+	for s := uint64(1); s <= 12; s++ {
+		changes = append(changes, realrun.Change{TaskChange: records.TaskChange{Task: task, Proposal: records.Proposal{Mechanism: "m"}}, Seed: s, SetSeed: true})
+	}
+	g := &gauge{}
+	out, err := realrun.MeasureAll(context.Background(), jobs{}, g, 3, changes)
+	require.NoError(t, err)
+	for i, r := range out {
+		require.True(t, r.Measured, r.Failure)
+		require.Equal(t, float64(i+1), r.Rec.Gain, "job %d", i)
+	}
+	require.LessOrEqual(t, g.peak.Load(), int32(3))
+	_, err = realrun.MeasureAll(context.Background(), jobs{}, &gauge{fail: 5}, 2, changes)
+	require.ErrorIs(t, err, builder.ErrCancelled)
 }
