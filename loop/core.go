@@ -55,7 +55,7 @@ type group struct {
 	samples []sample
 }
 
-// rolloutData is one rollout: a group per drawn state.
+// rolloutData is a batch of groups (a rollout): a group per state.
 type rolloutData struct{ groups []*group }
 
 // newGroup returns the group of state s with the policy's samples.
@@ -109,12 +109,12 @@ func acceptPrediction(s *sample, p rwm.Prediction, err error) error {
 	return nil
 }
 
-// core is the trainer's pure planning core.
+// core is the loop's pure planning core.
 type core struct {
 	cfg  Config
 	corr correction // WMRL or none
 	// unmeasured holds the IDs of the tasks no real run measures
-	// (WithUnmeasured): calibration never picks their samples.
+	// (Setup.Unmeasured): calibration never picks their samples.
 	unmeasured map[string]bool
 }
 
@@ -362,18 +362,18 @@ func (c *core) calibrationReport(ro *rolloutData, step, budget int, picks []ref,
 	return rep
 }
 
-// calibrationDue is the calibration decision at the rollout boundary
-// before update step+1, given the schedule points already executed (done),
-// the step of the last calibration (negative: none) and its monitors (nil:
-// none). Without a trigger it is the fixed schedule: point u = done runs
-// at the first step at or after Steps[u] (METHOD.md §1 On-policy
-// calibration; a driver whose step jumps may pass a point's step). With a trigger (beyond the
-// paper, METHOD.md §1 Known weaknesses) the schedule's budgets are spent in
-// order: the next point u = done runs at the first boundary where the
-// trigger fires on the last calibration's monitors, and at step
-// Steps[u] + Horizon at the latest, so the trigger never spends more than
-// the schedule's total nor calibrates after the last scheduled step plus
-// Horizon. Before the first calibration there are no real residuals, so
+// calibrationDue is the calibration decision at an observed step (updates
+// done), given the schedule points already executed (done), the step of
+// the last calibration (negative: none) and its monitors (nil: none).
+// Without a trigger it is the fixed schedule: point u = done runs at the
+// first observed step at or after Steps[u] (METHOD.md §1 On-policy
+// calibration; a driver whose step jumps may pass a point's step). With a
+// trigger (beyond the paper, METHOD.md §1 Known weaknesses) the schedule's
+// budgets are spent in order: the next point u = done runs at the first
+// observed step where the trigger fires on the last calibration's
+// monitors, and at step Steps[u] + Horizon at the latest, so the trigger
+// never spends more than the schedule's total nor calibrates after the
+// last scheduled step plus Horizon. Before the first calibration there are no real residuals, so
 // point 0 waits for its deadline. reason says why the point runs ("" for
 // the fixed schedule).
 func calibrationDue(s calibrate.Schedule, trig *TriggerConfig, step, done, last int, m *calibrate.Monitors) (u, budget int, reason string, ok bool) {
