@@ -19,9 +19,6 @@ var (
 	// does, so that a damaged or hostile checkpoint cannot make an error of
 	// its own size.
 	ErrCheckpoint = errors.New("loop: checkpoint")
-	// ErrStale marks predictions made under an M that a calibration has
-	// since extended: ask Ready(gs...) again and score with its answers.
-	ErrStale = errors.New("loop: predictions under an earlier M")
 )
 
 // Calibration selects what calibration points execute (METHOD.md §1
