@@ -156,17 +156,9 @@ func buildReport(ctx context.Context, cfg envconfig.Config, store records.Store)
 	if err != nil {
 		return rep, err
 	}
-	tasks, _ := environment.Ready(refs)
-	train, _ := environment.Split(tasks)
-	cards, err := cfg.Cards()
+	m0, err := m0Keys(cfg, refs)
 	if err != nil {
 		return rep, err
-	}
-	m0 := map[string]bool{}
-	if len(train) > 0 {
-		for _, d := range environment.DrawM0(cfg.M0.Seed, train, cards, cfg.M0.Size) {
-			m0[records.TaskChange{Task: d.Task, Proposal: d.Proposal}.Key()] = true
-		}
 	}
 	all, err := store.Scan(ctx, records.Filter{})
 	if err != nil {
@@ -177,51 +169,16 @@ func buildReport(ctx context.Context, cfg envconfig.Config, store records.Store)
 	for _, s := range order {
 		stages[s] = &StageCost{Stage: s}
 	}
-	rows := map[string]*TaskRow{}
-	var ids []string
-	for _, r := range refs {
-		row := &TaskRow{ID: r.Task.ID, Split: string(r.Task.Split), LeftOut: r.LeftOut, BestGain: math.NaN()}
-		if r.LeftOut == "" {
-			row.RefLoss, row.SeedNoise = r.Task.RefLoss, r.Task.SeedNoise
-		}
-		rows[r.Task.ID] = row
-		ids = append(ids, r.Task.ID)
-	}
+	rows, ids := taskRows(refs)
 	sums := map[string]float64{}
 	for _, r := range all {
-		row := rows[r.Task.ID]
-		var stage string
-		switch {
-		case r.Source == records.Reference:
-			stage = stageReference
-		case r.Source != records.Real:
+		stage, ok := stageOf(r, m0)
+		if !ok {
 			continue
-		case r.Task.Split != records.Train:
-			stage = stageEvaluation
-		case m0[records.TaskChange{Task: r.Task, Proposal: r.Proposal}.Key()]:
-			stage = stageM0
-		default:
-			stage = stageCalibration
 		}
 		stages[stage].add(r, cfg.PricePerDeviceHour)
-		if row == nil { // a task no longer in the file
-			continue
-		}
-		row.DeviceHours += r.Cost.DeviceSeconds / 3600
-		if r.Source != records.Real {
-			continue
-		}
-		row.Real++
-		if r.Infeasible != "" {
-			row.Infeasible++
-			continue
-		}
-		if row.SeedNoise > 0 {
-			g := (row.RefLoss - r.Loss) / row.SeedNoise
-			sums[r.Task.ID] += g
-			if math.IsNaN(row.BestGain) || g > row.BestGain {
-				row.BestGain, row.Best = g, r.Proposal.Key()
-			}
+		if row := rows[r.Task.ID]; row != nil { // nil: a task no longer in the file
+			sums[r.Task.ID] += row.count(r)
 		}
 	}
 	for _, id := range ids {
@@ -244,6 +201,78 @@ func buildReport(ctx context.Context, cfg envconfig.Config, store records.Store)
 	}
 	rep.Total.Money = rep.Total.DeviceHours * cfg.PricePerDeviceHour
 	return rep, nil
+}
+
+// m0Keys returns the (task, change) keys of M_0's draw over the training
+// tasks with a reference (environment.DrawM0).
+func m0Keys(cfg envconfig.Config, refs []environment.RefTask) (map[string]bool, error) {
+	tasks, _ := environment.Ready(refs)
+	train, _ := environment.Split(tasks)
+	cards, err := cfg.Cards()
+	if err != nil {
+		return nil, err
+	}
+	m0 := map[string]bool{}
+	if len(train) > 0 {
+		for _, d := range environment.DrawM0(cfg.M0.Seed, train, cards, cfg.M0.Size) {
+			m0[records.TaskChange{Task: d.Task, Proposal: d.Proposal}.Key()] = true
+		}
+	}
+	return m0, nil
+}
+
+// taskRows returns a row per task of refs, by ID, and the IDs in order.
+func taskRows(refs []environment.RefTask) (map[string]*TaskRow, []string) {
+	rows := map[string]*TaskRow{}
+	var ids []string
+	for _, r := range refs {
+		row := &TaskRow{ID: r.Task.ID, Split: string(r.Task.Split), LeftOut: r.LeftOut, BestGain: math.NaN()}
+		if r.LeftOut == "" {
+			row.RefLoss, row.SeedNoise = r.Task.RefLoss, r.Task.SeedNoise
+		}
+		rows[r.Task.ID] = row
+		ids = append(ids, r.Task.ID)
+	}
+	return rows, ids
+}
+
+// stageOf returns the stage that paid for r: reference runs, M_0 (its
+// draw's keys m0), calibration, or evaluation (held-out tasks); ok is
+// false for a record no stage paid for (synthetic).
+func stageOf(r records.Record, m0 map[string]bool) (string, bool) {
+	switch {
+	case r.Source == records.Reference:
+		return stageReference, true
+	case r.Source != records.Real:
+		return "", false
+	case r.Task.Split != records.Train:
+		return stageEvaluation, true
+	case m0[records.TaskChange{Task: r.Task, Proposal: r.Proposal}.Key()]:
+		return stageM0, true
+	}
+	return stageCalibration, true
+}
+
+// count adds r to the row and returns its gain in σ_e units (0 when it
+// is not a feasible real run of a task with a reference).
+func (row *TaskRow) count(r records.Record) float64 {
+	row.DeviceHours += r.Cost.DeviceSeconds / 3600
+	if r.Source != records.Real {
+		return 0
+	}
+	row.Real++
+	if r.Infeasible != "" {
+		row.Infeasible++
+		return 0
+	}
+	if !(row.SeedNoise > 0) {
+		return 0
+	}
+	g := (row.RefLoss - r.Loss) / row.SeedNoise
+	if math.IsNaN(row.BestGain) || g > row.BestGain {
+		row.BestGain, row.Best = g, r.Proposal.Key()
+	}
+	return g
 }
 
 // readEvaluations reads every evaluation kept under <out>/evaluations,

@@ -257,7 +257,6 @@ func (b *envBuilder) check(p records.Proposal) error {
 // Afterwards the builder's jobs carry the reference losses by seed.
 func (e *Env) ReferenceRuns(ctx context.Context, p environment.Progress) ([]environment.RefTask, error) {
 	b := e.b
-	none := records.Proposal{Mechanism: records.NoChange}
 	type todo struct {
 		i    int
 		seed uint64
@@ -292,29 +291,8 @@ func (e *Env) ReferenceRuns(ctx context.Context, p environment.Progress) ([]envi
 	g.SetLimit(int(e.cfg.Executor.Slots))
 	for _, m := range missing {
 		g.Go(func() error {
-			t := out[m.i].Task // b_e and σ_e unknown: 0 in the job
-			j, err := b.job(t, none, m.seed, false)
+			r, err := e.referenceRun(ctx, gctx, ex, out[m.i].Task, m.seed)
 			if err != nil {
-				return err
-			}
-			o, err := ex.Execute(gctx, j)
-			r := o.Record(j)
-			r.Source, r.Seeds, r.Time = records.Reference, []uint64{m.seed}, time.Now().UTC()
-			switch {
-			case errors.Is(err, builder.ErrInfeasible):
-				r.Loss, r.Gain = 0, 0
-				if r.Infeasible == "" {
-					r.Infeasible = err.Error()
-				}
-			case err != nil:
-				return fmt.Errorf("reference run of %s seed %d: %w", t.ID, m.seed, err)
-			default:
-				r.Gain = 0
-			}
-			// The record's task is the task as known at the run: b_e its own
-			// loss; the stage computes the task's b_e and σ_e from all seeds.
-			r.Task.RefLoss, r.Task.SeedNoise = r.Loss, e.cfg.Reference.MinSeedNoise
-			if err := e.store.Append(ctx, r); err != nil {
 				return err
 			}
 			mu.Lock()
@@ -339,6 +317,35 @@ func (e *Env) ReferenceRuns(ctx context.Context, p environment.Progress) ([]envi
 		}
 	}
 	return out, nil
+}
+
+// referenceRun runs task t's reference recipe with seed through ex (b_e
+// and σ_e unknown: 0 in the job) and appends its record to the store as a
+// records.Reference record; an infeasible run is a record with Infeasible
+// set, any other failure an error.
+func (e *Env) referenceRun(ctx, runCtx context.Context, ex builder.Executor, t records.Task, seed uint64) (records.Record, error) {
+	j, err := e.b.job(t, records.Proposal{Mechanism: records.NoChange}, seed, false)
+	if err != nil {
+		return records.Record{}, err
+	}
+	o, err := ex.Execute(runCtx, j)
+	r := o.Record(j)
+	r.Source, r.Seeds, r.Time = records.Reference, []uint64{seed}, time.Now().UTC()
+	switch {
+	case errors.Is(err, builder.ErrInfeasible):
+		r.Loss, r.Gain = 0, 0
+		if r.Infeasible == "" {
+			r.Infeasible = err.Error()
+		}
+	case err != nil:
+		return r, fmt.Errorf("reference run of %s seed %d: %w", t.ID, seed, err)
+	default:
+		r.Gain = 0
+	}
+	// The record's task is the task as known at the run: b_e its own loss;
+	// the stage computes the task's b_e and σ_e from all seeds.
+	r.Task.RefLoss, r.Task.SeedNoise = r.Loss, e.cfg.Reference.MinSeedNoise
+	return r, e.store.Append(ctx, r)
 }
 
 // aggregate sets b_e and σ_e of every task of out from its stored
