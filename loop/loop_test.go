@@ -405,3 +405,70 @@ func TestLoopRestoresAnEarlierCheckpoint(t *testing.T) {
 	require.ErrorContains(t, err, "phase 2, which this version no longer has")
 	require.Zero(t, fresh.Status().Step)
 }
+
+func TestLoopProperties(t *testing.T) {
+	// Over random seeds, candidate bounds and schedules: the candidates
+	// never exceed Config.Candidates; a calibration runs at most B_u
+	// changes, none already in M, and adds exactly its executed records to
+	// M; the points run in order, at most one per step; a kept group's
+	// mean-centred advantages sum to zero and a dropped group's are zero
+	// (METHOD.md §1 Policy optimisation and On-policy calibration).
+	rng := rand.New(rand.NewPCG(7, 8))
+	points := 0
+	for trial := range 40 {
+		cfg := loopConfig()
+		cfg.Seed = uint64(trial + 1)
+		cfg.Quota, cfg.Candidates = rng.IntN(4), 1+rng.IntN(8)
+		cfg.Schedule = calibrate.Schedule{Steps: []int{2, 4, 6}, Budgets: []int{1 + rng.IntN(3), 1 + rng.IntN(3), 1 + rng.IntN(3)}}
+		if trial%2 == 1 {
+			cfg.Calibration = RandomCalibration
+		}
+		l := newTestLoop(t, cfg)
+		d := &driver{l: l, n: 1 + rng.IntN(5)}
+		lastPoint, lastStep := 0, -1
+		for range 4 {
+			states := l.Draw(d.n)
+			srcs := l.Sources(len(states))
+			gs := make([]Group, len(states))
+			for i, s := range states {
+				gs[i] = Group{State: s, Samples: d.sample(s, srcs[i])}
+			}
+			sc, err := l.Score(gs, fixedGains(l.Ready(gs...).Predict))
+			require.NoError(t, err)
+			require.LessOrEqual(t, l.Status().Candidates, cfg.Candidates)
+			for _, g := range sc.Groups {
+				var sum float64
+				for _, a := range g.Advantages {
+					sum += a
+				}
+				if g.Kept {
+					require.InDelta(t, 0, sum, 1e-9)
+				} else {
+					require.Zero(t, sum)
+				}
+			}
+			l.Observe(d.step)
+			if rd := l.Ready(); rd.Kind == CalibrationRuns {
+				u := l.Status().Calibrations
+				require.Equal(t, lastPoint, u, "points in order")
+				require.Greater(t, d.step, lastStep, "one per step")
+				require.LessOrEqual(t, len(rd.Execute), cfg.Schedule.Budgets[u])
+				before := l.Status().Evidence
+				for _, j := range rd.Execute {
+					for i := 0; i < before.Len(); i++ {
+						r := before.At(i)
+						require.NotEqual(t, records.TaskChange{Task: r.Task, Proposal: r.Proposal}.Key(), j.Change.Key(), "a change in M is not run again")
+					}
+				}
+				ab, err := l.Absorb(realRuns(rd.Execute))
+				require.NoError(t, err)
+				require.Equal(t, before.Len()+ab.Calibration.Executed, l.Status().Evidence.Len())
+				lastPoint, lastStep = u+1, d.step
+				points++
+			}
+			require.NoError(t, l.Expand(time.Time{}))
+			d.step += 2
+		}
+	}
+	require.Equal(t, 40*3, points, "every point of every trial ran")
+}
