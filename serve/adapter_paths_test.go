@@ -567,3 +567,49 @@ func TestPrimeRLAheadAndRefusals(t *testing.T) {
 	_, err, _ = run(0, "--sim.length_penalty")
 	require.ErrorContains(t, err, "length_penalty")
 }
+
+// TestTRLAsyncAhead: AsyncGRPOTrainer's worker reads the step, and the
+// trainer's step ends before the group's score request arrives (no step
+// lag): the service refuses it as stale, and the reward reads the step
+// again and resends, so that every group is scored once, at the trainer's
+// new step, with the rewards of its own completions.
+func TestTRLAsyncAhead(t *testing.T) {
+	const n, G = 4, 8
+	s, url := simServiceWith(t, servetest.Options{}, func(c *serve.Config) {
+		c.Schedule.Steps, c.Schedule.Budgets = []int{100}, []int{3}
+	})
+	code, b := post(t, url+"/v1/states", simToken, serve.StatesRequest{N: n})
+	require.Equal(t, http.StatusOK, code, string(b))
+	var sr serve.StatesResponse
+	require.NoError(t, json.Unmarshal(b, &sr))
+	spec := trlSpec(t, "AsyncGRPOConfig", sr, map[string]any{"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "max_steps": 2})
+	spec["ahead"] = true
+	run := simulate(t, url, "async", spec)
+	require.NotEmpty(t, run.Samples)
+	by := map[string][]trlSample{}
+	var names []string
+	for _, smp := range run.Samples {
+		require.NotNil(t, smp.Returned)
+		require.False(t, smp.NaN)
+		read := smp.ReadStep
+		require.NotNil(t, read, "the child read the step")
+		require.Equal(t, *read+1, *smp.ServiceStep, "scored at the step after the one read")
+		if by[smp.Group] == nil {
+			names = append(names, smp.Group)
+		}
+		by[smp.Group] = append(by[smp.Group], smp)
+	}
+	var groups []pathGroup
+	for _, name := range names {
+		smps := by[name]
+		sort.Slice(smps, func(i, j int) bool { return *smps[i].Index < *smps[j].Index })
+		pg := pathGroup{state: smps[0].StateID}
+		for _, smp := range smps {
+			pg.completions = append(pg.completions, smp.Completion)
+			pg.rewards = append(pg.rewards, smp.Returned)
+		}
+		groups = append(groups, pg)
+	}
+	require.Equal(t, len(groups), s.Info().Scored, "each group scored once")
+	rescore(t, url, groups)
+}

@@ -37,6 +37,7 @@ type trlSample struct {
 	GroupID        int      `json:"group_id"`
 	Index          *int     `json:"index"`
 	ServiceStep    *int     `json:"service_step"`
+	ReadStep       *int     `json:"read_step"`
 }
 
 type trlRun struct {

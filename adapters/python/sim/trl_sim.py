@@ -426,10 +426,26 @@ def run_grpo(spec):
 
 # --- AsyncGRPOTrainer: the rollout worker's child process --------------------
 
-def _async_child(blob, conn):
+def _async_child(blob, conn, ahead=False):
     """_AsyncRolloutLoop in the spawned child: the unpickled reward scores
-    one whole group per call."""
+    one whole group per call. ahead: the trainer moves its step on between
+    the reward's reading of the step and its score request (the worker
+    scoring ahead of the trainer): the child tells the parent when it has
+    read the step and waits for it to have advanced."""
     reward_funcs = pickle.loads(blob)
+    armed = [False]
+    if ahead:
+        get = lm2lm_client.get
+
+        def racing_get(path, *args, **kwargs):
+            out = get(path, *args, **kwargs)
+            if path == "/v1/info" and armed[0]:
+                armed[0] = False
+                conn.send(("read", int(out["step"]), None))
+                conn.recv()  # the trainer has advanced
+            return out
+
+        lm2lm_client.get = racing_get
 
     async def score_group(group):
         kwargs = dict(completions=group["completions"], prompts=group["prompts"],
@@ -442,6 +458,7 @@ def _async_child(blob, conn):
         msg = conn.recv()
         if msg is None:
             return
+        armed[0] = ahead
         try:
             outs = asyncio.run(score_group(msg))
             answers = getattr(reward_funcs[0], "last_answers", [])
@@ -459,7 +476,7 @@ def run_async(spec):
     callback = lm2lm_trl.StepCallback(wait=True, poll=0.02)
     ctx = mp.get_context("spawn")
     a, b = ctx.Pipe()
-    child = ctx.Process(target=_async_child, args=(blob, b), daemon=True)
+    child = ctx.Process(target=_async_child, args=(blob, b, bool(spec.get("ahead"))), daemon=True)
     child.start()
     per_step = c["per_device_train_batch_size"] * c["gradient_accumulation_steps"] * int(spec.get("world_size", 1))
     groups_per_step = max(per_step // G, 1)
@@ -477,6 +494,15 @@ def run_async(spec):
                 t0 = time.monotonic()
                 a.send({"prompts": [row["prompt"]] * G, "completions": comps, "reward_kwargs": kw})
                 status, out, answers = a.recv()
+                read = None
+                if status == "read":
+                    # The trainer's step ends while the reward's request is
+                    # on its way.
+                    read = out
+                    state.global_step += 1
+                    callback.on_step_end(None, state, None)
+                    a.send("go")
+                    status, out, answers = a.recv()
                 score_seconds.append(time.monotonic() - t0)
                 if status != "ok":
                     errors.append(out)
@@ -490,7 +516,8 @@ def run_async(spec):
                     samples.append({"step": state.global_step, "group_id": group_id, "state_id": row["state_id"],
                                     "completion": comps[j][-1]["content"], "returned": r, "nan": math.isnan(trl[j]),
                                     "trl_advantage": adv, "group": ans.get("group", ""), "index": ans.get("index"),
-                                    "service_step": ans.get("step"), "failure": ans.get("failure_reason", "")})
+                                    "service_step": ans.get("step"), "read_step": read,
+                                    "failure": ans.get("failure_reason", "")})
                 group_id += 1
             state.global_step += 1
             callback.on_step_end(None, state, None)
