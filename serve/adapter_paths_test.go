@@ -613,3 +613,37 @@ func TestTRLAsyncAhead(t *testing.T) {
 	require.Equal(t, len(groups), s.Info().Scored, "each group scored once")
 	rescore(t, url, groups)
 }
+
+// TestSlimeAhead: a rollout's groups reach the service after its step
+// moved past the rollout id. Within -step-lag each group is scored at its
+// rollout id; beyond it the rollout ends with stale_step (slime's rollout
+// stops at an exception in the reward): no reward, no made-up number.
+func TestSlimeAhead(t *testing.T) {
+	for _, lag := range []int{2, 1} {
+		t.Run(fmt.Sprintf("lag=%d", lag), func(t *testing.T) {
+			s, url := simServiceWith(t, servetest.Options{}, func(c *serve.Config) { c.StepLag = lag })
+			data, _ := simDataset(t, url, simToken, 4)
+			out, err := pythonRun(t, url, nil, simScript(t, "slime_sim.py", slimeArgs(data, "--num-rollout", "2", "--sim.ahead", "2")...))
+			require.NoError(t, err)
+			var got slimeOut
+			require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &got), out)
+			if lag == 1 {
+				require.Len(t, got.Rollouts, 1)
+				require.Contains(t, got.Rollouts[0].Error, "stale_step")
+				require.Zero(t, s.Info().Scored)
+				return
+			}
+			require.Len(t, got.Rollouts, 2)
+			for _, r := range got.Rollouts {
+				require.Empty(t, r.Error)
+				for _, g := range r.Groups {
+					for _, smp := range g.Samples {
+						require.NotNil(t, smp.LM2LM.Reward)
+						require.Equal(t, r.RolloutID, smp.LM2LM.Step, "scored at its rollout id")
+					}
+				}
+			}
+			require.Equal(t, 6, s.Info().Scored)
+		})
+	}
+}

@@ -84,6 +84,7 @@ def parse(argv=None):
     a("--sim.seed", dest="seed", type=int, default=1)
     a("--sim.flat_every", dest="flat_every", type=int, default=0)  # every k-th group answers nonsense G times
     a("--sim.start_rollout", dest="start_rollout", type=int, default=0)  # a run resumed from a checkpoint
+    a("--sim.ahead", dest="ahead", type=int, default=0)  # the service this many steps past each rollout id (train_async)
     return p.parse_args(argv)
 
 
@@ -251,6 +252,11 @@ def main(args):
     rollouts = []
 
     def sglang_generate_rollout(args, rollout_id, data_source, evaluation=False):
+        if args.ahead:
+            # train_async.py: the next rollouts' steps reached the service
+            # before this rollout's groups are scored.
+            from lm2lm_client import advance
+            advance(rollout_id + args.ahead)
         data, scored = asyncio.run(generate_rollout_async(args, rollout_id, data_source, rng))
         return {"data": data, "scored": scored}
 
