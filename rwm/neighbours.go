@@ -114,7 +114,8 @@ func NewNeighbourMean(corpus []records.Record, cfg NeighbourConfig) (*NeighbourM
 		return nil, configError(fmt.Errorf("rwm: neighbours: the corpus has no real record of a change"))
 	}
 	n := &NeighbourMean{cfg: cfg, near: map[string][]int{}}
-	for id := range byTask {
+	ids := sortedKeys(byTask) // every sum below in one order: the same corpus, the same bits
+	for _, id := range ids {
 		for k := range desc[id] {
 			if !slices.Contains(n.names, k) {
 				n.names = append(n.names, k)
@@ -125,7 +126,7 @@ func NewNeighbourMean(corpus []records.Record, cfg NeighbourConfig) (*NeighbourM
 	var keep []string
 	for _, k := range n.names {
 		s, sq := 0.0, 0.0
-		for id := range byTask {
+		for _, id := range ids {
 			v := math.Asinh(desc[id][k])
 			s += v
 			sq += v * v
@@ -141,14 +142,14 @@ func NewNeighbourMean(corpus []records.Record, cfg NeighbourConfig) (*NeighbourM
 	h := sha256.New()
 	fmt.Fprintf(h, "neighbours %d %v %v\n", cfg.K, cfg.InfeasibleSigmas, cfg.ClipSigmas)
 	var b [8]byte
-	for id, m := range byTask {
+	for _, id := range ids {
+		m := byTask[id]
 		t := nbTask{id: id, x: n.standardise(desc[id]), gains: make(map[string]float64, len(m))}
 		for k, a := range m {
 			t.gains[k] = a.sum / a.n
 		}
 		n.tasks = append(n.tasks, t)
 	}
-	slices.SortFunc(n.tasks, func(a, b nbTask) int { return cmp.Compare(a.id, b.id) })
 	for _, t := range n.tasks {
 		fmt.Fprintf(h, "task %q\n", t.id)
 		keys := sortedKeys(t.gains)

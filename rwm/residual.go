@@ -54,12 +54,6 @@ type ResidualConfig struct {
 	// default 6, the reward's clip c (METHOD.md §1 Reward 1), so one
 	// heavy-tailed gain or prediction does not decide the correction.
 	ClipSigmas float64
-	// Tune, when set, chooses σ_m, σ_k and σ_t from {0, 1, 2, 4} and σ_p
-	// from {0, 1, 2, 4, 8} by the residuals' log marginal likelihood on
-	// each context (ties to the earlier grid point; the configured σ's
-	// are then unused): how far the base over-trusts, and how widely, is
-	// read from the calibration records themselves. Default false.
-	Tune bool
 }
 
 // DefaultResidualConfig returns the defaults documented on ResidualConfig.
@@ -143,8 +137,8 @@ func NewResidual(base WorldModel, ev records.Evidence, cfg ResidualConfig) (*Res
 	for i := 0; i < ev.Len(); i++ {
 		known[recordID(ev.At(i))] = true
 	}
-	id := fmt.Sprintf("residual(%s; %g %g %g %g %g %g %g %v; %s)", identity(base), cfg.MechanismSigmas, cfg.ProposalSigmas,
-		cfg.TaskSigmas, cfg.PairSigmas, cfg.NoiseSigmas, cfg.InfeasibleSigmas, cfg.ClipSigmas, cfg.Tune, ev.Fingerprint())
+	id := fmt.Sprintf("residual(%s; %g %g %g %g %g %g %g; %s)", identity(base), cfg.MechanismSigmas, cfg.ProposalSigmas,
+		cfg.TaskSigmas, cfg.PairSigmas, cfg.NoiseSigmas, cfg.InfeasibleSigmas, cfg.ClipSigmas, ev.Fingerprint())
 	return &Residual{base: base, cfg: cfg, known: known, id: id,
 		fits: newMemo[string, *residualFit](memoPolicy{name: "rwm: residual", size: residualFits})}, nil
 }
@@ -246,8 +240,7 @@ type residualPoint struct {
 }
 
 // residualFit is the residual process conditioned on one context's
-// residuals: its configuration (with the tuned σ's under Tune), its
-// points and α = (K + σ_n²·I)⁻¹·r.
+// residuals: its configuration, its points and α = (K + σ_n²·I)⁻¹·r.
 type residualFit struct {
 	cfg   ResidualConfig
 	pts   []residualPoint
@@ -321,10 +314,7 @@ func (r *Residual) fit(ctx context.Context, base, rest records.Evidence) (*resid
 		f.pts = append(f.pts, pointOf(rec.Task.ID, rec.Proposal))
 	}
 	f.cfg = r.cfg
-	if r.cfg.Tune {
-		f.cfg = tuneResidual(r.cfg, f.pts, res)
-	}
-	alpha, _, err := solveResidual(f.cfg, f.pts, res)
+	alpha, err := solveResidual(f.cfg, f.pts, res)
 	if err != nil {
 		return nil, err
 	}
@@ -332,40 +322,10 @@ func (r *Residual) fit(ctx context.Context, base, rest records.Evidence) (*resid
 	return f, nil
 }
 
-// tuneResidual returns c with the σ's of Tune's grid that maximise the
-// residuals' log marginal likelihood, −½·rᵀ(K + σ_n²·I)⁻¹r − ½·log|K +
-// σ_n²·I| (the constant dropped); the first maximum in grid order wins.
-func tuneResidual(c ResidualConfig, pts []residualPoint, res []float64) ResidualConfig {
-	best, bestML := c, math.Inf(-1)
-	small := []float64{0, 1, 2, 4}
-	for _, m := range small {
-		for _, k := range small {
-			for _, t := range small {
-				for _, p := range []float64{0, 1, 2, 4, 8} {
-					g := c
-					g.MechanismSigmas, g.ProposalSigmas, g.TaskSigmas, g.PairSigmas = m, k, t, p
-					alpha, logDet, err := solveResidual(g, pts, res)
-					if err != nil {
-						continue
-					}
-					ml := -0.5 * logDet
-					for i, a := range alpha {
-						ml -= 0.5 * res[i] * a
-					}
-					if ml > bestML {
-						best, bestML = g, ml
-					}
-				}
-			}
-		}
-	}
-	return best
-}
-
 // solveResidual returns (K + σ_n²·I)⁻¹·res for the points' Gram matrix K,
-// and log|K + σ_n²·I|, by Cholesky factorisation; K is positive
-// semi-definite and σ_n > 0, so the system is positive definite.
-func solveResidual(c ResidualConfig, pts []residualPoint, res []float64) ([]float64, float64, error) {
+// by Cholesky factorisation; K is positive semi-definite and σ_n > 0, so
+// the system is positive definite.
+func solveResidual(c ResidualConfig, pts []residualPoint, res []float64) ([]float64, error) {
 	n := len(pts)
 	a := make([]float64, n*n)
 	for i := range n {
@@ -376,11 +336,7 @@ func solveResidual(c ResidualConfig, pts []residualPoint, res []float64) ([]floa
 	}
 	ok, err := choleskyCtx(context.Background(), a, n)
 	if err != nil || !ok {
-		return nil, 0, fmt.Errorf("rwm: residual: Gram matrix of %d records is not positive definite", n)
-	}
-	logDet := 0.0
-	for i := range n {
-		logDet += 2 * math.Log(a[i*n+i])
+		return nil, fmt.Errorf("rwm: residual: Gram matrix of %d records is not positive definite", n)
 	}
 	// L·z = res, then Lᵀ·α = z.
 	x := append([]float64(nil), res...)
@@ -398,5 +354,5 @@ func solveResidual(c ResidualConfig, pts []residualPoint, res []float64) ([]floa
 		}
 		x[i] = s / a[i*n+i]
 	}
-	return x, logDet, nil
+	return x, nil
 }

@@ -169,31 +169,3 @@ func TestResidualConfigRefused(t *testing.T) {
 	_, err := rwm.NewResidual(nil, records.Evidence{}, rwm.DefaultResidualConfig())
 	require.ErrorIs(t, err, rwm.ErrConfig)
 }
-
-// TestResidualTuneByHand: one residual r = 3 at a point that every term
-// of the kernel covers, so k(x, x) = s = σ_m² + σ_k² + σ_t² + σ_p² and the
-// log marginal likelihood −½·r²/(s + 1) − ½·log(s + 1) peaks at s + 1 = r²,
-// s = 8. The first grid point (σ_m, σ_k, σ_t, σ_p) with s = 8 in grid
-// order is (0, 0, 2, 2): the pair's correction is 8/9·3, another
-// mechanism on the task's 4/9·3 (σ_t² = 4), the same proposal on another
-// task 0 (σ_m = σ_k = 0).
-func TestResidualTuneByHand(t *testing.T) {
-	ctx := context.Background()
-	ps := rwmtest.Proposals()
-	t0, t1 := rwmtest.Task(0), rwmtest.Task(1)
-	base := &rwmtest.Fixed{Default: rwm.Prediction{Valid: true}}
-	cfg := rwm.DefaultResidualConfig()
-	cfg.Tune = true
-	m, err := rwm.NewResidual(base, records.Evidence{}, cfg)
-	require.NoError(t, err)
-	ev := mustEvidence([]records.Record{residualRecord(t0, ps[0], 3, 1)})
-	for _, c := range []struct {
-		task records.Task
-		prop records.Proposal
-		want float64
-	}{{t0, ps[0], 8.0 / 9 * 3}, {t0, ps[2], 4.0 / 9 * 3}, {t1, ps[0], 0}} {
-		p, err := m.Predict(ctx, rwm.Query{Task: c.task, Proposal: c.prop, Evidence: ev})
-		require.NoError(t, err)
-		require.InDelta(t, c.want, p.Gain/c.task.SeedNoise, 1e-12, "%s on %s", c.prop.Key(), c.task.ID)
-	}
-}

@@ -84,9 +84,6 @@ type World struct {
 	// rwm.DefaultResidualConfig, TrainerWorld) rather than as more
 	// context of the same model (METHOD.md §1 On-policy calibration).
 	Local bool `json:"local,omitempty"`
-	// LocalTune, with Local, chooses the correction's σ's on each context
-	// by marginal likelihood (rwm.ResidualConfig.Tune).
-	LocalTune bool `json:"local_tune,omitempty"`
 }
 
 // PriorClip is the clip, in σ_e, of the gains a world model with the lab's
@@ -198,15 +195,6 @@ func PriorLocal() Setting {
 	return s
 }
 
-// PriorLocalTuned is PriorLocal with the correction's σ's chosen on each
-// context by marginal likelihood (World.LocalTune).
-func PriorLocalTuned() Setting {
-	s := PriorLocal()
-	s.Name = "prior-local-tuned"
-	s.World.LocalTune = true
-	return s
-}
-
 // Local is Validated with the calibration records read as a local
 // correction of the world model on M_0 (World.Local): PriorLocal without
 // the prior.
@@ -218,9 +206,7 @@ func Local() Setting {
 }
 
 // Names lists the settings' names, the default first.
-func Names() []string {
-	return []string{"validated", "library", "prior-local", "prior-local-tuned", "local"}
-}
+func Names() []string { return []string{"validated", "library", "prior-local", "local"} }
 
 // Lookup returns the setting of the given name; for any other name it
 // returns an error wrapping ErrUnknown that lists the valid names.
@@ -232,8 +218,6 @@ func Lookup(name string) (Setting, error) {
 		return Library(), nil
 	case "prior-local":
 		return PriorLocal(), nil
-	case "prior-local-tuned":
-		return PriorLocalTuned(), nil
 	case "local":
 		return Local(), nil
 	}
@@ -307,9 +291,7 @@ func (s Setting) TrainerWorld(base rwm.WorldModel, m0 records.Evidence) (rwm.Wor
 	if !s.World.Local {
 		return base, nil
 	}
-	cfg := rwm.DefaultResidualConfig()
-	cfg.Tune = s.World.LocalTune
-	return rwm.NewResidual(base, m0, cfg)
+	return rwm.NewResidual(base, m0, rwm.DefaultResidualConfig())
 }
 
 // NewModel returns the embedded world model of cfg, re-tuned on each
@@ -369,9 +351,6 @@ func (s Setting) ApplyTrainer(cfg *lm2lm.Config) { cfg.HeldOutTask = s.Trainer.H
 func (s Setting) Validate() error {
 	if !(s.World.Descriptors >= 0 && s.World.Descriptors <= 1) {
 		return fmt.Errorf("setting %s: World.Descriptors = %g, want in [0, 1]", s.Name, s.World.Descriptors)
-	}
-	if s.World.LocalTune && !s.World.Local {
-		return fmt.Errorf("setting %s: World.LocalTune without World.Local", s.Name)
 	}
 	if s.World.Prior && s.World.Tune {
 		return fmt.Errorf("setting %s: World.Prior with World.Tune: the prior keeps its hyperparameters", s.Name)

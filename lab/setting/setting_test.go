@@ -90,10 +90,10 @@ func TestLookup(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, n, s.Name)
 	}
-	require.Equal(t, []string{"validated", "library", "prior-local", "prior-local-tuned", "local"}, setting.Names())
+	require.Equal(t, []string{"validated", "library", "prior-local", "local"}, setting.Names())
 	_, err := setting.Lookup("chosen")
 	require.ErrorIs(t, err, setting.ErrUnknown)
-	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, prior-local, prior-local-tuned, local`)
+	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, prior-local, local`)
 	_, err = setting.Lookup(strings.Repeat("x", 500))
 	require.ErrorIs(t, err, setting.ErrUnknown)
 	require.Less(t, len(err.Error()), 160, "the name is quoted as a bounded excerpt")
@@ -203,11 +203,6 @@ func TestPriorLocal(t *testing.T) {
 	bad := pl
 	bad.World.Tune = true
 	require.ErrorContains(t, bad.Validate(), "World.Prior with World.Tune")
-	require.Equal(t, setting.World{Descriptors: 1, Effects: true, Prior: true, Local: true, LocalTune: true}, setting.PriorLocalTuned().World)
-	bad = l
-	bad.World.Local = false
-	bad.World.LocalTune = true
-	require.ErrorContains(t, bad.Validate(), "World.LocalTune without World.Local")
 	d, err := pl.PriorDigest()
 	require.NoError(t, err)
 	require.NotEmpty(t, d)
