@@ -95,20 +95,15 @@ func (s *Service) startDue() error {
 		return nil
 	}
 	u := s.loop.Status().Calibrations
-	s.cal = &calRun{u: u, jobs: rd.Execute}
 	if s.status(u) == nil {
-		// Picked when the step was observed: recorded, then checkpointed
-		// (off the lock) so that a restart executes the same runs; the runs
-		// start once the checkpoint is written.
+		// Picked when the step was observed: recorded, then checkpointed so
+		// that a restart executes the same runs.
 		s.cals = append(s.cals, CalibrationStatus{Point: u, Step: rd.Step, Budget: s.cfg.Schedule.Budgets[u], Runs: len(rd.Execute), State: CalRunning})
-		gen, err := s.checkpointGen()
-		if err != nil {
-			s.cal = nil
+		if err := s.checkpoint(); err != nil {
 			return err
 		}
-		s.launchAfter(s.cal, gen)
-		return nil
 	}
+	s.cal = &calRun{u: u, jobs: rd.Execute}
 	s.launch(s.cal)
 	return nil
 }

@@ -185,7 +185,7 @@ func readJournal(path string, after uint64, apply func(seq uint64, payload []byt
 			return nil, fmt.Errorf("%w: %w", ErrState, err)
 		}
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrState, err)
 	}
@@ -262,63 +262,7 @@ func (j *journal) reset() error {
 	return nil
 }
 
-// compact drops the entries a checkpoint covers, those up to seq, which
-// ended at byte size: the journal is emptied when nothing was appended
-// since, otherwise the later entries are copied to a new journal renamed
-// over it (a crash in between leaves the old one, whose covered entries a
-// restart skips). The caller holds the service's mu.
-func (j *journal) compact(path string, seq uint64, size int64) error {
-	if j.broken != nil {
-		return j.broken
-	}
-	if j.seq == seq && j.size == size {
-		return j.reset()
-	}
-	if size > j.size {
-		return fmt.Errorf("journal: checkpoint at byte %d beyond the journal's %d", size, j.size)
-	}
-	tail := make([]byte, j.size-size)
-	if _, err := j.f.ReadAt(tail, size); err != nil {
-		return fmt.Errorf("journal: read entries after %d: %w", seq, err)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, tail, 0o600); err != nil {
-		return err
-	}
-	if err := syncFile(tmp); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0o600)
-	if err != nil {
-		// The new journal is in place but cannot be appended to.
-		j.broken = fmt.Errorf("%w: journal reopen: %w", ErrState, err)
-		return j.broken
-	}
-	old := j.f
-	j.f, j.size = f, int64(len(tail))
-	return old.Close()
-}
-
 func (j *journal) close() error { return j.f.Close() }
-
-func syncFile(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
 
 // writeAtomicFunc writes path through a synced temporary file and a
 // rename, so that path always holds a whole file; write writes the

@@ -24,12 +24,6 @@ type metrics struct {
 	evidence     prometheus.Gauge
 	realRuns     prometheus.Gauge
 	monitor      *prometheus.GaugeVec
-	// pause is how long each checkpoint's copy and journal compaction
-	// held the service's lock (scoring waits meanwhile), pauseMax the
-	// longest.
-	pause    prometheus.Histogram
-	pauseMax prometheus.Gauge
-	maxPause float64
 }
 
 func newMetrics() *metrics {
@@ -47,22 +41,8 @@ func newMetrics() *metrics {
 	m.evidence = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_evidence_records", Help: "Real records in M."})
 	m.realRuns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_real_runs", Help: "Calibration runs paid for."})
 	m.monitor = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lm2lm_monitor", Help: "Reliability monitors of the last calibration (delta_m, gap, advantage_cosine, pairwise_accuracy)."}, []string{"monitor"})
-	m.pause = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lm2lm_serve_checkpoint_pause_seconds",
-		Help: "Time a checkpoint holds scoring up (its copy of the state, and the journal's compaction once written).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
-	m.pauseMax = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_serve_checkpoint_pause_max_seconds", Help: "The longest checkpoint pause."})
-	m.reg.MustRegister(m.requests, m.latency, m.repeats, m.failures, m.completions, m.groups, m.meanReward, m.step, m.calibrations, m.evidence, m.realRuns, m.monitor,
-		m.pause, m.pauseMax)
+	m.reg.MustRegister(m.requests, m.latency, m.repeats, m.failures, m.completions, m.groups, m.meanReward, m.step, m.calibrations, m.evidence, m.realRuns, m.monitor)
 	return m
-}
-
-// checkpointPause records a pause of d seconds. The caller holds the
-// service's mu.
-func (m *metrics) checkpointPause(d float64) {
-	m.pause.Observe(d)
-	if d > m.maxPause {
-		m.maxPause = d
-		m.pauseMax.Set(d)
-	}
 }
 
 func (m *metrics) handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }

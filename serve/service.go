@@ -65,17 +65,6 @@ type Service struct {
 	mon      *MonitorsResponse   // the last applied calibration's monitors
 	evalRuns int
 	evalCost records.Cost
-	// ckptBusy is set while a checkpoint is written off the lock;
-	// ckptNext is the copy asked for meanwhile, ckptErr the last
-	// checkpoint's failure (reported by Health).
-	ckptBusy bool
-	ckptNext *ckptCopy
-	ckptErr  error
-	ckptGen  uint64
-	// launchWait is a calibration whose runs start once the checkpoint
-	// of generation launchGen is written.
-	launchWait *calRun
-	launchGen  uint64
 }
 
 // stateEntry is one issued state.
@@ -298,156 +287,71 @@ func (s *Service) restore(sn snapshot) error {
 	return nil
 }
 
-// checkpoint takes a copy of the state (the loop's serialisation and the
-// service's tables, by reference: what they hold is never changed in
-// place) and has it written off the lock, so that a checkpoint stops
-// scoring only for the copy, not for the writing and syncing of tens of
-// megabytes. One checkpoint is written at a time; one asked for meanwhile
-// waits for it, and only the newest waiting copy is written. The caller
-// holds mu.
+// checkpoint writes the checkpoint atomically, recording the last journal
+// entry it covers, then empties the journal. The caller holds mu.
 func (s *Service) checkpoint() error {
-	_, err := s.checkpointGen()
-	return err
-}
-
-// checkpointGen is checkpoint, returning the copy's generation (see
-// launchAfter). The caller holds mu.
-func (s *Service) checkpointGen() (uint64, error) {
-	t0 := time.Now()
-	c, err := s.capture()
-	s.met.checkpointPause(time.Since(t0).Seconds())
-	if err != nil {
-		return 0, err
-	}
-	s.ckptGen++
-	c.gen = s.ckptGen
-	if s.ckptBusy {
-		s.ckptNext = c
-		return c.gen, nil
-	}
-	s.ckptBusy = true
-	s.goBG(func() { s.writeCheckpoints(c) })
-	return c.gen, nil
-}
-
-// launchAfter starts c's runs once the checkpoint of generation gen (or a
-// later one) is on disk, so that a restart executes the same runs. The
-// caller holds mu.
-func (s *Service) launchAfter(c *calRun, gen uint64) {
-	s.launchWait, s.launchGen = c, gen
-}
-
-// ckptCopy is a checkpoint's content as taken under mu: the snapshot and
-// the journal's extent it covers.
-type ckptCopy struct {
-	snap snapshot
-	size int64  // the journal's bytes then
-	gen  uint64 // the copies taken before it, and it
-}
-
-// capture copies the state for a checkpoint. The caller holds mu.
-func (s *Service) capture() (*ckptCopy, error) {
 	lb, err := s.loop.Checkpoint(nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrState, err)
+		return fmt.Errorf("%w: %w", ErrState, err)
 	}
-	sn := snapshot{Loop: lb, JournalSeq: s.j.seq, Issued: s.issued, TestDraw: s.testDraw, Requests: s.requests,
-		Scored: s.scored, Failed: s.failed, Calibrations: slices.Clone(s.cals), Monitors: s.mon, EvalRuns: s.evalRuns,
-		EvalCost: s.evalCost}
-	sn.States = make([]stateEntry, 0, len(s.states))
-	for _, split := range slices.Sorted(maps.Keys(s.order)) {
-		for _, id := range s.order[split] {
-			sn.States = append(sn.States, s.states[id])
-		}
-	}
-	sn.Cache = make([]cacheEntry, len(s.cache.order))
-	for i, k := range s.cache.order {
-		sn.Cache[i] = cacheEntry{Key: k, Body: s.cache.m[k]}
-	}
-	sn.RequestIDs = make([]cacheEntry, len(s.reqs.order))
-	for i, k := range s.reqs.order {
-		sn.RequestIDs[i] = cacheEntry{Key: k, Body: s.reqs.m[k]}
-	}
-	sn.Done = s.done.entries()
-	return &ckptCopy{snap: sn, size: s.j.size}, nil
-}
-
-// writeCheckpoints writes c, then the copies asked for while it was
-// written, each followed by the journal's compaction under mu.
-func (s *Service) writeCheckpoints(c *ckptCopy) {
-	for c != nil {
-		err := s.writeCheckpoint(c)
-		s.mu.Lock()
-		if err == nil {
-			_ = testHook("checkpoint-before-truncate")
-			// The checkpoint covers the journal's entries up to its
-			// JournalSeq (skipped on a restart); those after stay.
-			t0 := time.Now()
-			err = s.j.compact(s.journalPath(), c.snap.JournalSeq, c.size)
-			s.met.checkpointPause(time.Since(t0).Seconds())
-		}
-		if err != nil {
-			s.ckptErr = fmt.Errorf("%w: checkpoint: %w", ErrState, err)
-			if s.cfg.Log != nil {
-				s.cfg.Log.Error("serve: checkpoint failed; the journal keeps every entry", "err", err)
-			}
-		} else {
-			s.ckptErr = nil
-		}
-		if w := s.launchWait; w != nil && c.gen >= s.launchGen {
-			// The picks are on disk (or could not be written: the journal
-			// still replays to them): the runs go.
-			s.launchWait = nil
-			if s.cal == w && !s.closed {
-				s.launch(w)
-			}
-		}
-		c, s.ckptNext = s.ckptNext, nil
-		if c == nil {
-			s.ckptBusy = false
-		}
-		s.mu.Unlock()
-	}
-}
-
-// writeCheckpoint writes c's snapshot atomically. The checkpoint is
-// streamed to its file, its large lists an element at a time and the body
-// hashed as it goes, so that a checkpoint of tens of megabytes never sits
-// whole in memory. Its sum follows the body (JSON keys are unordered).
-func (s *Service) writeCheckpoint(c *ckptCopy) error {
-	return writeAtomicFunc(s.snapshotPath(), func(w io.Writer) error {
+	// The checkpoint is streamed to its file, its large lists an element
+	// at a time and the body hashed as it goes, so that a checkpoint of
+	// tens of megabytes never sits whole in memory. Its sum follows the
+	// body (JSON keys are unordered).
+	err = writeAtomicFunc(s.snapshotPath(), func(w io.Writer) error {
 		if _, err := fmt.Fprintf(w, `{"format":%q,"body":`, snapshotFormat); err != nil {
 			return err
 		}
 		h := sha256.New()
-		if err := writeSnapshotBody(io.MultiWriter(w, h), &c.snap); err != nil {
+		if err := s.writeSnapshotBody(io.MultiWriter(w, h), lb); err != nil {
 			return err
 		}
 		_, err := fmt.Fprintf(w, `,"sha256":%q}`, hex.EncodeToString(h.Sum(nil)))
 		return err
 	})
+	if err != nil {
+		return fmt.Errorf("%w: checkpoint: %w", ErrState, err)
+	}
+	_ = testHook("checkpoint-before-truncate")
+	if err := s.j.reset(); err != nil {
+		// The checkpoint covers the journal's entries (they are skipped on
+		// a restart); appending goes on after them.
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	return nil
 }
 
-// writeSnapshotBody writes a snapshot's JSON (the fields of type snapshot)
-// to w, its long lists an element at a time.
-func writeSnapshotBody(w io.Writer, sn *snapshot) error {
+// writeSnapshotBody writes the snapshot's JSON (the fields of type
+// snapshot) to w. The caller holds mu.
+func (s *Service) writeSnapshotBody(w io.Writer, lb []byte) error {
 	sw := &jsonWriter{w: w}
 	sw.raw(`{"loop":`)
-	sw.raw(string(sn.Loop))
-	sw.field("journal_seq", sn.JournalSeq)
-	sw.list("states", len(sn.States), func(i int) any { return sn.States[i] })
-	sw.field("issued", sn.Issued)
-	sw.field("test_draws", sn.TestDraw)
-	sw.field("requests", sn.Requests)
-	sw.field("scored_groups", sn.Scored)
-	sw.field("failed_groups", sn.Failed)
-	sw.list("cache", len(sn.Cache), func(i int) any { return sn.Cache[i] })
-	sw.list("request_ids", len(sn.RequestIDs), func(i int) any { return sn.RequestIDs[i] })
-	sw.list("done", len(sn.Done), func(i int) any { return sn.Done[i] })
-	sw.field("calibrations", sn.Calibrations)
-	sw.field("monitors", sn.Monitors)
-	sw.field("eval_runs", sn.EvalRuns)
-	sw.field("eval_cost", sn.EvalCost)
+	sw.raw(string(lb))
+	sw.field("journal_seq", s.j.seq)
+	sw.raw(`,"states":[`)
+	n := 0
+	for _, split := range slices.Sorted(maps.Keys(s.order)) {
+		for _, id := range s.order[split] {
+			if n > 0 {
+				sw.raw(",")
+			}
+			sw.value(s.states[id])
+			n++
+		}
+	}
+	sw.raw("]")
+	sw.field("issued", s.issued)
+	sw.field("test_draws", s.testDraw)
+	sw.field("requests", s.requests)
+	sw.field("scored_groups", s.scored)
+	sw.field("failed_groups", s.failed)
+	sw.list("cache", len(s.cache.order), func(i int) any { k := s.cache.order[i]; return cacheEntry{Key: k, Body: s.cache.m[k]} })
+	sw.list("request_ids", len(s.reqs.order), func(i int) any { k := s.reqs.order[i]; return cacheEntry{Key: k, Body: s.reqs.m[k]} })
+	sw.list("done", len(s.done.order), func(i int) any { k := s.done.order[i]; return doneEntry{Key: k, Answer: *s.done.m[k]} })
+	sw.field("calibrations", s.cals)
+	sw.field("monitors", s.mon)
+	sw.field("eval_runs", s.evalRuns)
+	sw.field("eval_cost", s.evalCost)
 	sw.raw("}")
 	return sw.err
 }
@@ -587,20 +491,14 @@ func (s *Service) InfoDigest() Info { return s.info(true) }
 
 func (s *Service) info(digest bool) Info {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	st := s.loop.Status()
 	in := Info{API: APIVersion, Step: st.Step, Scored: s.scored, Failed: s.failed, Requests: s.requests,
 		Calibrations: st.Calibrations, Evidence: st.Evidence.Len(), Candidates: st.Candidates,
 		RealRuns: st.Runs, Reused: st.Reused, EvalRuns: s.evalRuns, Calibrating: st.Calibrating,
 		Issued: len(s.states), Pool: st.Pool.Len()}
-	var ckpt []byte
 	if digest {
-		// Only the loop's serialisation holds the lock; decoding and
-		// hashing it do not stop scoring.
-		ckpt, _ = s.loop.Checkpoint(nil)
-	}
-	s.mu.Unlock()
-	if ckpt != nil {
-		in.Digest = digestOf(ckpt)
+		in.Digest = s.digest()
 	}
 	return in
 }
@@ -630,9 +528,6 @@ func (s *Service) Health() Health {
 		PendingGroups: len(s.asm), MaxPendingGroups: s.cfg.MaxPendingGroups, Parallel: s.cfg.Parallel,
 		GroupSize: s.cfg.GroupSize, GroupDeadline: s.cfg.GroupDeadline.Seconds(), Step: s.loop.Status().Step,
 		Calibrating: s.loop.Status().Calibrating}
-	if s.ckptErr != nil {
-		h.Problem = records.Excerpt(s.ckptErr.Error())
-	}
 	if s.j.broken != nil {
 		h.OK, h.Problem = false, records.Excerpt(s.j.broken.Error())
 	}
@@ -642,8 +537,12 @@ func (s *Service) Health() Health {
 	return h
 }
 
-// digestOf is Info.Digest of a loop checkpoint.
-func digestOf(b []byte) string {
+// digest is Info.Digest. The caller holds mu.
+func (s *Service) digest() string {
+	b, err := s.loop.Checkpoint(nil)
+	if err != nil {
+		return ""
+	}
 	var env struct{ Body map[string]any }
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
