@@ -201,15 +201,6 @@ type EmbeddedConfig struct {
 	// exactly as without it. Prior.Config sets it with the kernel
 	// hyperparameters fitted beside it. It is read-only. Default nil.
 	Prior *Prior
-	// Neighbours, when set, is a prior mean read from other tasks'
-	// records (NewNeighbourMean: a proposal's mean gain on the corpus
-	// tasks nearest to the queried one), blended into every gain's prior
-	// mean with weight NeighbourWeight: μ = (1 − w)·μ₀ + w·μ_nb, with μ₀
-	// the mean without it (Prior's, the priors' or MeanSigmas). A proposal
-	// the neighbours never ran keeps μ₀. For records and queries alike, as
-	// Prior's. Default nil and 0 (off).
-	Neighbours      *NeighbourMean
-	NeighbourWeight float64
 	// MaxRecords bounds the real records of a context that the model
 	// factorises: a query, LogMarginal or Tune on more fails at once with
 	// an error wrapping ErrTooManyRecords that names the count and the
@@ -346,8 +337,6 @@ func (c EmbeddedConfig) Validate() error {
 		return fmt.Errorf("rwm: embedded: LossSigmas %g, LossLengthscale %g, want ≥ 0 and > 0", c.LossSigmas, c.LossLengthscale)
 	case !fin(c.EffectSigmas) || c.EffectSigmas < 0:
 		return fmt.Errorf("rwm: embedded: EffectSigmas %g, want ≥ 0", c.EffectSigmas)
-	case !in01(c.NeighbourWeight):
-		return fmt.Errorf("rwm: embedded: NeighbourWeight %g, want in [0, 1]", c.NeighbourWeight)
 	}
 	for m, p := range c.Priors {
 		if !fin(p.Mean) || !fin(p.Std) || p.Std <= 0 {
@@ -464,9 +453,6 @@ func configDigest(c EmbeddedConfig, priors map[string]records.Prior) string {
 	}
 	if c.Prior != nil {
 		fmt.Fprintf(h, "pretrained %s\n", c.Prior.Digest())
-	}
-	if c.Neighbours != nil {
-		fmt.Fprintf(h, "neighbours %s %v\n", c.Neighbours.Digest(), c.NeighbourWeight)
 	}
 	names := make([]string, 0, len(priors))
 	for m := range priors {
@@ -1010,11 +996,6 @@ func (e *Embedded) featuresOf(in interner, t records.Task, p records.Proposal, f
 	}
 	if e.cfg.Prior != nil {
 		ft.mu = e.cfg.Prior.mean(t, p, fx, &e.cfg, ft.mu)
-	}
-	if e.cfg.Neighbours != nil {
-		if m, ok := e.cfg.Neighbours.Mean(t, p); ok {
-			ft.mu = (1-e.cfg.NeighbourWeight)*ft.mu + e.cfg.NeighbourWeight*m
-		}
 	}
 	// Names are interned in sorted order, so that a context's ids, and the
 	// order of every sum and product over them, do not follow Go's map

@@ -30,7 +30,6 @@ import (
 	"github.com/lm2lm/lm2lm/lab/prior"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/reward"
-	"github.com/lm2lm/lm2lm/rwm"
 )
 
 func main() {
@@ -167,10 +166,10 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	for _, card := range cat {
 		props = append(props, cards.Proposals(card)...)
 	}
-	neighbours := func(k int) (*rwm.NeighbourMean, error) {
-		cfg := rwm.DefaultNeighbourConfig()
+	neighbours := func(k int) (*NeighbourMean, error) {
+		cfg := DefaultNeighbourConfig()
 		cfg.K = k
-		return rwm.NewNeighbourMean(crs, cfg)
+		return NewNeighbourMean(crs, cfg)
 	}
 	scoreOf := func(f func(records.Task, records.Proposal) (float64, bool)) func(records.Task) (map[string]float64, error) {
 		return func(t records.Task) (map[string]float64, error) {
@@ -202,7 +201,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		rankings = append(rankings, ranking{fmt.Sprintf("nearest %d corpus tasks (rwm.NeighbourMean)", k), scoreOf(nb.Mean)})
+		rankings = append(rankings, ranking{fmt.Sprintf("nearest %d corpus tasks (NeighbourMean)", k), scoreOf(nb.Mean)})
 		rankings = append(rankings, ranking{fmt.Sprintf("½ prior's mean + ½ nearest %d", k), scoreOf(func(t records.Task, q records.Proposal) (float64, bool) {
 			a, _ := priorMean(t, q)
 			if b, ok := nb.Mean(t, q); ok {

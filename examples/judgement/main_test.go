@@ -68,8 +68,8 @@ func TestRunByHand(t *testing.T) {
 		return ""
 	}
 	require.Equal(t, "2.0", rank("corpus mean (3 tasks)"))
-	require.Equal(t, "1.0", rank("nearest 1 corpus tasks (rwm.NeighbourMean)"))
-	require.Equal(t, "2.0", rank("nearest 3 corpus tasks (rwm.NeighbourMean)"))
+	require.Equal(t, "1.0", rank("nearest 1 corpus tasks (NeighbourMean)"))
+	require.Equal(t, "2.0", rank("nearest 3 corpus tasks (NeighbourMean)"))
 }
 
 func TestRunRefuses(t *testing.T) {

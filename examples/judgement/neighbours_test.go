@@ -1,4 +1,4 @@
-package rwm_test
+package main
 
 import (
 	"testing"
@@ -6,12 +6,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/records"
-	"github.com/lm2lm/lm2lm/rwm"
 	"github.com/lm2lm/lm2lm/rwm/rwmtest"
 )
 
 // nbTask is a corpus task with one descriptor, width = w.
-func nbTask(id string, w float64) records.Task {
+func nbTestTask(id string, w float64) records.Task {
 	t := rwmtest.Task(0)
 	t.ID, t.Descriptors = id, map[string]float64{"width": w, "const": 1}
 	return t
@@ -26,7 +25,7 @@ func nbTask(id string, w float64) records.Task {
 // counts −6.
 func TestNeighbourMeanByHand(t *testing.T) {
 	ps := rwmtest.Proposals()
-	a, b, c := nbTask("a", 1), nbTask("b", 2), nbTask("c", 100)
+	a, b, c := nbTestTask("a", 1), nbTestTask("b", 2), nbTestTask("c", 100)
 	rec := func(t records.Task, p records.Proposal, g float64, seed uint64) records.Record {
 		return records.Record{Task: t, Proposal: p, Gain: g * t.SeedNoise, Loss: t.RefLoss - g*t.SeedNoise,
 			Source: records.Real, Seeds: []uint64{seed}}
@@ -40,7 +39,7 @@ func TestNeighbourMeanByHand(t *testing.T) {
 		rec(a, ps[1], -1, 5), // b never ran ps[1]
 		rec(b, ps[2], 2, 6), inf,
 	}
-	q := nbTask("q", 3)
+	q := nbTestTask("q", 3)
 	for _, tc := range []struct {
 		k    int
 		p    records.Proposal
@@ -55,9 +54,9 @@ func TestNeighbourMeanByHand(t *testing.T) {
 		{2, ps[2], (2 - 6) / 2.0, true},
 		{3, ps[3], 0, false},
 	} {
-		cfg := rwm.DefaultNeighbourConfig()
+		cfg := DefaultNeighbourConfig()
 		cfg.K = tc.k
-		n, err := rwm.NewNeighbourMean(corpus, cfg)
+		n, err := NewNeighbourMean(corpus, cfg)
 		require.NoError(t, err)
 		require.Equal(t, 3, n.Tasks())
 		got, ok := n.Mean(q, tc.p)
@@ -65,65 +64,37 @@ func TestNeighbourMeanByHand(t *testing.T) {
 		require.InDelta(t, tc.want, got, 1e-12, "K %d %s", tc.k, tc.p.Key())
 	}
 	// A queried task of the corpus is not its own neighbour.
-	cfg := rwm.DefaultNeighbourConfig()
+	cfg := DefaultNeighbourConfig()
 	cfg.K = 1
-	n, err := rwm.NewNeighbourMean(corpus, cfg)
+	n, err := NewNeighbourMean(corpus, cfg)
 	require.NoError(t, err)
 	got, ok := n.Mean(b, ps[0])
 	require.True(t, ok)
 	require.InDelta(t, 2.0, got, 1e-12, "b's nearest other task is a")
 	// The digest follows the corpus and the configuration.
-	m, err := rwm.NewNeighbourMean(corpus[1:], cfg)
+	m, err := NewNeighbourMean(corpus[1:], cfg)
 	require.NoError(t, err)
 	require.NotEqual(t, n.Digest(), m.Digest())
 	cfg.K = 2
-	m, err = rwm.NewNeighbourMean(corpus, cfg)
+	m, err = NewNeighbourMean(corpus, cfg)
 	require.NoError(t, err)
 	require.NotEqual(t, n.Digest(), m.Digest())
-	again, err := rwm.NewNeighbourMean(corpus, cfg)
+	again, err := NewNeighbourMean(corpus, cfg)
 	require.NoError(t, err)
 	require.Equal(t, m.Digest(), again.Digest())
 }
 
 func TestNeighbourMeanRefused(t *testing.T) {
-	for _, mut := range []func(*rwm.NeighbourConfig){
-		func(c *rwm.NeighbourConfig) { c.K = 0 },
-		func(c *rwm.NeighbourConfig) { c.InfeasibleSigmas = 1 },
-		func(c *rwm.NeighbourConfig) { c.ClipSigmas = -1 },
+	for _, mut := range []func(*NeighbourConfig){
+		func(c *NeighbourConfig) { c.K = 0 },
+		func(c *NeighbourConfig) { c.InfeasibleSigmas = 1 },
+		func(c *NeighbourConfig) { c.ClipSigmas = -1 },
 	} {
-		c := rwm.DefaultNeighbourConfig()
+		c := DefaultNeighbourConfig()
 		mut(&c)
-		_, err := rwm.NewNeighbourMean(nil, c)
-		require.ErrorIs(t, err, rwm.ErrConfig)
+		_, err := NewNeighbourMean(nil, c)
+		require.ErrorIs(t, err, errConfig)
 	}
-	_, err := rwm.NewNeighbourMean(nil, rwm.DefaultNeighbourConfig())
-	require.ErrorIs(t, err, rwm.ErrConfig, "an empty corpus")
-}
-
-// With no record in context, the embedded model's prediction is its prior
-// mean: (1 − w)·0 + w·μ_nb for a proposal the neighbours ran, and 0 for
-// one they did not.
-func TestEmbeddedNeighbourMean(t *testing.T) {
-	ps := rwmtest.Proposals()
-	a := nbTask("a", 1)
-	corpus := []records.Record{{Task: a, Proposal: ps[0], Gain: 4 * a.SeedNoise, Loss: a.RefLoss - 4*a.SeedNoise,
-		Source: records.Real, Seeds: []uint64{1}}}
-	nb, err := rwm.NewNeighbourMean(corpus, rwm.DefaultNeighbourConfig())
-	require.NoError(t, err)
-	cfg := rwm.DefaultEmbeddedConfig()
-	cfg.Neighbours, cfg.NeighbourWeight = nb, 0.25
-	m := newEmbedded(t, cfg)
-	q := nbTask("q", 3)
-	for _, c := range []struct {
-		p    records.Proposal
-		want float64
-	}{{ps[0], 1}, {ps[1], 0}} {
-		p, err := m.Predict(t.Context(), rwm.Query{Task: q, Proposal: c.p})
-		require.NoError(t, err)
-		require.InDelta(t, c.want, p.Gain/q.SeedNoise, 1e-12, c.p.Key())
-	}
-	bad := cfg
-	bad.NeighbourWeight = 1.5
-	_, err = rwm.NewEmbedded(bad)
-	require.Error(t, err)
+	_, err := NewNeighbourMean(nil, DefaultNeighbourConfig())
+	require.ErrorIs(t, err, errConfig, "an empty corpus")
 }

@@ -1,10 +1,11 @@
-package rwm
+package main
 
 import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -12,6 +13,22 @@ import (
 
 	"github.com/lm2lm/lm2lm/records"
 )
+
+// sortedKeys returns m's keys in increasing order.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// errConfig marks a configuration NewNeighbourMean refuses.
+var errConfig = errors.New("judgement: neighbours")
+
+// configError wraps err with errConfig.
+func configError(err error) error { return fmt.Errorf("%w: %w", errConfig, err) }
 
 // NeighbourConfig parameterises NewNeighbourMean.
 type NeighbourConfig struct {
@@ -38,11 +55,11 @@ func DefaultNeighbourConfig() NeighbourConfig {
 func (c NeighbourConfig) Validate() error {
 	switch {
 	case c.K < 1:
-		return configError(fmt.Errorf("rwm: neighbours: K = %d, want ≥ 1", c.K))
+		return configError(fmt.Errorf("K = %d, want ≥ 1", c.K))
 	case math.IsNaN(c.InfeasibleSigmas) || math.IsInf(c.InfeasibleSigmas, 0) || c.InfeasibleSigmas > 0:
-		return configError(fmt.Errorf("rwm: neighbours: InfeasibleSigmas = %g, want finite and ≤ 0", c.InfeasibleSigmas))
+		return configError(fmt.Errorf("InfeasibleSigmas = %g, want finite and ≤ 0", c.InfeasibleSigmas))
 	case !(c.ClipSigmas >= 0) || math.IsInf(c.ClipSigmas, 1):
-		return configError(fmt.Errorf("rwm: neighbours: ClipSigmas = %g, want finite and ≥ 0", c.ClipSigmas))
+		return configError(fmt.Errorf("ClipSigmas = %g, want finite and ≥ 0", c.ClipSigmas))
 	}
 	return nil
 }
@@ -111,7 +128,7 @@ func NewNeighbourMean(corpus []records.Record, cfg NeighbourConfig) (*NeighbourM
 		m[k].n++
 	}
 	if len(byTask) == 0 {
-		return nil, configError(fmt.Errorf("rwm: neighbours: the corpus has no real record of a change"))
+		return nil, configError(fmt.Errorf("the corpus has no real record of a change"))
 	}
 	n := &NeighbourMean{cfg: cfg, near: map[string][]int{}}
 	ids := sortedKeys(byTask) // every sum below in one order: the same corpus, the same bits
