@@ -109,7 +109,12 @@ type Residual struct {
 	known map[string]bool // record identities of the base evidence
 	id    string
 	fits  *memo[string, *residualFit]
+	parts *memo[string, evidenceParts] // split, by the evidence's fingerprint
 }
+
+// evidenceParts is one evidence split into the records of the base
+// evidence and the others.
+type evidenceParts struct{ base, rest records.Evidence }
 
 var (
 	_ WorldModel = (*Residual)(nil)
@@ -139,8 +144,14 @@ func NewResidual(base WorldModel, ev records.Evidence, cfg ResidualConfig) (*Res
 	}
 	id := fmt.Sprintf("residual(%s; %g %g %g %g %g %g %g; %s)", identity(base), cfg.MechanismSigmas, cfg.ProposalSigmas,
 		cfg.TaskSigmas, cfg.PairSigmas, cfg.NoiseSigmas, cfg.InfeasibleSigmas, cfg.ClipSigmas, ev.Fingerprint())
+	return newResidual(base, cfg, known, id), nil
+}
+
+// newResidual returns the model with empty memos.
+func newResidual(base WorldModel, cfg ResidualConfig, known map[string]bool, id string) *Residual {
+	p := memoPolicy{name: "rwm: residual", size: residualFits}
 	return &Residual{base: base, cfg: cfg, known: known, id: id,
-		fits: newMemo[string, *residualFit](memoPolicy{name: "rwm: residual", size: residualFits})}, nil
+		fits: newMemo[string, *residualFit](p), parts: newMemo[string, evidenceParts](p)}
 }
 
 // ID names the model: the base's identity, the configuration and the base
@@ -173,8 +184,18 @@ func recordID(r records.Record) string {
 }
 
 // split returns the records of ev that the base evidence holds and the
-// others, each in ev's order.
-func (r *Residual) split(ev records.Evidence) (base, rest records.Evidence) {
+// others, each in ev's order, memoised by ev's fingerprint: a query
+// hashes no record that an earlier query on the same evidence hashed.
+func (r *Residual) split(ctx context.Context, ev records.Evidence) (base, rest records.Evidence, err error) {
+	p, _, err := r.parts.do(ctx, ev.Fingerprint(), func(context.Context) (evidenceParts, error) {
+		b, o := r.splitOnce(ev)
+		return evidenceParts{b, o}, nil
+	})
+	return p.base, p.rest, err
+}
+
+// splitOnce is split without the memo.
+func (r *Residual) splitOnce(ev records.Evidence) (base, rest records.Evidence) {
 	var b, o []records.Record
 	for i := 0; i < ev.Len(); i++ {
 		if rec := ev.At(i); r.known[recordID(rec)] {
@@ -197,7 +218,10 @@ func (r *Residual) Predict(ctx context.Context, q Query) (Prediction, error) {
 	if err := q.Validate(); err != nil {
 		return Prediction{}, err
 	}
-	base, rest := r.split(q.Evidence)
+	base, rest, err := r.split(ctx, q.Evidence)
+	if err != nil {
+		return Prediction{}, err
+	}
 	bq := q
 	bq.Evidence = base
 	p, err := r.base.Predict(ctx, bq)
@@ -224,13 +248,15 @@ func (r *Residual) Pin(ctx context.Context, ev records.Evidence) (WorldModel, er
 	if !ok {
 		return r, nil
 	}
-	base, _ := r.split(ev)
+	base, _, err := r.split(ctx, ev)
+	if err != nil {
+		return nil, err
+	}
 	pinned, err := pn.Pin(ctx, base)
 	if err != nil {
 		return nil, err
 	}
-	return &Residual{base: pinned, cfg: r.cfg, known: r.known, id: r.id + " pinned",
-		fits: newMemo[string, *residualFit](memoPolicy{name: "rwm: residual", size: residualFits})}, nil
+	return newResidual(pinned, r.cfg, r.known, r.id+" pinned"), nil
 }
 
 // residualPoint is one record of a fit: where it lies in (task, mechanism,
