@@ -44,7 +44,9 @@ func main() {
 var infeasibleGain = -reward.DefaultConfig().Clip
 
 // land is a store's tasks and each task's gain per proposal key (mean over
-// its seeds, σ_e units, each run clipped at ±c).
+// its seeds, σ_e units, an infeasible run counting −c): the landscape as
+// examples/compare's judgement reads it, so the ranks here compare with its
+// references.
 type land struct {
 	tasks map[string]records.Task
 	gains map[string]map[string]float64 // task → proposal key → gain
@@ -71,7 +73,7 @@ func readLand(ctx context.Context, path string) (*land, error) {
 		}
 		g := infeasibleGain
 		if r.Infeasible == "" {
-			g = max(-reward.DefaultConfig().Clip, min(reward.DefaultConfig().Clip, r.Gain/r.Task.SeedNoise))
+			g = r.Gain / r.Task.SeedNoise
 		}
 		m := sums[r.Task.ID]
 		if m == nil {
