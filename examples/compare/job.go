@@ -14,6 +14,7 @@ import (
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/proposer"
@@ -212,7 +213,6 @@ func (bestKnown) obtain(_ context.Context, in *jobIn) (proposer.Proposer, error)
 }
 
 func (worldRank) obtain(_ context.Context, in *jobIn) (proposer.Proposer, error) {
-	set, _ := in.o.chosen() // validated
 	var w rwm.WorldModel
 	var err error
 	if in.m.prior {
@@ -223,7 +223,24 @@ func (worldRank) obtain(_ context.Context, in *jobIn) (proposer.Proposer, error)
 	if err != nil {
 		return nil, err
 	}
-	return baseline.NewRerank(set.RerankConfig(), in.pol, w, in.m0)
+	return rerankOf(in, w, in.m0)
+}
+
+// rerankOf is a reranking method's proposer: world model w with evidence
+// ev choosing among the policy's samples (the setting's RerankConfig) or,
+// for a choice method, among every change of the catalogue.
+func rerankOf(in *jobIn, w rwm.WorldModel, ev records.Evidence) (proposer.Proposer, error) {
+	set, _ := in.o.chosen() // validated
+	cfg := set.RerankConfig()
+	var base proposer.Proposer = in.pol
+	if in.m.choice {
+		all, err := baseline.NewEnumerate(cards.All(lab.Catalogue()))
+		if err != nil {
+			return nil, err
+		}
+		base, cfg.N = all, all.Len()
+	}
+	return baseline.NewRerank(cfg, base, w, ev)
 }
 
 // obtain trains the policy with the trainer; with the method's rerank, the
@@ -233,8 +250,7 @@ func (rl) obtain(ctx context.Context, in *jobIn) (proposer.Proposer, error) {
 	if in.world, in.final, err = train(ctx, in.e, in.cnt, in.o, in.m, in.seed, in.pol, in.m0, in.res); err != nil || !in.m.rerank {
 		return in.pol, err
 	}
-	set, _ := in.o.chosen() // validated
-	return baseline.NewRerank(set.RerankConfig(), in.pol, in.world, in.final)
+	return rerankOf(in, in.world, in.final)
 }
 
 func (external) obtain(ctx context.Context, in *jobIn) (proposer.Proposer, error) {

@@ -36,7 +36,7 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, rft-corpus, bestknown, bestknown-corpus, rerank, rerank-prior, static, static-random, random, lm2lm, lm2lm-wmrl, static-wmrl, lm2lm-rerank, real-gains"}},
+		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, rft-corpus, bestknown, bestknown-corpus, rerank, rerank-prior, choice, static, static-random, random, lm2lm, lm2lm-wmrl, static-wmrl, lm2lm-rerank, lm2lm-choice, real-gains"}},
 		{[]string{"-methods", "lm2lm,lm2lm"}, []string{`"lm2lm" appears twice`}},
 		{[]string{"-methods", ","}, []string{"-methods is empty"}},
 		{[]string{"-profile", "huge", "-suite", "v3"}, []string{"valid: tiny, short, default, paper", "valid: v1, v2"}},
@@ -532,6 +532,20 @@ func TestRerankPriorEndToEnd(t *testing.T) {
 	require.Empty(t, plain.Prior)
 	require.Equal(t, plain.Budget(), withPrior.Budget())
 	require.NotEqual(t, plain.States, withPrior.States, "the prior's world model picks other proposals")
+}
+
+// choice is the rerank's world model choosing over the whole catalogue:
+// the same M'₀ and budget, no candidate temperature, other proposals.
+func TestChoiceEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains tiny models; runs without -short")
+	}
+	_, rs := tinyRun(t, options{}, "rerank", "choice")
+	rr, ch := rs["rerank"], rs["choice"]
+	require.Equal(t, rr.M0, ch.M0)
+	require.Equal(t, rr.Budget(), ch.Budget())
+	require.Zero(t, ch.RerankTemperature)
+	require.NotEqual(t, rr.States, ch.States, "the catalogue holds proposals the policy's samples miss")
 }
 
 // tinyRun runs methods on the tiny v1 tasks, seed 1, and returns the

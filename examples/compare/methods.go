@@ -34,7 +34,12 @@ type method struct {
 	// policy; not a method of METHOD.md, which evaluates the policy's own
 	// samples: it uses the world model at test time too, for predictions
 	// only, so it pays no real run beyond LM2LM's).
-	rerank   bool
+	rerank bool
+	// choice: the rerank's candidates are every change of the catalogue
+	// (baseline.Enumerate of lab/cards.All), not the policy's samples: the
+	// world model's own choice over the whole action space, which no
+	// policy limits.
+	choice   bool
 	baseline bool // a baseline the trained methods are compared against
 	// realGains: the trainer's rewards are real gains (realGains, a world
 	// model that trains every proposal it is asked about for real): a
@@ -97,7 +102,7 @@ type (
 	untrained  struct{}              // the untrained policy itself
 	supervised struct{ kind string } // "sft" or "rft" on known (supervise)
 	bestKnown  struct{}              // baseline.BestKnown over known
-	worldRank  struct{}              // baseline.Rerank of the untrained policy over M'_0
+	worldRank  struct{}              // baseline.Rerank of the untrained policy (or the catalogue) over M'_0
 	rl         struct{}              // the trainer (train), its calibration and WMRL from the method
 	external   struct{}              // an examples/llm-rl run's policy (transformerProposer)
 )
@@ -133,22 +138,30 @@ var methods = map[string]method{
 	// Outside knowledge, as the corpus methods'; refused with
 	// -hold-out-family, whose family the prior's corpus holds.
 	"rerank-prior": {label: "world-model rerank (M'₀, pretrained prior)", order: 7, via: worldRank{}, extra: true, baseline: true, prior: true},
-	"static":       {label: "static world model", order: 8, via: rl{}, calibration: lm2lm.Static},
+	// choice is the world model of the rerank (M'₀, the setting's world
+	// model: with the prior under -setting prior-local) choosing over the
+	// whole catalogue: what the world model itself judges best for a state.
+	"choice": {label: "world-model choice over the catalogue (M'₀)", order: 8, via: worldRank{}, extra: true, baseline: true, choice: true},
+	"static": {label: "static world model", order: 9, via: rl{}, calibration: lm2lm.Static},
 	// static-random is an ablation and a baseline (the static world model
 	// given LM2LM's real-run budget as random records): the strongest
 	// baseline is the one every calibrating method is paired with.
-	"static-random": {label: "static + random records (M'₀)", order: 9, via: rl{}, calibration: lm2lm.Static, extra: true, baseline: true},
-	"random":        {label: "random calibration", order: 10, via: rl{}, calibration: lm2lm.RandomCalibration},
-	"lm2lm":         {label: "LM2LM", order: 11, via: rl{}, calibration: lm2lm.TopRated, pairWith: []string{"static"}},
-	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 12, via: rl{}, calibration: lm2lm.TopRated, wmrl: true},
-	"static-wmrl":   {label: "WMRL (static + anchors)", order: 13, via: rl{}, calibration: lm2lm.Static, wmrl: true},
-	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 14, via: rl{}, calibration: lm2lm.TopRated, rerank: true, pairWith: []string{"static", "lm2lm"}},
-	"real-gains":    {label: "trained on real gains (diagnostic)", order: 15, via: rl{}, calibration: lm2lm.Static, realGains: true},
+	"static-random": {label: "static + random records (M'₀)", order: 10, via: rl{}, calibration: lm2lm.Static, extra: true, baseline: true},
+	"random":        {label: "random calibration", order: 11, via: rl{}, calibration: lm2lm.RandomCalibration},
+	"lm2lm":         {label: "LM2LM", order: 12, via: rl{}, calibration: lm2lm.TopRated, pairWith: []string{"static"}},
+	"lm2lm-wmrl":    {label: "LM2LM + WMRL", order: 13, via: rl{}, calibration: lm2lm.TopRated, wmrl: true},
+	"static-wmrl":   {label: "WMRL (static + anchors)", order: 14, via: rl{}, calibration: lm2lm.Static, wmrl: true},
+	"lm2lm-rerank":  {label: "LM2LM, world-model rerank", order: 15, via: rl{}, calibration: lm2lm.TopRated, rerank: true, pairWith: []string{"static", "lm2lm"}},
+	// lm2lm-choice is LM2LM's trained world model and final evidence
+	// choosing over the whole catalogue: what its calibrations taught the
+	// world model, beside choice's random records at the same budget.
+	"lm2lm-choice": {label: "LM2LM's world model, choice over the catalogue", order: 16, via: rl{}, calibration: lm2lm.TopRated, rerank: true, choice: true, pairWith: []string{"choice", "lm2lm"}},
+	"real-gains":   {label: "trained on real gains (diagnostic)", order: 17, via: rl{}, calibration: lm2lm.Static, realGains: true},
 	// The token-level transformer of examples/llm-rl, trained through the
 	// environment service with LM2LM's rewards and calibrations, after
 	// its warm-up and after RL (transformer.go).
-	"transformer-warmup": {label: "transformer, warm-up only", order: 16, via: external{}, checkpoint: "warmup.pt"},
-	"transformer": {label: "transformer, LM2LM through the service", order: 17, via: external{}, checkpoint: "final.pt",
+	"transformer-warmup": {label: "transformer, warm-up only", order: 18, via: external{}, checkpoint: "warmup.pt"},
+	"transformer": {label: "transformer, LM2LM through the service", order: 19, via: external{}, checkpoint: "final.pt",
 		pairWith: []string{"transformer-warmup", "lm2lm"}},
 }
 
@@ -166,7 +179,7 @@ func (m method) usesM0() bool {
 // transformer run (they need -transformer).
 func defaultMethods() []string {
 	return slices.DeleteFunc(methodNames(), func(n string) bool {
-		return methods[n].realGains || methods[n].corpus || methods[n].prior || methods[n].isExternal()
+		return methods[n].realGains || methods[n].corpus || methods[n].prior || methods[n].choice || methods[n].isExternal()
 	})
 }
 

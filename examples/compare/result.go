@@ -272,7 +272,7 @@ func priorDigestOf(method string) string {
 // unset) for a method that reranks its trained policy, 0 for any other.
 func (o options) rerankTempOf(method string) float64 {
 	switch {
-	case !methods[method].rerank:
+	case !methods[method].rerank || methods[method].choice: // a choice draws no candidate from the policy
 		return 0
 	case o.rerankTemp == 0: // options built in tests
 		return defaultRerankTemp

@@ -164,10 +164,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	}
 	eff := lb.Effects()
 	cat := lab.Catalogue()
-	var props []records.Proposal
-	for _, card := range cat {
-		props = append(props, cards.Proposals(card)...)
-	}
+	props := cards.All(cat)
 	neighbours := func(k int) (*NeighbourMean, error) {
 		cfg := DefaultNeighbourConfig()
 		cfg.K = k

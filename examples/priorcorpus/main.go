@@ -222,10 +222,7 @@ const chunk = 64
 // choice, cards.Proposals order: both directions of every card), the
 // first max only when max > 0.
 func proposals(max int) []records.Proposal {
-	var out []records.Proposal
-	for _, c := range lab.Catalogue() {
-		out = append(out, cards.Proposals(c)...)
-	}
+	out := cards.All(lab.Catalogue())
 	if max > 0 && max < len(out) {
 		out = out[:max]
 	}

@@ -160,6 +160,17 @@ func Proposals(c records.Card) []records.Proposal {
 	return out
 }
 
+// All returns every proposal of the catalogue cat: each card's
+// Proposals, in card order. It is the whole action space of a proposer
+// over cat.
+func All(cat []records.Card) []records.Proposal {
+	var out []records.Proposal
+	for _, c := range cat {
+		out = append(out, Proposals(c)...)
+	}
+	return out
+}
+
 // Check validates p against the catalogue and returns it in canonical form
 // (lower-case names, canonical number formatting, Text kept). The error
 // wraps builder.ErrInfeasible and one of the package's sentinels.

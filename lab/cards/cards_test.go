@@ -357,3 +357,26 @@ func ExampleParse() {
 	// A higher rate is stable after warm-up.
 	// cards: lr-scale factor: 1000 outside float in [0.01, 100] true
 }
+
+func TestAllIsEveryCardsProposalsInOrder(t *testing.T) {
+	a := records.Card{Mechanism: "a", Params: []records.ParamSpec{{Name: "x", Choices: []string{"1", "2"}}}}
+	b := records.Card{Mechanism: "b", Params: []records.ParamSpec{{Name: "y", Choices: []string{"u", "v", "w"}}}}
+	got := cards.All([]records.Card{a, b})
+	var keys []string
+	for _, p := range got {
+		keys = append(keys, p.Key())
+	}
+	require.Equal(t, []string{
+		records.Proposal{Mechanism: "a", Params: map[string]string{"x": "1"}}.Key(),
+		records.Proposal{Mechanism: "a", Params: map[string]string{"x": "2"}}.Key(),
+		records.Proposal{Mechanism: "b", Params: map[string]string{"y": "u"}}.Key(),
+		records.Proposal{Mechanism: "b", Params: map[string]string{"y": "v"}}.Key(),
+		records.Proposal{Mechanism: "b", Params: map[string]string{"y": "w"}}.Key(),
+	}, keys)
+	require.Empty(t, cards.All(nil))
+	n := 0
+	for _, c := range cards.Catalogue() {
+		n += len(cards.Proposals(c))
+	}
+	require.Len(t, cards.All(cards.Catalogue()), n)
+}
