@@ -10,6 +10,9 @@
 //   - Rerank draws N samples from a base proposer and keeps the ones a world
 //     model rates highest with all real records in context: best-of-N, the
 //     embedded counterpart of the in-context (ICL) baselines.
+//   - Enumerate proposes a fixed list (a whole catalogue, lab/cards.All):
+//     a Rerank over it with N its length is the world model's own choice
+//     over the action space, which no policy's samples limit.
 //   - StaticPlusRandom builds M'_0 of the static-RWM ablation: M_0 plus the
 //     calibration budget spent up front on random real records
 //     (RandomDraws, RunDraws).
