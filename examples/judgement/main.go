@@ -14,6 +14,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -128,9 +129,13 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("judgement", flag.ContinueOnError)
 	corpus := fs.String("corpus", "", "the pretraining corpus's store (examples/priorcorpus -store)")
 	landscape := fs.String("landscape", "", "the landscape store of the split to score on (examples/sweep -landscape -store)")
+	k := fs.Int("k", 4, "proposals a rerank keeps per state (lm2lm.EvalConfig.K), for the second table")
 	suite := fs.String("suite", lab.V3ValName, "the V3 split whose tasks the landscape holds (its tasks build the lab the prior's effects are read from)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *k < 1 {
+		return fmt.Errorf("-k %d: want ≥ 1", *k)
 	}
 	if *corpus == "" || *landscape == "" {
 		return errors.New("-corpus and -landscape name the two stores")
@@ -212,23 +217,38 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	for k, q := range propsMech(props) {
 		l.mech[k] = q
 	}
-	regions := append([]string{"all"}, lab.RegionNames...)
-	fmt.Fprintf(w, "Rank of each task's best mechanism (of %d) in %s, %d tasks; corpus %s, %d tasks\n\n", len(mechanisms(cat)), *landscape, len(l.tasks), *corpus, all.Tasks())
-	fmt.Fprintf(w, "| ranking | %s |\n|---|%s\n", strings.Join(regions, " | "), strings.Repeat("---|", len(regions)))
 	tids := make([]string, 0, len(l.tasks))
 	for id := range l.tasks {
 		tids = append(tids, id)
 	}
 	slices.Sort(tids)
+	fmt.Fprintf(w, "Rank of each task's best mechanism (of %d) in %s, %d tasks; corpus %s, %d tasks\n\n", len(mechanisms(cat)), *landscape, len(l.tasks), *corpus, all.Tasks())
+	full := func(score, gains map[string]float64) float64 {
+		return evalstat.BestRank(byMech(score, l.mech), byMech(gains, l.mech), math.Inf(-1))
+	}
+	if err := table(w, rankings, l, tids, full); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nThe same, read from each ranking's %d best proposals as examples/compare reads a rerank's (a mechanism's share of them; the others tie at 0)\n\n", *k)
+	return table(w, rankings, l, tids, func(score, gains map[string]float64) float64 {
+		return evalstat.BestRank(topShares(score, l.mech, *k), byMech(gains, l.mech), 0)
+	})
+}
+
+// table writes one row per ranking: the mean over tids of rankOf(the
+// ranking's scores of the task, the task's gains), over all tasks and by
+// region.
+func table(w io.Writer, rankings []ranking, l *land, tids []string, rankOf func(score, gains map[string]float64) float64) error {
+	regions := append([]string{"all"}, lab.RegionNames...)
+	fmt.Fprintf(w, "| ranking | %s |\n|---|%s\n", strings.Join(regions, " | "), strings.Repeat("---|", len(regions)))
 	for _, r := range rankings {
 		sum, n := map[string]float64{}, map[string]float64{}
 		for _, id := range tids {
-			t := l.tasks[id]
-			score, err := r.score(t)
+			score, err := r.score(l.tasks[id])
 			if err != nil {
 				return err
 			}
-			rank := evalstat.BestRank(byMech(score, l.mech), byMech(l.gains[id], l.mech), math.Inf(-1))
+			rank := rankOf(score, l.gains[id])
 			for _, g := range []string{"all", lab.RegionOf(id)} {
 				sum[g] += rank
 				n[g]++
@@ -241,6 +261,29 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		fmt.Fprintln(w)
 	}
 	return nil
+}
+
+// topShares is each mechanism's share of the k best-scored proposals of
+// score (equal scores in key order).
+func topShares(score map[string]float64, mech map[string]string, k int) map[string]float64 {
+	keys := make([]string, 0, len(score))
+	for key := range score {
+		if mech[key] != "" {
+			keys = append(keys, key)
+		}
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if c := cmp.Compare(score[b], score[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	keys = keys[:min(k, len(keys))]
+	out := map[string]float64{}
+	for _, key := range keys {
+		out[mech[key]] += 1 / float64(len(keys))
+	}
+	return out
 }
 
 // propsMech maps each proposal's key to its canonical mechanism.

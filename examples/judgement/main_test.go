@@ -57,19 +57,35 @@ func TestRunByHand(t *testing.T) {
 	store(t, filepath.Join(dir, "land.records"), []row{{q, a, 3}, {q, b, 1}})
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"-corpus", filepath.Join(dir, "corpus.records"),
-		"-landscape", filepath.Join(dir, "land.records")}, &out))
-	rank := func(name string) string {
-		for _, l := range strings.Split(out.String(), "\n") {
+		"-landscape", filepath.Join(dir, "land.records"), "-k", "1"}, &out))
+	full, top, ok := strings.Cut(out.String(), "The same, read from")
+	require.True(t, ok, out.String())
+	rank := func(table, name string) string {
+		for _, l := range strings.Split(table, "\n") {
 			if strings.HasPrefix(l, "| "+name+" |") {
 				return strings.Fields(strings.TrimPrefix(l, "| "+name+" |"))[0]
 			}
 		}
-		t.Fatalf("no row %q in\n%s", name, out.String())
+		t.Fatalf("no row %q in\n%s", name, table)
 		return ""
 	}
-	require.Equal(t, "2.0", rank("corpus mean (3 tasks)"))
-	require.Equal(t, "1.0", rank("nearest 1 corpus tasks (NeighbourMean)"))
-	require.Equal(t, "2.0", rank("nearest 3 corpus tasks (NeighbourMean)"))
+	require.Equal(t, "2.0", rank(full, "corpus mean (3 tasks)"))
+	require.Equal(t, "1.0", rank(full, "nearest 1 corpus tasks (NeighbourMean)"))
+	require.Equal(t, "2.0", rank(full, "nearest 3 corpus tasks (NeighbourMean)"))
+	// Read from the 1 best proposal: the nearest task's is A (A's share 1,
+	// rank 1), the corpus mean's B (A's share 0 below B's 1: rank 2).
+	require.Equal(t, "1.0", rank(top, "nearest 1 corpus tasks (NeighbourMean)"))
+	require.Equal(t, "2.0", rank(top, "corpus mean (3 tasks)"))
+}
+
+// topShares splits the k best proposals' weight by mechanism, equal
+// scores in key order.
+func TestTopShares(t *testing.T) {
+	mech := map[string]string{"a1": "A", "a2": "A", "b1": "B", "c1": "C"}
+	score := map[string]float64{"a1": 3, "a2": 1, "b1": 2, "c1": 1, "unknown": 9}
+	require.Equal(t, map[string]float64{"A": 0.5, "B": 0.5}, topShares(score, mech, 2))
+	require.Equal(t, map[string]float64{"A": 2.0 / 3, "B": 1.0 / 3}, topShares(score, mech, 3), "a2 before c1 at equal scores")
+	require.Equal(t, map[string]float64{"A": 0.5, "B": 0.25, "C": 0.25}, topShares(score, mech, 10))
 }
 
 func TestRunRefuses(t *testing.T) {
