@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -53,6 +54,7 @@ type llmrlResult struct {
 	Profile     string   `json:"profile"`
 	Seed        uint64   `json:"seed"`
 	Split       string   `json:"split"`
+	Setting     string   `json:"setting"` // "" in runs from before the field: validated
 	Checkpoints []string `json:"checkpoints"`
 	Steps       []struct {
 		Step       int     `json:"step"`
@@ -86,7 +88,7 @@ func transformerRun(o options, m method, seed uint64) (llmrlResult, string, stri
 	dir := transformerDir(o.transformer, seed)
 	raw, err := os.ReadFile(filepath.Join(dir, "result.json"))
 	if err != nil {
-		return r, "", "", fmt.Errorf("%w: %w (run go run ./examples/llm-rl -profile method -split %s -seed %d -dir %s)", errTransformer, err, o.suite, seed, dir)
+		return r, "", "", fmt.Errorf("%w: %w (run go run ./examples/llm-rl -profile method -split %s -setting %s -seed %d -dir %s)", errTransformer, err, o.suite, cmp.Or(o.setting, "validated"), seed, dir)
 	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return r, "", "", fmt.Errorf("%w: %s: %w", errTransformer, filepath.Join(dir, "result.json"), err)
@@ -96,6 +98,8 @@ func transformerRun(o options, m method, seed uint64) (llmrlResult, string, stri
 		return r, "", "", fmt.Errorf("%w: %s holds seed %d, want %d", errTransformer, dir, r.Seed, seed)
 	case r.Split != o.suite:
 		return r, "", "", fmt.Errorf("%w: %s trained against split %q, want -suite %s", errTransformer, dir, r.Split, o.suite)
+	case cmp.Or(r.Setting, "validated") != cmp.Or(o.setting, "validated"):
+		return r, "", "", fmt.Errorf("%w: %s trained under setting %q, want -setting %s", errTransformer, dir, cmp.Or(r.Setting, "validated"), cmp.Or(o.setting, "validated"))
 	}
 	ckpt := filepath.Join(dir, "policy", m.checkpoint)
 	b, err := os.ReadFile(ckpt)

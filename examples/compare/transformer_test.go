@@ -215,7 +215,7 @@ func TestTransformerEndToEnd(t *testing.T) {
 }
 
 // TestTransformerRunRefused: a run directory without result.json, with a
-// damaged one, of another seed or split, or without the checkpoint is
+// damaged one, of another seed, split or setting, or without the checkpoint is
 // refused with errTransformer and the path; a good one has a digest that
 // changes with the temperature.
 func TestTransformerRunRefused(t *testing.T) {
@@ -235,6 +235,8 @@ func TestTransformerRunRefused(t *testing.T) {
 		{`{"seed": 1, "split": "v3-val"`, "result.json"},
 		{`{"seed": 2, "split": "v3-val"}`, "holds seed 2, want 1"},
 		{`{"seed": 1, "split": "v3-test"}`, `split "v3-test", want -suite v3-val`},
+		{`{"seed": 1, "split": "v3-val", "setting": "prior-local"}`, `setting "prior-local", want -setting validated`},
+		{`{"seed": 1, "split": "v3-val", "setting": "validated"}`, "final.pt"},
 		{`{"seed": 1, "split": "v3-val"}`, "final.pt"},
 	} {
 		write(c.body)
@@ -250,4 +252,10 @@ func TestTransformerRunRefused(t *testing.T) {
 	_, _, d2, err := transformerRun(o, m, 1)
 	require.NoError(t, err)
 	require.NotEqual(t, d1, d2, "the temperature is in the digest")
+	o.setting = "prior-local"
+	_, _, _, err = transformerRun(o, m, 1)
+	require.ErrorContains(t, err, `trained under setting "validated", want -setting prior-local`, "a run from before the field is validated's")
+	write(`{"seed": 1, "split": "v3-val", "setting": "prior-local"}`)
+	_, _, _, err = transformerRun(o, m, 1)
+	require.NoError(t, err)
 }

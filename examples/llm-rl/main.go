@@ -30,6 +30,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"github.com/lm2lm/lm2lm/evalplot"
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/lab"
+	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/serve"
 	"github.com/lm2lm/lm2lm/serve/servelab"
@@ -117,6 +119,9 @@ type Options struct {
 	Seed uint64
 	// Parallel bounds concurrent world-model calls and real runs.
 	Parallel int
+	// Setting names the lab setting whose world model scores the run
+	// (servelab.Config.Setting; "" = validated).
+	Setting string
 }
 
 // Calibration is one calibration point: the service's result and the
@@ -205,6 +210,7 @@ type Summary struct {
 	Profile     string     `json:"profile"`
 	Seed        uint64     `json:"seed"`
 	Split       string     `json:"split,omitempty"`
+	Setting     string     `json:"setting,omitempty"`
 	LR          float64    `json:"lr"`
 	Epochs      int        `json:"epochs"`
 	WarmupSteps int        `json:"warmup_steps"`
@@ -225,6 +231,7 @@ func main() {
 	warm := flag.Int("warmup-steps", 0, "supervised warm-up steps, replacing the profile's (0 = the profile's)")
 	chart := flag.String("chart", "", "draw the learning curves of the run directories named after the flags (their result.json) into this PNG file, and run nothing")
 	split := flag.String("split", "", "the V3 split the held-out states come from, replacing the profile's (v3-val or v3-test; the method profile's is v3-val)")
+	set := flag.String("setting", "validated", "the lab setting whose world model scores the run (lab/setting: "+strings.Join(setting.Names(), ", ")+")")
 	script := flag.String("script", filepath.Join("examples", "llm-rl", "train.py"), "path of train.py (the default is relative to the repository root)")
 	flag.Parse()
 	if *chart != "" {
@@ -271,7 +278,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	s, err := Run(ctx, Options{Profile: p, Dir: d, Script: *script, Seed: *seed, Parallel: *parallel}, os.Stderr)
+	s, err := Run(ctx, Options{Profile: p, Dir: d, Script: *script, Seed: *seed, Parallel: *parallel, Setting: *set}, os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "llm-rl:", err)
 		os.Exit(1)
@@ -295,7 +302,7 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 		return nil, err
 	}
 	defer store.Close()
-	c, m0Runs, err := servelab.Components(ctx, servelab.Config{Train: o.Profile.Train, Test: o.Profile.Test, M0: o.Profile.M0, Seed: o.Seed, Parallel: o.Parallel, Split: o.Profile.Split}, store, w)
+	c, m0Runs, err := servelab.Components(ctx, servelab.Config{Train: o.Profile.Train, Test: o.Profile.Test, M0: o.Profile.M0, Seed: o.Seed, Parallel: o.Parallel, Split: o.Profile.Split, Setting: o.Setting}, store, w)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +352,10 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 	if err := json.Unmarshal(raw, &sum); err != nil {
 		return nil, fmt.Errorf("train.py summary: %w", err)
 	}
-	sum.Profile, sum.Seed, sum.Split = p.Name, o.Seed, p.Split
+	sum.Profile, sum.Seed, sum.Split, sum.Setting = p.Name, o.Seed, p.Split, o.Setting
+	if sum.Setting == "" {
+		sum.Setting = "validated"
+	}
 	sum.LR, sum.Epochs, sum.WarmupSteps = p.LR, p.Epochs, p.WarmupSteps
 	sum.Info, sum.M0Runs = s.Info(), m0Runs
 	for _, name := range []string{"warmup.pt", "final.pt"} {

@@ -1,6 +1,7 @@
 // Package servelab wires the environment service over the embedded lab:
 // the lab's tasks (reference runs), M_0 and the validated setting's world
-// model, as cmd/lm2lm-serve and examples/llm-rl run it.
+// model (or another named setting's, lab/setting), as cmd/lm2lm-serve and
+// examples/llm-rl run it.
 package servelab
 
 import (
@@ -13,6 +14,7 @@ import (
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
 	"github.com/lm2lm/lm2lm/serve"
 )
 
@@ -28,12 +30,21 @@ type Config struct {
 	// the V2 suite's whole training split (as examples/compare -suite
 	// v3-val runs them), and Train and Test are not used.
 	Split string
+	// Setting names the lab setting whose world model the service scores
+	// with (setting.Lookup; "" = "validated"): its embedded model over the
+	// lab, and under a setting with World.Local the calibration records
+	// read as a local correction of it on M_0 (setting.TrainerWorld), as
+	// the trainer reads them.
+	Setting string
 }
 
 // Components makes the embedded lab over store, runs (or reads back from
 // store) its reference runs and M_0, and returns the service's components
 // over it with the number of M_0 runs paid now. Progress lines go to w.
 func Components(ctx context.Context, c Config, store records.Store, w io.Writer) (serve.Components, int, error) {
+	if _, err := c.setting(); err != nil {
+		return serve.Components{}, 0, err
+	}
 	lcfg := lab.DefaultConfig()
 	lcfg.Parallel = c.Parallel
 	lcfg.Tasks = labenv.Suite(lab.SuiteSizes{Train: c.Train, TestIn: c.Test})
@@ -57,10 +68,36 @@ func Components(ctx context.Context, c Config, store records.Store, w io.Writer)
 		fmt.Fprintf(w, "task %s left out: %v\n", x.ID, x.Err)
 	}
 	fmt.Fprintf(w, "%d training and %d held-out tasks; M_0 %d records (%d runs paid now)\n", len(p.Train), len(p.HeldOut), p.M0.Len(), p.M0Spent.Runs)
-	world, err := setting.Validated().NewWorld(env.Lab())
+	world, err := c.world(env.Lab(), p.M0)
 	if err != nil {
 		return serve.Components{}, 0, err
 	}
 	return serve.Components{World: world, Builder: env.Builder(), Executor: env.Executor(),
 		Tasks: p.Train, HeldOut: p.HeldOut, Evidence: p.M0, Catalogue: env.Catalogue()}, p.M0Spent.Runs, nil
+}
+
+// setting is the named setting ("" = validated).
+func (c Config) setting() (setting.Setting, error) {
+	if c.Setting == "" {
+		return setting.Validated(), nil
+	}
+	set, err := setting.Lookup(c.Setting)
+	if err != nil {
+		return set, fmt.Errorf("servelab: %w", err)
+	}
+	return set, nil
+}
+
+// world is the setting's world model over l, the trainer's reading of it
+// for M_0 m0 (setting.TrainerWorld).
+func (c Config) world(l *lab.Lab, m0 records.Evidence) (rwm.WorldModel, error) {
+	set, err := c.setting()
+	if err != nil {
+		return nil, err
+	}
+	w, err := set.NewWorld(l)
+	if err != nil {
+		return nil, err
+	}
+	return set.TrainerWorld(w, m0)
 }
