@@ -140,8 +140,10 @@ var methods = map[string]method{
 	"rerank-prior": {label: "world-model rerank (M'₀, pretrained prior)", order: 7, via: worldRank{}, extra: true, baseline: true, prior: true},
 	// choice is the world model of the rerank (M'₀, the setting's world
 	// model: with the prior under -setting prior-local) choosing over the
-	// whole catalogue: what the world model itself judges best for a state.
-	"choice": {label: "world-model choice over the catalogue (M'₀)", order: 8, via: worldRank{}, extra: true, baseline: true, choice: true},
+	// whole catalogue: what the world model itself judges best for a state,
+	// paired with the rerank of the same world model over the policy's
+	// samples.
+	"choice": {label: "world-model choice over the catalogue (M'₀)", order: 8, via: worldRank{}, extra: true, baseline: true, choice: true, pairWith: []string{"rerank", "rerank-prior"}},
 	"static": {label: "static world model", order: 9, via: rl{}, calibration: lm2lm.Static},
 	// static-random is an ablation and a baseline (the static world model
 	// given LM2LM's real-run budget as random records): the strongest
