@@ -21,7 +21,6 @@ package setting
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -85,11 +84,6 @@ type World struct {
 	// rwm.DefaultResidualConfig, TrainerWorld) rather than as more
 	// context of the same model (METHOD.md §1 On-policy calibration).
 	Local bool `json:"local,omitempty"`
-	// LocalMechanism, when > 0, is the correction's σ_m under Local
-	// (rwm.ResidualConfig.MechanismSigmas; 0 = its default, 1): how far a
-	// calibration's residual on one mechanism carries to that mechanism
-	// on every other task, unseen ones included.
-	LocalMechanism float64 `json:"local_mechanism,omitempty"`
 }
 
 // PriorClip is the clip, in σ_e, of the gains a world model with the lab's
@@ -201,17 +195,6 @@ func PriorLocal() Setting {
 	return s
 }
 
-// PriorMechanism is PriorLocal with the correction's mechanism term
-// doubled (World.LocalMechanism = 2 σ_e): a calibration's residual on a
-// mechanism moves that mechanism's predictions on every task, the unseen
-// ones a rerank or a policy is judged on included.
-func PriorMechanism() Setting {
-	s := PriorLocal()
-	s.Name = "prior-mechanism"
-	s.World.LocalMechanism = 2
-	return s
-}
-
 // Local is Validated with the calibration records read as a local
 // correction of the world model on M_0 (World.Local): PriorLocal without
 // the prior.
@@ -223,9 +206,7 @@ func Local() Setting {
 }
 
 // Names lists the settings' names, the default first.
-func Names() []string {
-	return []string{"validated", "library", "prior-local", "prior-mechanism", "local"}
-}
+func Names() []string { return []string{"validated", "library", "prior-local", "local"} }
 
 // Lookup returns the setting of the given name; for any other name it
 // returns an error wrapping ErrUnknown that lists the valid names.
@@ -237,8 +218,6 @@ func Lookup(name string) (Setting, error) {
 		return Library(), nil
 	case "prior-local":
 		return PriorLocal(), nil
-	case "prior-mechanism":
-		return PriorMechanism(), nil
 	case "local":
 		return Local(), nil
 	}
@@ -312,11 +291,7 @@ func (s Setting) TrainerWorld(base rwm.WorldModel, m0 records.Evidence) (rwm.Wor
 	if !s.World.Local {
 		return base, nil
 	}
-	cfg := rwm.DefaultResidualConfig()
-	if s.World.LocalMechanism > 0 {
-		cfg.MechanismSigmas = s.World.LocalMechanism
-	}
-	return rwm.NewResidual(base, m0, cfg)
+	return rwm.NewResidual(base, m0, rwm.DefaultResidualConfig())
 }
 
 // NewModel returns the embedded world model of cfg, re-tuned on each
@@ -376,9 +351,6 @@ func (s Setting) ApplyTrainer(cfg *lm2lm.Config) { cfg.HeldOutTask = s.Trainer.H
 func (s Setting) Validate() error {
 	if !(s.World.Descriptors >= 0 && s.World.Descriptors <= 1) {
 		return fmt.Errorf("setting %s: World.Descriptors = %g, want in [0, 1]", s.Name, s.World.Descriptors)
-	}
-	if !(s.World.LocalMechanism >= 0) || math.IsInf(s.World.LocalMechanism, 0) || (s.World.LocalMechanism > 0 && !s.World.Local) {
-		return fmt.Errorf("setting %s: World.LocalMechanism = %g, want finite and ≥ 0, and 0 without World.Local", s.Name, s.World.LocalMechanism)
 	}
 	if s.World.Prior && s.World.Tune {
 		return fmt.Errorf("setting %s: World.Prior with World.Tune: the prior keeps its hyperparameters", s.Name)

@@ -1,7 +1,6 @@
 package setting_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
-	"github.com/lm2lm/lm2lm/rwm/rwmtest"
 )
 
 func TestNewWorld(t *testing.T) {
@@ -92,10 +90,10 @@ func TestLookup(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, n, s.Name)
 	}
-	require.Equal(t, []string{"validated", "library", "prior-local", "prior-mechanism", "local"}, setting.Names())
+	require.Equal(t, []string{"validated", "library", "prior-local", "local"}, setting.Names())
 	_, err := setting.Lookup("chosen")
 	require.ErrorIs(t, err, setting.ErrUnknown)
-	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, prior-local, prior-mechanism, local`)
+	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, prior-local, local`)
 	_, err = setting.Lookup(strings.Repeat("x", 500))
 	require.ErrorIs(t, err, setting.ErrUnknown)
 	require.Less(t, len(err.Error()), 160, "the name is quoted as a bounded excerpt")
@@ -211,55 +209,4 @@ func TestPriorLocal(t *testing.T) {
 	d, err = v.PriorDigest()
 	require.NoError(t, err)
 	require.Empty(t, d)
-}
-
-// PriorMechanism is PriorLocal with the correction's σ_m at 2: a
-// calibration record's residual carries to its mechanism on another task
-// with the kernel σ_m² = 4 of the record's own σ_m² + σ_k² + σ_t² + σ_p²
-// + noise = 4 + 1 + 1 + 4 + 1 = 11 (prior-local's 1 of 8). Over a base
-// that predicts 0, one record of gain +3 σ_e moves the mechanism's other
-// direction on another task 4·3/11 (prior-local 3/8), the same proposal
-// there (4 + 1)·3/11 (2·3/8), its own pair 10·3/11 (7·3/8). A σ_m
-// without the correction, or a negative one, is refused.
-func TestPriorMechanism(t *testing.T) {
-	ps := rwmtest.Proposals() // lr-scale 2, lr-scale 0.5, …
-	t0, t1 := rwmtest.Task(0), rwmtest.Task(1)
-	rec := records.Record{Task: t0, Proposal: ps[0], Gain: 3 * t0.SeedNoise, Loss: t0.RefLoss - 3*t0.SeedNoise,
-		Source: records.Real, Seeds: []uint64{1}}
-	ev, err := records.NewEvidence(rec)
-	require.NoError(t, err)
-	base := &rwmtest.Fixed{Default: rwm.Prediction{Valid: true}}
-	for _, c := range []struct {
-		set                 setting.Setting
-		other, same, itself float64
-	}{
-		{setting.PriorMechanism(), 12.0 / 11, 15.0 / 11, 30.0 / 11},
-		{setting.PriorLocal(), 3.0 / 8, 6.0 / 8, 21.0 / 8},
-	} {
-		w, err := c.set.TrainerWorld(base, records.Evidence{})
-		require.NoError(t, err)
-		for _, q := range []struct {
-			task records.Task
-			prop records.Proposal
-			want float64
-		}{{t1, ps[1], c.other}, {t1, ps[0], c.same}, {t0, ps[0], c.itself}} {
-			p, err := w.Predict(context.Background(), rwm.Query{Task: q.task, Proposal: q.prop, Evidence: ev})
-			require.NoError(t, err)
-			require.InDelta(t, q.want, p.Gain/q.task.SeedNoise, 1e-12, "%s: %s on %s", c.set.Name, q.prop.Key(), q.task.ID)
-		}
-	}
-
-	pm, pl := setting.PriorMechanism(), setting.PriorLocal()
-	require.Equal(t, 2.0, pm.World.LocalMechanism)
-	pm.World.LocalMechanism, pm.Name = 0, pl.Name
-	require.Equal(t, pl, pm)
-	require.NoError(t, setting.PriorMechanism().Validate())
-	for _, bad := range []func(*setting.Setting){
-		func(s *setting.Setting) { s.World.LocalMechanism = -1 },
-		func(s *setting.Setting) { s.World.Local = false },
-	} {
-		s := setting.PriorMechanism()
-		bad(&s)
-		require.ErrorContains(t, s.Validate(), "World.LocalMechanism")
-	}
 }
