@@ -13,6 +13,9 @@ import (
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/environment"
+	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/examples/compare/internal/probe"
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/lab/setting"
@@ -52,7 +55,7 @@ func expectedRuns(o options, m method, tests int) int {
 		n += p.CalibrationBudget()
 	}
 	if m.trains() {
-		n += o.probe * probeGroup * (len(p.Schedule.Steps) + 1)
+		n += o.probe * probe.Group * (len(p.Schedule.Steps) + 1)
 	}
 	return n
 }
@@ -151,7 +154,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	}
 	res.Runs.Evaluation = cnt.take()
 	res.States, res.Unmeasured = cells(ev)
-	if res.Judgement, err = judge(o.suite, o.land.landscape(), ev, prop, pol); err != nil {
+	if res.Judgement, err = judgement(o, ev, prop, pol); err != nil {
 		return res, fmt.Errorf("%s: judgement: %w", j, err)
 	}
 	res.WallSeconds = math.Round(time.Since(start).Seconds()*10) / 10
@@ -164,6 +167,15 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 // the lab itself, so its predictions would be real runs.
 func predicts(o options, m method) bool {
 	return o.predict && m.trains() && !m.realGains
+}
+
+// judgement is the evaluation's judgement diagnostic against -landscape
+// (probe.Judge, by the suite's strata); nil without it.
+func judgement(o options, ev lm2lm.EvalReport, prop proposer.Proposer, pol *proposer.Policy) ([]evalstat.Judgement, error) {
+	if o.land == nil {
+		return nil, nil
+	}
+	return probe.Judge(func(task string) string { return stratumOf(o.suite, task) }, o.land.Gains, ev, prop, pol)
 }
 
 // cells turns an evaluation into per-state gains in σ_e units, an
@@ -306,33 +318,20 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 		return nil, records.Evidence{}, err
 	}
 	probeCnt := &counter{next: cnt.next}
-	pr := &prober{e: e, ex: probeCnt, world: world, pol: pol, evidence: m0, seed: seed, tasks: o.probe}
-	var probeErr error
+	mon := probe.NewMonitor(probe.Config{World: world, Policy: pol, Evidence: m0, Builder: e.lab, Executor: probeCnt,
+		Train: e.train, Seed: seed, Tasks: o.probe, Steps: prof.Schedule.Steps, Last: cfg.Steps})
 	_, err = tr.Run(ctx, func(s lm2lm.StepReport) {
 		res.Steps = append(res.Steps, stepResult(s))
 		if c := s.Calibration; c != nil {
 			res.Calibrations = append(res.Calibrations, calibrationResult(c))
-			if probeErr == nil {
-				before := pr.evidence
-				if probeErr = pr.add(c); probeErr == nil && o.probe > 0 {
-					pr.before = &before
-					var loc Locality
-					loc, probeErr = pr.locality(ctx, s.Step, before, c)
-					res.Locality = append(res.Locality, loc)
-				}
-			}
 		}
-		if o.probe > 0 && probeErr == nil && (slices.Contains(prof.Schedule.Steps, s.Step) || s.Step == cfg.Steps) {
-			var p CalibrationResult
-			p, probeErr = pr.measure(ctx, s.Step)
-			res.Probes = append(res.Probes, p)
-		}
+		mon.Observe(ctx, s)
 	})
-	res.Runs.Probe = probeCnt.take()
+	res.Probes, res.Locality, res.Runs.Probe = mon.Probes(), mon.Locality(), probeCnt.take()
 	if err != nil {
 		return nil, records.Evidence{}, err
 	}
-	return world, tr.Evidence(), probeErr
+	return world, tr.Evidence(), mon.Err()
 }
 
 // trainerConfig returns the trainer's configuration of method m under o:
@@ -371,9 +370,9 @@ func trigger(o options, m method, s calibrate.Schedule) *lm2lm.TriggerConfig {
 func stepResult(s lm2lm.StepReport) StepResult {
 	st := StepResult{Step: s.Step, Loss: s.Update.Loss, Entropy: s.Update.Entropy}
 	if r := s.Rollout; r != nil {
-		st.Reward, st.MeanGain = num(r.MeanReward), num(r.MeanGain)
+		st.Reward, st.MeanGain = stat.OrNil(r.MeanReward), stat.OrNil(r.MeanGain)
 		if len(r.Share) > 0 {
-			st.TopMechanism, st.TopShare = r.Share[0].Mechanism, num(r.Share[0].Fraction)
+			st.TopMechanism, st.TopShare = r.Share[0].Mechanism, stat.OrNil(r.Share[0].Fraction)
 		}
 	}
 	return st
@@ -381,8 +380,8 @@ func stepResult(s lm2lm.StepReport) StepResult {
 
 func calibrationResult(c *lm2lm.CalibrationReport) CalibrationResult {
 	out := CalibrationResult{Step: c.Step, Executed: c.Executed, Infeasible: c.Infeasible,
-		Delta: num(c.Monitors.Bias.Delta), Cosine: num(c.Monitors.Cosine), Accuracy: num(c.Monitors.Accuracy),
-		Gap: num(calibrate.Gap(c.Predicted, c.Real)), Trigger: c.Trigger}
+		Delta: stat.OrNil(c.Monitors.Bias.Delta), Cosine: stat.OrNil(c.Monitors.Cosine), Accuracy: stat.OrNil(c.Monitors.Accuracy),
+		Gap: stat.OrNil(calibrate.Gap(c.Predicted, c.Real)), Trigger: c.Trigger}
 	for g := range c.Predicted {
 		for k := range c.Predicted[g] {
 			out.Predicted = append(out.Predicted, c.Predicted[g][k])

@@ -40,6 +40,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lm2lm/lm2lm/internal/landscape"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
@@ -102,8 +103,8 @@ type options struct {
 	// split (examples/sweep -landscape -suite SPLIT), read only, that the
 	// judgement diagnostic reads each task's needs from; "" = none.
 	landscape string
-	// land holds it once run has read it (loadLandscape).
-	land *landStore
+	// land holds it once run has read it (landscape.Read).
+	land *landscape.Landscape
 	// holdOut is the family held out of training and evaluated on
 	// (-hold-out-family; "" = none).
 	holdOut string

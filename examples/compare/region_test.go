@@ -424,3 +424,32 @@ func TestEvalPredictionParts(t *testing.T) {
 	require.Contains(t, b.String(), "| LM2LM | 0.667 | +3.00 | 0.000 | +12.00 |")
 	require.Contains(t, b.String(), "in-distribution: pairwise accuracy | bias on the top-rated")
 }
+
+// -hold-out-family: the family's training tasks leave training, and the
+// evaluation is the family's tasks of the suite's test split only.
+func TestHoldOutFamily(t *testing.T) {
+	o := options{suite: lab.V3ValName, holdOut: "mdm"}
+	specs, isTest, err := o.tasks()
+	require.NoError(t, err)
+	sp, _ := lab.SplitNamed(lab.V3ValName)
+	train, test := 0, 0
+	for _, s := range specs {
+		task := records.Task{ID: s.ID, Family: s.Family, Split: s.Split}
+		if s.Family == "mdm" {
+			require.NotEqual(t, records.Train, s.Split, s.ID)
+		} else if s.Split == records.Train {
+			train++
+		}
+		if isTest(task) {
+			test++
+			require.Equal(t, "mdm", s.Family)
+			require.True(t, sp.Contains(s.ID), "only the split's tasks: %s", s.ID)
+		}
+	}
+	require.Equal(t, 48, train, "the other three families' 16 training tasks each")
+	require.Equal(t, 12, test)
+	o.holdOut = "no-such-family"
+	_, _, err = o.tasks()
+	require.ErrorIs(t, err, lab.ErrUnknownFamily)
+	require.Error(t, o.validate())
+}

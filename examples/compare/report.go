@@ -18,6 +18,7 @@ import (
 	"github.com/lm2lm/lm2lm/calibrate"
 	"github.com/lm2lm/lm2lm/evalplot"
 	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/examples/compare/internal/probe"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
 )
@@ -58,8 +59,8 @@ type Comparison struct {
 	// over seeds (-landscape; judgementRows).
 	Judgement []JudgementRow `json:"judgement,omitempty"`
 	// JudgementRefs are the diagnostic's references, read from the
-	// landscape alone (landscapeRefs), with -landscape.
-	JudgementRefs []JudgementRef `json:"judgement_references,omitempty"`
+	// landscape alone (probe.References), with -landscape.
+	JudgementRefs []probe.Reference `json:"judgement_references,omitempty"`
 	// Locality is each calibrating method's locality measurement
 	// (localityRows).
 	Locality []LocalityRow       `json:"locality,omitempty"`
@@ -597,7 +598,7 @@ func report(w io.Writer, o options, dir string, results []Result, scale *ScaleIn
 	cmp.PairsStateLevel, cmp.RegionPairs, cmp.Power = st.pairsState, st.regionPairs, st.power
 	cmp.Judgement = judgementRows(results)
 	if _, isTest, err := o.tasks(); err == nil && len(cmp.Judgement) > 0 {
-		cmp.JudgementRefs = landscapeRefs(o.suite, o.land, isTest)
+		cmp.JudgementRefs = probe.References(o.land, isTest, func(task string) string { return stratumOf(o.suite, task) }, partOrder)
 	}
 	cmp.Locality = localityRows(results)
 	for i := range cmp.Methods {

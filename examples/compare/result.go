@@ -17,6 +17,7 @@ import (
 	"strconv"
 
 	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/examples/compare/internal/probe"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
 	"github.com/lm2lm/lm2lm/records"
@@ -97,12 +98,13 @@ type Result struct {
 	Unmeasured   int                 `json:"unmeasured_proposals"`
 	Steps        []StepResult        `json:"steps,omitempty"`
 	Calibrations []CalibrationResult `json:"calibrations,omitempty"`
-	// Probes are the reliability probes at the calibration steps (prober).
+	// Probes are the reliability probes at the calibration steps
+	// (probe.Monitor).
 	Probes []CalibrationResult `json:"probes,omitempty"`
 	// Locality is, at each calibration of a calibrating method, how far
 	// the world model's predictions moved with the calibration's records,
-	// by how the predicted pair relates to them (prober.locality).
-	Locality []Locality `json:"locality,omitempty"`
+	// by how the predicted pair relates to them (probe.Monitor).
+	Locality []probe.Locality `json:"locality,omitempty"`
 	// Judgement is the judgement diagnostic of the evaluation against
 	// -landscape (evalstat.JudgeRegions: all states, then each region);
 	// absent without -landscape.
@@ -147,36 +149,11 @@ type StepResult struct {
 }
 
 // CalibrationResult is one calibration point: its reliability monitors
-// and the predicted and real normalised rewards of the runs it executed.
-type CalibrationResult struct {
-	Step       int      `json:"step"`
-	Executed   int      `json:"executed"`
-	Infeasible int      `json:"infeasible"`
-	Delta      *float64 `json:"delta"`
-	Cosine     *float64 `json:"advantage_cosine"`
-	Accuracy   *float64 `json:"pairwise_accuracy"`
-	// AccuracyBefore is, for a probe right after a calibration, the
-	// pairwise accuracy of the same proposals predicted under the evidence
-	// before the calibration's records (so Accuracy − AccuracyBefore is
-	// what those records did to the ranking).
-	AccuracyBefore *float64  `json:"pairwise_accuracy_before,omitempty"`
-	Gap            *float64  `json:"gap"`
-	Predicted      []float64 `json:"predicted_reward"`
-	Real           []float64 `json:"real_reward"`
-	// Trigger says why the calibration ran under -trigger (the monitor
-	// that fired, or "deadline step N"); empty under the fixed schedule.
-	Trigger string `json:"trigger,omitempty"`
-}
+// and the predicted and real normalised rewards of the runs it executed
+// (a probe measures the same).
+type CalibrationResult = probe.Point
 
-// num returns nil for a NaN or infinite x, so that JSON can hold it.
-func num(x float64) *float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return nil
-	}
-	return &x
-}
-
-// val is num's inverse: NaN for nil.
+// val is stat.OrNil's inverse: NaN for nil.
 func val(p *float64) float64 {
 	if p == nil {
 		return math.NaN()
@@ -347,7 +324,7 @@ func strictDecode(b []byte, v any) error {
 }
 
 // nullable are the result fields that may be null: the undefined
-// monitors (num) and lists that may be empty. A null anywhere else, an
+// monitors (stat.OrNil) and lists that may be empty. A null anywhere else, an
 // array element above all, would decode silently as 0 or "".
 var nullable = map[string]bool{
 	"delta": true, "advantage_cosine": true, "pairwise_accuracy": true, "gap": true,

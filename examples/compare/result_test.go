@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/examples/compare/internal/probe"
 	"github.com/lm2lm/lm2lm/lab/setting"
 )
 
@@ -245,7 +246,7 @@ func TestResultWithEmptyLocalityClassReadsBack(t *testing.T) {
 	j := job{"lm2lm", 2}
 	r := testResult(o, j.method, j.seed)
 	shift := 1.5
-	r.Locality = []Locality{{Step: 4, Classes: []LocalityClass{{Class: "calibrated", Pairs: 2, MeanAbsShift: &shift}, {Class: "same mechanism"}}}}
+	r.Locality = []probe.Locality{{Step: 4, Classes: []probe.LocalityClass{{Class: "calibrated", Pairs: 2, MeanAbsShift: &shift}, {Class: "same mechanism"}}}}
 	dir := t.TempDir()
 	require.NoError(t, writeResult(dir, j, r))
 	got, ok, err := readResult(dir, j, o)

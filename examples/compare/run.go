@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/internal/landscape"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/progress"
 )
@@ -59,10 +60,10 @@ func run(ctx context.Context, w io.Writer, o options) error {
 	}
 	if o.landscape != "" {
 		var err error
-		if o.land, err = loadLandscape(ctx, o.landscape); err != nil {
-			return err
+		if o.land, err = landscape.Read(ctx, o.landscape); err != nil {
+			return fmt.Errorf("-landscape: %w", err)
 		}
-		fmt.Fprintf(w, "landscape: %d tasks from %s (the judgement diagnostic)\n", len(o.land.gains), o.landscape)
+		fmt.Fprintf(w, "landscape: %d tasks from %s (the judgement diagnostic)\n", len(o.land.Gains), o.landscape)
 	}
 	dir := runDir(o)
 	jobs := plan(o)

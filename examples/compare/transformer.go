@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/proposer/openai"
@@ -250,7 +251,7 @@ func transformerProposer(ctx context.Context, o options, m method, seed uint64, 
 func transformerTraining(r llmrlResult, res *Result) {
 	for _, s := range r.Steps {
 		res.Steps = append(res.Steps, StepResult{Step: s.Step, Loss: s.Loss, Entropy: s.Entropy,
-			Reward: num(s.MeanReward), MeanGain: num(s.MeanGain)})
+			Reward: stat.OrNil(s.MeanReward), MeanGain: stat.OrNil(s.MeanGain)})
 	}
 	for _, c := range r.Calibrations {
 		cr := CalibrationResult{Step: c.Result.Step, Delta: c.Monitors.DeltaM, Cosine: c.Monitors.Cosine,

@@ -26,11 +26,11 @@ import (
 	"strings"
 
 	"github.com/lm2lm/lm2lm/evalstat"
+	"github.com/lm2lm/lm2lm/internal/landscape"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/lab/prior"
 	"github.com/lm2lm/lm2lm/records"
-	"github.com/lm2lm/lm2lm/reward"
 )
 
 func main() {
@@ -40,67 +40,23 @@ func main() {
 	}
 }
 
-// infeasibleGain is what an infeasible run counts, in σ_e: −c, as the
-// comparison's landscape reads it.
-var infeasibleGain = -reward.DefaultConfig().Clip
-
-// land is a store's tasks and each task's gain per proposal key (mean over
-// its seeds, σ_e units, an infeasible run counting −c): the landscape as
-// examples/compare's judgement reads it, so the ranks here compare with its
-// references.
+// land is a landscape store as examples/compare's judgement reads it
+// (internal/landscape: gains unclipped, an infeasible run counting −c), so
+// the ranks here compare with its references, and the mechanism of each
+// proposal a ranking scores.
 type land struct {
 	tasks map[string]records.Task
-	gains map[string]map[string]float64 // task → proposal key → gain
-	mech  map[string]string             // proposal key → canonical mechanism
+	gains landscape.Gains   // task → mechanism → best gain
+	mech  map[string]string // proposal key → canonical mechanism
 }
 
-// readLand reads a store of real records, read only.
+// readLand reads a landscape store, read only.
 func readLand(ctx context.Context, path string) (*land, error) {
-	s, err := records.OpenFile(path, records.FileConfig{ReadOnly: true})
+	l, err := landscape.Read(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	defer s.Close()
-	rs, err := s.Scan(ctx, records.Filter{Source: records.Real})
-	if err != nil {
-		return nil, err
-	}
-	type acc struct{ sum, n float64 }
-	sums := map[string]map[string]*acc{}
-	l := &land{tasks: map[string]records.Task{}, gains: map[string]map[string]float64{}, mech: map[string]string{}}
-	for _, r := range rs {
-		if !(r.Task.SeedNoise > 0) || r.Proposal.IsNoChange() {
-			continue
-		}
-		g := infeasibleGain
-		if r.Infeasible == "" {
-			g = r.Gain / r.Task.SeedNoise
-		}
-		m := sums[r.Task.ID]
-		if m == nil {
-			m = map[string]*acc{}
-			sums[r.Task.ID] = m
-			l.tasks[r.Task.ID] = r.Task
-		}
-		k := r.Proposal.Key()
-		if m[k] == nil {
-			m[k] = &acc{}
-			l.mech[k] = records.CanonicalName(r.Proposal.Mechanism)
-		}
-		m[k].sum += g
-		m[k].n++
-	}
-	for t, m := range sums {
-		g := map[string]float64{}
-		for k, a := range m {
-			g[k] = a.sum / a.n
-		}
-		l.gains[t] = g
-	}
-	if len(l.tasks) == 0 {
-		return nil, fmt.Errorf("%s: no real record", path)
-	}
-	return l, nil
+	return &land{tasks: l.Tasks, gains: l.Gains, mech: map[string]string{}}, nil
 }
 
 // byMech is a per-proposal score turned into a per-mechanism one: a
@@ -224,14 +180,14 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	slices.Sort(tids)
 	fmt.Fprintf(w, "Rank of each task's best mechanism (of %d) in %s, %d tasks; corpus %s, %d tasks\n\n", len(mechanisms(cat)), *landscape, len(l.tasks), *corpus, all.Tasks())
 	full := func(score, gains map[string]float64) float64 {
-		return evalstat.BestRank(byMech(score, l.mech), byMech(gains, l.mech), math.Inf(-1))
+		return evalstat.BestRank(byMech(score, l.mech), gains, math.Inf(-1))
 	}
 	if err := table(w, rankings, l, tids, full); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\nThe same, read from each ranking's %d best proposals as examples/compare reads a rerank's (a mechanism's share of them; the others tie at 0)\n\n", *k)
 	return table(w, rankings, l, tids, func(score, gains map[string]float64) float64 {
-		return evalstat.BestRank(topShares(score, l.mech, *k), byMech(gains, l.mech), 0)
+		return evalstat.BestRank(topShares(score, l.mech, *k), gains, 0)
 	})
 }
 

@@ -1,7 +1,7 @@
 // Package stat holds the small descriptive statistics that the library's
-// packages and example programs share: finiteness, mean and sample standard
-// deviation, median, fractional ranks and the Pearson and Spearman
-// correlations. Every function is pure and leaves its arguments unmodified.
+// packages and example programs share: finiteness (and a finite number's
+// address for JSON), mean and sample standard deviation, median,
+// fractional ranks and the Pearson and Spearman correlations. Every function is pure and leaves its arguments unmodified.
 package stat
 
 import (
@@ -113,4 +113,13 @@ func Spearman(a, b []float64) (rho float64, ok bool) {
 		panic("stat: Spearman: a and b differ in length")
 	}
 	return Pearson(Ranks(a), Ranks(b))
+}
+
+// OrNil returns x's address, or nil for a NaN or infinite x: a number that
+// JSON can hold, an undefined one written as null.
+func OrNil(x float64) *float64 {
+	if !Finite(x) {
+		return nil
+	}
+	return &x
 }

@@ -20,6 +20,11 @@ func TestFinite(t *testing.T) {
 		{math.NaN(), false}, {math.Inf(1), false}, {math.Inf(-1), false},
 	} {
 		require.Equal(t, tc.want, stat.Finite(tc.x), "%g", tc.x)
+		if p := stat.OrNil(tc.x); tc.want {
+			require.Equal(t, tc.x, *p)
+		} else {
+			require.Nil(t, p, "%g", tc.x)
+		}
 	}
 }
 

@@ -1,8 +1,7 @@
-package main
+package probe
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 	"github.com/lm2lm/lm2lm/rwm/rwmtest"
 )
 
-// locality on the embedded world model: every pair is in one class (the
+// measureLocality on the embedded world model: every pair is in one class (the
 // calibrated pair alone in its own), nothing moves when the calibration
 // adds nothing, and a surprising calibration record moves its own pair and
 // closes its gap.
@@ -35,9 +34,9 @@ func TestLocality(t *testing.T) {
 		Seeds: []uint64{99}, Time: time.Unix(1, 0).UTC()}
 	m1, err := m0.AddReal(rec)
 	require.NoError(t, err)
-	pr := &prober{e: &env{train: train}, world: w, seed: 1, evidence: m1}
+	mon := NewMonitor(Config{World: w, Evidence: m1, Train: train, Seed: 1})
 	c := &lm2lm.CalibrationReport{Records: []records.Record{rec}}
-	loc, err := pr.locality(ctx, 16, m0, c)
+	loc, err := mon.measureLocality(ctx, 16, m0, c)
 	require.NoError(t, err)
 	require.Equal(t, 16, loc.Step)
 	require.Len(t, loc.Classes, 4)
@@ -56,8 +55,8 @@ func TestLocality(t *testing.T) {
 	require.Less(t, abs(*loc.GapAfter), abs(*loc.GapBefore), "conditioning on the record closes its gap")
 
 	// No new record: nothing moves.
-	pr.evidence = m0
-	loc, err = pr.locality(ctx, 16, m0, c)
+	mon.evidence = m0
+	loc, err = mon.measureLocality(ctx, 16, m0, c)
 	require.NoError(t, err)
 	for _, cl := range loc.Classes {
 		if cl.MeanAbsShift != nil {
@@ -71,28 +70,4 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
-}
-
-func TestLocalityRows(t *testing.T) {
-	f := func(x float64) *float64 { return &x }
-	rs := []Result{
-		{Method: "a", Locality: []Locality{
-			{Step: 16, Classes: []LocalityClass{{Class: "calibrated", Pairs: 1, MeanAbsShift: f(2)}, {Class: "same task", MeanAbsShift: nil}, {Class: "same mechanism", Pairs: 1, MeanAbsShift: f(1)}, {Class: "other", Pairs: 1, MeanAbsShift: f(0.5)}}, GapBefore: f(3), GapAfter: f(1)},
-			{Step: 40, Classes: []LocalityClass{{Class: "calibrated", Pairs: 1, MeanAbsShift: f(4)}, {Class: "same task", Pairs: 1, MeanAbsShift: f(1)}, {Class: "same mechanism", Pairs: 1, MeanAbsShift: f(1)}, {Class: "other", Pairs: 1, MeanAbsShift: f(1.5)}}, GapBefore: f(1), GapAfter: f(0)},
-		}, Probes: []CalibrationResult{{Accuracy: f(0.6), AccuracyBefore: f(0.5)}, {Accuracy: f(0.7)}}},
-		{Method: "static"},
-	}
-	rows := localityRows(rs)
-	require.Len(t, rows, 1)
-	r := rows[0]
-	require.Equal(t, 2, r.Calibrations)
-	require.Equal(t, []float64{3, 1, 1, 1}, []float64{*r.Shift[0], *r.Shift[1], *r.Shift[2], *r.Shift[3]})
-	require.Equal(t, 2.0, *r.GapBefore)
-	require.Equal(t, 0.5, *r.GapAfter)
-	require.Equal(t, 0.5, *r.AccuracyBefore)
-	require.Equal(t, 0.6, *r.Accuracy)
-	require.Equal(t, 1, r.AccuracyProbes)
-	var b strings.Builder
-	localityTable(&b, rows)
-	require.Contains(t, b.String(), "| a | 2 | 3.00 | 1.00 | 1.00 | 1.00 | +2.00 → +0.50 | 0.500 → 0.600 (1) |")
 }

@@ -1,4 +1,4 @@
-package main
+package probe
 
 import (
 	"math"
@@ -7,8 +7,24 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm/internal/landscape"
 	"github.com/lm2lm/lm2lm/records"
 )
+
+// stratum is a task's part of lab v2's validation split ("" for none),
+// and order puts "all" first, then in before out of distribution.
+func stratum(task string) string {
+	for _, part := range []string{"/val/", "/val-out/"} {
+		if strings.Contains(task, part) {
+			return part
+		}
+	}
+	return ""
+}
+
+func order(part string) int {
+	return map[string]int{"all": -1, "/val/": 0, "/val-out/": 1}[part]
+}
 
 // The references by hand on three tasks of mechanisms a, b, c: t1 and t2
 // in v2-val's in-distribution part, t3 out of it; one descriptor x = 0, 1,
@@ -29,34 +45,34 @@ func TestLandscapeRefs(t *testing.T) {
 	task := func(id string, x float64) records.Task {
 		return records.Task{ID: id, Family: "f", Split: records.HeldOut, Descriptors: map[string]float64{"x": x, "same": 7}}
 	}
-	st := &landStore{
-		gains: landscape{
+	land := &landscape.Landscape{
+		Gains: landscape.Gains{
 			"s/val/t1":     {"a": 3, "b": 1, "c": 0},
 			"s/val/t2":     {"a": 0, "b": 2, "c": 1},
 			"s/val-out/t3": {"a": 1, "b": 0, "c": 5},
 			"s/train/t4":   {"a": 9, "b": 0, "c": 0}, // not evaluated
 		},
-		bySeed: [2]landscape{
+		BySeed: [2]landscape.Gains{
 			{"s/val/t1": {"a": 3, "b": 1, "c": 0}},
 			{"s/val/t1": {"a": 1, "b": 2, "c": 0}},
 		},
-		tasks: map[string]records.Task{
+		Tasks: map[string]records.Task{
 			"s/val/t1": task("s/val/t1", 0), "s/val/t2": task("s/val/t2", 1), "s/val-out/t3": task("s/val-out/t3", 3),
 			"s/train/t4": task("s/train/t4", 1),
 		},
 	}
 	eval := func(t records.Task) bool { return !strings.Contains(t.ID, "/train/") }
-	refs := landscapeRefs("v2-val", st, eval)
+	refs := References(land, eval, stratum, order)
 	type row struct {
 		ref, part string
 		tasks     int
 		rank      float64
 	}
 	want := []row{
-		{refOtherSeed, "all", 1, 2}, {refOtherSeed, "/val/", 1, 2},
-		{refNearest, "all", 3, 7.0 / 3}, {refNearest, "/val/", 2, 2.5}, {refNearest, "/val-out/", 1, 2},
-		{refRegionMean, "all", 2, 2.5}, {refRegionMean, "/val/", 2, 2.5},
-		{refSplitMean, "all", 3, 3}, {refSplitMean, "/val/", 2, 3}, {refSplitMean, "/val-out/", 1, 3},
+		{RefOtherSeed, "all", 1, 2}, {RefOtherSeed, "/val/", 1, 2},
+		{RefNearest, "all", 3, 7.0 / 3}, {RefNearest, "/val/", 2, 2.5}, {RefNearest, "/val-out/", 1, 2},
+		{RefRegionMean, "all", 2, 2.5}, {RefRegionMean, "/val/", 2, 2.5},
+		{RefSplitMean, "all", 3, 3}, {RefSplitMean, "/val/", 2, 3}, {RefSplitMean, "/val-out/", 1, 3},
 	}
 	require.Len(t, refs, len(want))
 	for i, w := range want {
@@ -68,28 +84,21 @@ func TestLandscapeRefs(t *testing.T) {
 		require.InDelta(t, 2.0, r.ChanceRank, 1e-12, "row %d", i)
 	}
 
-	var b strings.Builder
-	judgementRefTable(&b, refs)
-	require.Contains(t, b.String(), "| nearest task | all | 3 | 2.3 (2.0) |")
-
-	require.Nil(t, landscapeRefs("v2-val", nil, eval), "no store, no references")
-	require.Nil(t, landscapeRefs("v2-val", st, func(records.Task) bool { return false }), "no evaluated task")
-	b.Reset()
-	judgementRefTable(&b, nil)
-	require.Empty(t, b.String())
+	require.Nil(t, References(nil, eval, stratum, order), "no store, no references")
+	require.Nil(t, References(land, func(records.Task) bool { return false }, stratum, order), "no evaluated task")
 }
 
 // A ranking that never saw a mechanism puts it last; the best among
 // unseen ones ties with them.
 func TestLandscapeRefsUnseenMechanism(t *testing.T) {
-	st := &landStore{
-		gains: landscape{"s/val/t1": {"a": 1, "b": 5}, "s/val/t2": {"a": 2}},
-		tasks: map[string]records.Task{"s/val/t1": {ID: "s/val/t1"}, "s/val/t2": {ID: "s/val/t2"}},
+	land := &landscape.Landscape{
+		Gains: landscape.Gains{"s/val/t1": {"a": 1, "b": 5}, "s/val/t2": {"a": 2}},
+		Tasks: map[string]records.Task{"s/val/t1": {ID: "s/val/t1"}, "s/val/t2": {ID: "s/val/t2"}},
 	}
-	refs := landscapeRefs("v2-val", st, func(records.Task) bool { return true })
+	refs := References(land, func(records.Task) bool { return true }, stratum, order)
 	found := false
 	for _, r := range refs {
-		if r.Reference == refSplitMean && r.Part == "all" {
+		if r.Reference == RefSplitMean && r.Part == "all" {
 			// t1 by t2's {a 2}: b unseen, ranked 2 of 2; t2 by t1's {a 1, b 5}: a's rank 1 of 1.
 			require.Equal(t, 2, r.Tasks)
 			require.InDelta(t, 1.5, r.BestRank, 1e-12)
