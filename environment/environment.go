@@ -13,8 +13,9 @@
 // the PyTorch example and the README's tour set up through Prepare, which
 // returns what they print (the reference rows, the split, M_0 and what it
 // paid) and reports each stage as it ends (Options.OnStage); the
-// comparison driver draws M_0 with the same M0. So the reference runs and
-// M_0's draw are written once.
+// comparison driver sets up through Prepare's reference stage and draws
+// each seed's M_0 with the same M0 (its runs counted in the seed's
+// budget). So the reference runs and M_0's draw are written once.
 //
 // Prepare runs every real run through the environment's executor, which
 // is idempotent over the environment's store: run again after a kill, it

@@ -1,9 +1,9 @@
 // Package labenv is the embedded lab (package lab) as an
 // environment.Environment: its tasks' reference runs, its builder and
 // executor behind one idempotent pool over the store, and its catalogue.
-// The main job, cmd/lm2lm-serve, the transformer example and the README's
-// tour set the lab up through it and environment.Prepare; the comparison
-// driver opens it too.
+// The main job, cmd/lm2lm-serve, the transformer example, the README's
+// tour and the comparison driver set the lab up through it and
+// environment.Prepare.
 package labenv
 
 import (

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/builder"
+	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/environment/labenv"
 	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/progress"
@@ -128,42 +129,46 @@ func newEnv(ctx context.Context, w io.Writer, o options, storePath string) (*env
 		store.Close()
 		return nil, err
 	}
-	tasks, leftOut, err := references(ctx, w, o, le, len(lcfg.RefSeeds), storePath)
+	prep, err := references(ctx, w, o, le, len(lcfg.RefSeeds), storePath)
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
-	e := &env{store: store, lab: le.Lab(), pool: le.Pool(), leftOut: leftOut, refSeeds: lcfg.RefSeeds}
-	for _, t := range tasks {
+	e := &env{store: store, lab: le.Lab(), pool: le.Pool(), train: prep.Train, refSeeds: lcfg.RefSeeds}
+	for _, x := range prep.LeftOut {
+		e.leftOut = append(e.leftOut, x.ID)
+	}
+	// Every suite's test tasks are all training tasks (v2-train) or all
+	// held out, so they keep the suite's order.
+	for _, t := range append(append([]records.Task(nil), prep.Train...), prep.HeldOut...) {
 		if isTest(t) {
 			e.test = append(e.test, t)
-		}
-		if t.Split == records.Train {
-			e.train = append(e.train, t) // v2-train evaluates on them too
 		}
 	}
 	return e, nil
 }
 
-// references trains (or reads back) every task's reference runs, one task
-// after the other, with progress counted in tasks. A task whose reference
-// run fails (lab.ErrReference: it diverged) has no b_e or σ_e and is left
-// out, named on w and in every result file.
-func references(ctx context.Context, w io.Writer, o options, le *labenv.Env, seeds int, storePath string) (tasks []records.Task, leftOut []string, err error) {
+// references sets the environment up through environment.Prepare's
+// reference stage (M_0 is each job's, drawn with environment.M0 from the
+// job's seed): every task's reference runs trained (or read back), one task
+// after the other, with progress counted in tasks, and the tasks split. A
+// task whose reference run fails (lab.ErrReference: it diverged) has no
+// b_e or σ_e and is left out, named on w and in every result file.
+func references(ctx context.Context, w io.Writer, o options, le *labenv.Env, seeds int, storePath string) (environment.Prepared, error) {
 	start := time.Now()
 	fmt.Fprintf(w, "reference runs: %d tasks × %d seeds (b_e, σ_e; trained once, kept in %s)\n", len(le.Lab().IDs("")), seeds, storePath)
-	tasks, out, err := le.References(ctx, func(title string, total int) (*progress.Reporter, error) {
-		return progress.New(w, progress.Config{Title: title, Total: total, Mode: progressMode(o)})
-	})
+	prep, err := environment.Prepare(ctx, le, environment.Options{Parallel: o.parallel,
+		Progress: func(title string, total int) (*progress.Reporter, error) {
+			return progress.New(w, progress.Config{Title: title, Total: total, Mode: progressMode(o)})
+		}})
 	if err != nil {
-		return nil, nil, err
+		return prep, err
 	}
-	for _, x := range out {
-		leftOut = append(leftOut, x.ID)
+	for _, x := range prep.LeftOut {
 		fmt.Fprintf(w, "task %s left out: %v\n", x.ID, x.Err)
 	}
-	fmt.Fprintf(w, "%d tasks ready, %d left out (%.0f s)\n", len(tasks), len(leftOut), time.Since(start).Seconds())
-	return tasks, leftOut, nil
+	fmt.Fprintf(w, "%d tasks ready, %d left out (%.0f s)\n", len(prep.Train)+len(prep.HeldOut), len(prep.LeftOut), time.Since(start).Seconds())
+	return prep, nil
 }
 
 // progressMode maps -progress to a progress.Mode.

@@ -453,3 +453,26 @@ func TestHoldOutFamily(t *testing.T) {
 	require.ErrorIs(t, err, lab.ErrUnknownFamily)
 	require.Error(t, o.validate())
 }
+
+// newEnv takes the test tasks from environment.Prepare's split, training
+// tasks first: the suite's order holds because every suite's test tasks
+// are all training tasks (v2-train) or all held out.
+func TestTestTasksAreOneSideOfTheSplit(t *testing.T) {
+	for _, suite := range suites {
+		specs, isTest, err := options{suite: suite}.tasks()
+		require.NoError(t, err)
+		train, held := 0, 0
+		for _, s := range specs {
+			if !isTest(records.Task{ID: s.ID, Family: s.Family, Split: s.Split}) {
+				continue
+			}
+			if s.Split == records.Train {
+				train++
+			} else {
+				held++
+			}
+		}
+		require.Positive(t, train+held, suite)
+		require.True(t, train == 0 || held == 0, "%s: %d training and %d held-out test tasks", suite, train, held)
+	}
+}
