@@ -15,6 +15,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/calibrate"
+	"github.com/lm2lm/lm2lm/internal/stat"
 	"github.com/lm2lm/lm2lm/records"
 	rwmopenai "github.com/lm2lm/lm2lm/rwm/openai"
 )
@@ -247,8 +248,6 @@ func bad(path string, kind error, format string, args ...any) error {
 	return &Error{Path: path, Kind: kind, Msg: fmt.Sprintf(format, args...)}
 }
 
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
-
 // validID reports whether s is a task ID: 1-64 of letters, digits, - _ .
 func validID(s string) bool {
 	if s == "" || len(s) > 64 {
@@ -271,7 +270,7 @@ func (c Config) Validate() error {
 		}
 		return bad("version", ErrRange, "%d, want %d", c.Version, Version)
 	}
-	if !finite(c.PricePerDeviceHour) || c.PricePerDeviceHour < 0 {
+	if !stat.Finite(c.PricePerDeviceHour) || c.PricePerDeviceHour < 0 {
 		return bad("price_per_device_hour", ErrRange, "%g, want a finite number ≥ 0", c.PricePerDeviceHour)
 	}
 	if err := c.validateTraining(); err != nil {
@@ -283,7 +282,7 @@ func (c Config) Validate() error {
 	if err := validateSeeds("reference.seeds", c.Reference.Seeds); err != nil {
 		return err
 	}
-	if !finite(c.Reference.MinSeedNoise) || c.Reference.MinSeedNoise <= 0 {
+	if !stat.Finite(c.Reference.MinSeedNoise) || c.Reference.MinSeedNoise <= 0 {
 		return bad("reference.min_seed_noise", ErrRange, "%g, want a finite number > 0", c.Reference.MinSeedNoise)
 	}
 	if err := c.validateTasks(); err != nil {
@@ -341,7 +340,7 @@ func (c Config) validateEvaluate() error {
 	if err := validateEndpoint("evaluate.proposer", p.BaseURL, p.Model, p.APIKeyEnv); err != nil {
 		return err
 	}
-	if p.Temperature != nil && (!finite(*p.Temperature) || *p.Temperature < 0 || *p.Temperature > 2) {
+	if p.Temperature != nil && (!stat.Finite(*p.Temperature) || *p.Temperature < 0 || *p.Temperature > 2) {
 		return bad("evaluate.proposer.temperature", ErrRange, "%g, want 0..2", *p.Temperature)
 	}
 	return nil
@@ -507,7 +506,7 @@ func validateCards(path string, cards []Card) error {
 			return bad(p+".mechanism", ErrRange, "%q repeats %s[%d]", excerpt(cd.Mechanism), path, j)
 		}
 		mech[canon] = i
-		if cd.Prior != nil && (!finite(cd.Prior.Mean) || !finite(cd.Prior.Std) || cd.Prior.Std < 0) {
+		if cd.Prior != nil && (!stat.Finite(cd.Prior.Mean) || !stat.Finite(cd.Prior.Std) || cd.Prior.Std < 0) {
 			return bad(p+".prior", ErrRange, "want finite mean_sigmas and std_sigmas ≥ 0")
 		}
 		names := map[string]bool{}
@@ -523,7 +522,7 @@ func validateCards(path string, cards []Card) error {
 				return bad(pp+".kind", ErrRange, "%q, want float, int or enum", excerpt(ps.Kind))
 			case len(ps.Choices) == 0:
 				return bad(pp+".choices", ErrMissing, "at least one choice")
-			case !finite(ps.Min) || !finite(ps.Max) || ps.Min > ps.Max:
+			case !stat.Finite(ps.Min) || !stat.Finite(ps.Max) || ps.Min > ps.Max:
 				return bad(pp+".max", ErrRange, "min %g > max %g", ps.Min, ps.Max)
 			}
 			names[pc] = true
@@ -556,7 +555,7 @@ func checkChoice(ps Param, v string) error {
 	}
 	// The whole trimmed text is the number: "2 ; rm -rf /" is not 2.
 	x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil || !finite(x) {
+	if err != nil || !stat.Finite(x) {
 		return fmt.Errorf("%q is not a %s", excerpt(v), ps.Kind)
 	}
 	if ps.Kind == "int" && x != math.Trunc(x) {
@@ -592,7 +591,7 @@ func (c Config) validateWorld() error {
 		return bad("world_model.openai.concurrency", ErrRange, "%d, want 1..%d", o.Concurrency, MaxConcurrency)
 	case o.PromptVersion != rwmopenai.PromptVersion:
 		return bad("world_model.openai.prompt_version", ErrRange, "%q, want %q (the only prompt this build has)", excerpt(o.PromptVersion), rwmopenai.PromptVersion)
-	case !finite(o.Temperature) || o.Temperature < 0 || o.Temperature > 2:
+	case !stat.Finite(o.Temperature) || o.Temperature < 0 || o.Temperature > 2:
 		return bad("world_model.openai.temperature", ErrRange, "%g, want 0..2", o.Temperature)
 	}
 	return nil

@@ -24,80 +24,48 @@ type Config struct {
 	// "/usr/bin/python3" (Debian's, where python3-sklearn lives; another
 	// python3 earlier on PATH may lack it).
 	Python string
-	// Timeout is a run's wall-clock limit; default 120 s (room for
-	// importing scikit-learn on a loaded machine). A run past it is a
-	// runtime error (reward.RuntimeError, ErrorType "Timeout"): the limit is
-	// the task's compute budget.
-	Timeout time.Duration
-	// Memory bounds a run's memory, in bytes; default 1 GiB (NumPy and
-	// scikit-learn with one BLAS thread peak near 200 MB). It is the
-	// address-space limit of each process (RLIMIT_AS) and, where the host
-	// has cgroups (Grade.Sandbox.Cgroup), the limit of the whole run: all
-	// its processes and what it writes to its directory, /tmp and /dev/shm
-	// (each a private tmpfs). With a mount namespace it is also the size=
-	// of each of those tmpfs (the run directory's: Memory bytes beyond the
-	// inputs), so that a run cannot fill a disk it shares. 0 = no limit
-	// (the tmpfs get the kernel's default, half of RAM). Exceeding it is a
-	// runtime error (ErrorType "MemoryError").
-	Memory int64
-	// FileSize is the largest file a run may write (RLIMIT_FSIZE); default
-	// 64 MiB. 0 = no limit.
-	FileSize int64
-	// Processes bounds the processes and threads of a whole run (the
-	// cgroup's pids.max, where the host has cgroups); default 256.
-	Processes int
-	// CPUs bounds the CPU time of a whole run, in CPUs: the cgroup's
-	// cpu.max (cgroup v2) or cpu.cfs_quota_us (v1), where the host gives
-	// the cpu controller (Grade.Sandbox.CPU); default 1. Every run's cgroup
-	// also gets the same CPU weight (cpu.weight 100, cpu.shares 1024), so
-	// that concurrent runs share the CPUs equally however many processes
-	// each starts. 0 = no cap, the equal weight only.
-	CPUs float64
-	// Inodes bounds the files and directories a run may make in each of
-	// its file systems: nr_inodes of the private tmpfs that holds its
-	// directory and of those on /tmp, /var/tmp, /dev/shm and /run, where
-	// it has a mount namespace (Grade.Sandbox.Mount); default 65,536.
-	// 0 = the kernel's default (half the pages of RAM). Without a mount
-	// namespace the run directory is on Config.TempDir's file system and
-	// nothing bounds its files.
-	Inodes int
-	// Isolate asks for the sandbox (docs/sandbox.md): private PID,
-	// network, mount and IPC namespaces (no network at all, a private /tmp,
-	// /dev/shm and /run, the task directories and Task.Hide masked, every
-	// process of the run killed when it ends); default true. As root the
-	// namespaces are made directly, otherwise through a user namespace.
-	// What the host cannot give, RequireIsolation decides: false (default)
-	// runs without it (Grade.Sandbox says what the run had; without
-	// namespaces a run gets a process group, a subreaper and its own
-	// user); true makes the grade fail with ErrIsolation, and then every
-	// part must be there: the namespaces, a user of the run's own (root
-	// only) and cgroup limits (root only).
-	Isolate, RequireIsolation bool
-	// UIDFirst and UIDCount are the range of user ids (and equal group
-	// ids) runs execute as when the grader runs as root: each concurrent
-	// run of this process gets one no other run has, so runs cannot signal
-	// or read each other. Defaults: 2,000,000,000 and 1,000, a range no
-	// distribution assigns; give each grading process on a host its own
-	// range. Ignored when not root.
-	UIDFirst, UIDCount int
+	// SandboxConfig bounds every run as it bounds a Sandbox's commands
+	// (its fields are Config's: Timeout, Memory, FileSize, Processes,
+	// CPUs, Inodes, Isolate, RequireIsolation, UIDFirst, UIDCount,
+	// KillGrace), with the grader's own defaults, sized for scikit-learn
+	// on a loaded machine rather than a training run (DefaultConfig):
+	//
+	//   - Timeout 120 s, and > 0: the task's compute budget. A run past it
+	//     is a runtime error (reward.RuntimeError, ErrorType "Timeout").
+	//   - Memory 1 GiB (NumPy and scikit-learn with one BLAS thread peak
+	//     near 200 MB). It is also the address-space limit of each process
+	//     (RLIMIT_AS), so that it bounds a run where the host has no
+	//     cgroups; exceeding it is a runtime error (ErrorType
+	//     "MemoryError"). With a mount namespace it sizes the run's /tmp,
+	//     /dev/shm and directory (Memory bytes beyond the inputs).
+	//   - FileSize 64 MiB, Processes 256, CPUs 1.
+	//   - RequireIsolation false: what the host cannot give, a run goes
+	//     without (Grade.Sandbox says what it had; without namespaces a
+	//     run gets a process group, a subreaper and its own user); true
+	//     makes the grade fail with ErrIsolation.
+	//
+	// With a mount namespace Inodes also bounds the private /tmp,
+	// /var/tmp, /dev/shm and /run (docs/sandbox.md). UIDFirst and
+	// UIDCount are shared with every Sandbox of the process.
+	SandboxConfig
 	// TempDir is where private run directories are made; "" = os.TempDir().
 	TempDir string
 	// LogTail is how many bytes of the run's stdout and stderr are kept;
 	// default 4 KiB.
 	LogTail int
-	// KillGrace is the wait between SIGTERM and SIGKILL of the run's process
-	// group on timeout or cancel; default 1 s.
-	KillGrace time.Duration
 	// Logger receives what the grader could not clean up after a run (a
 	// run directory it failed to remove, also named in Grade.Detail);
 	// nil = slog.Default().
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the defaults documented on Config.
+// DefaultConfig returns the defaults documented on Config: the sandbox's
+// (DefaultSandboxConfig) with the grader's limits.
 func DefaultConfig() Config {
-	return Config{Python: "/usr/bin/python3", Timeout: 120 * time.Second, Memory: 1 << 30, FileSize: 64 << 20,
-		Processes: 256, CPUs: 1, Inodes: 1 << 16, Isolate: true, UIDFirst: 2_000_000_000, UIDCount: 1000, LogTail: 4 << 10, KillGrace: time.Second}
+	sb := DefaultSandboxConfig()
+	sb.Timeout, sb.Memory, sb.FileSize, sb.Processes, sb.CPUs = 120*time.Second, 1<<30, 64<<20, 256, 1
+	sb.RequireIsolation = false
+	return Config{Python: "/usr/bin/python3", SandboxConfig: sb, LogTail: 4 << 10}
 }
 
 // Validate reports the first problem with c.
@@ -107,20 +75,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("grader: Python = %q, want an absolute path", c.Python)
 	case c.Timeout <= 0:
 		return fmt.Errorf("grader: Timeout = %v, want > 0", c.Timeout)
-	case c.Memory < 0 || c.FileSize < 0:
-		return fmt.Errorf("grader: Memory = %d, FileSize = %d, want ≥ 0", c.Memory, c.FileSize)
-	case c.Processes < 1:
-		return fmt.Errorf("grader: Processes = %d, want > 0", c.Processes)
-	case !(c.CPUs >= 0 && c.CPUs <= 1<<20) || c.Inodes < 0:
-		return fmt.Errorf("grader: CPUs = %g, Inodes = %d, want ≥ 0", c.CPUs, c.Inodes)
-	case c.UIDFirst < 1 || c.UIDCount < 1 || int64(c.UIDFirst)+int64(c.UIDCount) > 1<<31-1:
-		return fmt.Errorf("grader: UIDFirst = %d, UIDCount = %d, want a range of positive ids below 2^31", c.UIDFirst, c.UIDCount)
-	case c.RequireIsolation && !c.Isolate:
-		return errors.New("grader: RequireIsolation without Isolate")
-	case c.LogTail < 1 || c.KillGrace <= 0:
-		return fmt.Errorf("grader: LogTail = %d, KillGrace = %v, want > 0", c.LogTail, c.KillGrace)
+	case c.LogTail < 1:
+		return fmt.Errorf("grader: LogTail = %d, want > 0", c.LogTail)
 	}
-	return nil
+	return c.SandboxConfig.Validate()
 }
 
 // ErrIsolation: RequireIsolation is set and the host cannot give a run

@@ -208,6 +208,13 @@ func TestExecute(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	require.NoError(t, DefaultConfig().Validate())
+	// The grader's limits over the sandbox's defaults (one source for the
+	// rest: inodes, isolation, the user ids, the kill grace).
+	sb := DefaultSandboxConfig()
+	sb.Timeout, sb.Memory, sb.FileSize, sb.Processes, sb.CPUs, sb.RequireIsolation = 120*time.Second, 1<<30, 64<<20, 256, 1, false
+	require.Equal(t, Config{Python: "/usr/bin/python3", SandboxConfig: sb, LogTail: 4096}, DefaultConfig())
+	require.Equal(t, SandboxConfig{Timeout: 120 * time.Second, Memory: 1 << 30, FileSize: 64 << 20, Processes: 256, CPUs: 1, Inodes: 65536,
+		Isolate: true, UIDFirst: 2_000_000_000, UIDCount: 1000, KillGrace: time.Second}, sb)
 	for _, edit := range []func(*Config){
 		func(c *Config) { c.Python = "python3" },
 		func(c *Config) { c.Timeout = 0 },
@@ -217,6 +224,9 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.CPUs = -1 },
 		func(c *Config) { c.CPUs = math.NaN() },
 		func(c *Config) { c.Inodes = -1 },
+		func(c *Config) { c.RequireIsolation, c.Isolate = true, false },
+		func(c *Config) { c.KillGrace = 0 },
+		func(c *Config) { c.UIDCount = 0 },
 	} {
 		c := DefaultConfig()
 		edit(&c)

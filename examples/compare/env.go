@@ -11,9 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
-	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/baseline"
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/environment"
 	"github.com/lm2lm/lm2lm/environment/labenv"
@@ -61,50 +59,92 @@ func (o options) tasks() ([]lab.TaskSpec, func(records.Task) bool, error) {
 	return held, func(t records.Task) bool { return t.Family == o.holdOut && isTest(t) }, nil
 }
 
-// suiteTasks returns the lab's tasks for -suite and a predicate telling
-// training and test tasks apart. v2 leaves the validation split out;
-// v2-val evaluates on it instead of the test split (where settings are
-// chosen). v3-val and v3-test evaluate on lab's V3 splits (four regions:
-// lab.RegionNames) with the V2 suite's training split (lab.V3Test).
-func suiteTasks(suite string) (specs []lab.TaskSpec, isTest func(records.Task) bool) {
-	if suite == "v1" {
+// suite is one value of -suite: its name, its help, and its tasks with a
+// predicate telling the evaluated ones apart.
+type suite struct {
+	name, help string
+	tasks      func() ([]lab.TaskSpec, func(records.Task) bool)
+}
+
+// suiteTable is -suite's one table, in the order the help lists them.
+// v2 leaves the validation split out; v2-val evaluates on it instead of
+// the test split (where settings are chosen). v3-val and v3-test evaluate
+// on lab's V3 splits (four regions: lab.RegionNames) with the V2 suite's
+// training split (lab.V3Test).
+var suiteTable = []suite{
+	{"v2", "lab v2: train on its training split, test on its test split, in and out of distribution", func() ([]lab.TaskSpec, func(records.Task) bool) {
+		s := lab.SuiteV2(lab.DefaultSuiteSeed)
+		return append(append([]lab.TaskSpec(nil), s.Train...), s.Test()...), func(t records.Task) bool { return strings.Contains(t.ID, "/test-") }
+	}},
+	// Where settings are chosen: the same training split, the validation
+	// tasks (in and out of distribution) in place of the test tasks.
+	{"v2-val", "train on lab v2's training split, evaluate on its validation split, in and out of distribution: where settings are chosen", func() ([]lab.TaskSpec, func(records.Task) bool) {
+		s := lab.SuiteV2(lab.DefaultSuiteSeed)
+		return append(append([]lab.TaskSpec(nil), s.Train...), s.Val()...), isValTask
+	}},
+	// A second validation split: the same training split, the validation
+	// tasks of the generator under another seed (new tasks from the same
+	// distribution). For checking a setting chosen on v2-val without
+	// touching the test split.
+	{"v2-val2", "the same training split, evaluated on the validation split of the generator under suite seed 2: fresh tasks to check a setting chosen on v2-val", func() ([]lab.TaskSpec, func(records.Task) bool) {
+		return append(append([]lab.TaskSpec(nil), lab.SuiteV2(lab.DefaultSuiteSeed).Train...), lab.SuiteV2(SecondValSeed).Val()...), isValTask
+	}},
+	// A diagnostic, not a result: the trained policy evaluated on the
+	// tasks it was trained on (how far the gap between them and unseen
+	// tasks comes from generalisation).
+	{"v2-train", "train and evaluate on lab v2's training split: a diagnostic of generalisation, never a result", func() ([]lab.TaskSpec, func(records.Task) bool) {
+		return append([]lab.TaskSpec(nil), lab.SuiteV2(lab.DefaultSuiteSeed).Train...), func(t records.Task) bool { return t.Split == records.Train }
+	}},
+	{lab.V3ValName, "train on lab v2's training split, evaluate on lab's V3 validation split: four regions, in distribution, compute-starved, compute-rich, new corpora; where settings are chosen", v3Tasks(lab.V3ValName)},
+	{lab.V3TestName, "the same training split, evaluated on lab's V3 test split, the same four regions", v3Tasks(lab.V3TestName)},
+	{"v1", "the 20 training and 4 held-out tasks", func() ([]lab.TaskSpec, func(records.Task) bool) {
 		return lab.SuiteV1(), func(t records.Task) bool { return t.Split != records.Train }
+	}},
+}
+
+// suiteNames lists -suite's values, in suiteTable order.
+func suiteNames() []string {
+	var out []string
+	for _, s := range suiteTable {
+		out = append(out, s.name)
 	}
-	s := lab.SuiteV2(lab.DefaultSuiteSeed)
-	if sp, ok := lab.SplitNamed(suite); ok {
-		// The V3 splits: the V2 training split, evaluated on the
-		// split's four regions (in distribution, compute-starved,
-		// compute-rich, new corpora).
-		specs = append(append([]lab.TaskSpec(nil), s.Train...), sp.Tasks...)
-		return specs, func(t records.Task) bool { return sp.Contains(t.ID) }
+	return out
+}
+
+// suiteHelp is -suite's help: each suite with what it trains and
+// evaluates on.
+func suiteHelp() string {
+	var parts []string
+	for _, s := range suiteTable {
+		parts = append(parts, s.name+" ("+s.help+")")
 	}
-	if suite == "v2-train" {
-		// A diagnostic, not a result: the trained policy evaluated on
-		// the tasks it was trained on (how far the gap between them and
-		// unseen tasks comes from generalisation).
-		return append([]lab.TaskSpec(nil), s.Train...), func(t records.Task) bool { return t.Split == records.Train }
+	return "task suite: " + strings.Join(parts, " | ")
+}
+
+// isValTask tells lab v2's validation tasks (in and out of distribution).
+func isValTask(t records.Task) bool {
+	return strings.Contains(t.ID, "/val/") || strings.Contains(t.ID, "/val-out/")
+}
+
+// v3Tasks are a V3 split's tasks (lab.SplitNamed): the V2 training split,
+// evaluated on the split's four regions (in distribution,
+// compute-starved, compute-rich, new corpora).
+func v3Tasks(name string) func() ([]lab.TaskSpec, func(records.Task) bool) {
+	return func() ([]lab.TaskSpec, func(records.Task) bool) {
+		sp, _ := lab.SplitNamed(name)
+		return append(append([]lab.TaskSpec(nil), lab.SuiteV2(lab.DefaultSuiteSeed).Train...), sp.Tasks...), func(t records.Task) bool { return sp.Contains(t.ID) }
 	}
-	if suite == "v2-val2" {
-		// A second validation split: the same training split, the
-		// validation tasks of the generator under another seed (new
-		// tasks from the same distribution). For checking a setting
-		// chosen on v2-val without touching the test split.
-		specs = append(append([]lab.TaskSpec(nil), s.Train...), lab.SuiteV2(SecondValSeed).Val()...)
-		return specs, func(t records.Task) bool {
-			return strings.Contains(t.ID, "/val/") || strings.Contains(t.ID, "/val-out/")
+}
+
+// suiteTasks returns the lab's tasks for -suite and a predicate telling
+// training and test tasks apart (suiteTable); an unknown suite has none.
+func suiteTasks(name string) (specs []lab.TaskSpec, isTest func(records.Task) bool) {
+	for _, s := range suiteTable {
+		if s.name == name {
+			return s.tasks()
 		}
 	}
-	if suite == "v2-val" {
-		// Where settings are chosen: the same training split, the
-		// validation tasks (in and out of distribution) in place of the
-		// test tasks.
-		specs = append(append([]lab.TaskSpec(nil), s.Train...), s.Val()...)
-		return specs, func(t records.Task) bool {
-			return strings.Contains(t.ID, "/val/") || strings.Contains(t.ID, "/val-out/")
-		}
-	}
-	specs = append(append([]lab.TaskSpec(nil), s.Train...), s.Test()...)
-	return specs, func(t records.Task) bool { return strings.Contains(t.ID, "/test-") }
+	return nil, func(records.Task) bool { return false }
 }
 
 // newEnv opens the store and the lab and trains (or reads back) the
@@ -180,13 +220,17 @@ func progressMode(o options) progress.Mode {
 // from: n real records of random changes on every test task (METHOD.md §1
 // Research state: a task and 0–8 earlier outcomes of that task), drawn with
 // a fixed seed so that every method and seed shares them and they are paid
-// for once.
+// for once, measured by baseline.RunDraws (a run that failed for a reason
+// not the proposal's is left out).
 func histories(ctx context.Context, e *env, ex *counter, n, parallel int) (*records.Pool, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	items := records.DrawChanges(rand.New(rand.NewPCG(0x68697374, 1)), e.test, lab.Catalogue(), n*len(e.test), nil)
-	recs, err := measureAll(ctx, e, ex, items, parallel)
+	var draws []baseline.Draw
+	for _, it := range records.DrawChanges(rand.New(rand.NewPCG(0x68697374, 1)), e.test, lab.Catalogue(), n*len(e.test), nil) {
+		draws = append(draws, baseline.Draw{Task: it.Task, Proposal: it.Proposal})
+	}
+	recs, _, err := baseline.RunDraws(ctx, e.lab, ex, draws, parallel)
 	if err != nil {
 		return nil, err
 	}
@@ -215,31 +259,4 @@ func (c *counter) Execute(ctx context.Context, j builder.Job) (builder.Outcome, 
 // take returns the counts since the last take and resets them.
 func (c *counter) take() Runs {
 	return Runs{Fresh: int(c.fresh.Swap(0)), Reused: int(c.reused.Swap(0)), CPUSeconds: float64(c.devMsec.Swap(0)) / 1000}
-}
-
-// measureAll measures every change for real, at most parallel at once, and
-// returns the records measured (changes that failed for reasons other than
-// the proposal are left out, as lm2lm.RunReal does).
-func measureAll(ctx context.Context, e *env, ex builder.Executor, items []records.TaskChange, parallel int) ([]records.Record, error) {
-	l := e.lab
-	recs := make([]records.Record, len(items))
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(parallel)
-	for i, it := range items {
-		eg.Go(func() error {
-			rec, _, err := lm2lm.RunReal(ectx, l, ex, it.Task, it.Proposal)
-			recs[i] = rec
-			return err
-		})
-	}
-	if err := eg.Wait(); err != nil {
-		return nil, err
-	}
-	var keep []records.Record
-	for _, r := range recs {
-		if r.Task.ID != "" {
-			keep = append(keep, r)
-		}
-	}
-	return keep, nil
 }

@@ -69,9 +69,6 @@ Flags:
 // errUsage marks a bad command line (exit status 2).
 var errUsage = errors.New("invalid flags")
 
-// suites are the valid values of -suite.
-var suites = []string{"v1", "v2", "v2-val", "v2-val2", "v2-train", lab.V3ValName, lab.V3TestName}
-
 type options struct {
 	methods             []string
 	seeds               int
@@ -155,7 +152,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.seeds, "seeds", 5, "number of seeds per method (seeds first-seed … first-seed+N−1)")
 	fs.Uint64Var(&o.firstSeed, "first-seed", 1, "first seed")
 	fs.StringVar(&o.profile, "profile", "default", "size of each run (setting.Profiles, the main job's table): "+strings.Join(setting.ProfileNames(), " | "))
-	fs.StringVar(&o.suite, "suite", "v2", "task suite: v2 (lab v2: train on its training split, test on its test split, in and out of distribution) | v2-val (train on lab v2's training split, evaluate on its validation split, in and out of distribution: where settings are chosen) | v2-val2 (the same training split, evaluated on the validation split of the generator under suite seed 2: fresh tasks to check a setting chosen on v2-val) | v2-train (train and evaluate on lab v2's training split: a diagnostic of generalisation, never a result) | v3-val (train on lab v2's training split, evaluate on lab's V3 validation split: four regions, in distribution, compute-starved, compute-rich, new corpora; where settings are chosen) | v3-test (the same training split, evaluated on lab's V3 test split, the same four regions) | v1 (the 20 training and 4 held-out tasks)")
+	fs.StringVar(&o.suite, "suite", "v2", suiteHelp())
 	fs.StringVar(&o.setting, "setting", "validated", "the setting every method runs under (lab/setting): validated (setting.Validated, chosen on lab v2's validation splits, the main job's default) | library (setting.Library: every library default)")
 	fs.StringVar(&o.out, "out", "out/compare", "parent of the run directory")
 	fs.StringVar(&o.progress, "progress", "auto", "auto (a bar on a terminal, log lines otherwise) | bar | lines")
@@ -248,8 +245,8 @@ func (o options) validate() error {
 	if _, err := o.chosen(); err != nil {
 		bad("-setting: %w", err)
 	}
-	if !slices.Contains(suites, o.suite) {
-		bad("unknown -suite %q; valid: %s", o.suite, strings.Join(suites, ", "))
+	if !slices.Contains(suiteNames(), o.suite) {
+		bad("unknown -suite %q; valid: %s", o.suite, strings.Join(suiteNames(), ", "))
 	}
 	if !slices.Contains([]string{"auto", "bar", "lines"}, o.progress) {
 		bad("unknown -progress %q; valid: auto, bar, lines", o.progress)
@@ -272,7 +269,7 @@ func (o options) validate() error {
 	if o.out == "" {
 		bad("-out is empty")
 	}
-	if o.holdOut != "" && slices.Contains(suites, o.suite) {
+	if o.holdOut != "" && slices.Contains(suiteNames(), o.suite) {
 		if _, _, err := o.tasks(); err != nil {
 			bad("%w (families: %s)", err, strings.Join(lab.Families(lab.SuiteV2(lab.DefaultSuiteSeed).Train), ", "))
 		}

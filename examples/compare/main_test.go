@@ -39,7 +39,7 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, rft-corpus, bestknown, bestknown-corpus, rerank, rerank-prior, choice, static, static-random, random, lm2lm, lm2lm-wmrl, static-wmrl, lm2lm-rerank, lm2lm-choice, real-gains"}},
 		{[]string{"-methods", "lm2lm,lm2lm"}, []string{`"lm2lm" appears twice`}},
 		{[]string{"-methods", ","}, []string{"-methods is empty"}},
-		{[]string{"-profile", "huge", "-suite", "v3"}, []string{"valid: tiny, short, default, paper", "valid: v1, v2"}},
+		{[]string{"-profile", "huge", "-suite", "v3"}, []string{"valid: tiny, short, default, paper", "valid: v2, v2-val, v2-val2, v2-train, v3-val, v3-test, v1"}},
 		{[]string{"-seeds", "0", "-parallel", "0", "-resamples", "10"}, []string{"-seeds 0", "-parallel 0", "-resamples 10"}},
 		{[]string{"-progress", "fancy", "-probe", "-1"}, []string{"valid: auto, bar, lines", "-probe -1"}},
 		{[]string{"extra"}, []string{"unexpected arguments"}},

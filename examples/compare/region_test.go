@@ -458,7 +458,7 @@ func TestHoldOutFamily(t *testing.T) {
 // tasks first: the suite's order holds because every suite's test tasks
 // are all training tasks (v2-train) or all held out.
 func TestTestTasksAreOneSideOfTheSplit(t *testing.T) {
-	for _, suite := range suites {
+	for _, suite := range suiteNames() {
 		specs, isTest, err := options{suite: suite}.tasks()
 		require.NoError(t, err)
 		train, held := 0, 0
