@@ -86,20 +86,9 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	res := Result{Method: j.method, Seed: j.seed, Profile: o.profile, Suite: o.suite, Setting: set, ProfileConfig: prof,
 		Tasks: o.tasksDigest(), LeftOut: e.leftOut}
 	cnt := &counter{next: progress.Executor(e.pool, rep)}
-	var m0 records.Evidence
-	if m.usesM0() { // the untrained policies need no records
-		var err error
-		if m0, _, err = environment.M0(ctx, e.lab, cnt, e.train, lab.Catalogue(), prof.M0, j.seed, o.parallel); err != nil {
-			return res, fmt.Errorf("%s: %w", j, err)
-		}
-	}
-	if m.extra {
-		extra := prof.CalibrationBudget()
-		rng := rand.New(rand.NewPCG(j.seed, 0x6d3027))
-		var err error
-		if m0, _, err = baseline.StaticPlusRandom(ctx, rng, m0, e.train, lab.Catalogue(), extra, e.lab, cnt, o.parallel); err != nil {
-			return res, fmt.Errorf("%s: M'_0: %w", j, err)
-		}
+	m0, err := initialRecords(ctx, e, o, m, j, prof, cnt)
+	if err != nil {
+		return res, err
 	}
 	res.M0 = m0.Len()
 	res.Runs.M0 = cnt.take()
@@ -159,6 +148,29 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 	}
 	res.WallSeconds = math.Round(time.Since(start).Seconds()*10) / 10
 	return res, nil
+}
+
+// initialRecords measures the job's M'_0 through cnt: M_0 drawn with
+// environment.M0 from the job's seed (none for the untrained policies),
+// and for a method with extra records the calibration budget's random
+// records after it (baseline.StaticPlusRandom).
+func initialRecords(ctx context.Context, e *env, o options, m method, j job, prof setting.Profile, cnt *counter) (records.Evidence, error) {
+	var m0 records.Evidence
+	if m.usesM0() { // the untrained policies need no records
+		var err error
+		if m0, _, err = environment.M0(ctx, e.lab, cnt, e.train, lab.Catalogue(), prof.M0, j.seed, o.parallel); err != nil {
+			return m0, fmt.Errorf("%s: %w", j, err)
+		}
+	}
+	if m.extra {
+		extra := prof.CalibrationBudget()
+		rng := rand.New(rand.NewPCG(j.seed, 0x6d3027))
+		var err error
+		if m0, _, err = baseline.StaticPlusRandom(ctx, rng, m0, e.train, lab.Catalogue(), extra, e.lab, cnt, o.parallel); err != nil {
+			return m0, fmt.Errorf("%s: M'_0: %w", j, err)
+		}
+	}
+	return m0, nil
 }
 
 // predicts reports whether method m's evaluation carries its world

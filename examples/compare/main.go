@@ -196,46 +196,7 @@ func splitList(s string) []string {
 func (o options) validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("  "+format, a...)) }
-	if len(o.methods) == 0 {
-		bad("-methods is empty; valid: %s", strings.Join(methodNames(), ", "))
-	}
-	seen := map[string]bool{}
-	for _, m := range o.methods {
-		if _, ok := methods[m]; !ok {
-			bad("unknown method %q in -methods; valid: %s", m, strings.Join(methodNames(), ", "))
-		} else if seen[m] {
-			bad("method %q appears twice in -methods", m)
-		}
-		seen[m] = true
-	}
-	needCorpus := slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].corpus })
-	if needCorpus && o.corpus == "" {
-		bad("-methods names a method that draws on the pretraining corpus (rft-corpus, bestknown-corpus): -corpus FILE names its store (examples/priorcorpus -store)")
-	}
-	if !needCorpus && o.corpus != "" {
-		bad("-corpus %q: no method of -methods draws on it (rft-corpus, bestknown-corpus)", o.corpus)
-	}
-	needTransformer := slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].isExternal() })
-	if needTransformer && !strings.Contains(o.transformer, "{seed}") {
-		bad("-methods names a transformer method: -transformer names the examples/llm-rl run directory of each seed, with {seed} in it (got %q)", o.transformer)
-	}
-	if !needTransformer && o.transformer != "" {
-		bad("-transformer %q: no method of -methods evaluates it (transformer, transformer-warmup)", o.transformer)
-	}
-	if needTransformer && !(o.transformerTemp >= 0 && o.transformerTemp <= 2) {
-		bad("-transformer-temperature %g; want in [0, 2]", o.transformerTemp)
-	}
-	if o.holdOut != "" && slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].prior }) {
-		bad("-hold-out-family %s: rerank-prior's pretrained prior was fitted on a corpus that holds that family; leave it out of -methods", o.holdOut)
-	}
-	if set, err := o.chosen(); err == nil && o.holdOut != "" && set.World.Prior {
-		bad("-hold-out-family %s: setting %s's pretrained prior was fitted on a corpus that holds that family", o.holdOut, set.Name)
-	}
-	if !(o.rerankTemp >= 0 && o.rerankTemp <= 100) {
-		bad("-rerank-temperature %g; want in (0, 100] (0: the default)", o.rerankTemp)
-	} else if o.rerankTempOf("lm2lm-rerank") != defaultRerankTemp && !slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].rerank }) {
-		bad("-rerank-temperature %g: no method of -methods reranks a trained policy (lm2lm-rerank)", o.rerankTemp)
-	}
+	o.validateMethods(bad)
 	if o.seeds < 1 {
 		bad("-seeds %d; want ≥ 1", o.seeds)
 	}
@@ -281,6 +242,51 @@ func (o options) validate() error {
 		return nil
 	}
 	return fmt.Errorf("%w:\n%w", errUsage, errors.Join(errs...))
+}
+
+// validateMethods reports, through bad, every problem of -methods and of
+// the flags that only some methods read.
+func (o options) validateMethods(bad func(format string, a ...any)) {
+	if len(o.methods) == 0 {
+		bad("-methods is empty; valid: %s", strings.Join(methodNames(), ", "))
+	}
+	seen := map[string]bool{}
+	for _, m := range o.methods {
+		if _, ok := methods[m]; !ok {
+			bad("unknown method %q in -methods; valid: %s", m, strings.Join(methodNames(), ", "))
+		} else if seen[m] {
+			bad("method %q appears twice in -methods", m)
+		}
+		seen[m] = true
+	}
+	needCorpus := slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].corpus })
+	if needCorpus && o.corpus == "" {
+		bad("-methods names a method that draws on the pretraining corpus (rft-corpus, bestknown-corpus): -corpus FILE names its store (examples/priorcorpus -store)")
+	}
+	if !needCorpus && o.corpus != "" {
+		bad("-corpus %q: no method of -methods draws on it (rft-corpus, bestknown-corpus)", o.corpus)
+	}
+	needTransformer := slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].isExternal() })
+	if needTransformer && !strings.Contains(o.transformer, "{seed}") {
+		bad("-methods names a transformer method: -transformer names the examples/llm-rl run directory of each seed, with {seed} in it (got %q)", o.transformer)
+	}
+	if !needTransformer && o.transformer != "" {
+		bad("-transformer %q: no method of -methods evaluates it (transformer, transformer-warmup)", o.transformer)
+	}
+	if needTransformer && !(o.transformerTemp >= 0 && o.transformerTemp <= 2) {
+		bad("-transformer-temperature %g; want in [0, 2]", o.transformerTemp)
+	}
+	if o.holdOut != "" && slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].prior }) {
+		bad("-hold-out-family %s: rerank-prior's pretrained prior was fitted on a corpus that holds that family; leave it out of -methods", o.holdOut)
+	}
+	if set, err := o.chosen(); err == nil && o.holdOut != "" && set.World.Prior {
+		bad("-hold-out-family %s: setting %s's pretrained prior was fitted on a corpus that holds that family", o.holdOut, set.Name)
+	}
+	if !(o.rerankTemp >= 0 && o.rerankTemp <= 100) {
+		bad("-rerank-temperature %g; want in (0, 100] (0: the default)", o.rerankTemp)
+	} else if o.rerankTempOf("lm2lm-rerank") != defaultRerankTemp && !slices.ContainsFunc(o.methods, func(m string) bool { return methods[m].rerank }) {
+		bad("-rerank-temperature %g: no method of -methods reranks a trained policy (lm2lm-rerank)", o.rerankTemp)
+	}
 }
 
 // lever is an option that names the run directory (dir, appended to its

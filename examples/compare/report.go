@@ -482,44 +482,60 @@ func statistics(o options, names []string, byMethod map[string][]Result) (stats,
 	}
 	best, hasBest := evalstat.BestOf(st.sums, baselines...)
 	for _, m := range names {
-		against := []string{}
-		if m != "base" && slices.Contains(names, "base") {
-			against = append(against, "base")
-		}
-		if hasBest && !methods[m].baseline {
-			for _, b := range names {
-				if methods[b].label == best.Method {
-					against = append(against, b)
-				}
-			}
-		}
-		for _, a := range methods[m].pairWith {
-			if a != m && slices.Contains(names, a) && !slices.Contains(against, a) {
-				against = append(against, a)
-			}
-		}
-		for _, a := range against {
-			ma, aa := methods[m].label, methods[a].label
-			p, err := evalstat.Compare(cfg, ma, cells[m], aa, cells[a], bootstrapRNG(o.resamples, m+"\x00"+a))
-			if err != nil {
+		for _, a := range pairedWith(m, names, best.Method, hasBest) {
+			if err := st.pair(o, cfg, state, cells, m, a); err != nil {
 				return st, err
-			}
-			ps, err := evalstat.Compare(state, ma, cells[m], aa, cells[a], bootstrapRNG(o.resamples, m+"\x00"+a))
-			if err != nil {
-				return st, err
-			}
-			st.pairs, st.pairsState = append(st.pairs, p), append(st.pairsState, ps)
-			if isV3(o.suite) {
-				rp, err := evalstat.CompareRegions(cfg, ma, cells[m], aa, cells[a], bootstrapRNG(o.resamples, "region:"+m+"\x00"+a))
-				if err != nil {
-					return st, err
-				}
-				st.regionPairs = append(st.regionPairs, byRegionOrder(rp)...)
 			}
 		}
 	}
 	st.power = powerOf(cfg, o, cells, st.pairs)
 	return st, nil
+}
+
+// pairedWith lists the methods m is paired with, in order: Base (for any
+// other method), the best baseline, labelled best (for a trained method,
+// when hasBest), and m's own pairWith, each of them in names once.
+func pairedWith(m string, names []string, best string, hasBest bool) []string {
+	against := []string{}
+	if m != "base" && slices.Contains(names, "base") {
+		against = append(against, "base")
+	}
+	if hasBest && !methods[m].baseline {
+		for _, b := range names {
+			if methods[b].label == best {
+				against = append(against, b)
+			}
+		}
+	}
+	for _, a := range methods[m].pairWith {
+		if a != m && slices.Contains(names, a) && !slices.Contains(against, a) {
+			against = append(against, a)
+		}
+	}
+	return against
+}
+
+// pair adds the paired difference of m against a under both schemes, and
+// on the V3 splits region by region.
+func (st *stats) pair(o options, cfg, state evalstat.Config, cells map[string][]evalstat.Cell, m, a string) error {
+	ma, aa := methods[m].label, methods[a].label
+	p, err := evalstat.Compare(cfg, ma, cells[m], aa, cells[a], bootstrapRNG(o.resamples, m+"\x00"+a))
+	if err != nil {
+		return err
+	}
+	ps, err := evalstat.Compare(state, ma, cells[m], aa, cells[a], bootstrapRNG(o.resamples, m+"\x00"+a))
+	if err != nil {
+		return err
+	}
+	st.pairs, st.pairsState = append(st.pairs, p), append(st.pairsState, ps)
+	if isV3(o.suite) {
+		rp, err := evalstat.CompareRegions(cfg, ma, cells[m], aa, cells[a], bootstrapRNG(o.resamples, "region:"+m+"\x00"+a))
+		if err != nil {
+			return err
+		}
+		st.regionPairs = append(st.regionPairs, byRegionOrder(rp)...)
+	}
+	return nil
 }
 
 // byRegionOrder sorts per-region pairs into lab.RegionNames order.
