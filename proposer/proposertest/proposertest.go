@@ -159,22 +159,7 @@ func Run(t *testing.T, newProposer func(t *testing.T) proposer.Proposer, opts Op
 		require.Error(t, err, "Propose(n=-1) must fail")
 	})
 
-	t.Run("Samples", func(t *testing.T) {
-		p := newProposer(t)
-		for si, s := range o.States {
-			before := cloneState(s)
-			got, err := p.Propose(context.Background(), s, o.N, seeded(2, uint64(si)))
-			require.NoError(t, err)
-			for i, smp := range got {
-				if err := CheckSample(smp, o); err != nil {
-					t.Errorf("state %d sample %d: %v", si, i, err)
-				}
-			}
-			if diff := cmp.Diff(before, s, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("state %d: Propose modified the state (-before +after):\n%s", si, diff)
-			}
-		}
-	})
+	t.Run("Samples", func(t *testing.T) { checkSamples(t, newProposer(t), o) })
 
 	t.Run("Cancelled", func(t *testing.T) {
 		p := newProposer(t)
@@ -189,48 +174,7 @@ func Run(t *testing.T, newProposer func(t *testing.T) proposer.Proposer, opts Op
 		require.ErrorIs(t, err, context.DeadlineExceeded, "Propose with an expired ctx")
 	})
 
-	t.Run("Concurrent", func(t *testing.T) {
-		p := newProposer(t)
-		const calls = 3
-		type key struct{ g, c int }
-		var (
-			mu   sync.Mutex
-			got  = map[key][]proposer.Sample{}
-			errs []error
-			wg   sync.WaitGroup
-		)
-		for g := range o.Concurrency {
-			wg.Go(func() {
-				for c := range calls {
-					s := o.States[(g+c)%len(o.States)]
-					smp, err := p.Propose(context.Background(), s, o.N, seeded(uint64(100+g), uint64(c)))
-					mu.Lock()
-					if err != nil {
-						errs = append(errs, fmt.Errorf("goroutine %d call %d: %w", g, c, err))
-					} else {
-						got[key{g, c}] = smp
-					}
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		require.Empty(t, errs, "concurrent Propose failed")
-		for k, smp := range got {
-			require.Len(t, smp, o.N, "goroutine %d call %d", k.g, k.c)
-		}
-		if !o.Deterministic {
-			return
-		}
-		for k, smp := range got {
-			s := o.States[(k.g+k.c)%len(o.States)]
-			want, err := p.Propose(context.Background(), s, o.N, seeded(uint64(100+k.g), uint64(k.c)))
-			require.NoError(t, err)
-			if diff := cmp.Diff(want, smp, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("goroutine %d call %d: concurrent result differs from serial (-serial +concurrent):\n%s", k.g, k.c, diff)
-			}
-		}
-	})
+	t.Run("Concurrent", func(t *testing.T) { checkConcurrent(t, newProposer(t), o) })
 
 	if !o.Deterministic {
 		return
@@ -249,29 +193,7 @@ func Run(t *testing.T, newProposer func(t *testing.T) proposer.Proposer, opts Op
 		}
 	})
 
-	t.Run("OwnedResult", func(t *testing.T) {
-		p := newProposer(t)
-		s := o.States[len(o.States)-1]
-		a, err := p.Propose(context.Background(), s, o.N, seeded(5, 0))
-		require.NoError(t, err)
-		want := cloneSamples(a)
-		for i := range a {
-			for j := range a[i].Tokens {
-				a[i].Tokens[j] = "mutated"
-			}
-			for j := range a[i].LogProbs {
-				a[i].LogProbs[j] = 1
-			}
-			for k := range a[i].Proposal.Params {
-				a[i].Proposal.Params[k] = "mutated"
-			}
-		}
-		b, err := p.Propose(context.Background(), s, o.N, seeded(5, 0))
-		require.NoError(t, err)
-		if diff := cmp.Diff(want, b, cmpopts.EquateEmpty()); diff != "" {
-			t.Errorf("mutating a result changed a later result (-want +got):\n%s", diff)
-		}
-	})
+	t.Run("OwnedResult", func(t *testing.T) { checkOwnedResult(t, newProposer(t), o) })
 }
 
 // RunTrainable runs Run and then checks the Trainable contract: Update on a
@@ -291,27 +213,10 @@ func RunTrainable(t *testing.T, newTrainable func(t *testing.T) proposer.Trainab
 	o := opts.withDefaults()
 	ctx := context.Background()
 
-	batchOf := func(t *testing.T, p proposer.Trainable, s records.State, seed uint64) []proposer.Item {
-		t.Helper()
-		smp, err := p.Propose(ctx, s, o.N, seeded(6, seed))
-		require.NoError(t, err)
-		items := make([]proposer.Item, 0, len(smp))
-		for i, x := range smp {
-			if x.Invalid {
-				continue
-			}
-			// Alternating ±1 advantages: mean-centred for an even count
-			// (METHOD.md §1 Policy optimisation, Â_i = R_i − mean(R)).
-			items = append(items, proposer.Item{State: s, Sample: x, Advantage: float64(1 - 2*(i%2))})
-		}
-		require.NotEmpty(t, items, "proposertest: every sample was invalid")
-		return items
-	}
-
 	t.Run("UpdateStats", func(t *testing.T) {
 		p := newTrainable(t)
 		for si, s := range o.States {
-			st, err := p.Update(ctx, batchOf(t, p, s, uint64(si)))
+			st, err := p.Update(ctx, batchOf(t, p, o, s, uint64(si)))
 			require.NoError(t, err, "state %d", si)
 			require.NoError(t, checkStats(st), "state %d", si)
 		}
@@ -323,88 +228,116 @@ func RunTrainable(t *testing.T, newTrainable func(t *testing.T) proposer.Trainab
 		if !ok {
 			t.Skip("proposer does not implement proposer.Supervisor")
 		}
-		st, err := sv.Supervise(ctx, batchOf(t, p, o.States[0], 10))
+		st, err := sv.Supervise(ctx, batchOf(t, p, o, o.States[0], 10))
 		require.NoError(t, err)
 		require.NoError(t, checkStats(st))
 	})
 
 	t.Run("UpdateCancelled", func(t *testing.T) {
 		p := newTrainable(t)
-		s := o.States[0]
-		items := batchOf(t, p, s, 20)
-		before, err := p.Propose(ctx, s, o.N, seeded(7, 0))
-		require.NoError(t, err)
+		items := batchOf(t, p, o, o.States[0], 20)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		_, err = p.Update(cctx, items)
-		require.ErrorIs(t, err, context.Canceled, "Update with a cancelled ctx")
-		if sv, ok := p.(proposer.Supervisor); ok {
-			_, err = sv.Supervise(cctx, items)
-			require.ErrorIs(t, err, context.Canceled, "Supervise with a cancelled ctx")
-		}
-		if o.Deterministic {
-			after, err := p.Propose(ctx, s, o.N, seeded(7, 0))
-			require.NoError(t, err)
-			if diff := cmp.Diff(before, after, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("a cancelled update changed the policy (-before +after):\n%s", diff)
+		unchanged(t, p, o, 7, "a cancelled update", func() {
+			_, err := p.Update(cctx, items)
+			require.ErrorIs(t, err, context.Canceled, "Update with a cancelled ctx")
+			if sv, ok := p.(proposer.Supervisor); ok {
+				_, err = sv.Supervise(cctx, items)
+				require.ErrorIs(t, err, context.Canceled, "Supervise with a cancelled ctx")
 			}
-		}
+		})
 	})
 
 	t.Run("EmptyBatch", func(t *testing.T) {
 		p := newTrainable(t)
-		s := o.States[0]
-		before, err := p.Propose(ctx, s, o.N, seeded(8, 0))
+		unchanged(t, p, o, 8, "an empty update", func() {
+			_, err := p.Update(ctx, nil)
+			require.NoError(t, err, "Update(empty batch)")
+			if sv, ok := p.(proposer.Supervisor); ok {
+				_, err = sv.Supervise(ctx, nil)
+				require.NoError(t, err, "Supervise(empty batch)")
+			}
+		})
+	})
+
+	t.Run("Learns", func(t *testing.T) { checkLearns(t, newTrainable(t), o) })
+}
+
+// batchOf is a batch of p's own samples on s (seeded with seed) with
+// mean-centred advantages; it fails t when every sample is invalid.
+func batchOf(t *testing.T, p proposer.Trainable, o Options, s records.State, seed uint64) []proposer.Item {
+	t.Helper()
+	smp, err := p.Propose(context.Background(), s, o.N, seeded(6, seed))
+	require.NoError(t, err)
+	items := make([]proposer.Item, 0, len(smp))
+	for i, x := range smp {
+		if x.Invalid {
+			continue
+		}
+		// Alternating ±1 advantages: mean-centred for an even count
+		// (METHOD.md §1 Policy optimisation, Â_i = R_i − mean(R)).
+		items = append(items, proposer.Item{State: s, Sample: x, Advantage: float64(1 - 2*(i%2))})
+	}
+	require.NotEmpty(t, items, "proposertest: every sample was invalid")
+	return items
+}
+
+// unchanged runs do and, with o.Deterministic, checks that p proposes on
+// the first state what it proposed before (seeded with seed): what did
+// nothing to the policy.
+func unchanged(t *testing.T, p proposer.Trainable, o Options, seed uint64, what string, do func()) {
+	t.Helper()
+	ctx, s := context.Background(), o.States[0]
+	before, err := p.Propose(ctx, s, o.N, seeded(seed, 0))
+	require.NoError(t, err)
+	do()
+	if !o.Deterministic {
+		return
+	}
+	after, err := p.Propose(ctx, s, o.N, seeded(seed, 0))
+	require.NoError(t, err)
+	if diff := cmp.Diff(before, after, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("%s changed the policy (-before +after):\n%s", what, diff)
+	}
+}
+
+// checkLearns checks, where p scores samples (proposer.Scorer), that Score
+// matches a sample's log-probabilities before any update, and that an
+// update with advantage +1 (and a supervised step, where p supervises)
+// raises the sample's log-likelihood.
+func checkLearns(t *testing.T, p proposer.Trainable, o Options) {
+	ctx := context.Background()
+	sc, ok := p.(proposer.Scorer)
+	if !ok {
+		t.Skip("proposer does not implement proposer.Scorer")
+	}
+	for si, s := range o.States {
+		items := batchOf(t, p, o, s, 30+uint64(si))
+		for i, it := range items {
+			got, err := sc.Score(ctx, s, it.Sample)
+			require.NoError(t, err)
+			require.InDeltaSlice(t, it.Sample.LogProbs, got, 1e-9, "state %d item %d: Score before any update", si, i)
+		}
+		one := items[0]
+		one.Advantage = 1
+		before := sum(one.Sample.LogProbs)
+		_, err := p.Update(ctx, []proposer.Item{one})
 		require.NoError(t, err)
-		_, err = p.Update(ctx, nil)
-		require.NoError(t, err, "Update(empty batch)")
-		if sv, ok := p.(proposer.Supervisor); ok {
-			_, err = sv.Supervise(ctx, nil)
-			require.NoError(t, err, "Supervise(empty batch)")
-		}
-		if o.Deterministic {
-			after, err := p.Propose(ctx, s, o.N, seeded(8, 0))
-			require.NoError(t, err)
-			if diff := cmp.Diff(before, after, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("an empty update changed the policy (-before +after):\n%s", diff)
-			}
-		}
-	})
+		lp, err := sc.Score(ctx, s, one.Sample)
+		require.NoError(t, err)
+		require.Greater(t, sum(lp), before, "state %d: Update with advantage +1 must raise the sample's log-likelihood", si)
 
-	t.Run("Learns", func(t *testing.T) {
-		p := newTrainable(t)
-		sc, ok := p.(proposer.Scorer)
+		sv, ok := p.(proposer.Supervisor)
 		if !ok {
-			t.Skip("proposer does not implement proposer.Scorer")
+			continue
 		}
-		for si, s := range o.States {
-			items := batchOf(t, p, s, 30+uint64(si))
-			for i, it := range items {
-				got, err := sc.Score(ctx, s, it.Sample)
-				require.NoError(t, err)
-				require.InDeltaSlice(t, it.Sample.LogProbs, got, 1e-9, "state %d item %d: Score before any update", si, i)
-			}
-			one := items[0]
-			one.Advantage = 1
-			before := sum(one.Sample.LogProbs)
-			_, err := p.Update(ctx, []proposer.Item{one})
-			require.NoError(t, err)
-			lp, err := sc.Score(ctx, s, one.Sample)
-			require.NoError(t, err)
-			require.Greater(t, sum(lp), before, "state %d: Update with advantage +1 must raise the sample's log-likelihood", si)
-
-			sv, ok := p.(proposer.Supervisor)
-			if !ok {
-				continue
-			}
-			before = sum(lp)
-			_, err = sv.Supervise(ctx, []proposer.Item{one})
-			require.NoError(t, err)
-			lp, err = sc.Score(ctx, s, one.Sample)
-			require.NoError(t, err)
-			require.Greater(t, sum(lp), before, "state %d: Supervise must raise the example's log-likelihood", si)
-		}
-	})
+		before = sum(lp)
+		_, err = sv.Supervise(ctx, []proposer.Item{one})
+		require.NoError(t, err)
+		lp, err = sc.Score(ctx, s, one.Sample)
+		require.NoError(t, err)
+		require.Greater(t, sum(lp), before, "state %d: Supervise must raise the example's log-likelihood", si)
+	}
 }
 
 // CheckSample reports the first way smp breaks the Sample contract under
@@ -550,4 +483,92 @@ func cloneSample(x proposer.Sample) proposer.Sample {
 	x.Tokens = append([]string(nil), x.Tokens...)
 	x.LogProbs = append([]float64(nil), x.LogProbs...)
 	return x
+}
+
+// checkConcurrent calls p from o.Concurrency goroutines with separate
+// rngs: every call succeeds with o.N samples, and with o.Deterministic
+// each returns what a serial call with the same rng returns.
+func checkConcurrent(t *testing.T, p proposer.Proposer, o Options) {
+	const calls = 3
+	type key struct{ g, c int }
+	var (
+		mu   sync.Mutex
+		got  = map[key][]proposer.Sample{}
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for g := range o.Concurrency {
+		wg.Go(func() {
+			for c := range calls {
+				s := o.States[(g+c)%len(o.States)]
+				smp, err := p.Propose(context.Background(), s, o.N, seeded(uint64(100+g), uint64(c)))
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("goroutine %d call %d: %w", g, c, err))
+				} else {
+					got[key{g, c}] = smp
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, errs, "concurrent Propose failed")
+	for k, smp := range got {
+		require.Len(t, smp, o.N, "goroutine %d call %d", k.g, k.c)
+	}
+	if !o.Deterministic {
+		return
+	}
+	for k, smp := range got {
+		s := o.States[(k.g+k.c)%len(o.States)]
+		want, err := p.Propose(context.Background(), s, o.N, seeded(uint64(100+k.g), uint64(k.c)))
+		require.NoError(t, err)
+		if diff := cmp.Diff(want, smp, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("goroutine %d call %d: concurrent result differs from serial (-serial +concurrent):\n%s", k.g, k.c, diff)
+		}
+	}
+}
+
+// checkOwnedResult mutates a result of p and asks again with the same rng:
+// the second result is the first as it was returned.
+func checkOwnedResult(t *testing.T, p proposer.Proposer, o Options) {
+	s := o.States[len(o.States)-1]
+	a, err := p.Propose(context.Background(), s, o.N, seeded(5, 0))
+	require.NoError(t, err)
+	want := cloneSamples(a)
+	for i := range a {
+		for j := range a[i].Tokens {
+			a[i].Tokens[j] = "mutated"
+		}
+		for j := range a[i].LogProbs {
+			a[i].LogProbs[j] = 1
+		}
+		for k := range a[i].Proposal.Params {
+			a[i].Proposal.Params[k] = "mutated"
+		}
+	}
+	b, err := p.Propose(context.Background(), s, o.N, seeded(5, 0))
+	require.NoError(t, err)
+	if diff := cmp.Diff(want, b, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("mutating a result changed a later result (-want +got):\n%s", diff)
+	}
+}
+
+// checkSamples checks every sample of o.N for each state (CheckSample)
+// and that Propose leaves the state as it was.
+func checkSamples(t *testing.T, p proposer.Proposer, o Options) {
+	for si, s := range o.States {
+		before := cloneState(s)
+		got, err := p.Propose(context.Background(), s, o.N, seeded(2, uint64(si)))
+		require.NoError(t, err)
+		for i, smp := range got {
+			if err := CheckSample(smp, o); err != nil {
+				t.Errorf("state %d sample %d: %v", si, i, err)
+			}
+		}
+		if diff := cmp.Diff(before, s, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("state %d: Propose modified the state (-before +after):\n%s", si, diff)
+		}
+	}
 }
