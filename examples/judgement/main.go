@@ -31,6 +31,7 @@ import (
 	"github.com/lm2lm/lm2lm/lab/cards"
 	"github.com/lm2lm/lm2lm/lab/prior"
 	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
 )
 
 func main() {
@@ -100,12 +101,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if !ok {
 		return fmt.Errorf("-suite %q: not a V3 split", *suite)
 	}
-	cs, err := records.OpenFile(*corpus, records.FileConfig{ReadOnly: true})
-	if err != nil {
-		return fmt.Errorf("-corpus: %w", err)
-	}
-	crs, err := cs.Scan(ctx, records.Filter{Source: records.Real})
-	cs.Close()
+	crs, err := readCorpus(ctx, *corpus)
 	if err != nil {
 		return fmt.Errorf("-corpus: %w", err)
 	}
@@ -113,9 +109,10 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-landscape: %w", err)
 	}
-	p, err := prior.V2()
-	if err != nil {
-		return err
+	for _, r := range crs {
+		if _, ok := l.tasks[r.Task.ID]; ok {
+			return fmt.Errorf("task %s is in both stores", r.Task.ID)
+		}
 	}
 	lcfg := lab.DefaultConfig()
 	lcfg.Tasks = sp.Tasks
@@ -123,9 +120,52 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	eff := lb.Effects()
 	cat := lab.Catalogue()
 	props := cards.All(cat)
+	rankings, corpusTasks, err := rankingsOf(crs, lb.Effects(), props)
+	if err != nil {
+		return err
+	}
+	for k, q := range propsMech(props) {
+		l.mech[k] = q
+	}
+	tids := make([]string, 0, len(l.tasks))
+	for id := range l.tasks {
+		tids = append(tids, id)
+	}
+	slices.Sort(tids)
+	fmt.Fprintf(w, "Rank of each task's best mechanism (of %d) in %s, %d tasks; corpus %s, %d tasks\n\n", len(mechanisms(cat)), *landscape, len(l.tasks), *corpus, corpusTasks)
+	full := func(score, gains map[string]float64) float64 {
+		return evalstat.BestRank(byMech(score, l.mech), gains, math.Inf(-1))
+	}
+	if err := table(w, rankings, l, tids, full); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nThe same, read from each ranking's %d best proposals as examples/compare reads a rerank's (a mechanism's share of them; the others tie at 0)\n\n", *k)
+	return table(w, rankings, l, tids, func(score, gains map[string]float64) float64 {
+		return evalstat.BestRank(topShares(score, l.mech, *k), gains, 0)
+	})
+}
+
+// readCorpus reads a store's real records, read only.
+func readCorpus(ctx context.Context, path string) ([]records.Record, error) {
+	cs, err := records.OpenFile(path, records.FileConfig{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer cs.Close()
+	return cs.Scan(ctx, records.Filter{Source: records.Real})
+}
+
+// rankingsOf returns the rankings scored (each proposal of props): the
+// corpus's mean landscape, the prior's mean function (lab/prior V2 with
+// eff), the nearest 1, 3, 5, 10 and 20 corpus tasks' mean and their blends
+// with the prior's mean; and the number of corpus tasks.
+func rankingsOf(crs []records.Record, eff rwm.Effector, props []records.Proposal) ([]ranking, int, error) {
+	p, err := prior.V2()
+	if err != nil {
+		return nil, 0, err
+	}
 	neighbours := func(k int) (*NeighbourMean, error) {
 		cfg := DefaultNeighbourConfig()
 		cfg.K = k
@@ -145,12 +185,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	priorMean := func(t records.Task, q records.Proposal) (float64, bool) { return p.Mean(t, q, eff, 0), true }
 	all, err := neighbours(1 << 20)
 	if err != nil {
-		return fmt.Errorf("-corpus: %w", err)
-	}
-	for _, r := range crs {
-		if _, ok := l.tasks[r.Task.ID]; ok {
-			return fmt.Errorf("task %s is in both stores", r.Task.ID)
-		}
+		return nil, 0, fmt.Errorf("-corpus: %w", err)
 	}
 	rankings := []ranking{
 		{fmt.Sprintf("corpus mean (%d tasks)", all.Tasks()), scoreOf(all.Mean)},
@@ -159,7 +194,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	for _, k := range []int{1, 3, 5, 10, 20} {
 		nb, err := neighbours(k)
 		if err != nil {
-			return err
+			return nil, 0, err
 		}
 		rankings = append(rankings, ranking{fmt.Sprintf("nearest %d corpus tasks (NeighbourMean)", k), scoreOf(nb.Mean)})
 		rankings = append(rankings, ranking{fmt.Sprintf("½ prior's mean + ½ nearest %d", k), scoreOf(func(t records.Task, q records.Proposal) (float64, bool) {
@@ -170,25 +205,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 			return a, true
 		})})
 	}
-	for k, q := range propsMech(props) {
-		l.mech[k] = q
-	}
-	tids := make([]string, 0, len(l.tasks))
-	for id := range l.tasks {
-		tids = append(tids, id)
-	}
-	slices.Sort(tids)
-	fmt.Fprintf(w, "Rank of each task's best mechanism (of %d) in %s, %d tasks; corpus %s, %d tasks\n\n", len(mechanisms(cat)), *landscape, len(l.tasks), *corpus, all.Tasks())
-	full := func(score, gains map[string]float64) float64 {
-		return evalstat.BestRank(byMech(score, l.mech), gains, math.Inf(-1))
-	}
-	if err := table(w, rankings, l, tids, full); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "\nThe same, read from each ranking's %d best proposals as examples/compare reads a rerank's (a mechanism's share of them; the others tie at 0)\n\n", *k)
-	return table(w, rankings, l, tids, func(score, gains map[string]float64) float64 {
-		return evalstat.BestRank(topShares(score, l.mech, *k), gains, 0)
-	})
+	return rankings, all.Tasks(), nil
 }
 
 // table writes one row per ranking: the mean over tids of rankOf(the
