@@ -329,21 +329,11 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(w, "serving %s on %s\n", serve.APIVersion, url)
 
-	p := o.Profile
 	out := filepath.Join(o.Dir, "summary.json")
-	cmd := exec.CommandContext(ctx, Python, o.Script, "--out", out, "--seed", strconv.FormatUint(o.Seed, 10),
-		"--warmup-steps", strconv.Itoa(p.WarmupSteps), "--warmup-batch", strconv.Itoa(p.WarmupBatch),
-		"--steps", strconv.Itoa(p.Steps), "--states", strconv.Itoa(p.States), "--group", strconv.Itoa(p.Group),
-		"--eval-states", strconv.Itoa(p.EvalStates), "--epochs", strconv.Itoa(p.Epochs),
-		"--prompt", p.Prompt, "--lr", strconv.FormatFloat(p.LR, 'g', -1, 64), "--save", filepath.Join(o.Dir, "policy"))
-	if p.PerSample {
-		cmd.Args = append(cmd.Args, "--per-sample")
-	}
-	cmd.Env = append(os.Environ(), "LM2LM_URL="+url, "LM2LM_TOKEN=")
-	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Run(); err != nil {
+	if err := trainScript(ctx, o, url, out, w).Run(); err != nil {
 		return nil, fmt.Errorf("train.py: %w", err)
 	}
+	p := o.Profile
 	raw, err := os.ReadFile(out)
 	if err != nil {
 		return nil, err
@@ -372,6 +362,24 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 		return nil, err
 	}
 	return &sum, nil
+}
+
+// trainScript is the command that runs train.py against the service at
+// url, with the profile's schedule and sizes, its summary written to out
+// and its output to w.
+func trainScript(ctx context.Context, o Options, url, out string, w io.Writer) *exec.Cmd {
+	p := o.Profile
+	cmd := exec.CommandContext(ctx, Python, o.Script, "--out", out, "--seed", strconv.FormatUint(o.Seed, 10),
+		"--warmup-steps", strconv.Itoa(p.WarmupSteps), "--warmup-batch", strconv.Itoa(p.WarmupBatch),
+		"--steps", strconv.Itoa(p.Steps), "--states", strconv.Itoa(p.States), "--group", strconv.Itoa(p.Group),
+		"--eval-states", strconv.Itoa(p.EvalStates), "--epochs", strconv.Itoa(p.Epochs),
+		"--prompt", p.Prompt, "--lr", strconv.FormatFloat(p.LR, 'g', -1, 64), "--save", filepath.Join(o.Dir, "policy"))
+	if p.PerSample {
+		cmd.Args = append(cmd.Args, "--per-sample")
+	}
+	cmd.Env = append(os.Environ(), "LM2LM_URL="+url, "LM2LM_TOKEN=")
+	cmd.Stdout, cmd.Stderr = w, w
+	return cmd
 }
 
 // ErrNoRuns marks a chart asked of no run directory.
