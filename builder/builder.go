@@ -2,8 +2,11 @@ package builder
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"path/filepath"
 
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -41,6 +44,9 @@ type Outcome struct {
 	Cost  records.Cost
 	// Log is the tail of the run's log, for humans.
 	Log string
+	// LogFile is where the run's whole log was kept (an executor's
+	// LogDir); "" when it was not.
+	LogFile string
 	// Infeasible is the reason when the run was infeasible (then Execute also
 	// returns an error wrapping ErrInfeasible).
 	Infeasible string
@@ -58,12 +64,48 @@ type Outcome struct {
 	Code *records.Code
 }
 
-// Record returns the real record of j's outcome.
+// Record returns the real record of j's outcome. An infeasible one keeps
+// the tail of its log (records.LogTail), so that the reason can be read
+// from the store; every one keeps where its whole log is.
 func (o Outcome) Record(j Job) records.Record {
-	return records.Record{
+	r := records.Record{
 		Task: j.Task, Proposal: j.Proposal, Gain: o.Gain, Loss: o.Loss,
-		Source: records.Real, Seeds: o.Seeds, Cost: o.Cost, Infeasible: o.Infeasible, Code: o.Code,
+		Source: records.Real, Seeds: o.Seeds, Cost: o.Cost, Infeasible: o.Infeasible, Code: o.Code, LogFile: o.LogFile,
 	}
+	if o.Infeasible != "" {
+		r.Log = records.LogTail(o.Log)
+	}
+	return r
+}
+
+// LogPath returns where an executor with log directory dir keeps the whole
+// log of j: dir/<task>/<mechanism>-<digest of the proposal key>-seed<seed>.log,
+// the task ID and mechanism with every byte outside [A-Za-z0-9._-]
+// replaced by '_' (a proposal is outside input: it never names a path of
+// its own).
+func LogPath(dir string, j Job) string {
+	sum := sha256.Sum256([]byte(j.Proposal.Key()))
+	mech := j.Proposal.Mechanism
+	if len(mech) > 40 {
+		mech = mech[:40]
+	}
+	name := fmt.Sprintf("%s-%x-seed%d.log", FileName(mech), sum[:6], j.Seed)
+	return filepath.Join(dir, FileName(j.Task.ID), name)
+}
+
+// FileName maps s to a file name: every byte outside [A-Za-z0-9._-]
+// becomes '_', and a leading '.' too; "" becomes "_".
+func FileName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' && i > 0) {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 {
+		return "_"
+	}
+	return string(b)
 }
 
 // Builder turns a proposal for a task into a job. A proposal that cannot be

@@ -221,7 +221,11 @@ func (p *Pool) lookup(ctx context.Context, j Job) (Outcome, error, bool) {
 		}
 		p.ledger.Add(func(t *LedgerTotals) { t.Reused++ })
 		o := Outcome{Loss: r.Loss, Gain: r.Gain, Seeds: append([]uint64(nil), r.Seeds...), Cost: r.Cost,
-			Infeasible: r.Infeasible, Log: "builder: outcome reused from the records store", Reused: true, Code: r.Code}
+			Infeasible: r.Infeasible, Log: "builder: outcome reused from the records store", Reused: true, Code: r.Code,
+			LogFile: r.LogFile}
+		if r.Log != "" {
+			o.Log = r.Log
+		}
 		if r.Infeasible != "" {
 			return o, &RunError{Class: ErrInfeasible, Reason: r.Infeasible, Log: o.Log}, true
 		}
@@ -248,7 +252,7 @@ func (p *Pool) run(ctx context.Context, k callKey, c *call, j Job) {
 	if err == nil {
 		// Whatever the executor, an implausible outcome is never evidence.
 		if perr := records.Plausible(out.Record(j)); perr != nil {
-			out, err = Outcome{Cost: out.Cost, Log: out.Log}, implausible(perr, out.Log)
+			out, err = Outcome{Cost: out.Cost, Log: out.Log, LogFile: out.LogFile}, implausible(perr, out.Log)
 		}
 	}
 	if err == nil || (errors.Is(err, ErrInfeasible) && !errors.Is(err, ErrCancelled)) {
@@ -318,7 +322,7 @@ func (p *Pool) attempts(ctx context.Context, j Job) (Outcome, error) {
 
 		if err != nil && timedOut && errors.Is(err, ErrCancelled) {
 			// The inner executor did not tell our timeout from a cancel.
-			out = Outcome{Infeasible: "timed out", Cost: out.Cost, Log: out.Log, Seeds: []uint64{j.Seed}, Code: out.Code}
+			out = Outcome{Infeasible: "timed out", Cost: out.Cost, Log: out.Log, LogFile: out.LogFile, Seeds: []uint64{j.Seed}, Code: out.Code}
 			err = &RunError{Class: ErrInfeasible, Reason: "timed out", Log: out.Log,
 				Err: fmt.Errorf("%w: %w", ErrTimedOut, context.DeadlineExceeded)}
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -313,4 +314,26 @@ func noRepeatedKeys(b []byte) error {
 		return fmt.Errorf("%w: key %q given twice", ErrBadResult, records.Excerpt(k))
 	}
 	return nil
+}
+
+// CreateLog creates (or truncates) the file that keeps j's whole log under
+// dir (LogPath), making its folders.
+func CreateLog(dir string, j Job) (*os.File, error) {
+	p := LogPath(dir, j)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, err
+	}
+	return os.Create(p)
+}
+
+// teeWriter writes to a Tail and to a log file; a failed write to the file
+// (a full disk) never fails the run's output, whose tail is still kept.
+type teeWriter struct {
+	tail *Tail
+	file io.Writer
+}
+
+func (t teeWriter) Write(p []byte) (int, error) {
+	_, _ = t.file.Write(p)
+	return t.tail.Write(p)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +48,10 @@ type SubprocessConfig struct {
 	// KeepDirs keeps the private job directories (for debugging). Default
 	// false.
 	KeepDirs bool
+	// LogDir, when set, keeps every run's whole combined stdout and stderr
+	// at LogPath(LogDir, job) (Outcome.LogFile), written as the run goes;
+	// a retried attempt replaces it. Default "" (only the tail is kept).
+	LogDir string
 	// NoReaper runs the script directly instead of under a reaper. By
 	// default (false), on Linux, the script runs under a re-execution of
 	// this process's own binary that is a child subreaper (prctl(2)
@@ -169,6 +174,23 @@ func (s *Subprocess) Execute(ctx context.Context, j Job) (Outcome, error) {
 	}
 
 	tail := NewTail(s.cfg.LogTail)
+	if s.cfg.LogDir == "" {
+		return s.run(ctx, j, dir, tail, tail)
+	}
+	f, err := CreateLog(s.cfg.LogDir, j)
+	if err != nil {
+		return Outcome{}, &RunError{Class: ErrTransient, Reason: "create log file", Err: err}
+	}
+	defer f.Close()
+	o, err := s.run(ctx, j, dir, teeWriter{tail, f}, tail)
+	o.LogFile = f.Name()
+	return o, err
+}
+
+// run runs the command on the job files in dir, its output to out, of
+// which tail keeps the end.
+func (s *Subprocess) run(ctx context.Context, j Job, dir string, out io.Writer, tail *Tail) (Outcome, error) {
+	jobPath, resultPath := filepath.Join(dir, "job.json"), filepath.Join(dir, "result.json")
 	args := append(append([]string(nil), s.cfg.Command[1:]...), jobPath, resultPath)
 	path, args, reaperEnv, reaped := s.path, args, []string(nil), false
 	if !s.cfg.NoReaper {
@@ -180,7 +202,7 @@ func (s *Subprocess) Execute(ctx context.Context, j Job) (Outcome, error) {
 		cmd.Dir = dir
 	}
 	cmd.Env = append(MinimalEnv(os.Environ(), s.cfg.PassEnv, s.cfg.Env), reaperEnv...)
-	cmd.Stdout, cmd.Stderr = tail, tail
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A child that outlives the script and holds its output open must not
 	// keep Wait from returning; the group kill below then ends it.
@@ -193,7 +215,8 @@ func (s *Subprocess) Execute(ctx context.Context, j Job) (Outcome, error) {
 			// the host's state, which a retry may find changed.
 			class = ErrTransient
 		}
-		return Outcome{}, &RunError{Class: class, Reason: "start " + records.Excerpt(s.cfg.Command[0]), Err: err}
+		fmt.Fprintf(out, "lm2lm: start %s: %v\n", s.cfg.Command[0], err)
+		return Outcome{Log: tail.String()}, &RunError{Class: class, Reason: "start " + records.Excerpt(s.cfg.Command[0]), Log: tail.String(), Err: err}
 	}
 	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)

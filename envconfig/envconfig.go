@@ -136,6 +136,11 @@ type Training struct {
 	// Slots is how many of the executor's slots (e.g. GPUs) one run takes.
 	// Default 1.
 	Slots int64 `yaml:"slots"`
+	// Version names the training code's version: stored runs of another
+	// version are not reused, so that an edited script is run again
+	// (records.Record.Version). At most 256 bytes of printable text.
+	// Default "" (unversioned).
+	Version string `yaml:"version"`
 }
 
 // Executor kinds.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -374,6 +375,9 @@ func (c Config) validateTraining() error {
 	}
 	if t.Slots < 1 || t.Slots > MaxSlots {
 		return bad("training.slots", ErrRange, "%d, want 1..%d", t.Slots, MaxSlots)
+	}
+	if len(t.Version) > records.MaxVersion || strings.IndexFunc(t.Version, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return bad("training.version", ErrRange, "%q, want at most %d bytes of printable text", excerpt(t.Version), records.MaxVersion)
 	}
 	return nil
 }

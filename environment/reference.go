@@ -18,7 +18,8 @@ type RefTask struct {
 	Task    records.Task `json:"task"` // with b_e (ref_loss) and σ_e (seed_noise)
 	Losses  []float64    `json:"losses"`
 	Seeds   []uint64     `json:"seeds"`
-	LeftOut string       `json:"left_out,omitempty"` // why the task has no b_e (an infeasible reference run)
+	LeftOut string       `json:"left_out,omitempty"` // why the task has no b_e (an infeasible or failed reference run)
+	Failed  int          `json:"failed,omitempty"`   // reference runs that gave no outcome (the stage is short of them)
 	PaidNow int          `json:"paid_now"`
 	Reused  int          `json:"reused"`
 	DeviceS float64      `json:"device_seconds"`

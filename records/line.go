@@ -127,7 +127,8 @@ func checkStorable(r Record) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	strs := []string{r.Task.ID, r.Task.Family, r.Task.Description, r.Proposal.Mechanism, r.Proposal.Text, r.Infeasible}
+	strs := []string{r.Task.ID, r.Task.Family, r.Task.Description, r.Proposal.Mechanism, r.Proposal.Text, r.Infeasible,
+		r.Failure, r.Log, r.LogFile, r.Version}
 	for k, v := range r.Proposal.Params {
 		strs = append(strs, k, v)
 	}

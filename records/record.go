@@ -27,10 +27,18 @@ const (
 	// run, whose gain against the seed mean is seed noise, instead of the
 	// gain 0 of a paired no-change run. Reference records are not evidence.
 	Reference Source = "reference"
+	// Failed is a run that was paid for but gave no outcome (a crash, a
+	// missing result, a job the cluster rejected): neither feasible nor
+	// infeasible, so never evidence, but kept with its cost, why it failed
+	// (Record.Failure) and its log, so that nobody pays for a deterministic
+	// failure twice without asking, and the cost report counts it.
+	Failed Source = "failed"
 )
 
 // Valid reports whether s is a known source.
-func (s Source) Valid() bool { return s == Real || s == Predicted || s == Synthetic || s == Reference }
+func (s Source) Valid() bool {
+	return s == Real || s == Predicted || s == Synthetic || s == Reference || s == Failed
+}
 
 // Cost is what producing a record cost.
 type Cost struct {
@@ -73,6 +81,42 @@ type Record struct {
 	// catalogue changes that a recipe expresses. Absent from the JSON when
 	// nil, so older files read unchanged.
 	Code *Code `json:"code,omitempty"`
+	// Failure is why a Failed record's run gave no outcome (the
+	// executor's error); empty for every other source.
+	Failure string `json:"failure,omitempty"`
+	// Log is the tail of the run's combined output (at most MaxLog bytes,
+	// the last ones) for a run that failed or was infeasible; empty
+	// otherwise. LogFile is where the run's whole output was kept, when
+	// the executor kept it.
+	Log     string `json:"log,omitempty"`
+	LogFile string `json:"log_file,omitempty"`
+	// Version is the version of the training code that produced the run,
+	// as its owner names it (cmd/lm2lm: training.version): runs of another
+	// version are not reused. Empty: unversioned.
+	Version string `json:"version,omitempty"`
+}
+
+// MaxLog bounds Record.Log in bytes, MaxLogFile Record.LogFile and
+// Record.Failure, and MaxVersion Record.Version (library choice: 4 KiB
+// holds a Python traceback's last frames and the error; a path or an error
+// message of 4 KiB is already unreadable).
+const (
+	MaxLog     = 4 << 10
+	MaxLogFile = 4 << 10
+	MaxVersion = 256
+)
+
+// LogTail returns the last MaxLog bytes of log, cut on a rune boundary and
+// prefixed by "…" when anything was dropped: what Record.Log keeps.
+func LogTail(log string) string {
+	if len(log) <= MaxLog {
+		return log
+	}
+	cut := len(log) - MaxLog + len("…")
+	for cut < len(log) && log[cut]&0xC0 == 0x80 {
+		cut++
+	}
+	return "…" + log[cut:]
 }
 
 // MaxCodeDiff bounds Code.Diff in bytes (library choice: 400 changed lines
@@ -129,6 +173,12 @@ func (r Record) Validate() error {
 		if err := r.Code.Validate(); err != nil {
 			return fmt.Errorf("record %s/%s: %w", Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()), err)
 		}
+	}
+	switch {
+	case (r.Source == Failed) != (r.Failure != ""):
+		return fmt.Errorf("%w: record %s/%s: a failed record needs a failure, and only a failed one has one", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()))
+	case len(r.Log) > MaxLog || len(r.LogFile) > MaxLogFile || len(r.Failure) > MaxLogFile || len(r.Version) > MaxVersion:
+		return fmt.Errorf("%w: record %s/%s: log, log file, failure or version too long", ErrInvalid, Excerpt(r.Task.ID), Excerpt(r.Proposal.Key()))
 	}
 	return nil
 }

@@ -95,6 +95,11 @@ type Config struct {
 	LogTail int
 	// KeepDirs keeps job directories after the run. Default false.
 	KeepDirs bool
+	// LogDir, when set, keeps every job's whole output (its slurm.log, or
+	// sbatch's message when the job was never submitted) at
+	// builder.LogPath(LogDir, job) once the job ends (Outcome.LogFile).
+	// Default "" (only the tail is kept).
+	LogDir string
 	// Sbatch, Scontrol, Squeue and Scancel are the Slurm commands.
 	// Defaults "sbatch", "scontrol", "squeue", "scancel" (found in PATH).
 	Sbatch, Scontrol, Squeue, Scancel string
@@ -277,23 +282,59 @@ func (x *Executor) Execute(ctx context.Context, j builder.Job) (builder.Outcome,
 	if err := os.WriteFile(filepath.Join(dir, "job.sh"), []byte(x.Script(dir, os.Environ())), 0o700); err != nil {
 		return builder.Outcome{}, &builder.RunError{Class: builder.ErrTransient, Reason: "write batch script", Err: err}
 	}
+	o, err, ended := x.submit(ctx, j, dir)
+	if !ended {
+		keep = true // the job may still write there
+	}
+	if x.cfg.LogDir != "" {
+		o.LogFile = x.keepLog(j, dir, err)
+	}
+	return o, err
+}
+
+// submit submits the job of dir and waits for it to end (wait).
+func (x *Executor) submit(ctx context.Context, j builder.Job, dir string) (builder.Outcome, error, bool) {
 	// sbatch runs detached from ctx: killed halfway, it might have
 	// submitted a job whose ID we would never learn.
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	out, stderr, err := runEnv(sctx, x.SubmitEnv(os.Environ()), x.cfg.Sbatch, x.SbatchArgs(j, dir)...)
 	scancel()
 	if err != nil {
-		return builder.Outcome{}, sbatchError(err, stderr)
+		return builder.Outcome{Log: stderr}, sbatchError(err, stderr), true
 	}
 	id, err := ParseSbatch(out)
 	if err != nil {
-		return builder.Outcome{}, &builder.RunError{Class: builder.ErrFailed, Reason: "sbatch output", Err: err, Log: stderr}
+		return builder.Outcome{Log: stderr}, &builder.RunError{Class: builder.ErrFailed, Reason: "sbatch output", Err: err, Log: stderr}, true
 	}
-	o, rerr, ended := x.wait(ctx, j, id, dir)
-	if !ended {
-		keep = true // the job may still write there
+	return x.wait(ctx, j, id, dir)
+}
+
+// keepLog copies the job's whole output to its log file under LogDir, or,
+// when the job never ran, the log of its error (sbatch's message), and
+// returns the file's path; "" when there was nothing to keep or it could
+// not be kept (the tail is still in the outcome).
+func (x *Executor) keepLog(j builder.Job, dir string, runErr error) string {
+	src, err := os.Open(filepath.Join(dir, "slurm.log"))
+	var from io.Reader
+	if err == nil {
+		defer src.Close()
+		from = src
+	} else {
+		var re *builder.RunError
+		if !errors.As(runErr, &re) || re.Log == "" {
+			return ""
+		}
+		from = strings.NewReader(re.Log)
 	}
-	return o, rerr
+	f, err := builder.CreateLog(x.cfg.LogDir, j)
+	if err != nil {
+		return ""
+	}
+	_, cerr := io.Copy(f, from)
+	if err := f.Close(); err != nil || cerr != nil {
+		return ""
+	}
+	return f.Name()
 }
 
 // sbatchError classifies a failed submission: a request the cluster

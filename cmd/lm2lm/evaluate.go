@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lm2lm/lm2lm"
+	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/envconfig"
 	"github.com/lm2lm/lm2lm/environment/yamlenv"
 	"github.com/lm2lm/lm2lm/evalstat"
@@ -39,6 +41,7 @@ type EvalSummary struct {
 	Reused        int               `json:"runs_reused"`
 	Cost          records.Cost      `json:"cost"`
 	Failures      []string          `json:"failures,omitempty"`
+	Failed        int               `json:"failed"` // runs that gave no outcome (their proposals are not measured)
 }
 
 // proposer returns the trained proposer of evaluate.proposer.
@@ -71,7 +74,7 @@ func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode,
 	if err != nil {
 		return err
 	}
-	pr, err := prepare(ctx, e, p, false, stdout)
+	pr, err := prepare(ctx, e, p, false, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -86,10 +89,13 @@ func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode,
 	if err != nil {
 		return err
 	}
+	failures := e.Failures()
+	printFailures(stderr, failures)
 	sum, err := summarize(cfg, rep)
 	if err != nil {
-		return err
+		return errors.Join(err, short("evaluate", len(failures)))
 	}
+	sum.Failed = len(failures)
 	for _, t := range held {
 		sum.Tasks = append(sum.Tasks, t.ID)
 	}
@@ -98,14 +104,15 @@ func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode,
 		return err
 	}
 	// Every evaluation is kept for the report verb, by model and seed.
-	if _, err := e.WriteReport(filepath.Join("evaluations", fileName(sum.Model)+"-seed"+strconv.FormatUint(sum.Seed, 10)+".json"), sum); err != nil {
+	if _, err := e.WriteReport(filepath.Join("evaluations", builder.FileName(sum.Model)+"-seed"+strconv.FormatUint(sum.Seed, 10)+".json"), sum); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "evaluate %s: %d held-out tasks × %d states × %d proposals\n", sum.Model, len(held), sum.StatesPerTask, sum.K)
 	fmt.Fprintf(stdout, "  Avg@%d %s σ_e   Best@%d %s σ_e   (95%% bootstrap over %d states)\n", sum.K, sum.AvgK, sum.K, sum.BestK, sum.States)
 	fmt.Fprintf(stdout, "  gain ≤ 0: %s   gain > 2σ_e: %s   infeasible %.1f%%   invalid %d\n", sum.NegativeRate, sum.Above2Sigma, 100*sum.Infeasible, sum.Invalid)
-	fmt.Fprintf(stdout, "evaluate: %d runs paid now, %d reused from %s (%.1f s); report %s\n", sum.Runs, sum.Reused, cfg.Store, time.Since(start).Seconds(), path)
-	return nil
+	fmt.Fprintf(stdout, "evaluate: %d runs paid now, %d reused from %s, %d failed (%.1f s); report %s\n", sum.Runs, sum.Reused, cfg.Store,
+		sum.Failed, time.Since(start).Seconds(), path)
+	return short("evaluate", sum.Failed)
 }
 
 // summarize turns an evaluation into its report: Avg@K, Best@K and the
@@ -137,19 +144,4 @@ func summarize(cfg envconfig.Config, rep lm2lm.EvalReport) (EvalSummary, error) 
 	}
 	s.AvgK, s.BestK, s.NegativeRate, s.Above2Sigma = sm.AvgK, sm.BestK, sm.NegativeRate, sm.Above
 	return s, nil
-}
-
-// fileName maps a model name to a file name: every byte outside
-// [A-Za-z0-9._-] becomes '_', and a leading '.' too.
-func fileName(model string) string {
-	b := []byte(model)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' && i > 0) {
-			b[i] = '_'
-		}
-	}
-	if len(b) == 0 {
-		return "_"
-	}
-	return string(b)
 }

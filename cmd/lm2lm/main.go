@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,6 +43,12 @@ Verbs:
                 the held-out tasks: k proposals per state run for real, Avg@K
                 and Best@K with bootstrap intervals (<out>/evaluate.json, kept
                 as <out>/evaluations/<model>-seed<seed>.json)
+  forget        take stored runs out of the store, so that the next verb
+                that needs them runs them again (after fixing the script):
+                -failed (runs that gave no outcome), -infeasible, -task ID,
+                -version V (runs of training.version V; "" = unversioned),
+                -all; combined, a run must match all given. The runs are
+                kept in <store name>.forgotten.jsonl
   report        tables and charts of what is in the store and under <out>:
                 real runs, device-hours and money by stage, per-task gains,
                 every kept evaluation (<out>/report.md, report.json,
@@ -124,10 +131,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		defer e.Close()
-		_, err = prepare(ctx, e, p, verb == "m0", stdout)
+		_, err = prepare(ctx, e, p, verb == "m0", stdout, stderr)
 		return err
 	case "serve":
 		return serveVerb(ctx, cfg, mode, rest, getenv, stdout, stderr)
+	case "forget":
+		return forgetVerb(ctx, cfg, rest, stdout, stderr)
 	case "report":
 		if len(rest) > 0 {
 			return usageErr(stderr, "report takes no arguments")
@@ -139,7 +148,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return evaluateVerb(ctx, cfg, mode, getenv, stdout, stderr)
 	}
-	return usageErr(stderr, "unknown verb %q (print-config, reference, m0, serve, evaluate, report)", verb)
+	return usageErr(stderr, "unknown verb %q (print-config, reference, m0, serve, evaluate, forget, report)", verb)
 }
 
 // open opens the environment of cfg with progress in mode on w.
@@ -155,8 +164,10 @@ func open(cfg envconfig.Config, mode progress.Mode, w io.Writer) (*yamlenv.Env, 
 
 // M0Report is what the m0 stage measured (<out>/m0.json).
 type M0Report struct {
-	Records    int          `json:"records"`
-	Infeasible int          `json:"infeasible"`
+	Records    int               `json:"records"`
+	Infeasible int               `json:"infeasible"`
+	Failed     int               `json:"failed"` // draws whose run gave no outcome (Failures)
+	Failures   []yamlenv.Failure `json:"failures,omitempty"`
 	PaidNow    int          `json:"paid_now"`
 	Reused     int          `json:"reused"`
 	Cost       records.Cost `json:"cost_paid_now"`
@@ -166,7 +177,7 @@ type M0Report struct {
 // prepare runs the reference stage and, with withM0, M_0
 // (environment.Prepare), printing what each measured and paid and writing
 // their reports as each ends.
-func prepare(ctx context.Context, e *yamlenv.Env, p environment.Progress, withM0 bool, w io.Writer) (environment.Prepared, error) {
+func prepare(ctx context.Context, e *yamlenv.Env, p environment.Progress, withM0 bool, w, errw io.Writer) (environment.Prepared, error) {
 	cfg := e.File()
 	start := time.Now()
 	o := environment.Options{Seed: cfg.M0.Seed, Parallel: int(cfg.Executor.Slots), Progress: p}
@@ -177,9 +188,9 @@ func prepare(ctx context.Context, e *yamlenv.Env, p environment.Progress, withM0
 		var err error
 		switch s {
 		case environment.StageReferences:
-			err = printReferences(e, pr.References, start, w)
+			err = printReferences(e, pr.References, start, w, errw)
 		case environment.StageM0:
-			err = printM0(e, pr, start, w)
+			err = printM0(e, pr, start, w, errw)
 		}
 		start = time.Now()
 		return err
@@ -188,13 +199,19 @@ func prepare(ctx context.Context, e *yamlenv.Env, p environment.Progress, withM0
 }
 
 // printReferences prints each task's reference row and what the stage
-// paid, and writes its report (<out>/reference.json).
-func printReferences(e *yamlenv.Env, refs []environment.RefTask, start time.Time, w io.Writer) error {
-	paid, reused := 0, 0
+// paid, and writes its report (<out>/reference.json); runs that gave no
+// outcome are printed with their logs on errw, and make it an error
+// wrapping errShort.
+func printReferences(e *yamlenv.Env, refs []environment.RefTask, start time.Time, w, errw io.Writer) error {
+	paid, reused, failed := 0, 0, 0
 	for _, r := range refs {
-		paid, reused = paid+r.PaidNow, reused+r.Reused
+		paid, reused, failed = paid+r.PaidNow, reused+r.Reused, failed+r.Failed
 		if r.LeftOut != "" {
-			fmt.Fprintf(w, "%-24s %-8s left out: reference run infeasible (%s)\n", r.Task.ID, r.Task.Split, r.LeftOut)
+			why := "reference run infeasible"
+			if r.Failed > 0 {
+				why = "reference run failed"
+			}
+			fmt.Fprintf(w, "%-24s %-8s left out: %s (%s)\n", r.Task.ID, r.Task.Split, why, r.LeftOut)
 			continue
 		}
 		fmt.Fprintf(w, "%-24s %-8s b_e %.6g, σ_e %.3g (%d seeds)\n", r.Task.ID, r.Task.Split, r.Task.RefLoss, r.Task.SeedNoise, len(r.Seeds))
@@ -204,13 +221,16 @@ func printReferences(e *yamlenv.Env, refs []environment.RefTask, start time.Time
 		return err
 	}
 	fmt.Fprintf(w, "reference: %d runs paid now, %d reused from %s (%.1f s); report %s\n", paid, reused, e.File().Store, time.Since(start).Seconds(), path)
-	return nil
+	printFailures(errw, e.ReferenceFailures())
+	return short("reference", failed)
 }
 
 // printM0 prints what M_0 measured and paid and writes its report
 // (<out>/m0.json).
-func printM0(e *yamlenv.Env, pr environment.Prepared, start time.Time, w io.Writer) error {
-	rep := M0Report{Records: pr.M0.Len(), PaidNow: pr.M0Spent.Runs, Reused: pr.M0Spent.Reused, Cost: pr.M0Spent.Cost, Seed: e.File().M0.Seed}
+func printM0(e *yamlenv.Env, pr environment.Prepared, start time.Time, w, errw io.Writer) error {
+	rep := M0Report{Records: pr.M0.Len(), PaidNow: pr.M0Spent.Runs, Reused: pr.M0Spent.Reused, Cost: pr.M0Spent.Cost, Seed: e.File().M0.Seed,
+		Failures: e.Failures()}
+	rep.Failed = len(rep.Failures)
 	for _, r := range pr.M0.Records() {
 		if r.Infeasible != "" {
 			rep.Infeasible++
@@ -220,9 +240,52 @@ func printM0(e *yamlenv.Env, pr environment.Prepared, start time.Time, w io.Writ
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "M_0: %d records (%d infeasible): %d runs paid now, %d reused from the store (%.1f s); report %s\n",
-		rep.Records, rep.Infeasible, rep.PaidNow, rep.Reused, time.Since(start).Seconds(), path)
-	return nil
+	fmt.Fprintf(w, "M_0: %d records (%d infeasible, %d failed): %d runs paid now, %d reused from the store (%.3g device-hours paid, %.1f s); report %s\n",
+		rep.Records, rep.Infeasible, rep.Failed, rep.PaidNow, rep.Reused, rep.Cost.DeviceSeconds/3600, time.Since(start).Seconds(), path)
+	printFailures(errw, rep.Failures)
+	return short("M_0", rep.Failed)
+}
+
+// errShort: a stage ended short of the runs it needed (runs that gave no
+// outcome); the verb exits non-zero.
+var errShort = errors.New("short of runs")
+
+// short returns an error wrapping errShort when failed runs left stage
+// short, naming the way out.
+func short(stage string, failed int) error {
+	if failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: %d runs gave no outcome (each with its log above); fix the cause, then "+
+		"`lm2lm -config FILE forget -failed` and run again (a failure is not paid for twice until forgotten)", stage, errShort, failed)
+}
+
+// printFailures prints each failed run with the end of its log.
+func printFailures(w io.Writer, fs []yamlenv.Failure) {
+	for _, f := range fs {
+		when := "paid now"
+		if f.Earlier {
+			when = "failed before, not paid again"
+		}
+		fmt.Fprintf(w, "FAILED %s %s seed %d (%s): %s\n", f.Task, f.Key, f.Seed, when, f.Reason)
+		if f.LogFile != "" {
+			fmt.Fprintf(w, "  log: %s\n", f.LogFile)
+		}
+		for _, l := range lastLines(f.Log, 12) {
+			fmt.Fprintf(w, "  | %s\n", l)
+		}
+	}
+}
+
+// lastLines returns the last n non-empty lines of s.
+func lastLines(s string, n int) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if strings.TrimSpace(l) != "" {
+			out = append(out, strings.TrimRight(l, "\r"))
+		}
+	}
+	return out[max(0, len(out)-n):]
 }
 
 // serveVerb runs the environment service over the environment.
@@ -261,7 +324,7 @@ func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, ar
 	if err != nil {
 		return err
 	}
-	pr, err := prepare(ctx, e, p, true, stdout)
+	pr, err := prepare(ctx, e, p, true, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -276,4 +339,36 @@ func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, ar
 	fmt.Fprintf(stdout, "serving %s on http://%s (%d training and %d held-out tasks, step %d, %d calibrations, M %d records)\n",
 		serve.APIVersion, ln.Addr(), len(train), len(held), in.Step, in.Calibrations, in.Evidence)
 	return s.Serve(ctx, ln)
+}
+
+// forgetVerb takes the selected runs out of the store (yamlenv.Forget).
+func forgetVerb(ctx context.Context, cfg envconfig.Config, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("lm2lm forget", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sel yamlenv.Selection
+	fs.BoolVar(&sel.Failed, "failed", false, "runs that gave no outcome")
+	fs.BoolVar(&sel.Infeasible, "infeasible", false, "infeasible runs (reference runs included)")
+	fs.StringVar(&sel.Task, "task", "", "runs of this task only")
+	version := fs.String("version", "", "runs of this training.version only (\"\" = unversioned; give -version= for it)")
+	fs.BoolVar(&sel.All, "all", false, "every run (with no other flag: the whole store)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErr(stderr, "forget: unexpected arguments %q", fs.Args())
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "version" {
+			sel.Version = version
+		}
+	})
+	if sel == (yamlenv.Selection{}) {
+		return usageErr(stderr, "forget: say what: -failed, -infeasible, -task ID, -version V or -all")
+	}
+	forgot, kept, err := yamlenv.Forget(ctx, cfg.Store, sel)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "forget: %d runs taken out of %s (kept in %s), %d left\n", forgot, cfg.Store, yamlenv.ForgottenPath(cfg.Store), kept)
+	return nil
 }

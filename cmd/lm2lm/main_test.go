@@ -120,7 +120,7 @@ func TestReferenceM0ReferencePaysNothingTwice(t *testing.T) {
 	out.Reset()
 	require.NoError(t, run(ctx, []string{"-config", p, "-progress", "lines", "m0"}, noEnv, &out, &errb), errb.String())
 	require.Contains(t, out.String(), "reference: 0 runs paid now, 8 reused")
-	require.Contains(t, out.String(), "M_0: 6 records (0 infeasible): 6 runs paid now, 0 reused")
+	require.Contains(t, out.String(), "M_0: 6 records (0 infeasible, 0 failed): 6 runs paid now, 0 reused")
 	ref, real = storeCounts(t, store)
 	require.Equal(t, [2]int{8, 6}, [2]int{ref, real})
 
@@ -141,7 +141,7 @@ func TestReferenceM0ReferencePaysNothingTwice(t *testing.T) {
 	require.Contains(t, out.String(), "reference: 0 runs paid now, 8 reused")
 	out.Reset()
 	require.NoError(t, run(ctx, []string{"-config", p, "m0"}, noEnv, &out, &errb))
-	require.Contains(t, out.String(), "M_0: 6 records (0 infeasible): 0 runs paid now, 6 reused")
+	require.Contains(t, out.String(), "M_0: 6 records (0 infeasible, 0 failed): 0 runs paid now, 6 reused")
 	ref, real = storeCounts(t, store)
 	require.Equal(t, [2]int{8, 6}, [2]int{ref, real}, "nothing paid twice")
 }

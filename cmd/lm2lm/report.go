@@ -50,6 +50,7 @@ type StageCost struct {
 	Stage       string  `json:"stage"`
 	Runs        int     `json:"runs"`
 	Infeasible  int     `json:"infeasible"`
+	Failed      int     `json:"failed"` // of Runs, runs that gave no outcome (paid all the same)
 	DeviceHours float64 `json:"device_hours"`
 	WallHours   float64 `json:"wall_hours"`
 	Money       float64 `json:"money"`
@@ -57,7 +58,10 @@ type StageCost struct {
 
 func (s *StageCost) add(r records.Record, price float64) {
 	s.Runs++
-	if r.Infeasible != "" {
+	switch {
+	case r.Source == records.Failed:
+		s.Failed++
+	case r.Infeasible != "":
 		s.Infeasible++
 	}
 	s.DeviceHours += r.Cost.DeviceSeconds / 3600
@@ -75,6 +79,7 @@ type TaskRow struct {
 	LeftOut     string  `json:"left_out,omitempty"`
 	Real        int     `json:"real_records"`
 	Infeasible  int     `json:"infeasible"`
+	Failed      int     `json:"failed"`
 	MeanGain    float64 `json:"mean_gain_sigma"`
 	BestGain    float64 `json:"best_gain_sigma"`
 	Best        string  `json:"best_proposal,omitempty"`
@@ -177,7 +182,9 @@ func buildReport(ctx context.Context, cfg envconfig.Config, store records.Store)
 			continue
 		}
 		stages[stage].add(r, cfg.PricePerDeviceHour)
-		if row := rows[r.Task.ID]; row != nil { // nil: a task no longer in the file
+		// Every version's runs were paid for; the gains are the current
+		// version's.
+		if row := rows[r.Task.ID]; row != nil && r.Version == cfg.Training.Version { // nil: a task no longer in the file
 			sums[r.Task.ID] += row.count(r)
 		}
 	}
@@ -196,6 +203,7 @@ func buildReport(ctx context.Context, cfg envconfig.Config, store records.Store)
 		rep.Stages = append(rep.Stages, st)
 		rep.Total.Runs += st.Runs
 		rep.Total.Infeasible += st.Infeasible
+		rep.Total.Failed += st.Failed
 		rep.Total.DeviceHours += st.DeviceHours
 		rep.Total.WallHours += st.WallHours
 	}
@@ -236,14 +244,15 @@ func taskRows(refs []environment.RefTask) (map[string]*TaskRow, []string) {
 	return rows, ids
 }
 
-// stageOf returns the stage that paid for r: reference runs, M_0 (its
-// draw's keys m0), calibration, or evaluation (held-out tasks); ok is
-// false for a record no stage paid for (synthetic).
+// stageOf returns the stage that paid for r: reference runs (a failed run
+// of the no-change proposal is one), M_0 (its draw's keys m0),
+// calibration, or evaluation (held-out tasks); ok is false for a record no
+// stage paid for (synthetic).
 func stageOf(r records.Record, m0 map[string]bool) (string, bool) {
 	switch {
-	case r.Source == records.Reference:
+	case r.Source == records.Reference || r.Source == records.Failed && r.Proposal.IsNoChange():
 		return stageReference, true
-	case r.Source != records.Real:
+	case r.Source != records.Real && r.Source != records.Failed:
 		return "", false
 	case r.Task.Split != records.Train:
 		return stageEvaluation, true
@@ -257,6 +266,9 @@ func stageOf(r records.Record, m0 map[string]bool) (string, bool) {
 // is not a feasible real run of a task with a reference).
 func (row *TaskRow) count(r records.Record) float64 {
 	row.DeviceHours += r.Cost.DeviceSeconds / 3600
+	if r.Source == records.Failed {
+		row.Failed++
+	}
 	if r.Source != records.Real {
 		return 0
 	}
@@ -323,10 +335,10 @@ func writeTables(w io.Writer, rep Report, markdown bool) {
 	}
 	var rows [][]string
 	for _, s := range append(append([]StageCost(nil), rep.Stages...), rep.Total) {
-		rows = append(rows, []string{s.Stage, fmt.Sprint(s.Runs), fmt.Sprint(s.Infeasible),
+		rows = append(rows, []string{s.Stage, fmt.Sprint(s.Runs), fmt.Sprint(s.Infeasible), fmt.Sprint(s.Failed),
 			fmt.Sprintf("%.3f", s.DeviceHours), fmt.Sprintf("%.3f", s.WallHours), fmt.Sprintf("%.2f", s.Money)})
 	}
-	table("Real runs paid, by stage", []string{"stage", "runs", "infeasible", "device-hours", "wall-hours", "money"}, rows)
+	table("Real runs paid, by stage", []string{"stage", "runs", "infeasible", "failed", "device-hours", "wall-hours", "money"}, rows)
 	rows = nil
 	num := func(x float64, f string) string {
 		if math.IsNaN(x) {
@@ -343,10 +355,10 @@ func writeTables(w io.Writer, rep Report, markdown bool) {
 		if t.Best != "" {
 			best += " " + t.Best
 		}
-		rows = append(rows, []string{t.ID, t.Split, ref, fmt.Sprint(t.Real), fmt.Sprint(t.Infeasible),
+		rows = append(rows, []string{t.ID, t.Split, ref, fmt.Sprint(t.Real), fmt.Sprint(t.Infeasible), fmt.Sprint(t.Failed),
 			num(t.MeanGain, "%+.2f"), best, fmt.Sprintf("%.3f", t.DeviceHours)})
 	}
-	table("Tasks (gains in σ_e units against b_e)", []string{"task", "split", "b_e ± σ_e", "real records", "infeasible",
+	table("Tasks (gains in σ_e units against b_e)", []string{"task", "split", "b_e ± σ_e", "real records", "infeasible", "failed",
 		"mean gain", "best gain", "device-hours"}, rows)
 	if len(rep.Evaluations) > 0 {
 		rows = nil

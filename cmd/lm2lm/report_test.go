@@ -150,12 +150,6 @@ func TestReportAfterTheVerbs(t *testing.T) {
 	require.Contains(t, out.String(), "Real runs paid, by stage")
 }
 
-func TestFileName(t *testing.T) {
-	for in, want := range map[string]string{"": "_", "gpt-4o": "gpt-4o", "org/m:1": "org_m_1", "..": "_.", "../x": "_._x", "a b\x00": "a_b_"} {
-		require.Equal(t, want, fileName(in), "%q", in)
-	}
-}
-
 // A kept evaluation that is not an evaluation's JSON stops the report with
 // an error naming the file; no evaluation at all is no table.
 func TestReadEvaluations(t *testing.T) {

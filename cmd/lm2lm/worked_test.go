@@ -158,7 +158,7 @@ func TestWorkedExample(t *testing.T) {
 		require.FileExists(t, filepath.Join(dir, "lm2lm-out", f))
 	}
 	// Every verb again pays nothing.
-	require.Contains(t, lm2lm("m0"), "M_0: 4 records (0 infeasible): 0 runs paid now, 4 reused")
+	require.Contains(t, lm2lm("m0"), "M_0: 4 records (0 infeasible, 0 failed): 0 runs paid now, 4 reused")
 	require.Contains(t, lm2lm("evaluate"), "evaluate: 0 runs paid now, 2 reused")
 
 	// Once more with the embedded world model on the local executor, over
@@ -171,7 +171,7 @@ func TestWorkedExample(t *testing.T) {
 	require.NotEqual(t, config, emb)
 	cfgPath = filepath.Join(dir, "env-embedded.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(emb), 0o644))
-	require.Contains(t, lm2lm("m0"), "M_0: 4 records (0 infeasible): 0 runs paid now, 4 reused")
+	require.Contains(t, lm2lm("m0"), "M_0: 4 records (0 infeasible, 0 failed): 0 runs paid now, 4 reused")
 	url, stop = serveInBackground(t, cfgPath)
 	score(t, url, 0, 4)
 	stop()

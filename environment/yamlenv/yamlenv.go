@@ -40,10 +40,13 @@ import (
 type Env struct {
 	cfg   envconfig.Config
 	store *records.FileStore
+	view  records.Store // the store as the training code's version sees it
 	exec  builder.Executor
 	cards []records.Card
 	b     *envBuilder
-	pool  *builder.Pool
+	rec   *recorder // the pool, remembering failed runs
+
+	refFailures []Failure // of the last ReferenceRuns
 }
 
 var _ environment.Environment = (*Env)(nil)
@@ -67,13 +70,31 @@ func Open(cfg envconfig.Config) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{cfg: cfg, store: store, exec: ex, cards: cards, b: newBuilder(cfg, cards)}
-	if e.pool, err = e.newPool(store); err != nil {
+	e := &Env{cfg: cfg, store: store, view: View(store, cfg.Training.Version), exec: ex, cards: cards, b: newBuilder(cfg, cards)}
+	pool, err := e.newPool(e.view)
+	if err != nil {
 		store.Close()
 		return nil, err
 	}
+	e.rec = e.remember(pool)
 	return e, nil
 }
+
+// remember wraps ex in a recorder of failed runs over the environment's
+// store.
+func (e *Env) remember(ex builder.Executor) *recorder {
+	return &recorder{inner: ex, store: e.view, minNoise: e.cfg.Reference.MinSeedNoise, now: time.Now}
+}
+
+// Failures returns the runs through Executor that gave no outcome since
+// the last call, paid now or read back from the store (Failure.Earlier),
+// ordered by task, proposal and seed. Each paid now is in the store as a
+// records.Failed record, with its log tail and log file.
+func (e *Env) Failures() []Failure { return e.rec.take() }
+
+// LogDir returns where every run's whole log is kept: logs/ beside the
+// store.
+func LogDir(cfg envconfig.Config) string { return filepath.Join(filepath.Dir(cfg.Store), "logs") }
 
 // Close closes the store.
 func (e *Env) Close() error { return e.store.Close() }
@@ -90,8 +111,11 @@ func (e *Env) Builder() builder.Builder { return e.b }
 
 // Executor returns the pool over the training command: executor.slots
 // slots, executor.max_attempts, training.timeout, the price per
-// device-hour, and idempotent over the store.
-func (e *Env) Executor() builder.Executor { return e.pool }
+// device-hour, and idempotent over the store (the records of
+// training.version). A run that gives no outcome is kept in the store as a
+// records.Failed record and not run again until it is forgotten (Forget);
+// Failures lists them.
+func (e *Env) Executor() builder.Executor { return e.rec }
 
 // Catalogue returns the catalogue's cards.
 func (e *Env) Catalogue() []records.Card { return e.cards }
@@ -107,6 +131,7 @@ func executor(cfg envconfig.Config) (builder.Executor, error) {
 		sc.Partition, sc.Account, sc.QOS = s.Partition, s.Account, s.QOS
 		sc.GRES, sc.SlotGRES, sc.CPUsPerTask, sc.Mem = s.GRES, s.SlotGRES, s.CPUsPerTask, s.Mem
 		sc.TimeLimit, sc.WorkDir, sc.ExtraArgs = s.TimeLimit, s.WorkDir, s.ExtraArgs
+		sc.LogDir = LogDir(cfg)
 		if err := os.MkdirAll(s.WorkDir, 0o755); err != nil {
 			return nil, err
 		}
@@ -114,6 +139,7 @@ func executor(cfg envconfig.Config) (builder.Executor, error) {
 	default:
 		sc := builder.DefaultSubprocessConfig()
 		sc.Command, sc.PassEnv, sc.Env = t.Command, t.PassEnv, t.Env
+		sc.LogDir = LogDir(cfg)
 		return builder.NewSubprocess(sc)
 	}
 }
@@ -248,27 +274,31 @@ func (b *envBuilder) check(p records.Proposal) error {
 	return nil
 }
 
-// references runs every task's reference recipe for its seeds (or reads
+// ReferenceRuns runs every task's reference recipe for its seeds (or reads
 // the runs back from the store) and returns b_e and σ_e per task. Each run
 // is appended to the store as soon as it finishes, as a records.Reference
 // record (not Real: its no-change proposal must not stand for a paired
-// no-change run), so a killed and rerun stage pays for no run twice.
+// no-change run), so a killed and rerun stage pays for no run twice. A run
+// that gives no outcome is a records.Failed record, not paid again until
+// forgotten; its task is left out with the failure (RefTask.Failed) and
+// ReferenceFailures lists it.
 //
 // Afterwards the builder's jobs carry the reference losses by seed.
 func (e *Env) ReferenceRuns(ctx context.Context, p environment.Progress) ([]environment.RefTask, error) {
-	b := e.b
 	type todo struct {
 		i    int
 		seed uint64
 	}
-	out, stored, err := scanReferences(ctx, e.cfg, e.store)
+	out, stored, err := scanReferences(ctx, e.cfg, e.view)
 	if err != nil {
 		return nil, err
 	}
 	var missing []todo
 	for i := range out {
 		for _, s := range out[i].Seeds {
-			if _, ok := stored[i][s]; ok {
+			// A stored failure is asked for again: the recorder answers it
+			// from the store, and the stage lists it.
+			if r, ok := stored[i][s]; ok && r.Source != records.Failed {
 				out[i].Reused++
 			} else {
 				missing = append(missing, todo{i, s})
@@ -281,30 +311,36 @@ func (e *Env) ReferenceRuns(ctx context.Context, p environment.Progress) ([]envi
 	if err != nil {
 		return nil, err
 	}
+	rec := e.remember(pool)
 	rep, err := p.Start("reference runs", len(missing))
 	if err != nil {
 		return nil, err
 	}
-	ex := progress.Executor(pool, rep)
+	ex := progress.Executor(rec, rep)
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(int(e.cfg.Executor.Slots))
 	for _, m := range missing {
 		g.Go(func() error {
-			r, err := e.referenceRun(ctx, gctx, ex, out[m.i].Task, m.seed)
+			r, paid, err := e.referenceRun(ctx, gctx, ex, out[m.i].Task, m.seed)
 			if err != nil {
 				return err
 			}
 			mu.Lock()
+			defer mu.Unlock()
+			if paid {
+				out[m.i].PaidNow++
+				out[m.i].DeviceS += r.Cost.DeviceSeconds
+			} else {
+				out[m.i].Reused++
+			}
 			stored[m.i][m.seed] = r
-			out[m.i].PaidNow++
-			out[m.i].DeviceS += r.Cost.DeviceSeconds
-			mu.Unlock()
 			return nil
 		})
 	}
 	err = g.Wait()
 	rep.Finish()
+	e.refFailures = rec.take()
 	if err != nil {
 		return nil, err
 	}
@@ -312,21 +348,27 @@ func (e *Env) ReferenceRuns(ctx context.Context, p environment.Progress) ([]envi
 	for _, r := range out {
 		if r.LeftOut == "" {
 			for i, s := range r.Seeds {
-				b.setReference(r.Task.ID, s, r.Losses[i])
+				e.b.setReference(r.Task.ID, s, r.Losses[i])
 			}
 		}
 	}
 	return out, nil
 }
 
+// ReferenceFailures returns the reference runs of the last ReferenceRuns
+// that gave no outcome (paid then, or read back from the store).
+func (e *Env) ReferenceFailures() []Failure { return e.refFailures }
+
 // referenceRun runs task t's reference recipe with seed through ex (b_e
 // and σ_e unknown: 0 in the job) and appends its record to the store as a
 // records.Reference record; an infeasible run is a record with Infeasible
-// set, any other failure an error.
-func (e *Env) referenceRun(ctx, runCtx context.Context, ex builder.Executor, t records.Task, seed uint64) (records.Record, error) {
+// set, a run that gave no outcome a records.Failed record (appended by the
+// recorder ex wraps), any other failure an error. paid reports whether the
+// run was paid for now.
+func (e *Env) referenceRun(ctx, runCtx context.Context, ex builder.Executor, t records.Task, seed uint64) (records.Record, bool, error) {
 	j, err := e.b.job(t, records.Proposal{Mechanism: records.NoChange}, seed, false)
 	if err != nil {
-		return records.Record{}, err
+		return records.Record{}, false, err
 	}
 	o, err := ex.Execute(runCtx, j)
 	r := o.Record(j)
@@ -337,15 +379,18 @@ func (e *Env) referenceRun(ctx, runCtx context.Context, ex builder.Executor, t r
 		if r.Infeasible == "" {
 			r.Infeasible = err.Error()
 		}
+	case builder.Class(err) == builder.ErrFailed && runCtx.Err() == nil:
+		r.Source, r.Failure = records.Failed, err.Error()
+		return r, !o.Reused, nil
 	case err != nil:
-		return r, fmt.Errorf("reference run of %s seed %d: %w", t.ID, seed, err)
+		return r, false, fmt.Errorf("reference run of %s seed %d: %w", t.ID, seed, err)
 	default:
 		r.Gain = 0
 	}
 	// The record's task is the task as known at the run: b_e its own loss;
 	// the stage computes the task's b_e and σ_e from all seeds.
 	r.Task.RefLoss, r.Task.SeedNoise = r.Loss, e.cfg.Reference.MinSeedNoise
-	return r, e.store.Append(ctx, r)
+	return r, true, e.view.Append(ctx, r)
 }
 
 // aggregate sets b_e and σ_e of every task of out from its stored
@@ -355,15 +400,21 @@ func aggregate(cfg envconfig.Config, out []environment.RefTask, stored []map[uin
 	for i := range out {
 		for _, s := range out[i].Seeds {
 			r, ok := stored[i][s]
-			if !ok {
-				out[i].LeftOut = fmt.Sprintf("seed %d: no reference run in the store", s)
-				break
+			why := ""
+			switch {
+			case !ok:
+				why = "no reference run in the store"
+			case r.Source == records.Failed:
+				out[i].Failed++
+				why = "run failed: " + r.Failure
+			case r.Infeasible != "":
+				why = r.Infeasible
+			default:
+				out[i].Losses = append(out[i].Losses, r.Loss)
 			}
-			if r.Infeasible != "" {
-				out[i].LeftOut = fmt.Sprintf("seed %d: %s", s, r.Infeasible)
-				break
+			if why != "" && out[i].LeftOut == "" {
+				out[i].LeftOut = fmt.Sprintf("seed %d: %s", s, why)
 			}
-			out[i].Losses = append(out[i].Losses, r.Loss)
 		}
 		if out[i].LeftOut == "" {
 			mean, std := stat.MeanStd(out[i].Losses)
@@ -375,11 +426,12 @@ func aggregate(cfg envconfig.Config, out []environment.RefTask, stored []map[uin
 }
 
 // StoredReferences is ReferenceRuns without running anything: b_e and σ_e
-// of every task from the reference runs in store, a task with a seed not
-// yet run left out with the reason. PaidNow is 0; Reused counts the stored
-// runs. It reads store only (which may be opened read-only).
+// of every task from the reference runs in store (of training.version), a
+// task with a seed not yet run left out with the reason. PaidNow is 0;
+// Reused counts the stored runs. It reads store only (which may be opened
+// read-only).
 func StoredReferences(ctx context.Context, cfg envconfig.Config, store records.Store) ([]environment.RefTask, error) {
-	out, stored, err := scanReferences(ctx, cfg, store)
+	out, stored, err := scanReferences(ctx, cfg, View(store, cfg.Training.Version))
 	if err != nil {
 		return nil, err
 	}
@@ -393,20 +445,24 @@ func StoredReferences(ctx context.Context, cfg envconfig.Config, store records.S
 	return out, nil
 }
 
-// scanReferences reads every task's stored reference runs by seed.
+// scanReferences reads every task's stored reference runs by seed: its
+// reference record, else its failure (a records.Failed record).
 func scanReferences(ctx context.Context, cfg envconfig.Config, store records.Store) ([]environment.RefTask, []map[uint64]records.Record, error) {
 	none := records.Proposal{Mechanism: records.NoChange}
 	out := make([]environment.RefTask, len(cfg.Tasks))
 	stored := make([]map[uint64]records.Record, len(cfg.Tasks))
 	for i, t := range cfg.TaskRecords() {
 		out[i] = environment.RefTask{Task: t, Seeds: cfg.Tasks[i].Seeds}
-		rs, err := store.Scan(ctx, records.Filter{TaskID: t.ID, Key: none.Key(), Source: records.Reference})
+		rs, err := store.Scan(ctx, records.Filter{TaskID: t.ID, Key: none.Key()})
 		if err != nil {
 			return nil, nil, err
 		}
 		stored[i] = map[uint64]records.Record{}
 		for _, r := range rs {
-			if len(r.Seeds) == 1 && slices.Contains(out[i].Seeds, r.Seeds[0]) {
+			if len(r.Seeds) != 1 || !slices.Contains(out[i].Seeds, r.Seeds[0]) {
+				continue
+			}
+			if _, ok := stored[i][r.Seeds[0]]; r.Source == records.Reference || r.Source == records.Failed && !ok {
 				stored[i][r.Seeds[0]] = r
 			}
 		}
