@@ -104,11 +104,39 @@ func TestSlurmTimeLimitIsInfeasible(t *testing.T) {
 	require.Greater(t, out.Cost.WallSeconds, 50.0)
 }
 
+// TestSlurmRejectedSubmissionIsFailed: a job the cluster rejects is
+// ErrFailed, and sbatch's own message is kept: in the outcome's log, the
+// error's and the log file under LogDir.
 func TestSlurmRejectedSubmissionIsFailed(t *testing.T) {
 	requireSlurm(t)
-	x := newSlurm(t, func(c *slurm.Config) { c.Partition = "no-such-partition" })
-	_, err := x.Execute(context.Background(), buildertest.Job(buildertest.Spec{}))
+	logs := t.TempDir()
+	x := newSlurm(t, func(c *slurm.Config) { c.Partition, c.LogDir = "no-such-partition", logs })
+	j := buildertest.Job(buildertest.Spec{})
+	o, err := x.Execute(context.Background(), j)
 	require.ErrorIs(t, err, builder.ErrFailed)
+	var re *builder.RunError
+	require.ErrorAs(t, err, &re)
+	require.Contains(t, re.Log, "invalid partition", "sbatch's message")
+	require.Equal(t, re.Log, o.Log)
+	require.Equal(t, builder.LogPath(logs, j), o.LogFile)
+	b, err := os.ReadFile(o.LogFile)
+	require.NoError(t, err)
+	require.Equal(t, re.Log, string(b))
+}
+
+// TestSlurmKeepsTheWholeLog: a job that crashes has its whole output under
+// LogDir after its job folder is gone.
+func TestSlurmKeepsTheWholeLog(t *testing.T) {
+	requireSlurm(t)
+	logs := t.TempDir()
+	x := newSlurm(t, func(c *slurm.Config) { c.LogDir = logs })
+	j := buildertest.Job(buildertest.Spec{Behaviour: buildertest.Crash})
+	o, err := x.Execute(context.Background(), j)
+	require.ErrorIs(t, err, builder.ErrFailed)
+	b, err := os.ReadFile(o.LogFile)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "trainscript: task ")
+	require.Equal(t, o.Log, string(b), "short: the tail is the whole log")
 }
 
 // TestSlurmSubmitToResultLatency reports the time from submission to a

@@ -168,10 +168,10 @@ type M0Report struct {
 	Infeasible int               `json:"infeasible"`
 	Failed     int               `json:"failed"` // draws whose run gave no outcome (Failures)
 	Failures   []yamlenv.Failure `json:"failures,omitempty"`
-	PaidNow    int          `json:"paid_now"`
-	Reused     int          `json:"reused"`
-	Cost       records.Cost `json:"cost_paid_now"`
-	Seed       uint64       `json:"seed"`
+	PaidNow    int               `json:"paid_now"`
+	Reused     int               `json:"reused"`
+	Cost       records.Cost      `json:"cost_paid_now"`
+	Seed       uint64            `json:"seed"`
 }
 
 // prepare runs the reference stage and, with withM0, M_0

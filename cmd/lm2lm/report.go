@@ -80,10 +80,27 @@ type TaskRow struct {
 	Real        int     `json:"real_records"`
 	Infeasible  int     `json:"infeasible"`
 	Failed      int     `json:"failed"`
-	MeanGain    float64 `json:"mean_gain_sigma"`
+	MeanGain    float64 `json:"mean_gain_sigma"` // NaN (null in JSON): no feasible run
 	BestGain    float64 `json:"best_gain_sigma"`
 	Best        string  `json:"best_proposal,omitempty"`
 	DeviceHours float64 `json:"device_hours"`
+}
+
+// MarshalJSON writes the row with an unknown gain (NaN: no feasible run)
+// as null, which JSON can hold.
+func (row TaskRow) MarshalJSON() ([]byte, error) {
+	type plain TaskRow
+	orNull := func(x float64) *float64 {
+		if math.IsNaN(x) {
+			return nil
+		}
+		return &x
+	}
+	return json.Marshal(struct {
+		plain
+		MeanGain *float64 `json:"mean_gain_sigma"`
+		BestGain *float64 `json:"best_gain_sigma"`
+	}{plain(row), orNull(row.MeanGain), orNull(row.BestGain)})
 }
 
 // reportVerb summarises the store and the reports under <out>: it reads
