@@ -181,6 +181,36 @@ func quoteKeyPart(s string) string {
 // while a megabyte of hostile input cannot make a megabyte of error text.
 const MaxExcerpt = 64
 
+// MaxErrorExcerpt bounds ErrorExcerpt (library choice: 1 KiB holds an
+// error chain's first line whole, with a URL and a server's message, while
+// a reply still cannot grow without bound).
+const MaxErrorExcerpt = 1 << 10
+
+// ErrorExcerpt returns an error's text for a reply, a status or a log line:
+// its first line (an error chain's cause is on it) whole when it fits in
+// MaxErrorExcerpt bytes, else cut on a rune boundary and marked as Excerpt
+// marks it, followed by how many more lines there were. The library's
+// errors quote outside input through Excerpt already, so what this keeps
+// is the library's own words and the cause.
+func ErrorExcerpt(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	first, rest, more := strings.Cut(s, "\n")
+	if len(first) > MaxErrorExcerpt {
+		cut := MaxErrorExcerpt
+		for cut > 0 && first[cut]&0xC0 == 0x80 {
+			cut--
+		}
+		first = first[:cut] + "…(" + strconv.Itoa(len(first)) + " bytes)"
+	}
+	if more {
+		first += " (+" + strconv.Itoa(strings.Count(rest, "\n")+1) + " more lines)"
+	}
+	return first
+}
+
 // Excerpt returns s when it is at most MaxExcerpt bytes long, otherwise its
 // first MaxExcerpt bytes (cut on a rune boundary) followed by "…" and the
 // full length. Every error of the library that quotes outside input quotes

@@ -2,6 +2,8 @@ package records_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,4 +75,22 @@ func TestLogTail(t *testing.T) {
 		}
 		require.GreaterOrEqual(t, len(tail), records.MaxLog-3)
 	})
+}
+
+// TestErrorExcerpt: the first line is kept whole up to MaxErrorExcerpt
+// bytes (a URL and its cause with it), further lines are counted.
+func TestErrorExcerpt(t *testing.T) {
+	url := "rwm/openai: my-world-model: 4 attempts failed: Post \"http://127.0.0.1:8000/v1/chat/completions\": dial tcp 127.0.0.1:8000: connect: connection refused"
+	long := strings.Repeat("é", records.MaxErrorExcerpt)
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{nil, ""},
+		{errors.New(url), url},
+		{errors.New(url + "\nsecond\nthird"), url + " (+2 more lines)"},
+		{errors.New(long), long[:records.MaxErrorExcerpt] + fmt.Sprintf("…(%d bytes)", len(long))},
+	} {
+		require.Equal(t, tt.want, records.ErrorExcerpt(tt.err))
+	}
 }

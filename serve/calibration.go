@@ -124,7 +124,7 @@ func (s *Service) launch(c *calRun) {
 		if err != nil {
 			c.err = err
 			if st != nil {
-				st.State, st.Error = CalFailed, records.Excerpt(err.Error())
+				st.State, st.Error = CalFailed, records.ErrorExcerpt(err)
 			}
 			return
 		}
@@ -153,7 +153,7 @@ func (s *Service) applyReady(step int) error {
 	if st := s.status(c.u); st != nil {
 		st.State, st.EffectiveStep, st.Result = CalApplied, &eff, &res
 		if err != nil {
-			st.Error = records.Excerpt(err.Error())
+			st.Error = records.ErrorExcerpt(err)
 		}
 	}
 	s.mon = &MonitorsResponse{API: APIVersion, Calibrated: true, Point: c.u, DeltaM: res.DeltaM, Gap: res.Gap, Cosine: res.Cosine, Accuracy: res.Accuracy}

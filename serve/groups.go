@@ -327,12 +327,12 @@ func (s *Service) commitGroup(a *assembly, p *prepared) {
 	case !known: // forgotten while its predictions ran: journal nothing replay could not apply
 		s.fail(a, "state_evicted: the state was forgotten before its group was scored")
 	case p.err != nil:
-		s.fail(a, "world_model: "+records.Excerpt(p.err.Error()))
+		s.fail(a, "world_model: "+records.ErrorExcerpt(p.err))
 	default:
 		o := op{Kind: "group", Group: &groupOp{Key: a.key, Group: a.group, StateID: a.stateID, Size: a.size,
 			Partial: a.partial, Index: p.idx, Completions: p.texts, Preds: p.preds}, parsed: p.parsed}
 		if _, err := s.commit(o); err != nil && a.ans == nil {
-			s.fail(a, "state: "+records.Excerpt(err.Error()))
+			s.fail(a, "state: "+records.ErrorExcerpt(err))
 		}
 	}
 }

@@ -65,6 +65,10 @@ func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode,
 	if cfg.Evaluate.Proposer == nil {
 		return usageErr(stderr, "evaluate needs evaluate.proposer (base_url and model of the trained proposer's server) in the config")
 	}
+	pc := cfg.Evaluate.Proposer
+	if err := checkServer(ctx, "evaluate.proposer", pc.BaseURL, keyOf(pc.APIKeyEnv, getenv), pc.Model, stderr); err != nil {
+		return err
+	}
 	e, p, err := open(cfg, mode, stderr)
 	if err != nil {
 		return err

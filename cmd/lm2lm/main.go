@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/lm2lm/lm2lm/environment/yamlenv"
 	"github.com/lm2lm/lm2lm/progress"
 	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
 	"github.com/lm2lm/lm2lm/serve"
 )
 
@@ -38,7 +40,9 @@ Verbs:
   serve         reference, M_0, then the environment service over them
                 (docs/service.md); flags: -addr HOST:PORT, -token-file FILE
                 (default: serve.addr and serve.token_file of the file, the
-                token else from $LM2LM_TOKEN)
+                token else from $LM2LM_TOKEN), -log-every 30s (progress on
+                stderr). The world model's server is checked first, and
+                asked one prediction before serving
   evaluate      reference, then the trained proposer of evaluate.proposer on
                 the held-out tasks: k proposals per state run for real, Avg@K
                 and Best@K with bootstrap intervals (<out>/evaluate.json, kept
@@ -288,12 +292,16 @@ func lastLines(s string, n int) []string {
 	return out[max(0, len(out)-n):]
 }
 
-// serveVerb runs the environment service over the environment.
+// serveVerb runs the environment service over the environment: it checks
+// the world model's server before paying for anything, asks the world
+// model one prediction before serving, and logs the service's progress on
+// stderr every -log-every.
 func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("lm2lm serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", cfg.Serve.Addr, "listen address; a non-loopback address needs a token")
 	tokenFile := fs.String("token-file", cfg.Serve.TokenFile, "file holding the bearer token (default: $"+serve.TokenEnv+", or none)")
+	every := fs.Duration("log-every", 30*time.Second, "how often the service's progress (scoring, calibrations) is logged when it moved; 0: never")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -308,13 +316,16 @@ func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, ar
 	sc.Addr, sc.Token, sc.Dir = *addr, tok, cfg.Serve.Dir
 	sc.GroupSize, sc.Parallel, sc.Seed = cfg.Serve.GroupSize, cfg.Serve.Parallel, cfg.Serve.Seed
 	sc.Schedule.Steps, sc.Schedule.Budgets = cfg.Calibration.Steps, cfg.Calibration.Budgets
-	// The address, the token and the state directory are checked before
-	// any run is paid for.
+	// The address, the token, the state directory and the world model's
+	// server are checked before any run is paid for.
 	ln, err := serve.Bind(sc)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
+	if err := checkWorldServer(ctx, cfg, getenv, stderr); err != nil {
+		return err
+	}
 	e, p, err := open(cfg, mode, stderr)
 	if err != nil {
 		return err
@@ -329,6 +340,15 @@ func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, ar
 		return err
 	}
 	train, held := pr.Train, pr.HeldOut
+	pred, err := probeWorld(ctx, world, train[0], e.Catalogue(), pr.M0)
+	switch {
+	case errors.Is(err, rwm.ErrBadPrediction):
+		fmt.Fprintf(stderr, "lm2lm: warning: %s\n", records.ErrorExcerpt(err))
+	case err != nil:
+		return err
+	default:
+		fmt.Fprintf(stdout, "world model: answered (valid %t, gain %.4g, %s)\n", pred.Valid, pred.Gain, records.Excerpt(pred.Reason))
+	}
 	s, err := serve.New(sc, serve.Components{World: world, Builder: e.Builder(), Executor: e.Executor(),
 		Tasks: train, HeldOut: held, Evidence: pr.M0, Catalogue: e.Catalogue()})
 	if err != nil {
@@ -338,7 +358,19 @@ func serveVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, ar
 	in := s.Info()
 	fmt.Fprintf(stdout, "serving %s on http://%s (%d training and %d held-out tasks, step %d, %d calibrations, M %d records)\n",
 		serve.APIVersion, ln.Addr(), len(train), len(held), in.Step, in.Calibrations, in.Evidence)
-	return s.Serve(ctx, ln)
+	if *every <= 0 {
+		return s.Serve(ctx, ln)
+	}
+	lctx, stop := context.WithCancel(ctx)
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		s.LogProgress(lctx, slog.New(slog.NewTextHandler(stderr, nil)), *every)
+	}()
+	err = s.Serve(ctx, ln)
+	stop()
+	<-logged
+	return err
 }
 
 // forgetVerb takes the selected runs out of the store (yamlenv.Forget).

@@ -190,6 +190,27 @@ type Server struct {
 	queue    []Reply
 	requests []Request
 	created  int64
+	models   []string
+}
+
+// SetModels sets the models GET <URL>/models lists (none by default).
+func (s *Server) SetModels(ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.models = append([]string(nil), ids...)
+}
+
+// listModels answers GET <URL>/models as an OpenAI-compatible server
+// does: {"object": "list", "data": [{"id": …, "object": "model"}, …]}.
+func (s *Server) listModels(w http.ResponseWriter) {
+	s.mu.Lock()
+	data := []map[string]string{}
+	for _, id := range s.models {
+		data = append(data, map[string]string{"id": id, "object": "model"})
+	}
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
 }
 
 // New starts a server answering with responder after the queued replies
@@ -316,6 +337,10 @@ func contentText(raw json.RawMessage) (string, error) {
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/models") {
+		s.listModels(w)
+		return
+	}
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error"}}`, http.StatusNotFound)
 		return

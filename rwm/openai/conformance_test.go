@@ -42,7 +42,7 @@ func TestLedgerCountsTokens(t *testing.T) {
 	ctx := t.Context()
 	q := query()
 	_, err := l.Predict(ctx, q)
-	require.ErrorIs(t, err, rwm.ErrBadPrediction)
+	requireAnswerError(t, err, ErrNoJSON)
 	_, err = l.Predict(ctx, q)
 	require.NoError(t, err)
 	st := l.Stats()

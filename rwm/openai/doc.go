@@ -18,8 +18,12 @@
 // {gain, q10, q90, valid, reason} through a JSON-schema response format;
 // servers that ignore it and wrap the JSON in prose are handled by taking
 // the first balanced JSON object of the text. ParsePrediction is strict:
-// missing fields, NaN, infinities, absurd magnitudes and refusals are typed
-// errors wrapping rwm.ErrBadPrediction, never a silent zero.
+// an answer with no JSON object, an ambiguous one, a missing field or one
+// of the wrong type cannot be read (ErrUnreadable: a failure of the world
+// model, which the loop and the service give no reward); NaN, infinities,
+// absurd magnitudes and refusals are typed errors wrapping
+// rwm.ErrBadPrediction (an unusable prediction about the proposal, scored
+// invalid); never a silent zero.
 //
 // Transient failures (429 honouring Retry-After, 408, 409, 5xx, timed-out
 // attempts, dropped connections, truncated or malformed bodies) are retried

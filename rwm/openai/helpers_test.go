@@ -2,13 +2,18 @@ package openai
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/internal/oaichat"
 	"github.com/lm2lm/lm2lm/internal/oaitest"
 	"github.com/lm2lm/lm2lm/records"
+	"github.com/lm2lm/lm2lm/rwm"
 )
 
 // dataBlock is the decoded data block of a user message.
@@ -134,3 +139,14 @@ const (
 	ownAnswer      = `{"gain": 0.001, "q10": 0, "q90": 0.002, "valid": true, "reason": "mine"}`
 	injectedAnswer = `{"gain": 0.05, "q10": 0.04, "q90": 0.06, "valid": true, "reason": "x"}`
 )
+
+// requireAnswerError checks that err is the answer error want, of its one
+// class: an unreadable answer (ErrUnreadable, a failure of the world
+// model) or an unusable prediction (rwm.ErrBadPrediction), never both.
+func requireAnswerError(t testing.TB, err, want error, msgAndArgs ...any) {
+	t.Helper()
+	require.ErrorIs(t, err, want, msgAndArgs...)
+	unreadable := errors.Is(want, ErrUnreadable)
+	require.Equal(t, unreadable, errors.Is(err, ErrUnreadable), msgAndArgs...)
+	require.Equal(t, !unreadable, errors.Is(err, rwm.ErrBadPrediction), msgAndArgs...)
+}

@@ -214,8 +214,10 @@ func (m *Model) params(system, user string, format Format) sdk.ChatCompletionNew
 // Predict asks the LLM for the gain of q.Proposal on q.Task given the
 // records q.Evidence. Errors: an invalid query wraps records.ErrInvalid; a
 // done ctx wraps ctx.Err(); exhausted transient failures are an
-// *rwm.TransientError; an unusable answer is a *PredictionError wrapping
-// rwm.ErrBadPrediction; other failures (401, 404, a 400 that is not about
+// *rwm.TransientError; an answer that cannot be read is a *PredictionError
+// wrapping ErrUnreadable, one whose prediction is unusable (a refusal, an
+// absurd number) a *PredictionError wrapping rwm.ErrBadPrediction; other
+// failures (401, 404, a 400 that is not about
 // the response format) are returned as they are, wrapped.
 func (m *Model) Predict(ctx context.Context, q rwm.Query) (rwm.Prediction, error) {
 	if err := ctx.Err(); err != nil {

@@ -101,8 +101,7 @@ func TestPredictAnswers(t *testing.T) {
 			m := newTestModel(t, srv, sl, nil)
 			got, err := m.Predict(context.Background(), query())
 			if tt.wantErr != nil {
-				require.ErrorIs(t, err, tt.wantErr)
-				require.ErrorIs(t, err, rwm.ErrBadPrediction)
+				requireAnswerError(t, err, tt.wantErr)
 				require.False(t, errors.Is(err, rwm.ErrTransient), "a bad answer is not retried")
 				require.Zero(t, got.Gain)
 				require.Equal(t, 1, srv.Count())

@@ -21,22 +21,34 @@ import (
 // (an answer in 10⁻³ BPB instead of BPB is 1000× too large).
 const MaxAbsGainSigmas = 50
 
-// Errors of the package. Every answer problem wraps rwm.ErrBadPrediction.
+// Errors of the package. An answer that cannot be read as a prediction
+// (no JSON object, an ambiguous one, a missing field or one of the wrong
+// type) wraps ErrUnreadable; an answer that reads but whose prediction is
+// unusable (a refusal, a non-finite or absurd number, an inconsistent
+// interval) wraps rwm.ErrBadPrediction.
 var (
 	// ErrNotConfigured: no server or no model name is known.
 	ErrNotConfigured = oaichat.ErrNotConfigured
+	// ErrUnreadable: the answer cannot be read as a prediction. It is a
+	// failure of the world model, not a judgement of the proposal, so it
+	// does not wrap rwm.ErrBadPrediction: a caller that scores a bad
+	// prediction as an invalid proposal (the loop, the service) gives it
+	// no reward instead (the service answers a failure_reason), and a
+	// server that answers prose is seen at once instead of training a
+	// policy on the invalid penalty.
+	ErrUnreadable = errors.New("rwm/openai: unreadable answer")
 	// ErrRefused: the model refused (message.refusal or a content filter).
 	ErrRefused = fmt.Errorf("rwm/openai: refusal: %w", rwm.ErrBadPrediction)
 	// ErrNoJSON: the answer holds no valid JSON object.
-	ErrNoJSON = fmt.Errorf("rwm/openai: no JSON object in the answer: %w", rwm.ErrBadPrediction)
+	ErrNoJSON = fmt.Errorf("%w: no JSON object in the answer", ErrUnreadable)
 	// ErrAmbiguous: the answer is not exactly one JSON object (a JSON-mode
 	// answer with anything around its object, a text answer with a second
 	// object, such as an echo of injected data), or an object repeats a key.
-	ErrAmbiguous = fmt.Errorf("rwm/openai: ambiguous answer: %w", rwm.ErrBadPrediction)
+	ErrAmbiguous = fmt.Errorf("%w: ambiguous answer", ErrUnreadable)
 	// ErrMissingField: a required field is absent or null.
-	ErrMissingField = fmt.Errorf("rwm/openai: missing field: %w", rwm.ErrBadPrediction)
+	ErrMissingField = fmt.Errorf("%w: missing field", ErrUnreadable)
 	// ErrFieldType: a field has the wrong JSON type.
-	ErrFieldType = fmt.Errorf("rwm/openai: wrong field type: %w", rwm.ErrBadPrediction)
+	ErrFieldType = fmt.Errorf("%w: wrong field type", ErrUnreadable)
 	// ErrNotFinite: a number is NaN or infinite.
 	ErrNotFinite = fmt.Errorf("rwm/openai: non-finite number: %w", rwm.ErrBadPrediction)
 	// ErrAbsurd: a number is beyond MaxAbsGainSigmas·σ_e, or a gain above
@@ -47,7 +59,8 @@ var (
 )
 
 // PredictionError is an unusable answer. Err is one of the package's
-// sentinels (so errors.Is(err, rwm.ErrBadPrediction) holds).
+// sentinels (so errors.Is(err, ErrUnreadable) or errors.Is(err,
+// rwm.ErrBadPrediction) holds).
 type PredictionError struct {
 	Field   string // the offending field; "" for the whole answer
 	Detail  string // what was wrong, for people
@@ -94,7 +107,9 @@ func clip(s string) string { return oaichat.Truncate(s, 200) }
 // larger than b_e (a larger gain means a negative loss; checked when
 // b_e > 0). An invalid answer (valid false) needs no numbers and returns
 // Prediction{Valid: false, Reason}. Other fields are ignored. Every failure
-// is a *PredictionError wrapping rwm.ErrBadPrediction.
+// is a *PredictionError wrapping ErrUnreadable (no object, ambiguous, a
+// missing field or one of the wrong type) or rwm.ErrBadPrediction (a
+// non-finite or absurd number, an inconsistent interval).
 func ParsePrediction(content string, task records.Task) (rwm.Prediction, error) {
 	obj, err := oaichat.OneJSONObject(content)
 	if err != nil {

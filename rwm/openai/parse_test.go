@@ -69,8 +69,7 @@ func TestParsePrediction(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParsePrediction(tt.content, bpbTask)
 			if tt.wantErr != nil {
-				require.ErrorIs(t, err, tt.wantErr)
-				require.ErrorIs(t, err, rwm.ErrBadPrediction)
+				requireAnswerError(t, err, tt.wantErr)
 				var pe *PredictionError
 				require.ErrorAs(t, err, &pe)
 				require.Equal(t, rwm.Prediction{}, got, "an error never comes with a silent zero prediction")
@@ -120,8 +119,8 @@ func FuzzParsePrediction(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := ParsePrediction(s, bpbTask)
 		if err != nil {
-			if !errors.Is(err, rwm.ErrBadPrediction) {
-				t.Fatalf("ParsePrediction(%q) error %v does not wrap rwm.ErrBadPrediction", s, err)
+			if errors.Is(err, rwm.ErrBadPrediction) == errors.Is(err, ErrUnreadable) {
+				t.Fatalf("ParsePrediction(%q) error %v wraps not exactly one of rwm.ErrBadPrediction and ErrUnreadable", s, err)
 			}
 			if n := len(err.Error()); n > maxErrorLen {
 				t.Fatalf("ParsePrediction of %d bytes: error of %d bytes, want ≤ %d", len(s), n, maxErrorLen)
