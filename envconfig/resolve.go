@@ -464,7 +464,7 @@ func (c Config) validateTasks() error {
 		case !records.Split(t.Split).Valid():
 			return bad(p+".split", ErrRange, "%q, want train or held-out", excerpt(t.Split))
 		case !records.Metric(t.Metric).Valid() || records.Metric(t.Metric) == records.LadderShortfall:
-			return bad(p+".metric", ErrRange, "%q, want bits-per-byte or nats-per-token", excerpt(t.Metric))
+			return bad(p+".metric", ErrRange, "%q, want bits-per-byte, nats-per-token or loss", excerpt(t.Metric))
 		case t.Budget < 0:
 			return bad(p+".budget", ErrRange, "%d, want ≥ 0", t.Budget)
 		}

@@ -25,10 +25,21 @@ const (
 	GainTolRel    = 0.01
 )
 
-// Range returns the valid range [lo, hi] of a loss in metric m: both
-// metrics are non-negative (bits per byte and nats per token are
-// negative log-likelihoods) and bounded by MaxPlausibleLoss.
-func (m Metric) Range() (lo, hi float64) { return 0, MaxPlausibleLoss }
+// MaxGenericLoss bounds a loss of the generic metric Loss. Library choice:
+// a loss in any sensible unit is far below it, and gains stay where a
+// world model's arithmetic is finite.
+const MaxGenericLoss = 1e9
+
+// Range returns the valid range [lo, hi] of a loss in metric m: every
+// metric is non-negative (bits per byte and nats per token are negative
+// log-likelihoods); the log-likelihoods are bounded by MaxPlausibleLoss,
+// the generic Loss by MaxGenericLoss.
+func (m Metric) Range() (lo, hi float64) {
+	if m == Loss {
+		return 0, MaxGenericLoss
+	}
+	return 0, MaxPlausibleLoss
+}
 
 // Plausible reports, wrapping ErrImplausible, why r cannot be a real
 // measurement: for a feasible real (or reference) record, a loss outside

@@ -50,10 +50,16 @@ const (
 	// (METHOD.md §2; reward.LadderScore), used by code-solution tasks: with
 	// b_e = 1 the gain b_e − ℓ is the ladder score itself.
 	LadderShortfall Metric = "ladder-shortfall"
+	// Loss is any other non-negative, lower-is-better number a training
+	// script measures (a mean squared error, an error rate, a loss that is
+	// not a log-likelihood), at most MaxGenericLoss.
+	Loss Metric = "loss"
 )
 
 // Valid reports whether m is one of the known metrics.
-func (m Metric) Valid() bool { return m == BitsPerByte || m == NatsPerToken || m == LadderShortfall }
+func (m Metric) Valid() bool {
+	return m == BitsPerByte || m == NatsPerToken || m == LadderShortfall || m == Loss
+}
 
 // Task is one LM development environment with its reference configuration:
 // the e of METHOD.md §1 Vocabulary.

@@ -17,6 +17,7 @@ import (
 	"github.com/lm2lm/lm2lm/environment/yamlenv"
 	"github.com/lm2lm/lm2lm/evalstat"
 	"github.com/lm2lm/lm2lm/progress"
+	proposerpkg "github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/proposer/openai"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -60,21 +61,35 @@ func proposer(e *yamlenv.Env, getenv func(string) string) (*openai.Proposer, err
 	return openai.New(oc)
 }
 
+// EmbeddedPolicy is the model name of the proposer evaluate uses when the
+// file names no evaluate.proposer: the embedded policy, untrained (every
+// catalogue change equally likely), which needs no server: the baseline
+// any trained proposer must beat.
+const EmbeddedPolicy = "embedded-policy"
+
+// evalProposer returns the proposer evaluate asks: the server of
+// evaluate.proposer, checked before anything is paid for, or the embedded
+// policy.
+func evalProposer(ctx context.Context, e *yamlenv.Env, getenv func(string) string, w io.Writer) (proposerpkg.Proposer, error) {
+	pc := e.File().Evaluate.Proposer
+	if pc == nil {
+		fmt.Fprintf(w, "lm2lm: evaluate: no evaluate.proposer in the file: the embedded policy, untrained (catalogue changes at random), is evaluated\n")
+		return proposerpkg.NewPolicy(e.Catalogue(), proposerpkg.DefaultPolicyConfig(), nil)
+	}
+	if err := checkServer(ctx, "evaluate.proposer", pc.BaseURL, keyOf(pc.APIKeyEnv, getenv), pc.Model, w); err != nil {
+		return nil, err
+	}
+	return proposer(e, getenv)
+}
+
 // evaluateVerb evaluates the trained proposer on the held-out tasks.
 func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode, getenv func(string) string, stdout, stderr io.Writer) error {
-	if cfg.Evaluate.Proposer == nil {
-		return usageErr(stderr, "evaluate needs evaluate.proposer (base_url and model of the trained proposer's server) in the config")
-	}
-	pc := cfg.Evaluate.Proposer
-	if err := checkServer(ctx, "evaluate.proposer", pc.BaseURL, keyOf(pc.APIKeyEnv, getenv), pc.Model, stderr); err != nil {
-		return err
-	}
 	e, p, err := open(cfg, mode, stderr)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	prop, err := proposer(e, getenv)
+	prop, err := evalProposer(ctx, e, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -123,7 +138,11 @@ func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode,
 // rates with bootstrap intervals over the states that have a measured
 // proposal.
 func summarize(cfg envconfig.Config, rep lm2lm.EvalReport) (EvalSummary, error) {
-	s := EvalSummary{Model: cfg.Evaluate.Proposer.Model, K: cfg.Evaluate.K, StatesPerTask: cfg.Evaluate.StatesPerTask,
+	model := EmbeddedPolicy
+	if cfg.Evaluate.Proposer != nil {
+		model = cfg.Evaluate.Proposer.Model
+	}
+	s := EvalSummary{Model: model, K: cfg.Evaluate.K, StatesPerTask: cfg.Evaluate.StatesPerTask,
 		Seed: cfg.Evaluate.Seed, Invalid: rep.Invalid, Infeasible: rep.InfeasibleRate, Runs: rep.Runs, Reused: rep.Reused,
 		Cost: rep.Cost, Failures: rep.Failures}
 	var cells []evalstat.Cell

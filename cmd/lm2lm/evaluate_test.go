@@ -65,9 +65,13 @@ func TestEvaluateAProposer(t *testing.T) {
 	require.Contains(t, out.String(), fmt.Sprintf("evaluate: 0 runs paid now, %d reused", sum.Runs+sum.Reused), "a rerun pays nothing")
 }
 
-func TestEvaluateNeedsAProposer(t *testing.T) {
+// TestEvaluateTheEmbeddedPolicy: without evaluate.proposer, evaluate asks
+// the embedded policy, untrained, and needs no server.
+func TestEvaluateTheEmbeddedPolicy(t *testing.T) {
 	var out, errb bytes.Buffer
-	err := run(context.Background(), []string{"-config", config(t), "evaluate"}, noEnv, &out, &errb)
-	require.ErrorIs(t, err, errUsage)
-	require.Contains(t, errb.String(), "evaluate.proposer")
+	p := config(t)
+	require.NoError(t, run(context.Background(), []string{"-config", p, "evaluate"}, noEnv, &out, &errb), errb.String())
+	require.Contains(t, errb.String(), "the embedded policy, untrained")
+	require.Contains(t, out.String(), "evaluate embedded-policy: 1 held-out tasks × 4 states × 4 proposals")
+	require.FileExists(t, filepath.Join(filepath.Dir(p), "lm2lm-out", "evaluations", "embedded-policy-seed1.json"))
 }

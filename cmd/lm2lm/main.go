@@ -44,9 +44,11 @@ Verbs:
                 stderr). The world model's server is checked first, and
                 asked one prediction before serving
   evaluate      reference, then the trained proposer of evaluate.proposer on
-                the held-out tasks: k proposals per state run for real, Avg@K
-                and Best@K with bootstrap intervals (<out>/evaluate.json, kept
-                as <out>/evaluations/<model>-seed<seed>.json)
+                the held-out tasks (without one, the embedded policy,
+                untrained: no server needed): k proposals per state run for
+                real, Avg@K and Best@K with bootstrap intervals
+                (<out>/evaluate.json, kept as
+                <out>/evaluations/<model>-seed<seed>.json)
   forget        take stored runs out of the store, so that the next verb
                 that needs them runs them again (after fixing the script):
                 -failed (runs that gave no outcome), -infeasible, -task ID,

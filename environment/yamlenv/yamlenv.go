@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -154,12 +155,40 @@ func (e *Env) newPool(store records.Store) (*builder.Pool, error) {
 }
 
 // Spec is the job spec the training command reads: the task's reference
-// recipe, to which it applies the job's proposal, and the reference losses
-// measured so far by seed (a script may report its gain against the
-// reference run of the same seed).
+// recipe, to which it applies the job's proposal, the proposal's
+// parameters typed by its card (a float or int parameter a JSON number,
+// an enum a string; proposal.params holds them all as the strings of the
+// proposal's key), and the reference losses measured so far by seed (a
+// script may report its gain against the reference run of the same seed).
 type Spec struct {
 	Recipe          map[string]any     `json:"recipe"`
+	Params          map[string]any     `json:"params,omitempty"`
 	ReferenceLosses map[string]float64 `json:"reference_losses,omitempty"`
+}
+
+// typedParams returns p's parameters typed by its card: a float or int
+// parameter as a number, anything else (an enum, a value that does not
+// parse) as its string. Nil for the no-change proposal.
+func (b *envBuilder) typedParams(p records.Proposal) map[string]any {
+	c, ok := b.cards[records.CanonicalName(p.Mechanism)]
+	if !ok || len(p.Params) == 0 {
+		return nil
+	}
+	kinds := map[string]string{}
+	for _, ps := range c.Params {
+		kinds[ps.Name] = ps.Kind
+	}
+	out := make(map[string]any, len(p.Params))
+	for k, v := range p.Params {
+		out[k] = v
+		if kinds[k] != "float" && kinds[k] != "int" {
+			continue
+		}
+		if x, err := strconv.ParseFloat(records.CanonicalValue(v), 64); err == nil && !math.IsInf(x, 0) && !math.IsNaN(x) {
+			out[k] = x
+		}
+	}
+	return out
 }
 
 // envBuilder passes catalogue proposals to the training command: it checks
@@ -215,7 +244,7 @@ func (b *envBuilder) Build(ctx context.Context, t records.Task, p records.Propos
 }
 
 func (b *envBuilder) job(t records.Task, p records.Proposal, seed uint64, withRefs bool) (builder.Job, error) {
-	spec := Spec{Recipe: b.tasks[t.ID].Recipe}
+	spec := Spec{Recipe: b.tasks[t.ID].Recipe, Params: b.typedParams(p)}
 	if spec.Recipe == nil {
 		spec.Recipe = map[string]any{}
 	}
