@@ -49,6 +49,9 @@ Verbs:
                 real, Avg@K and Best@K with bootstrap intervals
                 (<out>/evaluate.json, kept as
                 <out>/evaluations/<model>-seed<seed>.json)
+  runs          every stored run: task, change, seed, status (ok, reference,
+                infeasible, failed), loss, gain, version and log file;
+                -task ID, -status S select
   forget        take stored runs out of the store, so that the next verb
                 that needs them runs them again (after fixing the script):
                 -failed (runs that gave no outcome), -infeasible, -task ID,
@@ -143,6 +146,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serveVerb(ctx, cfg, mode, rest, getenv, stdout, stderr)
 	case "forget":
 		return forgetVerb(ctx, cfg, rest, stdout, stderr)
+	case "runs":
+		return runsVerb(ctx, cfg, rest, stdout, stderr)
 	case "report":
 		if len(rest) > 0 {
 			return usageErr(stderr, "report takes no arguments")
@@ -154,7 +159,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return evaluateVerb(ctx, cfg, mode, getenv, stdout, stderr)
 	}
-	return usageErr(stderr, "unknown verb %q (print-config, reference, m0, serve, evaluate, forget, report)", verb)
+	return usageErr(stderr, "unknown verb %q (print-config, reference, m0, serve, evaluate, runs, forget, report)", verb)
 }
 
 // open opens the environment of cfg with progress in mode on w.
