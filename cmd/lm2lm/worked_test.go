@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lm2lm/lm2lm/envconfig"
 	"github.com/lm2lm/lm2lm/internal/oaitest"
 	"github.com/lm2lm/lm2lm/serve"
 )
@@ -92,11 +93,53 @@ func fakeWorld(r oaitest.Request) oaitest.Reply {
 	return oaitest.Text(fmt.Sprintf(`{"gain": %g, "q10": %g, "q90": %g, "valid": true, "reason": "scripted"}`, gain, gain-0.05, gain+0.05))
 }
 
+// serverSection returns the env.yaml fragment of the page's section 5:
+// the world model and the proposer on OpenAI-compatible servers.
+func serverSection(t *testing.T) string {
+	b, err := os.ReadFile("../../docs/own-environment.md")
+	require.NoError(t, err)
+	_, sec, ok := strings.Cut(string(b), "## 5. The same example on your own LLM servers")
+	require.True(t, ok, "no section 5 on the page")
+	_, after, ok := strings.Cut(sec, "```yaml\n")
+	require.True(t, ok)
+	block, _, ok := strings.Cut(after, "```")
+	require.True(t, ok)
+	return block
+}
+
+// serverConfig returns the worked example's config with section 5's
+// servers at worldURL and propURL in place of the embedded world model and
+// policy, its reports under out-servers and its store the example's.
+func serverConfig(t *testing.T, config, worldURL, propURL string) string {
+	servers := strings.Replace(serverSection(t), "http://127.0.0.1:8000/v1", worldURL, 1)
+	servers = strings.Replace(servers, "http://127.0.0.1:8001/v1", propURL, 1)
+	c := strings.Replace(config, "world_model: {kind: embedded}\n", "", 1)
+	c = strings.Replace(c, "evaluate: {k: 2, states_per_task: 1}\n", servers, 1)
+	return strings.Replace(c, "version: 1\n", "version: 1\nout: out-servers\nstore: lm2lm-out/records.jsonl\n", 1)
+}
+
+// TestWorkedExampleServerConfig: the worked example's config with section
+// 5's servers names them both (the pieces the long test swaps are on the
+// page).
+func TestWorkedExampleServerConfig(t *testing.T) {
+	_, config, _ := workedExample(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "env.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(serverConfig(t, config, "http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")), 0o644))
+	c, err := envconfig.Load(p)
+	require.NoError(t, err)
+	require.Equal(t, envconfig.OpenAI, c.WorldModel.Kind)
+	require.Equal(t, "http://127.0.0.1:9/v1", c.WorldModel.OpenAI.BaseURL)
+	require.NotNil(t, c.Evaluate.Proposer)
+	require.Equal(t, "my-proposer", c.Evaluate.Proposer.Model)
+	require.Equal(t, 2, c.Evaluate.K)
+}
+
 // TestWorkedExample runs the page's worked example as a newcomer would: the
-// set-up commands in an empty folder, its env.yaml (the world model and the
-// proposer on the repository's test server), every verb, real PyTorch runs
-// under the one-node Slurm cluster; then once more with the embedded world
-// model on the local executor, over the same store.
+// set-up commands in an empty folder, its env.yaml (the embedded world
+// model and policy: no LLM server), every verb, real PyTorch runs under the
+// one-node Slurm cluster; then once more with section 5's world model and
+// proposer on the repository's test server, over the same store.
 func TestWorkedExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real PyTorch runs under Slurm: not with -short")
@@ -116,13 +159,6 @@ func TestWorkedExample(t *testing.T) {
 	for _, f := range []string{"train.py", "lm2lm_env.py", "corpus.txt"} {
 		require.FileExists(t, filepath.Join(dir, f))
 	}
-
-	world := oaitest.New(t, fakeWorld)
-	prop := oaitest.New(t, func(r oaitest.Request) oaitest.Reply {
-		return oaitest.Text(`{"mechanism": "warmup", "params": {"frac": "0.25"}}`, `{"mechanism": "lr-scale", "params": {"factor": "2"}}`)
-	})
-	config = strings.Replace(config, "http://127.0.0.1:8000/v1", world.URL(), 1)
-	config = strings.Replace(config, "http://127.0.0.1:8001/v1", prop.URL(), 1)
 	cfgPath := filepath.Join(dir, "env.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(config), 0o644))
 
@@ -148,10 +184,9 @@ func TestWorkedExample(t *testing.T) {
 	waitCalibration(t, url)
 	post(t, url, "/v1/advance", `{"request_id": "a2", "step": 2}`)
 	stop()
-	ev := lm2lm("evaluate")
-	require.Contains(t, ev, "evaluate my-proposer: 1 held-out tasks × 1 states × 2 proposals")
+	require.Contains(t, lm2lm("evaluate"), "evaluate embedded-policy: 1 held-out tasks × 1 states × 2 proposals")
 	rep := lm2lm("report")
-	for _, want := range []string{"reference    6", "M_0          4", "calibration  1", "evaluation   2"} {
+	for _, want := range []string{"reference    6", "M_0          4", "calibration  1", "evaluation   "} {
 		require.Contains(t, rep, want, "%s", rep)
 	}
 	for _, f := range []string{"report.md", "report.json", "report-costs.png", "report-evaluations.png", "reference.json", "m0.json", "evaluate.json"} {
@@ -159,22 +194,23 @@ func TestWorkedExample(t *testing.T) {
 	}
 	// Every verb again pays nothing.
 	require.Contains(t, lm2lm("m0"), "M_0: 4 records (0 infeasible, 0 failed): 0 runs paid now, 4 reused")
-	require.Contains(t, lm2lm("evaluate"), "evaluate: 0 runs paid now, 2 reused")
+	require.Contains(t, lm2lm("evaluate"), "evaluate: 0 runs paid now, ")
 
-	// Once more with the embedded world model on the local executor, over
-	// the same store: nothing is paid again before the service scores.
-	emb := strings.Replace(config, "  kind: openai\n", "  kind: embedded\n", 1)
-	emb = regexp.MustCompile(`(?m)^  openai: \{.*my-world-model.*\}\n`).ReplaceAllString(emb, "")
-	emb = strings.Replace(emb, "  kind: slurm\n", "  kind: local\n", 1)
-	emb = strings.Replace(emb, "  slurm: {partition: debug, time_limit: 10m}\n", "", 1)
-	emb = strings.Replace(emb, "version: 1\n", "version: 1\nout: out-embedded\nstore: lm2lm-out/records.jsonl\n", 1)
-	require.NotEqual(t, config, emb)
-	cfgPath = filepath.Join(dir, "env-embedded.yaml")
-	require.NoError(t, os.WriteFile(cfgPath, []byte(emb), 0o644))
+	// Once more with section 5's servers, over the same store: nothing is
+	// paid again before the service scores.
+	world := oaitest.New(t, fakeWorld)
+	world.SetModels("my-world-model")
+	prop := oaitest.New(t, func(r oaitest.Request) oaitest.Reply {
+		return oaitest.Text(`{"mechanism": "warmup", "params": {"frac": "0.25"}}`, `{"mechanism": "lr-scale", "params": {"factor": "2"}}`)
+	})
+	prop.SetModels("my-proposer")
+	cfgPath = filepath.Join(dir, "env-servers.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(serverConfig(t, config, world.URL(), prop.URL())), 0o644))
 	require.Contains(t, lm2lm("m0"), "M_0: 4 records (0 infeasible, 0 failed): 0 runs paid now, 4 reused")
 	url, stop = serveInBackground(t, cfgPath)
 	score(t, url, 0, 4)
 	stop()
+	require.Contains(t, lm2lm("evaluate"), "evaluate my-proposer: 1 held-out tasks × 1 states × 2 proposals")
 }
 
 // serveInBackground runs the serve verb on a free loopback port and
