@@ -304,6 +304,19 @@ func (row *TaskRow) count(r records.Record) float64 {
 	return g
 }
 
+// gainsNote says what the report's two gain figures are.
+const gainsNote = `A task's gains are b_e − ℓ of each feasible run, divided by σ_e: the mean over the task's runs and
+the best one. An evaluation's Avg@K and Best@K are the same gain, averaged per state over its K proposals (an
+infeasible run counting −6) or the best of them, then averaged over the states: so they read the proposer's
+choices, where a task's mean reads every run the store holds of it (M_0's random draws, calibrations). The rates
+(gain ≤ 0, gain > 2σ_e) are shares in per cent, with their 95% intervals.
+`
+
+// rate formats a share with its interval as unsigned per cents.
+func rate(i evalstat.Interval) string {
+	return fmt.Sprintf("%.0f%% [%.0f, %.0f]", 100*i.Point, 100*i.Low, 100*i.High)
+}
+
 // readEvaluations reads every evaluation kept under <out>/evaluations,
 // ordered by file name.
 func readEvaluations(out string) ([]EvalSummary, error) {
@@ -381,9 +394,16 @@ func writeTables(w io.Writer, rep Report, markdown bool) {
 		rows = nil
 		for _, e := range rep.Evaluations {
 			rows = append(rows, []string{e.Model, fmt.Sprint(e.Seed), fmt.Sprint(e.States), e.AvgK.String(), e.BestK.String(),
-				e.Above2Sigma.String(), fmt.Sprintf("%.1f%%", 100*e.Infeasible), fmt.Sprint(e.Invalid), fmt.Sprint(e.Runs)})
+				rate(e.NegativeRate), rate(e.Above2Sigma), fmt.Sprintf("%.1f%%", 100*e.Infeasible), fmt.Sprint(e.Invalid), fmt.Sprint(e.Runs)})
 		}
 		table("Held-out evaluations (σ_e units, 95% bootstrap over states)", []string{"proposer", "seed", "states",
-			"Avg@K", "Best@K", "share > 2σ_e", "infeasible", "invalid", "runs paid"}, rows)
+			"Avg@K", "Best@K", "gain ≤ 0", "gain > 2σ_e", "infeasible", "invalid", "runs paid"}, rows)
+	}
+	if markdown {
+		fmt.Fprint(w, gainsNote)
+		fmt.Fprintf(w, "\n## Charts\n\n![real runs paid, by stage](report-costs.png)\n")
+		if len(rep.Evaluations) > 0 {
+			fmt.Fprintf(w, "\n![held-out evaluations](report-evaluations.png)\n")
+		}
 	}
 }

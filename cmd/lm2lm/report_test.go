@@ -147,6 +147,9 @@ func TestReportAfterTheVerbs(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(md), "| M_0 | 6 | 0 |")
 	require.Contains(t, string(md), "| org/trained-v1 | 1 | 2 |")
+	require.Contains(t, string(md), "![real runs paid, by stage](report-costs.png)")
+	require.Contains(t, string(md), "![held-out evaluations](report-evaluations.png)")
+	require.Regexp(t, `\| \d+% \[\d+, \d+\] \| \d+% \[\d+, \d+\] \|`, string(md), "rates unsigned, in per cent")
 	require.Contains(t, out.String(), "Real runs paid, by stage")
 }
 
