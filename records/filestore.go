@@ -334,6 +334,10 @@ func batchOrder(i, n, have, haveN int) error {
 	return nil
 }
 
+// SyncDir fsyncs a directory so that a new, renamed or removed entry in
+// it is durable (a store replaced by rename, as a rewrite of one does).
+func SyncDir(dir string) error { return syncDir(dir) }
+
 // syncDir fsyncs a directory so that a new entry in it is durable.
 func syncDir(dir string) error {
 	d, err := os.Open(dir)

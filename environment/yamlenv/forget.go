@@ -89,7 +89,7 @@ func Forget(ctx context.Context, path string, s Selection) (forgot, kept int, er
 	if err := os.Rename(tmp, path); err != nil {
 		return 0, 0, fmt.Errorf("yamlenv: forget: %w", err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := records.SyncDir(filepath.Dir(path)); err != nil {
 		return 0, 0, fmt.Errorf("yamlenv: forget: %w", err)
 	}
 	return len(drop), len(keep), nil
@@ -111,17 +111,4 @@ func appendTo(ctx context.Context, path string, rs []records.Record) error {
 		rs = rs[n:]
 	}
 	return st.Close()
-}
-
-// syncDir fsyncs a directory so that a rename in it is durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
