@@ -231,7 +231,7 @@ func openRegular(path string, cfg FileConfig) (*os.File, error) {
 		// creator may have died before it fsynced the directory; without
 		// this, records appended (and fsynced) here could vanish with the
 		// entry on power loss.
-		err = syncDir(filepath.Dir(path))
+		err = SyncDir(filepath.Dir(path))
 	}
 	if err != nil {
 		f.Close()
@@ -335,11 +335,8 @@ func batchOrder(i, n, have, haveN int) error {
 }
 
 // SyncDir fsyncs a directory so that a new, renamed or removed entry in
-// it is durable (a store replaced by rename, as a rewrite of one does).
-func SyncDir(dir string) error { return syncDir(dir) }
-
-// syncDir fsyncs a directory so that a new entry in it is durable.
-func syncDir(dir string) error {
+// it is durable (a new store, or one replaced by rename).
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
