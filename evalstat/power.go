@@ -51,63 +51,109 @@ type Components struct {
 //	Task     = max(0, (MS_task − MS_inter) / S)
 func VarianceComponents(cells []Cell) (Components, error) {
 	var c Components
-	type key struct {
-		seed uint64
-		task string
+	tab, err := tabulate(cells)
+	if err != nil {
+		return c, err
 	}
-	vals := map[key][]float64{}
-	region := map[string]string{}
-	var seeds []uint64
-	var tasks []string
+	tab.keepComplete()
+	regions, regionTasks := tab.byRegion()
+	S, T, R := len(tab.seeds), len(tab.tasks), len(regions)
+	c.Seeds, c.Tasks, c.Regions = S, T, R
+	if S < 2 || T-R < 1 {
+		return c, fmt.Errorf("%w: %d seeds and %d tasks in %d regions; want ≥ 2 seeds and two tasks in some region", ErrData, S, T, R)
+	}
+	m, within, dfWithin, inv := tab.cellMeans()
+	if dfWithin < 1 {
+		return c, fmt.Errorf("%w: one state per (seed, task); want two in some", ErrData)
+	}
+	c.State = within / dfWithin
+	c.States = float64(S*T) / inv
+	msSeed, msTask, msInter := meanSquares(m, regions, regionTasks)
+	c.SeedTask = math.Max(0, msInter-c.State/c.States)
+	c.Seed = math.Max(0, (msSeed-msInter)/float64(T))
+	c.Task = math.Max(0, (msTask-msInter)/float64(S))
+	return c, nil
+}
+
+// seedTask keys a cell of the seed × task table.
+type seedTask struct {
+	seed uint64
+	task string
+}
+
+// stateTable is the per-state Avg@K of a set of cells grouped by (seed,
+// task), with the seeds and the tasks in the order they first appear and
+// each task's region (its cells' Stratum).
+type stateTable struct {
+	vals   map[seedTask][]float64
+	seeds  []uint64
+	tasks  []string
+	region map[string]string
+}
+
+// tabulate groups the cells' per-state Avg@K by (seed, task). A cell with
+// no gains or no Task, or a task in two regions, is an error wrapping
+// ErrData.
+func tabulate(cells []Cell) (stateTable, error) {
+	t := stateTable{vals: map[seedTask][]float64{}, region: map[string]string{}}
 	for _, cl := range cells {
 		if len(cl.Gains) == 0 {
-			return c, fmt.Errorf("%w: seed %d state %q has no gains", ErrData, cl.Seed, cl.State)
+			return t, fmt.Errorf("%w: seed %d state %q has no gains", ErrData, cl.Seed, cl.State)
 		}
 		if cl.Task == "" {
-			return c, fmt.Errorf("%w: seed %d state %q has no Task", ErrData, cl.Seed, cl.State)
+			return t, fmt.Errorf("%w: seed %d state %q has no Task", ErrData, cl.Seed, cl.State)
 		}
-		if r, ok := region[cl.Task]; ok && r != cl.Stratum {
-			return c, fmt.Errorf("%w: task %q is in regions %q and %q", ErrData, cl.Task, r, cl.Stratum)
+		if r, ok := t.region[cl.Task]; ok && r != cl.Stratum {
+			return t, fmt.Errorf("%w: task %q is in regions %q and %q", ErrData, cl.Task, r, cl.Stratum)
 		} else if !ok {
-			region[cl.Task] = cl.Stratum
-			tasks = append(tasks, cl.Task)
+			t.region[cl.Task] = cl.Stratum
+			t.tasks = append(t.tasks, cl.Task)
 		}
-		if !slices.Contains(seeds, cl.Seed) {
-			seeds = append(seeds, cl.Seed)
+		if !slices.Contains(t.seeds, cl.Seed) {
+			t.seeds = append(t.seeds, cl.Seed)
 		}
-		k := key{cl.Seed, cl.Task}
-		vals[k] = append(vals[k], statsOf(cl.Gains, 0).avg)
+		k := seedTask{cl.Seed, cl.Task}
+		t.vals[k] = append(t.vals[k], statsOf(cl.Gains, 0).avg)
 	}
-	// The tasks every seed evaluated.
-	tasks = slices.DeleteFunc(tasks, func(t string) bool {
-		for _, s := range seeds {
-			if len(vals[key{s, t}]) == 0 {
+	return t, nil
+}
+
+// keepComplete drops the tasks that some seed did not evaluate.
+func (t *stateTable) keepComplete() {
+	t.tasks = slices.DeleteFunc(t.tasks, func(task string) bool {
+		for _, s := range t.seeds {
+			if len(t.vals[seedTask{s, task}]) == 0 {
 				return true
 			}
 		}
 		return false
 	})
-	S, T := len(seeds), len(tasks)
+}
+
+// byRegion returns the regions of the table's tasks in the order they
+// first appear, and for each region the indices of its tasks.
+func (t stateTable) byRegion() ([]string, map[string][]int) {
 	regionTasks := map[string][]int{}
 	var regions []string
-	for j, t := range tasks {
-		r := region[t]
+	for j, task := range t.tasks {
+		r := t.region[task]
 		if _, ok := regionTasks[r]; !ok {
 			regions = append(regions, r)
 		}
 		regionTasks[r] = append(regionTasks[r], j)
 	}
-	R := len(regions)
-	c.Seeds, c.Tasks, c.Regions = S, T, R
-	if S < 2 || T-R < 1 {
-		return c, fmt.Errorf("%w: %d seeds and %d tasks in %d regions; want ≥ 2 seeds and two tasks in some region", ErrData, S, T, R)
-	}
-	m := make([][]float64, S)
-	var within, dfWithin, inv float64
-	for i, s := range seeds {
-		m[i] = make([]float64, T)
-		for j, t := range tasks {
-			v := vals[key{s, t}]
+	return regions, regionTasks
+}
+
+// cellMeans returns the seed × task table of cell means m_st, the
+// within-cell sum of squares Σ (x − m_st)², its degrees of freedom
+// Σ (n_st − 1) and Σ 1/n_st.
+func (t stateTable) cellMeans() (m [][]float64, within, dfWithin, inv float64) {
+	m = make([][]float64, len(t.seeds))
+	for i, s := range t.seeds {
+		m[i] = make([]float64, len(t.tasks))
+		for j, task := range t.tasks {
+			v := t.vals[seedTask{s, task}]
 			mean := 0.0
 			for _, x := range v {
 				mean += x
@@ -121,11 +167,14 @@ func VarianceComponents(cells []Cell) (Components, error) {
 			m[i][j] = mean
 		}
 	}
-	if dfWithin < 1 {
-		return c, fmt.Errorf("%w: one state per (seed, task); want two in some", ErrData)
-	}
-	c.State = within / dfWithin
-	c.States = float64(S*T) / inv
+	return m, within, dfWithin, inv
+}
+
+// meanSquares returns MS_seed, MS_task (tasks about their region's mean)
+// and MS_inter of the S × T table of cell means m, whose tasks fall in
+// regions as regionTasks indexes them; MS_inter is 0 for one task.
+func meanSquares(m [][]float64, regions []string, regionTasks map[string][]int) (msSeed, msTask, msInter float64) {
+	S, T, R := len(m), len(m[0]), len(regions)
 	rowMean, colMean := make([]float64, S), make([]float64, T)
 	grand := 0.0
 	for i := range m {
@@ -155,16 +204,12 @@ func VarianceComponents(cells []Cell) (Components, error) {
 			ssInter += d * d
 		}
 	}
-	msSeed := float64(T) * ssSeed / float64(S-1)
-	msTask := float64(S) * ssTask / float64(T-R)
-	msInter := 0.0
+	msSeed = float64(T) * ssSeed / float64(S-1)
+	msTask = float64(S) * ssTask / float64(T-R)
 	if T > 1 {
 		msInter = ssInter / float64((S-1)*(T-1))
 	}
-	c.SeedTask = math.Max(0, msInter-c.State/c.States)
-	c.Seed = math.Max(0, (msSeed-msInter)/float64(T))
-	c.Task = math.Max(0, (msTask-msInter)/float64(S))
-	return c, nil
+	return msSeed, msTask, msInter
 }
 
 // HalfWidth is the predicted half-width of the level interval of the
