@@ -226,38 +226,17 @@ func setupMounts(sp sandboxSpec) (host, run *os.File, err error) {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return nil, nil, fmt.Errorf("make / private: %w", err)
 	}
-	var ro []*os.File // the sources of sp.ReadOnly, opened before anything covers them
+	ro, err := openReadOnlySources(sp.ReadOnly)
 	defer func() {
 		for _, f := range ro {
 			f.Close()
 		}
 	}()
-	for _, p := range sp.ReadOnly {
-		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-		if err != nil {
-			return nil, nil, fmt.Errorf("read-only path %s: %w", p, err)
-		}
-		ro = append(ro, os.NewFile(uintptr(fd), p))
+	if err != nil {
+		return nil, nil, err
 	}
-	if sp.ReadOnlyRoot {
-		// The host's run directory is reached through a detached clone
-		// of its mount, which stays writable, for copyOut.
-		tfd, err := unix.OpenTree(unix.AT_FDCWD, sp.Dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-		if err != nil {
-			return nil, nil, fmt.Errorf("clone the run directory's mount: %w", err)
-		}
-		fd, err := unix.Openat(tfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		unix.Close(tfd)
-		if err != nil {
-			return nil, nil, fmt.Errorf("open run directory: %w", err)
-		}
-		host = os.NewFile(uintptr(fd), sp.Dir)
-		if err := unix.MountSetattr(-1, "/", unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
-			host.Close()
-			return nil, nil, fmt.Errorf("make / read-only: %w", err)
-		}
-	} else if host, err = os.OpenFile(sp.Dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0); err != nil {
-		return nil, nil, fmt.Errorf("open run directory: %w", err)
+	if host, err = openHostDir(sp.Dir, sp.ReadOnlyRoot); err != nil {
+		return nil, nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -276,46 +255,14 @@ func setupMounts(sp sandboxSpec) (host, run *os.File, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read run directory: %w", err)
 	}
-	opts := "mode=1777" + tmpfsLimits(sp.TmpSize, sp.Inodes)
-	for _, p := range sp.Private {
-		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
-			continue // absent, or a symbolic link into another private directory (/var/run → /run)
-		}
-		if err := syscall.Mount("tmpfs", p, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
-			return nil, nil, fmt.Errorf("tmpfs on %s: %w", p, err)
-		}
+	if err := mountPrivate(sp.Private, sp.TmpSize, sp.Inodes); err != nil {
+		return nil, nil, err
 	}
 	if err := maskTerminals(); err != nil {
 		return nil, nil, err
 	}
-	// The run directory: absent here when a private tmpfs covers it, made
-	// again; then a tmpfs of its own on it. Below a masked path it could
-	// not be reached, and the sandbox cannot be set up.
-	for _, p := range sp.Hide {
-		if within(sp.Dir, p) {
-			return nil, nil, fmt.Errorf("the run directory %s lies below the hidden path %s", sp.Dir, p)
-		}
-	}
-	if err := os.MkdirAll(sp.Dir, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("run directory: %w", err)
-	}
-	size := sp.TmpSize
-	if size > 0 {
-		size += stagedBytes
-	}
-	inodes := sp.Inodes
-	if inodes > 0 {
-		inodes += stagedFiles + 1
-	}
-	ropts := "mode=0700" + tmpfsLimits(size, inodes)
-	if sp.UID >= 0 {
-		ropts += fmt.Sprintf(",uid=%d,gid=%d", sp.UID, sp.GID)
-	}
-	if err := syscall.Mount("tmpfs", sp.Dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, ropts); err != nil {
-		return nil, nil, fmt.Errorf("tmpfs on the run directory: %w", err)
-	}
-	if run, err = os.OpenFile(sp.Dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0); err != nil {
-		return nil, nil, fmt.Errorf("open the run directory's tmpfs: %w", err)
+	if run, err = mountRunDir(sp, stagedBytes, stagedFiles); err != nil {
+		return nil, nil, err
 	}
 	if err := copyTreeAt(host, run, sp.UID, sp.GID, 0); err != nil {
 		return nil, nil, fmt.Errorf("copy into the run directory: %w", err)
@@ -336,6 +283,103 @@ func setupMounts(sp sandboxSpec) (host, run *os.File, err error) {
 		return nil, nil, err
 	}
 	return host, run, nil
+}
+
+// openReadOnlySources opens every path of paths (O_PATH, not following a
+// final symbolic link), before any mount covers them, for bindReadOnly.
+// On an error it returns the files opened so far, for the caller to close.
+func openReadOnlySources(paths []string) ([]*os.File, error) {
+	var ro []*os.File
+	for _, p := range paths {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return ro, fmt.Errorf("read-only path %s: %w", p, err)
+		}
+		ro = append(ro, os.NewFile(uintptr(fd), p))
+	}
+	return ro, nil
+}
+
+// openHostDir opens the host's run directory dir. With readOnlyRoot it
+// is reached through a detached clone of its mount, which stays writable
+// for copyOut, and then every mount of the view is made read-only
+// (mount_setattr, recursively).
+func openHostDir(dir string, readOnlyRoot bool) (*os.File, error) {
+	if !readOnlyRoot {
+		host, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open run directory: %w", err)
+		}
+		return host, nil
+	}
+	tfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("clone the run directory's mount: %w", err)
+	}
+	fd, err := unix.Openat(tfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	unix.Close(tfd)
+	if err != nil {
+		return nil, fmt.Errorf("open run directory: %w", err)
+	}
+	host := os.NewFile(uintptr(fd), dir)
+	if err := unix.MountSetattr(-1, "/", unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		host.Close()
+		return nil, fmt.Errorf("make / read-only: %w", err)
+	}
+	return host, nil
+}
+
+// mountPrivate mounts a fresh tmpfs of size and inodes (tmpfsLimits) on
+// every directory of private; a path that is absent, or not a directory
+// (a symbolic link into another private directory, /var/run → /run), is
+// passed over.
+func mountPrivate(private []string, size int64, inodes int) error {
+	opts := "mode=1777" + tmpfsLimits(size, inodes)
+	for _, p := range private {
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := syscall.Mount("tmpfs", p, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("tmpfs on %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// mountRunDir mounts the run's own tmpfs on sp.Dir, owned by the run's
+// user, with room for the staged tree (stagedBytes in stagedFiles files)
+// beyond sp.TmpSize and sp.Inodes, and opens it. The directory is made
+// again when a private tmpfs covers it; one below a path of sp.Hide could
+// not be reached, and is an error.
+func mountRunDir(sp sandboxSpec, stagedBytes int64, stagedFiles int) (*os.File, error) {
+	for _, p := range sp.Hide {
+		if within(sp.Dir, p) {
+			return nil, fmt.Errorf("the run directory %s lies below the hidden path %s", sp.Dir, p)
+		}
+	}
+	if err := os.MkdirAll(sp.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("run directory: %w", err)
+	}
+	size := sp.TmpSize
+	if size > 0 {
+		size += stagedBytes
+	}
+	inodes := sp.Inodes
+	if inodes > 0 {
+		inodes += stagedFiles + 1
+	}
+	ropts := "mode=0700" + tmpfsLimits(size, inodes)
+	if sp.UID >= 0 {
+		ropts += fmt.Sprintf(",uid=%d,gid=%d", sp.UID, sp.GID)
+	}
+	if err := syscall.Mount("tmpfs", sp.Dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, ropts); err != nil {
+		return nil, fmt.Errorf("tmpfs on the run directory: %w", err)
+	}
+	run, err := os.OpenFile(sp.Dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the run directory's tmpfs: %w", err)
+	}
+	return run, nil
 }
 
 // maskFailure begins the init's setup report when a hidden path could
