@@ -119,62 +119,16 @@ func runSandbox(specJSON string) int {
 		return say("setup spec: %v", err)
 	}
 	runtime.LockOSThread() // prctl below is per thread; the run is started from this one
-	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
-		return say("setup subreaper: %v", e)
-	}
-	// Joined first: /sys may be read-only after the mounts, and what
-	// the init copies into the run's tmpfs is charged to the run.
-	for _, cg := range sp.Cgroups {
-		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte("0"), 0); err != nil {
-			return say("setup cgroup: %v", err)
-		}
-	}
-	var host, run *os.File // with Mount: the grader's run directory and the run's tmpfs over it
-	if sp.Mount {
-		var err error
-		if host, run, err = setupMounts(sp); err != nil {
-			return say("setup mount: %v", err)
-		}
-	}
-	if sp.DropCaps {
-		// With an empty bounding set (and the empty inheritable set every
-		// process starts with), execve gives even user id 0 no capability.
-		for c := 0; c < 64; c++ {
-			if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapBSetDrop, uintptr(c), 0); e != 0 && e != syscall.EINVAL {
-				return say("setup drop capabilities: %v", e)
-			}
-		}
-	}
-	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0); e != 0 {
-		return say("setup no_new_privs: %v", e)
-	}
-	for _, r := range sp.Rlimits {
-		if err := unix.Setrlimit(r.Resource, &unix.Rlimit{Cur: r.Max, Max: r.Max}); err != nil {
-			return say("setup rlimit %d: %v", r.Resource, err)
-		}
+	host, run, err := confine(sp)
+	if err != nil {
+		return say("setup %v", err)
 	}
 	if sp.Program == "" { // a probe: the sandbox is set up, nothing runs
 		return say("exit 0")
 	}
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
-	cmd := exec.Command(sp.Program, sp.Args...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = sp.Dir, sp.Env, os.Stdout, os.Stderr
-	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if sp.UID >= 0 {
-		attr.Credential = &syscall.Credential{Uid: uint32(sp.UID), Gid: uint32(sp.GID), Groups: []uint32{}}
-	}
-	cmd.SysProcAttr = attr
-	if err := cmd.Start(); err != nil {
+	cmd, err := startAndWait(sp)
+	if err != nil {
 		return say("start %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-term:
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
 	}
 	if os.Getpid() == 1 {
 		// PID 1 of a namespace: kill(-1) reaches every other process of
@@ -195,6 +149,75 @@ func runSandbox(specJSON string) int {
 		return say("signal %d", int(ws.Signal()))
 	}
 	return say("exit %d", ws.ExitStatus())
+}
+
+// confine sets up the init itself, on the thread that will start the run:
+// it becomes a child subreaper, joins sp.Cgroups, sets up the mounts (with
+// sp.Mount: host and run as setupMounts returns them), drops every
+// capability from the bounding set (with sp.DropCaps), sets no_new_privs
+// and sp.Rlimits. Its error names the step that failed.
+func confine(sp sandboxSpec) (host, run *os.File, err error) {
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
+		return nil, nil, fmt.Errorf("subreaper: %w", e)
+	}
+	// Joined first: /sys may be read-only after the mounts, and what
+	// the init copies into the run's tmpfs is charged to the run.
+	for _, cg := range sp.Cgroups {
+		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte("0"), 0); err != nil {
+			return nil, nil, fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	if sp.Mount {
+		if host, run, err = setupMounts(sp); err != nil {
+			return nil, nil, fmt.Errorf("mount: %w", err)
+		}
+	}
+	if sp.DropCaps {
+		// With an empty bounding set (and the empty inheritable set every
+		// process starts with), execve gives even user id 0 no capability.
+		for c := 0; c < 64; c++ {
+			if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapBSetDrop, uintptr(c), 0); e != 0 && e != syscall.EINVAL {
+				return nil, nil, fmt.Errorf("drop capabilities: %w", e)
+			}
+		}
+	}
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0); e != 0 {
+		return nil, nil, fmt.Errorf("no_new_privs: %w", e)
+	}
+	for _, r := range sp.Rlimits {
+		if err := unix.Setrlimit(r.Resource, &unix.Rlimit{Cur: r.Max, Max: r.Max}); err != nil {
+			return nil, nil, fmt.Errorf("rlimit %d: %w", r.Resource, err)
+		}
+	}
+	return host, run, nil
+}
+
+// startAndWait starts sp.Program as the init's child (as sp's user when
+// it names one, in a process group of its own, killed if the init dies)
+// and waits for it to end. A SIGTERM or SIGINT to the init kills the
+// program's process group first. The error is the start's.
+func startAndWait(sp sandboxSpec) (*exec.Cmd, error) {
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	cmd := exec.Command(sp.Program, sp.Args...)
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = sp.Dir, sp.Env, os.Stdout, os.Stderr
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if sp.UID >= 0 {
+		attr.Credential = &syscall.Credential{Uid: uint32(sp.UID), Gid: uint32(sp.GID), Groups: []uint32{}}
+	}
+	cmd.SysProcAttr = attr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-term:
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	return cmd, nil
 }
 
 // prctl(2) options.
