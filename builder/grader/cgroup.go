@@ -210,62 +210,7 @@ const cpuPeriod = 100_000
 func newRunCgroup(h cgroupHost, memory int64, procs int, cpus float64) (*runCgroup, error) {
 	name := fmt.Sprintf("lm2lm-grade-%d-%d", os.Getpid(), cgroupSeq.Add(1))
 	rc := &runCgroup{version: h.version}
-	mk := func(parent string) (string, error) {
-		d := filepath.Join(parent, name)
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return "", err
-		}
-		rc.dirs = append(rc.dirs, d)
-		return d, nil
-	}
-	set := func(dir, file string, v string) error {
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0); err != nil {
-			return fmt.Errorf("%s: %w", file, err)
-		}
-		return nil
-	}
-	mem := "max"
-	if memory > 0 {
-		mem = strconv.FormatInt(memory, 10)
-	}
-	err := func() error {
-		switch h.version {
-		case "v2":
-			d, err := mk(h.v2)
-			if err != nil {
-				return err
-			}
-			rc.memDir = d
-			if err := set(d, "memory.max", mem); err != nil {
-				return err
-			}
-			if err := set(d, "memory.swap.max", "0"); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
-			return set(d, "pids.max", strconv.Itoa(procs))
-		case "v1":
-			d, err := mk(h.memory)
-			if err != nil {
-				return err
-			}
-			rc.memDir = d
-			if memory > 0 {
-				if err := set(d, "memory.limit_in_bytes", mem); err != nil {
-					return err
-				}
-				if err := set(d, "memory.memsw.limit_in_bytes", mem); err != nil && !errors.Is(err, os.ErrNotExist) {
-					return err
-				}
-			}
-			p, err := mk(h.pids)
-			if err != nil {
-				return err
-			}
-			return set(p, "pids.max", strconv.Itoa(procs))
-		}
-		return errors.New(h.why)
-	}()
-	if err != nil {
+	if err := rc.limitMemory(h, name, memory, procs); err != nil {
 		rc.remove()
 		return nil, fmt.Errorf("cgroup %s: %w", h.version, err)
 	}
@@ -273,33 +218,7 @@ func newRunCgroup(h cgroupHost, memory int64, procs int, cpus float64) (*runCgro
 		rc.noCPU = h.noCPU
 		return rc, nil
 	}
-	quota := "max"
-	if cpus > 0 {
-		quota = strconv.FormatInt(max(int64(cpus*cpuPeriod+0.5), 1000), 10)
-	}
-	err = func() error {
-		if h.version == "v2" { // the run's one cgroup, made above
-			if err := set(rc.memDir, "cpu.weight", "100"); err != nil {
-				return err
-			}
-			return set(rc.memDir, "cpu.max", quota+" "+strconv.Itoa(cpuPeriod))
-		}
-		d, err := mk(h.cpu)
-		if err != nil {
-			return err
-		}
-		if quota == "max" {
-			quota = "-1"
-		}
-		if err := set(d, "cpu.shares", "1024"); err != nil {
-			return err
-		}
-		if err := set(d, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err != nil {
-			return err
-		}
-		return set(d, "cpu.cfs_quota_us", quota)
-	}()
-	if err != nil {
+	if err := rc.limitCPU(h, name, cpus); err != nil {
 		if h.version == "v1" && len(rc.dirs) == 3 { // the cpu cgroup was made: drop it alone
 			_ = syscall.Rmdir(rc.dirs[2])
 			rc.dirs = rc.dirs[:2]
@@ -309,6 +228,102 @@ func newRunCgroup(h cgroupHost, memory int64, procs int, cpus float64) (*runCgro
 	}
 	rc.cpu = true
 	return rc, nil
+}
+
+// mkdir makes the run's cgroup name below parent and records it among
+// the run's directories.
+func (rc *runCgroup) mkdir(parent, name string) (string, error) {
+	d := filepath.Join(parent, name)
+	if err := os.Mkdir(d, 0o755); err != nil {
+		return "", err
+	}
+	rc.dirs = append(rc.dirs, d)
+	return d, nil
+}
+
+// setControl writes v to the control file file of the cgroup dir; the
+// error names the file.
+func setControl(dir, file string, v string) error {
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	return nil
+}
+
+// limitMemory makes the run's memory cgroup (v2: its one cgroup; v1: the
+// memory and the pids cgroups) with a memory limit of memory bytes (0:
+// none), swap included where the host accounts it, and a limit of procs
+// processes and threads. On a host without cgroups it returns h.why.
+func (rc *runCgroup) limitMemory(h cgroupHost, name string, memory int64, procs int) error {
+	mem := "max"
+	if memory > 0 {
+		mem = strconv.FormatInt(memory, 10)
+	}
+	switch h.version {
+	case "v2":
+		d, err := rc.mkdir(h.v2, name)
+		if err != nil {
+			return err
+		}
+		rc.memDir = d
+		if err := setControl(d, "memory.max", mem); err != nil {
+			return err
+		}
+		if err := setControl(d, "memory.swap.max", "0"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return setControl(d, "pids.max", strconv.Itoa(procs))
+	case "v1":
+		d, err := rc.mkdir(h.memory, name)
+		if err != nil {
+			return err
+		}
+		rc.memDir = d
+		if memory > 0 {
+			if err := setControl(d, "memory.limit_in_bytes", mem); err != nil {
+				return err
+			}
+			if err := setControl(d, "memory.memsw.limit_in_bytes", mem); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+		p, err := rc.mkdir(h.pids, name)
+		if err != nil {
+			return err
+		}
+		return setControl(p, "pids.max", strconv.Itoa(procs))
+	}
+	return errors.New(h.why)
+}
+
+// limitCPU gives the run the same CPU weight as every other run and a
+// quota of cpus CPUs (0: none): on v2 in the cgroup limitMemory made, on
+// v1 in a cpu cgroup of its own (the run's third directory).
+func (rc *runCgroup) limitCPU(h cgroupHost, name string, cpus float64) error {
+	quota := "max"
+	if cpus > 0 {
+		quota = strconv.FormatInt(max(int64(cpus*cpuPeriod+0.5), 1000), 10)
+	}
+	if h.version == "v2" { // the run's one cgroup, made by limitMemory
+		if err := setControl(rc.memDir, "cpu.weight", "100"); err != nil {
+			return err
+		}
+		return setControl(rc.memDir, "cpu.max", quota+" "+strconv.Itoa(cpuPeriod))
+	}
+	d, err := rc.mkdir(h.cpu, name)
+	if err != nil {
+		return err
+	}
+	if quota == "max" {
+		quota = "-1"
+	}
+	if err := setControl(d, "cpu.shares", "1024"); err != nil {
+		return err
+	}
+	if err := setControl(d, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err != nil {
+		return err
+	}
+	return setControl(d, "cpu.cfs_quota_us", quota)
 }
 
 // ooms is how many processes of the run the kernel killed for memory.
