@@ -190,33 +190,13 @@ func partFilter(part string) (func(string) bool, error) {
 // p records; another is an error wrapping rwm.ErrPriorMismatch). A store
 // of another suite's tasks gets no effect terms.
 func landscapeModels(keys []string, p *rwm.Prior, priorPerFamily int) ([]rankModel, error) {
-	su := lab.SuiteV2(lab.DefaultSuiteSeed)
-	lcfg := lab.DefaultConfig()
-	lcfg.Tasks = append(append(append([]lab.TaskSpec(nil), su.Train...), su.Val()...), su.Test()...)
-	if p != nil {
-		lcfg.Tasks = append(lcfg.Tasks, lab.PretrainTasks(priorPerFamily)...)
-	}
-	lb, err := lab.New(lcfg, records.NewMemStore())
+	lb, err := effectsLab(p, priorPerFamily)
 	if err != nil {
-		return nil, fmt.Errorf("lab for the effects: %w", err)
+		return nil, err
 	}
-	// The library's and the validated setting's world models are the
-	// drivers' own (lab/setting); the others move one of their parts.
-	lw, err := setting.Library().NewWorld(lb)
+	library, validated, err := settingModels(lb)
 	if err != nil {
-		return nil, fmt.Errorf("the library setting's world model: %w", err)
-	}
-	library, ok := lw.(*rwm.Embedded)
-	if !ok {
-		return nil, fmt.Errorf("the library setting's world model is %T, want *rwm.Embedded", lw)
-	}
-	vw, err := setting.Validated().NewWorld(lb)
-	if err != nil {
-		return nil, fmt.Errorf("the validated setting's world model: %w", err)
-	}
-	validated, ok := vw.(*rwm.Tuned)
-	if !ok {
-		return nil, fmt.Errorf("the validated setting's world model is %T, want *rwm.Tuned", vw)
+		return nil, err
 	}
 	base, eff := library.Config(), validated.Base()
 	desc := base
@@ -253,36 +233,97 @@ func landscapeModels(keys []string, p *rwm.Prior, priorPerFamily int) ([]rankMod
 	all["fx-tuned-q90"] = rankModel{"effects, tuned, ranked by q90", quantileRank{all["fx-tuned"].model, Z90}}
 	all["fx-tuned-q10"] = rankModel{"effects, tuned, ranked by q10", quantileRank{all["fx-tuned"].model, -Z90}}
 	if p != nil {
-		pc, err := p.Config(eff)
-		if err != nil {
-			return nil, fmt.Errorf("-prior over a lab of %d pretraining tasks per family: %w", priorPerFamily, err)
+		if err := addPriorModels(all, p, eff, priorPerFamily); err != nil {
+			return nil, err
 		}
-		for _, m := range []struct {
-			key, name string
-			tune      bool
-		}{{"fx-prior", "effects, pretrained prior", false}, {"fx-tuned-prior", "effects, tuned, pretrained prior", true}} {
-			wm, err := setting.NewModel(pc, m.tune)
-			if err != nil {
-				return nil, fmt.Errorf("world model %s: %w", m.key, err)
-			}
-			all[m.key] = rankModel{m.name, wm}
-		}
-		all["prior-mean"] = rankModel{"the pretrained prior's mean alone (no records)", noContext{all["fx-prior"].model}}
-		cc := pc
-		cc.ClipSigmas = 6
-		wm, err := setting.NewModel(cc, false)
-		if err != nil {
-			return nil, fmt.Errorf("world model fx-prior-clip: %w", err)
-		}
-		all["fx-prior-clip"] = rankModel{"effects, pretrained prior, context clipped to ±6 σ_e", wm}
 	}
+	return pickModels(all, keys, p != nil)
+}
+
+// effectsLab is the lab behind the world models' Effects:
+// lab.SuiteV2(lab.DefaultSuiteSeed)'s training, validation and test tasks
+// and, with p, the pretraining corpus's priorPerFamily tasks per family;
+// no records.
+func effectsLab(p *rwm.Prior, priorPerFamily int) (*lab.Lab, error) {
+	su := lab.SuiteV2(lab.DefaultSuiteSeed)
+	lcfg := lab.DefaultConfig()
+	lcfg.Tasks = append(append(append([]lab.TaskSpec(nil), su.Train...), su.Val()...), su.Test()...)
+	if p != nil {
+		lcfg.Tasks = append(lcfg.Tasks, lab.PretrainTasks(priorPerFamily)...)
+	}
+	lb, err := lab.New(lcfg, records.NewMemStore())
+	if err != nil {
+		return nil, fmt.Errorf("lab for the effects: %w", err)
+	}
+	return lb, nil
+}
+
+// settingModels returns the library's and the validated setting's world
+// models over lb, as the drivers build them (lab/setting): the others
+// move one of their parts.
+func settingModels(lb *lab.Lab) (*rwm.Embedded, *rwm.Tuned, error) {
+	lw, err := setting.Library().NewWorld(lb)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the library setting's world model: %w", err)
+	}
+	library, ok := lw.(*rwm.Embedded)
+	if !ok {
+		return nil, nil, fmt.Errorf("the library setting's world model is %T, want *rwm.Embedded", lw)
+	}
+	vw, err := setting.Validated().NewWorld(lb)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the validated setting's world model: %w", err)
+	}
+	validated, ok := vw.(*rwm.Tuned)
+	if !ok {
+		return nil, nil, fmt.Errorf("the validated setting's world model is %T, want *rwm.Tuned", vw)
+	}
+	return library, validated, nil
+}
+
+// addPriorModels adds the world models of the pretrained prior p to all:
+// fx-prior and fx-tuned-prior (the effects configuration eff with p's
+// hyperparameters and mean, frozen or tuned), prior-mean (fx-prior without
+// its context) and fx-prior-clip (fx-prior reading its context clipped to
+// ±6 σ_e).
+func addPriorModels(all map[string]rankModel, p *rwm.Prior, eff rwm.EmbeddedConfig, priorPerFamily int) error {
+	pc, err := p.Config(eff)
+	if err != nil {
+		return fmt.Errorf("-prior over a lab of %d pretraining tasks per family: %w", priorPerFamily, err)
+	}
+	for _, m := range []struct {
+		key, name string
+		tune      bool
+	}{{"fx-prior", "effects, pretrained prior", false}, {"fx-tuned-prior", "effects, tuned, pretrained prior", true}} {
+		wm, err := setting.NewModel(pc, m.tune)
+		if err != nil {
+			return fmt.Errorf("world model %s: %w", m.key, err)
+		}
+		all[m.key] = rankModel{m.name, wm}
+	}
+	all["prior-mean"] = rankModel{"the pretrained prior's mean alone (no records)", noContext{all["fx-prior"].model}}
+	cc := pc
+	cc.ClipSigmas = 6
+	wm, err := setting.NewModel(cc, false)
+	if err != nil {
+		return fmt.Errorf("world model fx-prior-clip: %w", err)
+	}
+	all["fx-prior-clip"] = rankModel{"effects, pretrained prior, context clipped to ±6 σ_e", wm}
+	return nil
+}
+
+// pickModels returns the models of all that keys name, in their order
+// (no keys: standardKeys). An unknown key is an error listing the valid
+// ones; a prior's key without a prior (withPrior false) says it needs
+// -prior.
+func pickModels(all map[string]rankModel, keys []string, withPrior bool) ([]rankModel, error) {
 	if len(keys) == 0 {
 		keys = standardKeys
 	}
 	out := make([]rankModel, 0, len(keys))
 	for _, k := range keys {
 		m, ok := all[k]
-		if !ok && p == nil && slices.Contains(priorKeys, k) {
+		if !ok && !withPrior && slices.Contains(priorKeys, k) {
 			return nil, fmt.Errorf("-models: %s needs -prior", k)
 		}
 		if !ok {
