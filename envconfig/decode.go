@@ -131,66 +131,13 @@ func walk(n *yaml.Node, t reflect.Type, path string) error {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" && t.Kind() != reflect.Interface {
 		return at(ErrType, "empty value, want %s (leave the key out for its default)", kindName(t))
 	}
-	switch t.Kind() {
-	case reflect.Struct:
-		if t == durationType {
-			break
-		}
+	switch {
+	case t.Kind() == reflect.Struct && t != durationType, t.Kind() == reflect.Map:
 		if n.Kind != yaml.MappingNode {
 			return at(ErrType, "want %s", kindName(t))
 		}
-		fields, names := yamlFields(t)
-		seen := map[string]int{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode {
-				return at(ErrSyntax, "a key must be a plain string")
-			}
-			kp := join(path, k.Value)
-			if k.Value == "<<" {
-				return &Error{Path: kp, Line: k.Line, Kind: ErrSyntax, Msg: "merge keys are not supported"}
-			}
-			if line, dup := seen[k.Value]; dup {
-				return &Error{Path: kp, Line: k.Line, Kind: ErrDuplicateKey, Msg: fmt.Sprintf("key given twice (first at line %d)", line)}
-			}
-			seen[k.Value] = k.Line
-			ft, ok := fields[k.Value]
-			if !ok {
-				msg := "unknown key; known keys: " + strings.Join(names, ", ")
-				if hint, ok := unknownHints[k.Value]; ok {
-					msg = "unknown key; " + hint
-				}
-				return &Error{Path: kp, Line: k.Line, Kind: ErrUnknownKey, Msg: msg}
-			}
-			if err := walk(val, ft, kp); err != nil {
-				return err
-			}
-		}
-		return nil
-	case reflect.Map:
-		if n.Kind != yaml.MappingNode {
-			return at(ErrType, "want %s", kindName(t))
-		}
-		seen := map[string]int{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode || k.Tag == "!!null" {
-				return at(ErrSyntax, "a key must be a plain string")
-			}
-			kp := join(path, k.Value)
-			if k.Value == "<<" {
-				return &Error{Path: kp, Line: k.Line, Kind: ErrSyntax, Msg: "merge keys are not supported"}
-			}
-			if line, dup := seen[k.Value]; dup {
-				return &Error{Path: kp, Line: k.Line, Kind: ErrDuplicateKey, Msg: fmt.Sprintf("key given twice (first at line %d)", line)}
-			}
-			seen[k.Value] = k.Line
-			if err := walk(val, t.Elem(), kp); err != nil {
-				return err
-			}
-		}
-		return nil
-	case reflect.Slice:
+		return walkMapping(n, t, path)
+	case t.Kind() == reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			return at(ErrType, "want %s", kindName(t))
 		}
@@ -200,7 +147,7 @@ func walk(n *yaml.Node, t reflect.Type, path string) error {
 			}
 		}
 		return nil
-	case reflect.Interface:
+	case t.Kind() == reflect.Interface:
 		// Free-form values (a recipe's): any YAML without aliases, whose
 		// mapping keys are strings, so that it encodes as JSON.
 		return walkAny(n, path)
@@ -214,6 +161,52 @@ func walk(n *yaml.Node, t reflect.Type, path string) error {
 	p := reflect.New(t)
 	if err := n.Decode(p.Interface()); err != nil {
 		return at(ErrType, "want %s, got %q", kindName(t), excerpt(n.Value))
+	}
+	return nil
+}
+
+// walkMapping checks the mapping node n against t, a struct (every key
+// one of its yamlFields) or a map (keys of any name, not null), at path:
+// every key a plain string given once, no merge key, and every value
+// checked against its field's or the map's element type.
+func walkMapping(n *yaml.Node, t reflect.Type, path string) error {
+	isStruct := t.Kind() == reflect.Struct
+	var fields map[string]reflect.Type
+	var names []string
+	if isStruct {
+		fields, names = yamlFields(t)
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || (!isStruct && k.Tag == "!!null") {
+			return &Error{Path: path, Line: n.Line, Kind: ErrSyntax, Msg: "a key must be a plain string"}
+		}
+		kp := join(path, k.Value)
+		if k.Value == "<<" {
+			return &Error{Path: kp, Line: k.Line, Kind: ErrSyntax, Msg: "merge keys are not supported"}
+		}
+		if line, dup := seen[k.Value]; dup {
+			return &Error{Path: kp, Line: k.Line, Kind: ErrDuplicateKey, Msg: fmt.Sprintf("key given twice (first at line %d)", line)}
+		}
+		seen[k.Value] = k.Line
+		var vt reflect.Type
+		if isStruct {
+			ft, ok := fields[k.Value]
+			if !ok {
+				msg := "unknown key; known keys: " + strings.Join(names, ", ")
+				if hint, ok := unknownHints[k.Value]; ok {
+					msg = "unknown key; " + hint
+				}
+				return &Error{Path: kp, Line: k.Line, Kind: ErrUnknownKey, Msg: msg}
+			}
+			vt = ft
+		} else {
+			vt = t.Elem()
+		}
+		if err := walk(val, vt, kp); err != nil {
+			return err
+		}
 	}
 	return nil
 }
