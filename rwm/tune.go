@@ -122,19 +122,8 @@ func tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []
 		return base, 0, nil, err
 	}
 	if ev.Len() < 10 {
-		if err := checkLogMarginal(ctx, base); err != nil {
-			return base, 0, nil, err
-		}
-		p, err := prepare(ctx, ev, base.effector(), base.readsDesc())
+		f, err := baseFactor(ctx, base, ev)
 		if err != nil {
-			return base, 0, nil, err
-		}
-		e, err := NewEmbedded(base)
-		if err != nil {
-			return base, 0, nil, err
-		}
-		f := &factor{}
-		if err := e.buildPrepared(ctx, f, p); err != nil {
 			return base, 0, nil, err
 		}
 		return base, f.logML(), f, nil
@@ -150,22 +139,8 @@ func tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []
 			return base, 0, nil, err
 		}
 	}
-	// Configurations that differ only in what is added to K₁'s diagonal
-	// or in the scale's prior (TuneGrid's noise levels) share K₁: it is
-	// built once for them and each factorises a copy. They are visited
-	// group by group; ties still go to the earlier configuration.
-	lead := make([]int, len(grid))
-	for i := range grid {
-		lead[i] = i
-		for j := range i {
-			if lead[j] == j && sameGram(&grid[j], &grid[i]) {
-				lead[i] = j
-				break
-			}
-		}
-	}
-	best, bestLM, bestI := base, math.Inf(-1), -1
-	var bestF *factor
+	lead := gramLeads(grid)
+	best := tuned{cfg: base, lm: math.Inf(-1), i: -1}
 	var p *prepared // shared by the configurations it fits
 	for g, c := range grid {
 		if lead[g] != g {
@@ -190,30 +165,92 @@ func tune(ctx context.Context, base EmbeddedConfig, ev records.Evidence, grid []
 		if err != nil {
 			return base, 0, nil, err
 		}
-		last := g
-		for i := g; i < len(grid); i++ {
-			if lead[i] == g {
-				last = i
-			}
+		if err := best.considerGroup(ctx, grid, lead, g, f, l, y); err != nil {
+			return base, 0, nil, err
 		}
-		for i := g; i <= last; i++ {
-			if lead[i] != g {
-				continue
-			}
-			k := l
-			if i < last {
-				k = slices.Clone(l)
-			}
-			fi, err := factorShared(ctx, &grid[i], f, k, y)
-			if err != nil {
-				return base, 0, nil, err
-			}
-			if lm := fi.logML(); lm > bestLM || (lm == bestLM && i < bestI) {
-				best, bestLM, bestI, bestF = grid[i], lm, i, fi
+	}
+	return best.cfg, best.lm, best.f, nil
+}
+
+// baseFactor is base's factorisation of ev, as its Embedded builds it: the
+// choice when there are too few records to tune on.
+func baseFactor(ctx context.Context, base EmbeddedConfig, ev records.Evidence) (*factor, error) {
+	if err := checkLogMarginal(ctx, base); err != nil {
+		return nil, err
+	}
+	p, err := prepare(ctx, ev, base.effector(), base.readsDesc())
+	if err != nil {
+		return nil, err
+	}
+	e, err := NewEmbedded(base)
+	if err != nil {
+		return nil, err
+	}
+	f := &factor{}
+	if err := e.buildPrepared(ctx, f, p); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// gramLeads groups the configurations of grid that share K₁: those that
+// differ only in what is added to K₁'s diagonal or in the scale's prior
+// (TuneGrid's noise levels, sameGram). lead[i] is the first configuration
+// of i's group, whose K₁ is built once for the group; each member
+// factorises a copy.
+func gramLeads(grid []EmbeddedConfig) []int {
+	lead := make([]int, len(grid))
+	for i := range grid {
+		lead[i] = i
+		for j := range i {
+			if lead[j] == j && sameGram(&grid[j], &grid[i]) {
+				lead[i] = j
+				break
 			}
 		}
 	}
-	return best, bestLM, bestF, nil
+	return lead
+}
+
+// tuned is the best configuration Tune has seen: its log marginal
+// likelihood lm, its index i in the grid (-1: none yet, cfg is base) and
+// its factorisation f.
+type tuned struct {
+	cfg EmbeddedConfig
+	lm  float64
+	i   int
+	f   *factor
+}
+
+// considerGroup factorises every configuration of grid in g's group (lead
+// g) from the group's K₁, whose lower triangle is l (the last member
+// overwrites it, the others a copy), with f the lead's gramPrepared
+// features and y the targets, and keeps the best so far. The groups are
+// visited in order, so ties still go to the earlier configuration.
+func (t *tuned) considerGroup(ctx context.Context, grid []EmbeddedConfig, lead []int, g int, f *factor, l, y []float64) error {
+	last := g
+	for i := g; i < len(grid); i++ {
+		if lead[i] == g {
+			last = i
+		}
+	}
+	for i := g; i <= last; i++ {
+		if lead[i] != g {
+			continue
+		}
+		k := l
+		if i < last {
+			k = slices.Clone(l)
+		}
+		fi, err := factorShared(ctx, &grid[i], f, k, y)
+		if err != nil {
+			return err
+		}
+		if lm := fi.logML(); lm > t.lm || (lm == t.lm && i < t.i) {
+			t.cfg, t.lm, t.i, t.f = grid[i], lm, i, fi
+		}
+	}
+	return nil
 }
 
 // factorShared returns cfg's factorisation of the records whose features f0
