@@ -246,33 +246,8 @@ func explain(cfg Config, scale float64, group []Candidate, out []float64, det []
 	if n > len(kindsBuf) {
 		kinds = make([]Kind, 0, n)
 	}
-	// Small groups (the paper's G = 8) scan; large ones use maps.
-	var earlier []bool
-	var mechCount map[string]int
-	if n > smallGroup {
-		earlier = make([]bool, n)
-		seen := make(map[string]bool, n)
-		mechCount = make(map[string]int)
-		for i, c := range group {
-			if c.Key != "" {
-				earlier[i] = seen[c.Key]
-				seen[c.Key] = true
-			}
-			mechCount[c.Mechanism]++
-		}
-	}
-	minScored, haveScored := math.Inf(1), false
-	for i, c := range group {
-		var k Kind
-		var r float64
-		if c.Valid && !c.NoOp && (c.Repeat || (earlier != nil && earlier[i]) || (earlier == nil && isEarlierKey(group, i))) {
-			k = Duplicate
-		} else if k, r = rate(cfg, scale, c); k == Scored {
-			minScored, haveScored = math.Min(minScored, r), true
-		}
-		kinds = append(kinds, k)
-		out[i] = r
-	}
+	earlier, mechCount := indexGroup(group)
+	kinds, minScored, haveScored := rateGroup(cfg, scale, group, earlier, kinds, out)
 	m := cfg.NoOpReward
 	if haveScored {
 		m = minScored
@@ -302,7 +277,58 @@ func explain(cfg Config, scale float64, group []Candidate, out []float64, det []
 	if sigma == 0 {
 		return
 	}
-	// d_i = 1/n_i for Scored candidates; mean over them for d̃.
+	addDiversity(cfg.DiversityScale, sigma, group, kinds, mechCount, out, det)
+}
+
+// indexGroup indexes a group larger than smallGroup: earlier[i] says
+// whether an earlier candidate has group[i]'s non-empty Key, and
+// mechCount counts the candidates of each Mechanism. Small groups (the
+// paper's G = 8) scan instead (isEarlierKey, countMechanism): both are nil.
+func indexGroup(group []Candidate) (earlier []bool, mechCount map[string]int) {
+	n := len(group)
+	if n <= smallGroup {
+		return nil, nil
+	}
+	earlier = make([]bool, n)
+	seen := make(map[string]bool, n)
+	mechCount = make(map[string]int)
+	for i, c := range group {
+		if c.Key != "" {
+			earlier[i] = seen[c.Key]
+			seen[c.Key] = true
+		}
+		mechCount[c.Mechanism]++
+	}
+	return earlier, mechCount
+}
+
+// rateGroup appends each candidate's Kind to kinds and writes its base
+// reward to out (0 for a Duplicate, whose reward depends on the others);
+// it returns kinds and the least Scored reward, if any was Scored.
+// earlier is indexGroup's (nil: scan).
+func rateGroup(cfg Config, scale float64, group []Candidate, earlier []bool, kinds []Kind, out []float64) ([]Kind, float64, bool) {
+	minScored, haveScored := math.Inf(1), false
+	for i, c := range group {
+		var k Kind
+		var r float64
+		if c.Valid && !c.NoOp && (c.Repeat || (earlier != nil && earlier[i]) || (earlier == nil && isEarlierKey(group, i))) {
+			k = Duplicate
+		} else if k, r = rate(cfg, scale, c); k == Scored {
+			minScored, haveScored = math.Min(minScored, r), true
+		}
+		kinds = append(kinds, k)
+		out[i] = r
+	}
+	return kinds, minScored, haveScored
+}
+
+// addDiversity adds the diversity bonus λ·σ_G·d̃_i to the reward out[i]
+// of every Scored candidate (and to its Detail, when det is non-nil),
+// with lambda λ, sigma σ_G, d_i = 1/n_i for n_i the candidates of the
+// group with its Mechanism (mechCount's count, or a scan where it is nil)
+// and d̃_i = d_i over the mean d of the Scored candidates.
+func addDiversity(lambda, sigma float64, group []Candidate, kinds []Kind, mechCount map[string]int, out []float64, det []Detail) {
+	n := len(group)
 	var dBuf [16]float64
 	d := dBuf[:0]
 	if n > len(dBuf) {
@@ -328,7 +354,7 @@ func explain(cfg Config, scale float64, group []Candidate, out []float64, det []
 		if k != Scored {
 			continue
 		}
-		b := cfg.DiversityScale * sigma * d[i] / dMean
+		b := lambda * sigma * d[i] / dMean
 		out[i] += b
 		if det != nil {
 			det[i].Bonus = b
