@@ -185,6 +185,8 @@ func NewPolicy(catalogue []records.Card, cfg PolicyConfig, rng *rand.Rand) (*Pol
 	return p, nil
 }
 
+// newLayout checks catalogue (as NewPolicy documents) and lays out the
+// policy's cards, state features and parameters under cfg.
 func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 	if len(catalogue) == 0 {
 		return layout{}, fmt.Errorf("%w: empty", ErrCatalogue)
@@ -201,32 +203,9 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 		if j, dup := lay.byName[cl.canon]; dup {
 			return layout{}, fmt.Errorf("%w: cards %d and %d share mechanism %q", ErrCatalogue, j, i, cl.canon)
 		}
-		seen := map[string]bool{}
-		for j, ps := range c.Params {
-			pl := paramLayout{name: ps.Name, canon: records.CanonicalName(ps.Name), choices: append([]string(nil), ps.Choices...)}
-			if pl.canon == "" {
-				return layout{}, fmt.Errorf("%w: card %s parameter %d has an empty name", ErrCatalogue, c.Mechanism, j)
-			}
-			if seen[pl.canon] {
-				return layout{}, fmt.Errorf("%w: card %s repeats parameter %q", ErrCatalogue, c.Mechanism, pl.canon)
-			}
-			seen[pl.canon] = true
-			if len(ps.Choices) == 0 {
-				return layout{}, fmt.Errorf("%w: card %s parameter %s has no choices", ErrCatalogue, c.Mechanism, ps.Name)
-			}
-			chSeen := map[string]bool{}
-			for _, ch := range ps.Choices {
-				cv := records.CanonicalValue(ch)
-				if cv == "" {
-					return layout{}, fmt.Errorf("%w: card %s parameter %s has an empty choice", ErrCatalogue, c.Mechanism, ps.Name)
-				}
-				if chSeen[cv] {
-					return layout{}, fmt.Errorf("%w: card %s parameter %s repeats choice %q", ErrCatalogue, c.Mechanism, ps.Name, ch)
-				}
-				chSeen[cv] = true
-				pl.canonCh = append(pl.canonCh, cv)
-			}
-			cl.params = append(cl.params, pl)
+		var err error
+		if cl.params, err = paramLayouts(c); err != nil {
+			return layout{}, err
 		}
 		lay.byName[cl.canon] = i
 		lay.cards = append(lay.cards, cl)
@@ -235,9 +214,49 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 		lay.byName[records.NoChange] = len(lay.cards)
 		lay.cards = append(lay.cards, cardLayout{mechanism: records.NoChange, canon: records.NoChange})
 	}
+	lay.placeFeatures(len(catalogue), cfg)
+	lay.placeParams(cfg.Hidden)
+	return lay, nil
+}
 
-	// State features.
-	k := len(catalogue)
+// paramLayouts checks the parameters of card c (distinct, non-empty
+// names, each with at least one choice and no empty or repeated one) and
+// returns their layouts, before the heads are placed.
+func paramLayouts(c records.Card) ([]paramLayout, error) {
+	var params []paramLayout
+	seen := map[string]bool{}
+	for j, ps := range c.Params {
+		pl := paramLayout{name: ps.Name, canon: records.CanonicalName(ps.Name), choices: append([]string(nil), ps.Choices...)}
+		if pl.canon == "" {
+			return nil, fmt.Errorf("%w: card %s parameter %d has an empty name", ErrCatalogue, c.Mechanism, j)
+		}
+		if seen[pl.canon] {
+			return nil, fmt.Errorf("%w: card %s repeats parameter %q", ErrCatalogue, c.Mechanism, pl.canon)
+		}
+		seen[pl.canon] = true
+		if len(ps.Choices) == 0 {
+			return nil, fmt.Errorf("%w: card %s parameter %s has no choices", ErrCatalogue, c.Mechanism, ps.Name)
+		}
+		chSeen := map[string]bool{}
+		for _, ch := range ps.Choices {
+			cv := records.CanonicalValue(ch)
+			if cv == "" {
+				return nil, fmt.Errorf("%w: card %s parameter %s has an empty choice", ErrCatalogue, c.Mechanism, ps.Name)
+			}
+			if chSeen[cv] {
+				return nil, fmt.Errorf("%w: card %s parameter %s repeats choice %q", ErrCatalogue, c.Mechanism, ps.Name, ch)
+			}
+			chSeen[cv] = true
+			pl.canonCh = append(pl.canonCh, cv)
+		}
+		params = append(params, pl)
+	}
+	return params, nil
+}
+
+// placeFeatures sets the offsets of the state features' blocks for a
+// catalogue of k cards, and their number dState.
+func (lay *layout) placeFeatures(k int, cfg PolicyConfig) {
 	lay.nSlots = k + 2
 	off := 0
 	lay.famOff, off = off, off+cfg.FamilyBuckets
@@ -249,8 +268,14 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 	lay.descOff, lay.descN, off = off, cfg.DescriptionBuckets, off+cfg.DescriptionBuckets
 	lay.dscOff, lay.dscN, off = off, cfg.DescriptorBuckets, off+cfg.DescriptorBuckets
 	lay.dState = off
+}
 
-	// Heads: the card head, then one per (card, parameter).
+// placeParams places the parameters in theta: the heads (the card head,
+// then one per (card, parameter), each reading the state and the one-hot
+// choices of its card's earlier parameters), then, with hidden units, U, c
+// and each head's V after every head, so that without them the layout is
+// the log-linear one.
+func (lay *layout) placeParams(hidden int) {
 	n := 0
 	add := func(dIn, nOut int) int {
 		lay.heads = append(lay.heads, head{off: n, dIn: dIn, nOut: nOut})
@@ -267,22 +292,19 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 			prev += len(pl.choices)
 		}
 	}
-	// The hidden layer after every head, so that without it the layout is
-	// the log-linear one: U, c, then each head's V.
-	lay.hidden, lay.uOff = cfg.Hidden, n
-	if cfg.Hidden > 0 {
-		n += lay.dState * cfg.Hidden
+	lay.hidden, lay.uOff = hidden, n
+	if hidden > 0 {
+		n += lay.dState * hidden
 		lay.cOff = n
-		n += cfg.Hidden
+		n += hidden
 		for i := range lay.heads {
 			lay.heads[i].v = n
-			n += lay.heads[i].nOut * cfg.Hidden
+			n += lay.heads[i].nOut * hidden
 		}
 	} else {
 		lay.cOff = n
 	}
 	lay.nParams = n
-	return lay, nil
 }
 
 // stateFeatures returns the active (value 1) state feature indices of s,
