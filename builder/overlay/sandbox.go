@@ -281,20 +281,9 @@ func (x *sandboxedRun) Execute(ctx context.Context, j builder.Job) (builder.Outc
 		return builder.Outcome{}, &builder.RunError{Class: builder.ErrTransient, Reason: "write job file", Err: err}
 	}
 	tail := builder.NewTail(cfg.LogTail)
-	args := append(append([]string(nil), cfg.Command[1:]...), jobPath, resultPath)
-	run := grader.Command{Path: cfg.Command[0], Args: args, Dir: x.dir, Env: cfg.Env,
-		ReadOnly: cfg.ReadOnly, Hide: cfg.Hide, Keep: []string{ResultFileName}, KeepMax: builder.MaxResultBytes,
-		Stdout: tail, Stderr: tail}
-	if ev := cfg.Eval; ev != nil {
-		// The held-out data is the evaluator's alone; the checkpoint
-		// comes back beside the result.
-		run.Env = append(slices.Clone(cfg.Env), CheckpointEnv+"="+filepath.Join(x.dir, ev.Checkpoint))
-		run.Hide = append(slices.Clone(cfg.Hide), ev.ReadOnly...)
-		run.Keep = append(run.Keep, ev.Checkpoint)
-		run.KeepMax = max(run.KeepMax, ev.CheckpointMax)
-		if err := os.Remove(filepath.Join(x.dir, ev.Checkpoint)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return builder.Outcome{}, &builder.RunError{Class: builder.ErrTransient, Reason: "clear checkpoint", Err: err}
-		}
+	run, err := x.command(jobPath, resultPath, tail)
+	if err != nil {
+		return builder.Outcome{}, err
 	}
 	res, err := x.r.sb.Run(ctx, run)
 	slots := max(j.Slots, 1)
@@ -335,11 +324,41 @@ func (x *sandboxedRun) Execute(ctx context.Context, j builder.Job) (builder.Outc
 	if cfg.Eval == nil || r.Infeasible != "" {
 		return r.Outcome(j, measured, log)
 	}
-	// The script's loss and gain are its own word: the evaluator's
-	// replace them.
+	return x.evaluated(ctx, j, r, measured, log)
+}
+
+// command is the sandboxed run of the copy's command on the job file
+// jobPath, writing resultPath, its output to tail. With an evaluator it
+// hides the held-out data from the run and keeps the checkpoint beside the
+// result, clearing one an earlier run left.
+func (x *sandboxedRun) command(jobPath, resultPath string, tail *builder.Tail) (grader.Command, error) {
+	cfg := x.r.cfg
+	args := append(append([]string(nil), cfg.Command[1:]...), jobPath, resultPath)
+	run := grader.Command{Path: cfg.Command[0], Args: args, Dir: x.dir, Env: cfg.Env,
+		ReadOnly: cfg.ReadOnly, Hide: cfg.Hide, Keep: []string{ResultFileName}, KeepMax: builder.MaxResultBytes,
+		Stdout: tail, Stderr: tail}
+	if ev := cfg.Eval; ev != nil {
+		// The held-out data is the evaluator's alone; the checkpoint
+		// comes back beside the result.
+		run.Env = append(slices.Clone(cfg.Env), CheckpointEnv+"="+filepath.Join(x.dir, ev.Checkpoint))
+		run.Hide = append(slices.Clone(cfg.Hide), ev.ReadOnly...)
+		run.Keep = append(run.Keep, ev.Checkpoint)
+		run.KeepMax = max(run.KeepMax, ev.CheckpointMax)
+		if err := os.Remove(filepath.Join(x.dir, ev.Checkpoint)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return run, &builder.RunError{Class: builder.ErrTransient, Reason: "clear checkpoint", Err: err}
+		}
+	}
+	return run, nil
+}
+
+// evaluated is the outcome of j whose run reported r, measured so far as
+// measured with log: the evaluator (evaluate) measures the checkpoint,
+// and its loss and gain replace the script's, which are its own word; its
+// time joins the cost and its log the run's.
+func (x *sandboxedRun) evaluated(ctx context.Context, j builder.Job, r builder.Result, measured records.Cost, log string) (builder.Outcome, error) {
 	ev, wall, evLog, err := x.evaluate(ctx, j)
 	measured.WallSeconds += wall
-	measured.DeviceSeconds += wall * float64(slots)
+	measured.DeviceSeconds += wall * float64(max(j.Slots, 1))
 	log = fmt.Sprintf("%s\n[evaluator] %s", log, evLog)
 	if err != nil {
 		var re *builder.RunError
