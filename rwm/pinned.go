@@ -102,45 +102,11 @@ func (w *pinned) extend(ctx context.Context, ev records.Evidence) (*factor, erro
 		return nil, err
 	}
 	rs, keys := sortRecords(ev.Records())
-	// src[i] is the index in base's canonical order of ev's i-th record,
-	// or −1 for a record added to base's; both lists are in canonical
-	// order, so base's records are matched in one pass.
-	src := make([]int, len(rs))
-	b, nb := 0, len(pb.p.rs)
-	for i, r := range rs {
-		src[i] = -1
-		if b == nb {
-			continue
-		}
-		switch c := compareRecords(keys[i], r, pb.p.keys[b], pb.p.rs[b]); {
-		case c == 0 && sameInput(r, pb.p.rs[b]):
-			src[i] = b
-			b++
-		case c >= 0:
-			return nil, nil // base's record b is not in ev (or not as it is in base)
-		}
-	}
-	if b < nb {
+	src, ok := matchBase(rs, keys, pb.p)
+	if !ok {
 		return nil, nil
 	}
-	f := &factor{intern: maps.Clone(pb.intern), keys: keys, feats: make([]feat, len(rs))}
-	y := make([]float64, len(rs))
-	in := interner{tab: f.intern, add: true}
-	var prev int = -1 // the last added record, whose effect the next may share
-	var prevFx *effect
-	for i, r := range rs {
-		if j := src[i]; j >= 0 {
-			f.feats[i], y[i] = pb.raw[j], pb.y[j]
-			continue
-		}
-		fx := prevFx
-		if prev < 0 || !sameInput(rs[prev], r) {
-			fx = newEffect(r.Task, r.Proposal, pb.p.eff, pb.p.desc)
-		}
-		prev, prevFx = i, fx
-		f.feats[i] = e.featuresOf(in, r.Task, r.Proposal, fx)
-		y[i] = e.target(r) - f.feats[i].mu
-	}
+	f, y := e.extendFeatures(pb, rs, keys, src)
 	key := e.featsKey()
 	if key.std || key.loss {
 		f.fitStats() // reads the features before standardisation
@@ -164,7 +130,69 @@ func (w *pinned) extend(ctx context.Context, ev records.Evidence) (*factor, erro
 	if key.effects {
 		f.fitEffects()
 	}
-	err = e.factorGram(ctx, f, y, func(i, j int) float64 {
+	if err := e.factorGram(ctx, f, y, e.pinnedKernel(f, view, src)); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// matchBase matches the records rs (in canonical order, with their keys)
+// to base's prepared records p: src[i] is the index in base's canonical
+// order of rs[i], or −1 for a record added to base's. Both lists are in
+// canonical order, so base's records are matched in one pass. ok is false
+// when some record of base is not in rs (or not as it is in base).
+func matchBase(rs []records.Record, keys []string, p *prepared) (src []int, ok bool) {
+	src = make([]int, len(rs))
+	b, nb := 0, len(p.rs)
+	for i, r := range rs {
+		src[i] = -1
+		if b == nb {
+			continue
+		}
+		switch c := compareRecords(keys[i], r, p.keys[b], p.rs[b]); {
+		case c == 0 && sameInput(r, p.rs[b]):
+			src[i] = b
+			b++
+		case c >= 0:
+			return nil, false // base's record b is not in rs (or not as it is in base)
+		}
+	}
+	return src, b == nb
+}
+
+// extendFeatures returns the factorisation of rs (with their keys and
+// matchBase's src) before the context's statistics: base's raw features
+// and targets where src names one, the features and targets of the added
+// records, interned after base's names, beside them. An added record
+// shares the effect of the added record before it when they have the
+// same input.
+func (e *Embedded) extendFeatures(pb *pinBase, rs []records.Record, keys []string, src []int) (*factor, []float64) {
+	f := &factor{intern: maps.Clone(pb.intern), keys: keys, feats: make([]feat, len(rs))}
+	y := make([]float64, len(rs))
+	in := interner{tab: f.intern, add: true}
+	var prev int = -1 // the last added record, whose effect the next may share
+	var prevFx *effect
+	for i, r := range rs {
+		if j := src[i]; j >= 0 {
+			f.feats[i], y[i] = pb.raw[j], pb.y[j]
+			continue
+		}
+		fx := prevFx
+		if prev < 0 || !sameInput(rs[prev], r) {
+			fx = newEffect(r.Task, r.Proposal, pb.p.eff, pb.p.desc)
+		}
+		prev, prevFx = i, fx
+		f.feats[i] = e.featuresOf(in, r.Task, r.Proposal, fx)
+		y[i] = e.target(r) - f.feats[i].mu
+	}
+	return f, y
+}
+
+// pinnedKernel is the kernel of f's records i ≥ j (matchBase's src), which
+// reads the costly pair terms of two of base's records from view where it
+// holds them.
+func (e *Embedded) pinnedKernel(f *factor, view *pinView, src []int) func(i, j int) float64 {
+	return func(i, j int) float64 {
 		a, c := &f.feats[i], &f.feats[j]
 		bi, bj := src[i], src[j]
 		if bi < 0 || bj < 0 {
@@ -184,11 +212,7 @@ func (w *pinned) extend(ctx context.Context, ev records.Evidence) (*factor, erro
 			kl = e.lossTerm(a, c)
 		}
 		return e.kernelWith(a, c, kd, kl)
-	})
-	if err != nil {
-		return nil, err
 	}
-	return f, nil
 }
 
 // prepareBase computes base's pinBase.
