@@ -73,10 +73,26 @@ type net struct {
 	dlast  []float32 // gradient w.r.t. the output layer's input, B×lastW
 }
 
+// newNet returns the network of cfg for up to maxB windows, its
+// parameters drawn from rng (initParams).
 func newNet(cfg Config, k *kernel.Kernel, maxB int, rng *rand.Rand) *net {
 	m := &net{cfg: cfg, k: k, maxB: maxB}
 	m.inW = cfg.Context * cfg.Embed
 	m.P = cfg.outPositions()
+	total := m.layOut()
+	m.params = make([]float32, total)
+	m.grads = make([]float32, total)
+	m.initParams(rng)
+	m.allocBuffers()
+	return m
+}
+
+// layOut places the parameter tensors in the flat vector (the embedding,
+// each layer's W, b and norm gain and bias, the output layer's P blocks of
+// lastW×Vocab and its biases), sets the layers' shapes and returns the
+// number of parameters.
+func (m *net) layOut() int {
+	cfg := m.cfg
 	total := 0
 	alloc := func(n int, decay bool) tensor {
 		t := tensor{off: total, n: n, decay: decay}
@@ -102,12 +118,14 @@ func newNet(cfg Config, k *kernel.Kernel, maxB int, rng *rand.Rand) *net {
 	m.lastW = width
 	m.wo = alloc(m.P*width*cfg.Vocab, true) // P blocks of lastW×Vocab
 	m.bo = alloc(m.P*cfg.Vocab, false)
-	m.params = make([]float32, total)
-	m.grads = make([]float32, total)
+	return total
+}
 
-	// Init: N(0, (InitScale/√fan_in)²) for matrices, N(0, InitScale²) for
-	// the embedding, zero biases, unit gains.
-	s := cfg.InitScale
+// initParams draws the initial parameters from rng: N(0,
+// (InitScale/√fan_in)²) for matrices, N(0, InitScale²) for the embedding,
+// zero biases, unit gains.
+func (m *net) initParams(rng *rand.Rand) {
+	s := m.cfg.InitScale
 	fill := func(t tensor, std float64) {
 		v := t.of(m.params)
 		for i := range v {
@@ -125,8 +143,14 @@ func newNet(cfg Config, k *kernel.Kernel, maxB int, rng *rand.Rand) *net {
 		}
 	}
 	fill(m.wo, s/math.Sqrt(float64(m.lastW)))
+}
 
-	// Buffers.
+// allocBuffers makes the activation and gradient buffers for up to maxB
+// windows, aliasing where a step is the identity (no norm, no dropout,
+// no residual), and chains each layer's input to the previous layer's
+// output.
+func (m *net) allocBuffers() {
+	cfg, maxB := m.cfg, m.maxB
 	m.sym = make([]int32, maxB*cfg.Context)
 	m.x0 = make([]float32, maxB*m.inW)
 	rows := maxB * m.P
@@ -165,7 +189,6 @@ func newNet(cfg Config, k *kernel.Kernel, maxB int, rng *rand.Rand) *net {
 			m.layers[i].x = m.layers[i-1].h
 		}
 	}
-	return m
 }
 
 // lastH is the input of the output layer.
