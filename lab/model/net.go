@@ -203,8 +203,16 @@ func (m *net) lastH() []float32 {
 // first B windows of m.sym. With drop non-nil, dropout is applied
 // (training).
 func (m *net) forward(B int, drop *rand.Rand) {
-	cfg := m.cfg
-	E, C := cfg.Embed, cfg.Context
+	m.embed(B)
+	for li := range m.layers {
+		m.layerForward(&m.layers[li], B, drop)
+	}
+	m.outputForward()
+}
+
+// embed gathers the embeddings of the first B windows' symbols into x0.
+func (m *net) embed(B int) {
+	E, C := m.cfg.Embed, m.cfg.Context
 	emb := m.emb.of(m.params)
 	for b := 0; b < B; b++ {
 		row := m.x0[b*m.inW : (b+1)*m.inW]
@@ -213,55 +221,64 @@ func (m *net) forward(B int, drop *rand.Rand) {
 			copy(row[i*E:(i+1)*E], emb[s*E:(s+1)*E])
 		}
 	}
-	for li := range m.layers {
-		ly := &m.layers[li]
-		H := ly.out
-		z := ly.z[:B*H]
-		m.k.MulNN(z, ly.x[:B*ly.in], ly.w.of(m.params), B, ly.in, H, false)
-		bias := ly.b.of(m.params)
-		for b := 0; b < B; b++ {
-			m.k.AddTo(z[b*H:(b+1)*H], bias)
-		}
-		n := ly.n[:B*H]
-		switch cfg.Norm {
-		case "layernorm":
-			layerNormFwd(n, ly.xhat, ly.rstd, z, ly.g.of(m.params), ly.beta.of(m.params), B, H)
-		case "rmsnorm":
-			rmsNormFwd(n, ly.xhat, ly.rstd, z, ly.g.of(m.params), B, H)
-		}
-		a := ly.a[:B*H]
-		if cfg.Activation == "tanh" {
-			m.k.Tanh(a, n)
+}
+
+// layerForward computes hidden layer ly's z, norm, activation and output
+// h for B windows; with drop non-nil it draws the dropout multipliers
+// from it.
+func (m *net) layerForward(ly *layer, B int, drop *rand.Rand) {
+	cfg := m.cfg
+	H := ly.out
+	z := ly.z[:B*H]
+	m.k.MulNN(z, ly.x[:B*ly.in], ly.w.of(m.params), B, ly.in, H, false)
+	bias := ly.b.of(m.params)
+	for b := 0; b < B; b++ {
+		m.k.AddTo(z[b*H:(b+1)*H], bias)
+	}
+	n := ly.n[:B*H]
+	switch cfg.Norm {
+	case "layernorm":
+		layerNormFwd(n, ly.xhat, ly.rstd, z, ly.g.of(m.params), ly.beta.of(m.params), B, H)
+	case "rmsnorm":
+		rmsNormFwd(n, ly.xhat, ly.rstd, z, ly.g.of(m.params), B, H)
+	}
+	a := ly.a[:B*H]
+	if cfg.Activation == "tanh" {
+		m.k.Tanh(a, n)
+	} else {
+		actFwd(cfg.Activation, a, n)
+	}
+	h := ly.h[:B*H]
+	if cfg.Dropout > 0 {
+		d := ly.drop[:B*H]
+		if drop != nil {
+			p, keep := float32(cfg.Dropout), float32(1/(1-cfg.Dropout))
+			for i := range d {
+				if drop.Float32() < p {
+					d[i] = 0
+				} else {
+					d[i] = keep
+				}
+			}
+			for i := range h {
+				h[i] = a[i] * d[i]
+			}
 		} else {
-			actFwd(cfg.Activation, a, n)
-		}
-		h := ly.h[:B*H]
-		if cfg.Dropout > 0 {
-			d := ly.drop[:B*H]
-			if drop != nil {
-				p, keep := float32(cfg.Dropout), float32(1/(1-cfg.Dropout))
-				for i := range d {
-					if drop.Float32() < p {
-						d[i] = 0
-					} else {
-						d[i] = keep
-					}
-				}
-				for i := range h {
-					h[i] = a[i] * d[i]
-				}
-			} else {
-				copy(h, a)
-			}
-		}
-		if ly.residual {
-			if cfg.Dropout == 0 {
-				copy(h, a)
-			}
-			m.k.AddTo(h, ly.x[:B*H])
+			copy(h, a)
 		}
 	}
-	V, W := cfg.Vocab, m.lastW
+	if ly.residual {
+		if cfg.Dropout == 0 {
+			copy(h, a)
+		}
+		m.k.AddTo(h, ly.x[:B*H])
+	}
+}
+
+// outputForward computes the logits of the output rows from the last
+// hidden layer, each position's rows with that position's output matrix.
+func (m *net) outputForward() {
+	V, W := m.cfg.Vocab, m.lastW
 	h := m.lastH()
 	if m.P > 1 {
 		for r := 0; r < m.nrows; r++ {
