@@ -74,92 +74,112 @@ const (
 // Validate reports every out-of-range field in one error wrapping
 // ErrInvalidConfig, e.g. "model: invalid config: Embed = 0, want 1..1024".
 func (c Config) Validate() error {
-	var bad []string
-	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
-	intIn := func(name string, v, lo, hi int) {
-		if v < lo || v > hi {
-			add("%s = %d, want %d..%d", name, v, lo, hi)
-		}
+	if bad := c.outOfRange(); len(bad) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(bad, "; "))
 	}
-	oneOf := func(name, v string, valid []string) {
-		for _, s := range valid {
-			if v == s {
-				return
-			}
-		}
-		add("%s = %q, want one of %s", name, v, strings.Join(valid, ", "))
+	// Size caps: every field is in range, so the counts are defined.
+	if bad := c.overCaps(); len(bad) > 0 {
+		return fmt.Errorf("%w: %w: %s", ErrInvalidConfig, ErrTooLarge, strings.Join(bad, "; "))
 	}
-	// real checks lo ≤ v < hi (or ≤ hi when closed), rejecting NaN.
-	real := func(name string, v, lo, hi float64, loOpen, hiClosed bool) {
-		okLo := v >= lo
-		if loOpen {
-			okLo = v > lo
-		}
-		okHi := v < hi
-		if hiClosed {
-			okHi = v <= hi
-		}
-		if !okLo || !okHi || math.IsNaN(v) {
-			l, r := "[", ")"
-			if loOpen {
-				l = "("
-			}
-			if hiClosed {
-				r = "]"
-			}
-			add("%s = %g, want in %s%g, %g%s", name, v, l, lo, hi, r)
-		}
-	}
+	return nil
+}
+
+// outOfRange says, field by field, what is out of its range.
+func (c Config) outOfRange() problems {
+	var p problems
 	switch c.Objective {
 	case Autoregressive, MaskedDiffusion, CentreMasked:
 	default:
-		add("Objective = %q, want %q, %q or %q", c.Objective, Autoregressive, MaskedDiffusion, CentreMasked)
+		p.add("Objective = %q, want %q, %q or %q", c.Objective, Autoregressive, MaskedDiffusion, CentreMasked)
 	}
-	intIn("Vocab", c.Vocab, 2, maxVocab)
+	p.intIn("Vocab", c.Vocab, 2, maxVocab)
 	minCtx := 1
 	if c.Objective == CentreMasked {
 		minCtx = 2 // the centre needs at least one visible neighbour
 	}
-	intIn("Context", c.Context, minCtx, maxContext)
-	intIn("Embed", c.Embed, 1, maxWidth)
-	intIn("Hidden", c.Hidden, 1, maxWidth)
-	intIn("Layers", c.Layers, 0, maxLayers)
-	oneOf("Activation", c.Activation, activations)
-	oneOf("Norm", c.Norm, norms)
-	real("InitScale", c.InitScale, 0, 100, true, true)
-	real("Dropout", c.Dropout, 0, 1, false, false)
-	real("LabelSmoothing", c.LabelSmoothing, 0, 1, false, false)
-	oneOf("Optimizer", c.Optimizer, optimizers)
-	real("LR", c.LR, 0, 100, true, true)
-	real("Beta1", c.Beta1, 0, 1, false, false)
-	real("Beta2", c.Beta2, 0, 1, false, false)
-	real("AdamEps", c.AdamEps, 0, 1, true, true)
-	real("WeightDecay", c.WeightDecay, 0, 10, false, true)
-	real("ClipNorm", c.ClipNorm, 0, 1e6, false, true)
-	oneOf("Schedule", c.Schedule, schedules)
-	intIn("Steps", c.Steps, 1, maxSteps)
-	intIn("Warmup", c.Warmup, 0, max(c.Steps, 0))
-	real("MinLRFrac", c.MinLRFrac, 0, 1, false, true)
-	real("DecayFrac", c.DecayFrac, 0, 1, false, true)
-	intIn("Batch", c.Batch, 1, maxBatch)
-	intIn("EvalWindows", c.EvalWindows, 1, maxEval)
-	if len(bad) > 0 {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(bad, "; "))
-	}
-	// Size caps: every field is in range, so the counts are defined.
+	p.intIn("Context", c.Context, minCtx, maxContext)
+	p.intIn("Embed", c.Embed, 1, maxWidth)
+	p.intIn("Hidden", c.Hidden, 1, maxWidth)
+	p.intIn("Layers", c.Layers, 0, maxLayers)
+	p.oneOf("Activation", c.Activation, activations)
+	p.oneOf("Norm", c.Norm, norms)
+	p.realIn("InitScale", c.InitScale, 0, 100, true, true)
+	p.realIn("Dropout", c.Dropout, 0, 1, false, false)
+	p.realIn("LabelSmoothing", c.LabelSmoothing, 0, 1, false, false)
+	p.oneOf("Optimizer", c.Optimizer, optimizers)
+	p.realIn("LR", c.LR, 0, 100, true, true)
+	p.realIn("Beta1", c.Beta1, 0, 1, false, false)
+	p.realIn("Beta2", c.Beta2, 0, 1, false, false)
+	p.realIn("AdamEps", c.AdamEps, 0, 1, true, true)
+	p.realIn("WeightDecay", c.WeightDecay, 0, 10, false, true)
+	p.realIn("ClipNorm", c.ClipNorm, 0, 1e6, false, true)
+	p.oneOf("Schedule", c.Schedule, schedules)
+	p.intIn("Steps", c.Steps, 1, maxSteps)
+	p.intIn("Warmup", c.Warmup, 0, max(c.Steps, 0))
+	p.realIn("MinLRFrac", c.MinLRFrac, 0, 1, false, true)
+	p.realIn("DecayFrac", c.DecayFrac, 0, 1, false, true)
+	p.intIn("Batch", c.Batch, 1, maxBatch)
+	p.intIn("EvalWindows", c.EvalWindows, 1, maxEval)
+	return p
+}
+
+// overCaps says which size caps c exceeds (every field in range).
+func (c Config) overCaps() problems {
+	var p problems
 	if f := StepFLOPs(c); f > MaxStepFLOPs {
-		add("one step costs %.3g FLOPs, want ≤ MaxStepFLOPs = %.3g", f, MaxStepFLOPs)
+		p.add("one step costs %.3g FLOPs, want ≤ MaxStepFLOPs = %.3g", f, MaxStepFLOPs)
 	}
 	if f := TrainFLOPs(c) + EvalFLOPs(c); f > MaxRunFLOPs {
-		add("the run costs %.3g FLOPs, want ≤ MaxRunFLOPs = %.3g", f, MaxRunFLOPs)
+		p.add("the run costs %.3g FLOPs, want ≤ MaxRunFLOPs = %.3g", f, MaxRunFLOPs)
 	}
 	if n := Params(c); n > MaxParams {
-		add("%d parameters, want ≤ MaxParams = %d", n, MaxParams)
+		p.add("%d parameters, want ≤ MaxParams = %d", n, MaxParams)
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("%w: %w: %s", ErrInvalidConfig, ErrTooLarge, strings.Join(bad, "; "))
+	return p
+}
+
+// problems are Validate's messages, one per field out of its range.
+type problems []string
+
+func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
+
+// intIn checks lo ≤ v ≤ hi.
+func (p *problems) intIn(name string, v, lo, hi int) {
+	if v < lo || v > hi {
+		p.add("%s = %d, want %d..%d", name, v, lo, hi)
 	}
-	return nil
+}
+
+// oneOf checks that v is one of valid.
+func (p *problems) oneOf(name, v string, valid []string) {
+	for _, s := range valid {
+		if v == s {
+			return
+		}
+	}
+	p.add("%s = %q, want one of %s", name, v, strings.Join(valid, ", "))
+}
+
+// realIn checks lo ≤ v < hi (or ≤ hi when closed), rejecting NaN.
+func (p *problems) realIn(name string, v, lo, hi float64, loOpen, hiClosed bool) {
+	okLo := v >= lo
+	if loOpen {
+		okLo = v > lo
+	}
+	okHi := v < hi
+	if hiClosed {
+		okHi = v <= hi
+	}
+	if !okLo || !okHi || math.IsNaN(v) {
+		l, r := "[", ")"
+		if loOpen {
+			l = "("
+		}
+		if hiClosed {
+			r = "]"
+		}
+		p.add("%s = %g, want in %s%g, %g%s", name, v, l, lo, hi, r)
+	}
 }
 
 // Size caps that Validate enforces on top of the per-field ranges, so that a
