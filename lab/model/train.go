@@ -61,6 +61,7 @@ func Train(ctx context.Context, cfg Config, d Data, seed uint64) (Result, error)
 	return train(ctx, cfg, d, seed, kernel.New())
 }
 
+// train is Train on kernel k.
 func train(ctx context.Context, cfg Config, d Data, seed uint64, k *kernel.Kernel) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
@@ -87,10 +88,8 @@ func train(ctx context.Context, cfg Config, d Data, seed uint64, k *kernel.Kerne
 	P := cfg.outPositions()
 	target := make([]int32, maxB*P)
 	include := make([]bool, maxB*P)
-	every := max(1, cfg.Steps/100)
+	curve := lossCurve{every: max(1, cfg.Steps/100), steps: cfg.Steps, unit: unit, uniform: uniform}
 	var res Result
-	var blockSum float64
-	var blockN int
 	for s := 0; s < cfg.Steps; s++ {
 		if s%ctxEvery == 0 {
 			if err := ctx.Err(); err != nil {
@@ -112,22 +111,10 @@ func train(ctx context.Context, cfg Config, d Data, seed uint64, k *kernel.Kerne
 			res.Reason = fmt.Sprintf("non-finite training loss at step %d", s)
 			return res, nil
 		}
-		if ok {
-			blockSum += nll
-			blockN++
-		}
-		if (s+1)%every == 0 || s+1 == cfg.Steps {
-			if blockN > 0 {
-				mean := blockSum / float64(blockN)
-				res.TrainLoss = append(res.TrainLoss, mean*unit)
-				if s+1 >= cfg.Steps/10 && mean > 2*uniform {
-					res.Diverged, res.Loss, res.FLOPs = true, math.NaN(), k.FLOPs()
-					res.Reason = fmt.Sprintf("training loss %.4g exceeded twice the uniform model's %.4g at step %d",
-						mean*unit, uniform*unit, s)
-					return res, nil
-				}
-			}
-			blockSum, blockN = 0, 0
+		if reason := curve.add(&res, s, nll, ok); reason != "" {
+			res.Diverged, res.Loss, res.FLOPs = true, math.NaN(), k.FLOPs()
+			res.Reason = reason
+			return res, nil
 		}
 	}
 	loss, err := m.evaluate(ctx, d.Val)
@@ -135,15 +122,59 @@ func train(ctx context.Context, cfg Config, d Data, seed uint64, k *kernel.Kerne
 	if err != nil {
 		return res, err
 	}
-	res.Loss = loss * unit
+	curve.judgeValidation(&res, loss)
+	return res, nil
+}
+
+// lossCurve keeps a run's training curve: the mean training loss of each
+// block of every steps (the last block may be shorter), in metric units
+// (nats times unit), and judges divergence against the uniform model's
+// loss (uniform, in nats).
+type lossCurve struct {
+	every, steps  int
+	unit, uniform float64
+	sum           float64 // the block's losses so far
+	n             int     // and their number
+}
+
+// add adds step s's training loss nll (ok false: the step had none). At
+// the end of a block it appends the block's mean to res.TrainLoss and,
+// past the first tenth of the run, says why the run diverged when the
+// mean exceeds twice the uniform model's loss ("" when it does not).
+func (c *lossCurve) add(res *Result, s int, nll float64, ok bool) string {
+	if ok {
+		c.sum += nll
+		c.n++
+	}
+	if (s+1)%c.every != 0 && s+1 != c.steps {
+		return ""
+	}
+	sum, n := c.sum, c.n
+	c.sum, c.n = 0, 0
+	if n == 0 {
+		return ""
+	}
+	mean := sum / float64(n)
+	res.TrainLoss = append(res.TrainLoss, mean*c.unit)
+	if s+1 >= c.steps/10 && mean > 2*c.uniform {
+		return fmt.Sprintf("training loss %.4g exceeded twice the uniform model's %.4g at step %d",
+			mean*c.unit, c.uniform*c.unit, s)
+	}
+	return ""
+}
+
+// judgeValidation sets res.Loss from the validation loss (in nats) and
+// marks the run diverged when that loss is not finite or exceeds twice
+// the uniform model's.
+func (c *lossCurve) judgeValidation(res *Result, loss float64) {
+	res.Loss = loss * c.unit
 	switch {
 	case math.IsNaN(loss) || math.IsInf(loss, 0):
 		res.Diverged, res.Reason = true, "non-finite validation loss"
-	case loss > 2*uniform:
+	case loss > 2*c.uniform:
 		res.Diverged = true
-		res.Reason = fmt.Sprintf("validation loss %.4g exceeded twice the uniform model's %.4g", loss*unit, uniform*unit)
+		res.Reason = fmt.Sprintf("validation loss %.4g exceeded twice the uniform model's %.4g", loss*c.unit, c.uniform*c.unit)
 	}
-	return res, nil
 }
 
 // minLen is the shortest split that holds one window.
