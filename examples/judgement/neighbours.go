@@ -100,9 +100,35 @@ func NewNeighbourMean(corpus []records.Record, cfg NeighbourConfig) (*NeighbourM
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	type acc struct{ sum, n float64 }
-	byTask := map[string]map[string]*acc{}
-	desc := map[string]map[string]float64{}
+	byTask, desc := corpusGains(corpus, cfg)
+	if len(byTask) == 0 {
+		return nil, configError(fmt.Errorf("the corpus has no real record of a change"))
+	}
+	n := &NeighbourMean{cfg: cfg, near: map[string][]int{}}
+	ids := sortedKeys(byTask) // every sum below in one order: the same corpus, the same bits
+	n.fitDescriptors(ids, desc)
+	for _, id := range ids {
+		m := byTask[id]
+		t := nbTask{id: id, x: n.standardise(desc[id]), gains: make(map[string]float64, len(m))}
+		for k, a := range m {
+			t.gains[k] = a.sum / a.n
+		}
+		n.tasks = append(n.tasks, t)
+	}
+	n.digest = n.digestOf()
+	return n, nil
+}
+
+// gainSum is the sum of a proposal's gains on one task, and their number.
+type gainSum struct{ sum, n float64 }
+
+// corpusGains sums the corpus's real records of a change with a seed noise
+// by task ID and proposal key, each gain in σ_e units (an infeasible
+// record's cfg.InfeasibleSigmas), clipped to ±cfg.ClipSigmas; desc holds
+// each task's descriptors (its first record's).
+func corpusGains(corpus []records.Record, cfg NeighbourConfig) (byTask map[string]map[string]*gainSum, desc map[string]map[string]float64) {
+	byTask = map[string]map[string]*gainSum{}
+	desc = map[string]map[string]float64{}
 	for _, r := range corpus {
 		if r.Source != records.Real || !(r.Task.SeedNoise > 0) || r.Proposal.IsNoChange() {
 			continue
@@ -116,22 +142,25 @@ func NewNeighbourMean(corpus []records.Record, cfg NeighbourConfig) (*NeighbourM
 		}
 		m := byTask[r.Task.ID]
 		if m == nil {
-			m = map[string]*acc{}
+			m = map[string]*gainSum{}
 			byTask[r.Task.ID] = m
 			desc[r.Task.ID] = r.Task.Descriptors
 		}
 		k := r.Proposal.Key()
 		if m[k] == nil {
-			m[k] = &acc{}
+			m[k] = &gainSum{}
 		}
 		m[k].sum += g
 		m[k].n++
 	}
-	if len(byTask) == 0 {
-		return nil, configError(fmt.Errorf("the corpus has no real record of a change"))
-	}
-	n := &NeighbourMean{cfg: cfg, near: map[string][]int{}}
-	ids := sortedKeys(byTask) // every sum below in one order: the same corpus, the same bits
+	return byTask, desc
+}
+
+// fitDescriptors sets the descriptors the distance reads (names, sorted:
+// those of the tasks ids whose asinh spread over them is not zero) and
+// each one's mean and standard deviation over the tasks (a descriptor a
+// task lacks counts 0).
+func (n *NeighbourMean) fitDescriptors(ids []string, desc map[string]map[string]float64) {
 	for _, id := range ids {
 		for k := range desc[id] {
 			if !slices.Contains(n.names, k) {
@@ -148,7 +177,7 @@ func NewNeighbourMean(corpus []records.Record, cfg NeighbourConfig) (*NeighbourM
 			s += v
 			sq += v * v
 		}
-		cnt := float64(len(byTask))
+		cnt := float64(len(ids))
 		mean := s / cnt
 		if sd := math.Sqrt(math.Max(sq/cnt-mean*mean, 0)); sd > 1e-12 {
 			keep = append(keep, k)
@@ -156,17 +185,14 @@ func NewNeighbourMean(corpus []records.Record, cfg NeighbourConfig) (*NeighbourM
 		}
 	}
 	n.names = keep
+}
+
+// digestOf names the mean by its configuration and its tasks' gains and
+// standardised descriptors, bit for bit.
+func (n *NeighbourMean) digestOf() string {
 	h := sha256.New()
-	fmt.Fprintf(h, "neighbours %d %v %v\n", cfg.K, cfg.InfeasibleSigmas, cfg.ClipSigmas)
+	fmt.Fprintf(h, "neighbours %d %v %v\n", n.cfg.K, n.cfg.InfeasibleSigmas, n.cfg.ClipSigmas)
 	var b [8]byte
-	for _, id := range ids {
-		m := byTask[id]
-		t := nbTask{id: id, x: n.standardise(desc[id]), gains: make(map[string]float64, len(m))}
-		for k, a := range m {
-			t.gains[k] = a.sum / a.n
-		}
-		n.tasks = append(n.tasks, t)
-	}
 	for _, t := range n.tasks {
 		fmt.Fprintf(h, "task %q\n", t.id)
 		keys := sortedKeys(t.gains)
@@ -180,8 +206,7 @@ func NewNeighbourMean(corpus []records.Record, cfg NeighbourConfig) (*NeighbourM
 			h.Write(b[:])
 		}
 	}
-	n.digest = hex.EncodeToString(h.Sum(nil)[:8])
-	return n, nil
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // standardise returns a task's descriptors in the mean's space.
