@@ -11,6 +11,7 @@ import (
 
 	"github.com/lm2lm/lm2lm/builder"
 	"github.com/lm2lm/lm2lm/internal/realrun"
+	"github.com/lm2lm/lm2lm/loop"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
@@ -209,20 +210,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 	if err != nil {
 		return EvalReport{}, err
 	}
-	var jobs []seededChange
-	var at [][2]int // at[j]: the state and sample of job j
-	for si, smp := range samples {
-		for k, x := range smp {
-			if !x.Invalid {
-				c := seededChange{TaskChange: records.TaskChange{Task: states[si].State.Task, Proposal: x.Proposal}}
-				if len(cfg.Seeds) > 0 {
-					c.Seed, c.SetSeed = cfg.Seeds[(si%cfg.StatesPerTask+k)%len(cfg.Seeds)], true
-				}
-				jobs = append(jobs, c)
-				at = append(at, [2]int{si, k})
-			}
-		}
-	}
+	jobs, at := evalJobs(cfg, states, samples)
 	runs, err := realrun.MeasureAll(ctx, b, e, cfg.Parallel, jobs)
 	if err != nil {
 		return EvalReport{}, fmt.Errorf("lm2lm: evaluate: %w", err)
@@ -239,6 +227,53 @@ func Evaluate(ctx context.Context, cfg EvalConfig, p proposer.Proposer, b builde
 		return EvalReport{}, err
 	}
 	return summarise(cfg.Clip, states, samples, byState, preds), nil
+}
+
+// evalJobs returns the changes of the states' valid samples to measure for
+// real, in state and sampling order, each with its seed when cfg.Seeds is
+// set, and at[j], the state and sample of job j.
+func evalJobs(cfg EvalConfig, states []StateEval, samples [][]proposer.Sample) (jobs []seededChange, at [][2]int) {
+	for si, smp := range samples {
+		for k, x := range smp {
+			if !x.Invalid {
+				c := seededChange{TaskChange: records.TaskChange{Task: states[si].State.Task, Proposal: x.Proposal}}
+				if len(cfg.Seeds) > 0 {
+					c.Seed, c.SetSeed = cfg.Seeds[(si%cfg.StatesPerTask+k)%len(cfg.Seeds)], true
+				}
+				jobs = append(jobs, c)
+				at = append(at, [2]int{si, k})
+			}
+		}
+	}
+	return jobs, at
+}
+
+// EvalRuns returns the runs Evaluate with the same arguments would
+// measure for real, in the order it measures them, without running any:
+// the valid samples of its states, each with its seed when cfg.Seeds is
+// set (else the builder's), and how many samples were invalid (never
+// run). It asks p as Evaluate does, so for a proposer whose samples depend
+// on the states' random streams alone (proposer.NewPolicy, untrained) the
+// runs are exactly those Evaluate measures; for a server they are one
+// sampling of it, not a promise.
+func EvalRuns(ctx context.Context, cfg EvalConfig, p proposer.Proposer, tasks []records.Task, pool *records.Pool) ([]loop.RunJob, int, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, 0, err
+	}
+	states, samples, err := evalStates(ctx, cfg, p, tasks, pool)
+	if err != nil {
+		return nil, 0, err
+	}
+	jobs, _ := evalJobs(cfg, states, samples)
+	out := make([]loop.RunJob, len(jobs))
+	for i, j := range jobs {
+		out[i] = loop.RunJob{Change: j.TaskChange, Seed: j.Seed, SetSeed: j.SetSeed}
+	}
+	invalid := -len(jobs)
+	for _, smp := range samples {
+		invalid += len(smp)
+	}
+	return out, invalid, nil
 }
 
 // stateStream returns the random source of the i-th state of task id.

@@ -216,8 +216,8 @@ func (p *Pool) lookup(ctx context.Context, j Job) (Outcome, error, bool) {
 		return Outcome{}, &RunError{Class: ErrTransient, Reason: "scan records store", Err: err}, true
 	}
 	for _, r := range rs {
-		if !r.HasSeed(j.Seed) || records.Plausible(r) != nil {
-			continue // an implausible stored record is not reused
+		if !Reuses(r, j.Seed) {
+			continue
 		}
 		p.ledger.Add(func(t *LedgerTotals) { t.Reused++ })
 		o := Outcome{Loss: r.Loss, Gain: r.Gain, Seeds: append([]uint64(nil), r.Seeds...), Cost: r.Cost,
@@ -232,6 +232,14 @@ func (p *Pool) lookup(ctx context.Context, j Job) (Outcome, error, bool) {
 		return o, nil, true
 	}
 	return Outcome{}, nil, false
+}
+
+// Reuses reports whether a pool with a store serves stored record r,
+// found under a job's task and proposal, as the outcome of that job of
+// seed instead of running it: r is a real record that carries the seed
+// and is plausible (an implausible stored record is not reused).
+func Reuses(r records.Record, seed uint64) bool {
+	return r.Source == records.Real && r.HasSeed(seed) && records.Plausible(r) == nil
 }
 
 // run executes c's job and publishes the result. It appends a finished run

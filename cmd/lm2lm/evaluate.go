@@ -74,12 +74,28 @@ func evalProposer(ctx context.Context, e *yamlenv.Env, getenv func(string) strin
 	pc := e.File().Evaluate.Proposer
 	if pc == nil {
 		fmt.Fprintf(w, "lm2lm: evaluate: no evaluate.proposer in the file: the embedded policy, untrained (catalogue changes at random), is evaluated\n")
-		return proposerpkg.NewPolicy(e.Catalogue(), proposerpkg.DefaultPolicyConfig(), nil)
+		return embeddedPolicy(e.Catalogue())
 	}
 	if err := checkServer(ctx, "evaluate.proposer", pc.BaseURL, keyOf(pc.APIKeyEnv, getenv), pc.Model, w); err != nil {
 		return nil, err
 	}
 	return proposer(e, getenv)
+}
+
+// embeddedPolicy is the proposer evaluate asks when the file names none:
+// the embedded policy over cards, untrained, so its proposals depend on
+// the states' random streams alone.
+func embeddedPolicy(cards []records.Card) (*proposerpkg.Policy, error) {
+	return proposerpkg.NewPolicy(cards, proposerpkg.DefaultPolicyConfig(), nil)
+}
+
+// evalConfig is the evaluation evaluate runs: evaluate.k proposals on
+// evaluate.states_per_task states of each held-out task, seeded by
+// evaluate.seed, executor.slots runs at once.
+func evalConfig(cfg envconfig.Config) lm2lm.EvalConfig {
+	ec := lm2lm.DefaultEvalConfig()
+	ec.K, ec.StatesPerTask, ec.Seed, ec.Parallel = cfg.Evaluate.K, cfg.Evaluate.StatesPerTask, cfg.Evaluate.Seed, int(cfg.Executor.Slots)
+	return ec
 }
 
 // evaluateVerb evaluates the trained proposer on the held-out tasks.
@@ -101,10 +117,8 @@ func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode,
 	if len(held) == 0 {
 		return fmt.Errorf("lm2lm: evaluate: no held-out task with a reference (give tasks split: held-out)")
 	}
-	ec := lm2lm.DefaultEvalConfig()
-	ec.K, ec.StatesPerTask, ec.Seed, ec.Parallel = cfg.Evaluate.K, cfg.Evaluate.StatesPerTask, cfg.Evaluate.Seed, int(cfg.Executor.Slots)
 	start := time.Now()
-	rep, err := lm2lm.Evaluate(ctx, ec, prop, e.Builder(), e.Executor(), held, &records.Pool{})
+	rep, err := lm2lm.Evaluate(ctx, evalConfig(cfg), prop, e.Builder(), e.Executor(), held, &records.Pool{})
 	if err != nil {
 		return err
 	}
@@ -128,7 +142,7 @@ func evaluateVerb(ctx context.Context, cfg envconfig.Config, mode progress.Mode,
 	}
 	fmt.Fprintf(stdout, "evaluate %s: %d held-out tasks × %d states × %d proposals\n", sum.Model, len(held), sum.StatesPerTask, sum.K)
 	fmt.Fprintf(stdout, "  Avg@%d %s σ_e   Best@%d %s σ_e   (95%% bootstrap over %d states)\n", sum.K, sum.AvgK, sum.K, sum.BestK, sum.States)
-	fmt.Fprintf(stdout, "  gain ≤ 0: %s   gain > 2σ_e: %s   infeasible %.1f%%   invalid %d\n", sum.NegativeRate, sum.Above2Sigma, 100*sum.Infeasible, sum.Invalid)
+	fmt.Fprintf(stdout, "  gain ≤ 0: %s   gain > 2σ_e: %s   infeasible %.1f%%   invalid %d\n", rate(sum.NegativeRate), rate(sum.Above2Sigma), 100*sum.Infeasible, sum.Invalid)
 	fmt.Fprintf(stdout, "evaluate: %d runs paid now, %d reused from %s, %d failed (%.1f s); report %s\n", sum.Runs, sum.Reused, cfg.Store,
 		sum.Failed, time.Since(start).Seconds(), path)
 	return short("evaluate", sum.Failed)

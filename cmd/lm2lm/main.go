@@ -49,6 +49,13 @@ Verbs:
                 real, Avg@K and Best@K with bootstrap intervals
                 (<out>/evaluate.json, kept as
                 <out>/evaluations/<model>-seed<seed>.json)
+  plan          what each stage would run and pay now, before anything is
+                paid: per stage (reference, M_0, serve's calibrations,
+                evaluate) the runs it needs, those the store holds (reused)
+                or holds as failed (not paid again), those to pay, and an
+                estimate of device-hours and money from the durations the
+                store measured and price_per_device_hour; runs nothing,
+                asks no server; -json prints every run
   runs          every stored run: task, change, seed, status (ok, reference,
                 infeasible, failed), loss, gain, version and log file;
                 -task ID, -status S select
@@ -148,6 +155,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return forgetVerb(ctx, cfg, rest, stdout, stderr)
 	case "runs":
 		return runsVerb(ctx, cfg, rest, stdout, stderr)
+	case "plan":
+		return planVerb(ctx, cfg, rest, stdout, stderr)
 	case "report":
 		if len(rest) > 0 {
 			return usageErr(stderr, "report takes no arguments")
@@ -159,7 +168,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return evaluateVerb(ctx, cfg, mode, getenv, stdout, stderr)
 	}
-	return usageErr(stderr, "unknown verb %q (print-config, reference, m0, serve, evaluate, runs, forget, report)", verb)
+	return usageErr(stderr, "unknown verb %q (print-config, plan, reference, m0, serve, evaluate, runs, forget, report)", verb)
 }
 
 // open opens the environment of cfg with progress in mode on w.

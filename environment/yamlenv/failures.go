@@ -95,22 +95,30 @@ func (r *recorder) failedBefore(ctx context.Context, j builder.Job) (records.Rec
 	if err != nil {
 		return records.Record{}, false, err
 	}
+	f, ok := storedFailure(rs, j.Seed)
+	return f, ok, nil
+}
+
+// storedFailure returns the failure of seed among rs (the stored records
+// of one task and proposal) when they hold one and no real record of that
+// seed: such a run is answered from the store, not run again.
+func storedFailure(rs []records.Record, seed uint64) (records.Record, bool) {
 	var failed *records.Record
 	for i, x := range rs {
-		if !x.HasSeed(j.Seed) {
+		if !x.HasSeed(seed) {
 			continue
 		}
 		switch x.Source {
 		case records.Real:
-			return records.Record{}, false, nil
+			return records.Record{}, false
 		case records.Failed:
 			failed = &rs[i]
 		}
 	}
 	if failed == nil {
-		return records.Record{}, false, nil
+		return records.Record{}, false
 	}
-	return *failed, true, nil
+	return *failed, true
 }
 
 // runLog is the log of a failed run: the outcome's, else the error's (a

@@ -327,7 +327,7 @@ func (e *Env) ReferenceRuns(ctx context.Context, p environment.Progress) ([]envi
 		for _, s := range out[i].Seeds {
 			// A stored failure is asked for again: the recorder answers it
 			// from the store, and the stage lists it.
-			if r, ok := stored[i][s]; ok && r.Source != records.Failed {
+			if refStatus(stored[i], s) == Reused {
 				out[i].Reused++
 			} else {
 				missing = append(missing, todo{i, s})
