@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lm2lm/lm2lm/envconfig"
+	"github.com/lm2lm/lm2lm/environment/yamlenv"
 	"github.com/lm2lm/lm2lm/internal/oaitest"
 	"github.com/lm2lm/lm2lm/serve"
 )
@@ -146,7 +147,7 @@ func TestWorkedExample(t *testing.T) {
 	}
 	requirePyTorchAndSlurm(t)
 	setup, config, verbs := workedExample(t)
-	require.Equal(t, [][]string{{"print-config"}, {"reference"}, {"m0"}, {"serve"}, {"evaluate"}, {"report"}}, verbs)
+	require.Equal(t, [][]string{{"print-config"}, {"plan"}, {"reference"}, {"m0"}, {"serve"}, {"evaluate"}, {"report"}}, verbs)
 
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
@@ -173,8 +174,21 @@ func TestWorkedExample(t *testing.T) {
 		return stdout.String()
 	}
 	require.Contains(t, lm2lm("print-config"), "partition: debug")
+	// The plan, before anything is paid, says what the verbs then pay:
+	// the page's numbers, each checked against the verb's own count.
+	plan := lm2lm("plan")
+	require.Regexp(t, `\nreference +reference, m0, serve, evaluate +6 +0 +0 +6 +≤ 1 +≤ 2\.5 +at most training\.timeout per run\n`, plan)
+	_, by := planOf(t, cfgPath)
+	require.Equal(t, [4]int{6, 4, 1, 1}, [4]int{by["reference"].ToPay, by["M_0"].ToPay, by["calibration"].AtMost, by["evaluation"].ToPay})
+	require.Equal(t, 1, by["evaluation"].Reused, "the embedded policy draws the same change twice")
 	require.Contains(t, lm2lm("reference"), "reference: 6 runs paid now, 0 reused")
-	require.Contains(t, lm2lm("m0"), "M_0: 4 records")
+	// Measured now: the estimate of M_0 is its runs at their tasks'
+	// measured durations.
+	_, by = planOf(t, cfgPath)
+	require.Equal(t, [2]int{0, 4}, [2]int{by["reference"].ToPay, by["M_0"].ToPay})
+	require.Equal(t, yamlenv.Measured, by["M_0"].Estimate.Basis)
+	require.Positive(t, by["M_0"].Estimate.DeviceHours)
+	require.Contains(t, lm2lm("m0"), "M_0: 4 records (0 infeasible, 0 failed): 4 runs paid now, 0 reused")
 	url, stop := serveInBackground(t, cfgPath)
 	score(t, url, 0, 4)
 	post(t, url, "/v1/advance", `{"request_id": "a1", "step": 1}`)
@@ -184,7 +198,9 @@ func TestWorkedExample(t *testing.T) {
 	waitCalibration(t, url)
 	post(t, url, "/v1/advance", `{"request_id": "a2", "step": 2}`)
 	stop()
-	require.Contains(t, lm2lm("evaluate"), "evaluate embedded-policy: 1 held-out tasks × 1 states × 2 proposals")
+	ev := lm2lm("evaluate")
+	require.Contains(t, ev, "evaluate embedded-policy: 1 held-out tasks × 1 states × 2 proposals")
+	require.Contains(t, ev, "evaluate: 1 runs paid now, 1 reused")
 	rep := lm2lm("report")
 	for _, want := range []string{"reference    6", "M_0          4", "calibration  1", "evaluation   "} {
 		require.Contains(t, rep, want, "%s", rep)
@@ -195,6 +211,8 @@ func TestWorkedExample(t *testing.T) {
 	// Every verb again pays nothing.
 	require.Contains(t, lm2lm("m0"), "M_0: 4 records (0 infeasible, 0 failed): 0 runs paid now, 4 reused")
 	require.Contains(t, lm2lm("evaluate"), "evaluate: 0 runs paid now, ")
+	pl, _ := planOf(t, cfgPath)
+	require.Equal(t, 1, pl.ToPay, "only a calibration run of a later serve is left to pay")
 
 	// Once more with section 5's servers, over the same store: nothing is
 	// paid again before the service scores.
