@@ -218,3 +218,40 @@ func TestRegions(t *testing.T) {
 	badPairs[0].Region = ""
 	require.ErrorIs(t, Regions(&buf, "x", 4, s, badPairs), ErrNoRegion)
 }
+
+// TestMethodPanelsAxes: rate panels span 0–100 % whatever the rates (a
+// rate of 0 with an empty interval included: no negative per cent); a
+// gain panel spans its intervals and the 0 line with 8% to spare on
+// either side.
+func TestMethodPanelsAxes(t *testing.T) {
+	zero := evalstat.Interval{}
+	one := []evalstat.Summary{{Method: "embedded-policy (seed 1)", AvgK: evalstat.Interval{Point: 0.81, Low: 0.81, High: 0.81},
+		BestK: evalstat.Interval{Point: 0.81, Low: 0.5, High: 1.2}, NegativeRate: zero, Above: zero, Threshold: 2}}
+	s, p := sums()
+	for _, tt := range []struct {
+		sums  []evalstat.Summary
+		pairs []evalstat.Paired
+		gains [][2]float64 // Avg@K's and Best@K's span with 0
+	}{
+		{one, nil, [][2]float64{{0, 0.81}, {0, 1.2}}},
+		{s, p, [][2]float64{{-15, 0}, {0, 6.8}}}, // sums(): lowest Avg@K −11 − 4, highest Best@K 5.2 + 0.8·2
+	} {
+		panels, err := methodPanels(2, tt.sums, tt.pairs)
+		require.NoError(t, err)
+		require.Len(t, panels, 4+len(againstOrder(tt.pairs)))
+		for i, g := range tt.gains {
+			pad := 0.08 * (g[1] - g[0])
+			require.InDelta(t, g[0]-pad, panels[i].X.Min, 1e-9, "panel %d", i)
+			require.InDelta(t, g[1]+pad, panels[i].X.Max, 1e-9, "panel %d", i)
+		}
+		for _, rp := range panels[2:4] {
+			require.Equal(t, [2]float64{0, 100}, [2]float64{rp.X.Min, rp.X.Max}, rp.Title.Text)
+			for _, tk := range rp.X.Tick.Marker.Ticks(rp.X.Min, rp.X.Max) {
+				require.GreaterOrEqual(t, tk.Value, 0.0)
+				if tk.Label != "" {
+					require.NotContains(t, tk.Label, "-")
+				}
+			}
+		}
+	}
+}

@@ -69,7 +69,7 @@ func forest(title, xlabel string, rows []row, ref, scale float64) (*plot.Plot, e
 	dots.GlyphStyle.Shape = draw.CircleGlyph{}
 	dots.GlyphStyle.Radius = vg.Points(3.5)
 	p.Add(bars, dots)
-	pad := 0.05 * (hi - lo)
+	pad := gainPad * (hi - lo)
 	if pad == 0 {
 		pad = 0.5
 	}
@@ -78,14 +78,33 @@ func forest(title, xlabel string, rows []row, ref, scale float64) (*plot.Plot, e
 	return p, nil
 }
 
+// gainPad is the margin of a gain panel on either side of its values, as
+// a fraction of their span: a dot at the edge keeps its whole glyph.
+const gainPad = 0.08
+
+// rateAxis is the x range of a rate panel, in per cent: always the whole
+// 0–100 %, so that rates of different charts read alike and no axis shows
+// a negative share.
+var rateAxis = [2]float64{0, 100}
+
 // Methods draws every method's Avg@K, Best@K, negative rate and share above
 // the threshold with their confidence intervals, and one more panel per
 // method compared against in pairs (the paired difference of Avg@K), as a
 // PNG on w. Methods are drawn in the order of sums, the first on top; K
-// names the metric (4 for Avg@4).
+// names the metric (4 for Avg@4). The rate panels span 0–100 %; the gain
+// panels span the intervals and 0.
 func Methods(w io.Writer, title string, k int, sums []evalstat.Summary, pairs []evalstat.Paired) error {
+	panels, err := methodPanels(k, sums, pairs)
+	if err != nil {
+		return err
+	}
+	return figure(w, title, panels, 2, nil)
+}
+
+// methodPanels returns Methods' panels.
+func methodPanels(k int, sums []evalstat.Summary, pairs []evalstat.Paired) ([]*plot.Plot, error) {
 	if len(sums) == 0 {
-		return ErrEmpty
+		return nil, ErrEmpty
 	}
 	thr := sums[0].Threshold
 	get := func(f func(evalstat.Summary) evalstat.Interval) []row {
@@ -123,11 +142,14 @@ func Methods(w io.Writer, title string, k int, sums []evalstat.Summary, pairs []
 	for i, s := range specs {
 		p, err := forest(s.title, s.x, s.rows, s.ref, s.scale)
 		if err != nil {
-			return err
+			return nil, err
+		}
+		if s.scale == 100 {
+			p.X.Min, p.X.Max = rateAxis[0], rateAxis[1]
 		}
 		panels[i] = p
 	}
-	return figure(w, title, panels, 2, nil)
+	return panels, nil
 }
 
 // againstOrder lists the distinct Against names in order of first
