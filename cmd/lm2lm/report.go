@@ -306,10 +306,12 @@ func (row *TaskRow) count(r records.Record) float64 {
 
 // gainsNote says what the report's two gain figures are.
 const gainsNote = `A task's gains are b_e − ℓ of each feasible run, divided by σ_e: the mean over the task's runs and
-the best one. An evaluation's Avg@K and Best@K are the same gain, averaged per state over its K proposals (an
-infeasible run counting −6) or the best of them, then averaged over the states: so they read the proposer's
-choices, where a task's mean reads every run the store holds of it (M_0's random draws, calibrations). The rates
-(gain ≤ 0, gain > 2σ_e) are shares in per cent, with their 95% intervals.
+the best one. An evaluation's Avg@K and Best@K divide by σ_e the gain each run reported: the script's own "gain"
+when it writes one (the PyTorch example's is against the reference run of the same seed, so it differs from b_e − ℓ
+by that seed's distance from b_e), else b_e − ℓ. They are averaged per state over its K proposals (an infeasible run
+counting −6) or the best of them, then averaged over the states: so they read the proposer's choices, where a task's
+mean reads every run the store holds of it (M_0's random draws, calibrations). The rates (gain ≤ 0, gain > 2σ_e)
+are shares in per cent, with their 95% intervals.
 `
 
 // rate formats a share with its interval as unsigned per cents.
