@@ -2,8 +2,10 @@ package lm2lm_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -301,4 +303,62 @@ func TestTrainerCostCountsFreshRunsOnly(t *testing.T) {
 	require.Zero(t, cost.DeviceSeconds)
 	require.Equal(t, 4, second.Reused())
 	require.EqualValues(t, 4, ex.runs.Load())
+}
+
+// someInvalid is a proposer whose first sample of every state cannot be
+// parsed; the others come from the policy of a random stream.
+type someInvalid struct{ p proposer.Proposer }
+
+func (s someInvalid) Propose(ctx context.Context, st records.State, n int, rng *rand.Rand) ([]proposer.Sample, error) {
+	out, err := s.p.Propose(ctx, st, n, rng)
+	if len(out) > 0 {
+		out[0] = proposer.Sample{Invalid: true}
+	}
+	return out, err
+}
+
+// jobLog records every job an executor is asked to run.
+type jobLog struct {
+	oracle
+	mu   sync.Mutex
+	jobs []string
+}
+
+func (l *jobLog) Execute(ctx context.Context, j builder.Job) (builder.Outcome, error) {
+	l.mu.Lock()
+	l.jobs = append(l.jobs, fmt.Sprintf("%s %s %d", j.Task.ID, j.Proposal.Key(), j.Seed))
+	l.mu.Unlock()
+	return l.oracle.Execute(ctx, j)
+}
+
+// EvalRuns lists, without running, exactly the runs Evaluate then runs
+// with the same arguments (a proposer that samples from the states'
+// streams), and the invalid samples it skips.
+func TestEvalRunsAreEvaluatesRuns(t *testing.T) {
+	cat := []records.Card{{Mechanism: "wider", Description: "w", Params: []records.ParamSpec{{Name: "level", Kind: "enum", Choices: []string{"1", "2"}}}},
+		{Mechanism: "lr", Description: "l", Params: []records.ParamSpec{{Name: "level", Kind: "enum", Choices: []string{"1", "2"}}}}}
+	pol, err := proposer.NewPolicy(cat, proposer.DefaultPolicyConfig(), nil)
+	require.NoError(t, err)
+	prop := someInvalid{pol}
+	for _, seeds := range [][]uint64{nil, {1, 2, 3}} {
+		cfg := lm2lm.DefaultEvalConfig()
+		cfg.Seeds = seeds
+		jobs, invalid, err := lm2lm.EvalRuns(context.Background(), cfg, prop, tasks(), nil)
+		require.NoError(t, err)
+		require.Equal(t, 3*4, invalid, "one per state: 3 tasks × 4 states")
+		require.Len(t, jobs, 3*4*3)
+		var want []string
+		for _, j := range jobs {
+			seed := uint64(7) // the oracle builder's
+			if j.SetSeed {
+				seed = j.Seed
+			}
+			want = append(want, fmt.Sprintf("%s %s %d", j.Change.Task.ID, j.Change.Proposal.Key(), seed))
+		}
+		ex := &jobLog{}
+		rep, err := lm2lm.Evaluate(context.Background(), cfg, prop, oracle{}, ex, tasks(), nil)
+		require.NoError(t, err)
+		require.Equal(t, invalid, rep.Invalid)
+		require.ElementsMatch(t, want, ex.jobs, "seeds %v", seeds)
+	}
 }
