@@ -66,8 +66,26 @@ type body struct {
 // candidates. A loop restored from it (Restore) goes on exactly as this
 // one would, bit for bit. A batch's synthetic records not yet added
 // (Expand) are not in it, and it refuses while anchor runs are pending:
-// checkpoint once they are absorbed.
+// checkpoint once they are absorbed. It is Snapshot, encoded.
 func (l *Loop) Checkpoint(driver json.RawMessage) ([]byte, error) {
+	sn, err := l.Snapshot(driver)
+	if err != nil {
+		return nil, err
+	}
+	return sn.Encode()
+}
+
+// Snapshot is a loop's state as Checkpoint writes it, not yet encoded. It
+// holds copies of what the loop changes in place and shares only what the
+// loop never changes once made (M's records, the pool's records, the
+// values of the candidates' states and samples), so a driver that serialises the loop's calls takes
+// it under its lock and encodes it off the lock, which is most of a
+// checkpoint's cost.
+type Snapshot struct{ b body }
+
+// Snapshot returns the loop's state at this moment (see Checkpoint); it
+// refuses while anchor runs are pending.
+func (l *Loop) Snapshot(driver json.RawMessage) (*Snapshot, error) {
 	if l.plan != nil {
 		return nil, fmt.Errorf("%w: anchor runs are pending", ErrCheckpoint)
 	}
@@ -82,17 +100,23 @@ func (l *Loop) Checkpoint(driver json.RawMessage) ([]byte, error) {
 	b := body{Seed: l.cfg.Seed, Step: l.step, RNG: rng, Evidence: l.m.Records(), Pool: map[string][]records.Record{},
 		Calibrations: l.calDone, WMRL: corr, Cost: l.cost, Runs: l.runs, Reused: l.reused, Driver: driver}
 	if l.cfg.Trigger != nil && l.last.Step >= 0 {
-		last := l.last
+		last := l.last // replaced whole by each calibration, never changed in place
 		b.Trigger = &last
 	}
 	for _, task := range l.stateTasks() {
-		b.Pool[task.ID] = l.pool.Records(task.ID)
+		b.Pool[task.ID] = l.pool.Shared(task.ID) // never changed in place
 	}
 	b.InFlight = l.inFlight()
 	if len(l.since.groups) > 0 {
 		b.Since = groupsJSON(&l.since)
 	}
-	raw, err := json.Marshal(b)
+	return &Snapshot{b: b}, nil
+}
+
+// Encode returns the snapshot as Checkpoint does. It is safe to call while
+// the loop goes on.
+func (s *Snapshot) Encode() ([]byte, error) {
+	raw, err := json.Marshal(s.b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}

@@ -35,6 +35,18 @@ type sample struct {
 	// rates by it and the monitors compare it with the real reward.
 	scaled float64
 	reward float64 // the shaped reward R_i
+	// change is the TaskChange key of a candidate's measurable sample,
+	// made when it joins the candidates so that a calibration point's
+	// pick does not make thousands at once ("" until then).
+	change string
+}
+
+// changeKey returns the TaskChange key of sample s of group g.
+func (g *group) changeKey(s *sample) string {
+	if s.change != "" {
+		return s.change
+	}
+	return records.TaskChange{Task: g.state.Task, Proposal: s.Proposal}.Key()
 }
 
 // measurable reports whether the sample is asked of the world model and
@@ -270,8 +282,11 @@ func (c *core) calibrationPicks(ro *rolloutData, m records.Evidence, budget int,
 			continue
 		}
 		for i, s := range g.samples {
-			key := records.TaskChange{Task: g.state.Task, Proposal: s.Proposal}.Key()
-			if !s.measurable() || known[key] {
+			if !s.measurable() {
+				continue
+			}
+			key := g.changeKey(&g.samples[i])
+			if known[key] {
 				continue
 			}
 			cands = append(cands, ref{gi, i})

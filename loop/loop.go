@@ -332,6 +332,9 @@ func (l *Loop) Score(gs []Group, preds []Prediction) (Scored, error) {
 		c := &group{state: g.state, tau: g.tau, samples: append([]sample(nil), g.samples...)}
 		for i := range c.samples {
 			c.samples[i].Tokens, c.samples[i].LogProbs = nil, nil
+			if c.samples[i].measurable() {
+				c.samples[i].change = c.changeKey(&c.samples[i])
+			}
 		}
 		l.since.groups = append(l.since.groups, c)
 	}

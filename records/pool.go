@@ -67,6 +67,22 @@ func (p *Pool) Count(taskID string) int {
 	return len(p.byTask[taskID])
 }
 
+// Shared returns the records of task taskID in pool order as the pool
+// holds them, without copying their parameters, seeds or code: the pool
+// never changes a record in place (Add keeps copies, TrimSynthetic builds
+// a new list), so a caller that only reads them, such as a snapshot taken
+// under a lock and encoded off it, may keep them. The caller must not
+// change them.
+func (p *Pool) Shared(taskID string) []Record {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := make([]Record, 0, len(p.byTask[taskID]))
+	for _, j := range p.byTask[taskID] {
+		out = append(out, p.all[j])
+	}
+	return out
+}
+
 // Records returns copies of the records of task taskID in pool order.
 func (p *Pool) Records(taskID string) []Record {
 	p.mu.RLock()

@@ -32,6 +32,16 @@ func TestTrimSynthetic(t *testing.T) {
 	require.Equal(t, 1, p.Count("b"))
 	require.Equal(t, 6.0, p.Records("b")[0].Gain)
 	require.Equal(t, 3, p.Len())
+	// Shared reads the same records, and a later add or trim leaves what
+	// it returned as it was.
+	shared := p.Shared("a")
+	require.Equal(t, p.Records("a"), shared)
+	require.NoError(t, p.Add(rec(a, records.Synthetic, 7)))
+	require.Equal(t, 1, p.TrimSynthetic(1)) // a's gain 5 goes
+	require.Equal(t, []float64{2, 5}, []float64{shared[0].Gain, shared[1].Gain})
+	require.Equal(t, map[string]string{"x": "1"}, shared[1].Proposal.Params)
+	require.Equal(t, p.Records("a"), p.Shared("a"))
+	require.Equal(t, 3, p.Len())
 	require.Equal(t, 2, p.TrimSynthetic(0))
 	require.Equal(t, 1, p.Len())
 	require.Equal(t, records.Real, p.Records("a")[0].Source)

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/lm2lm/lm2lm"
@@ -85,27 +86,28 @@ func (s *Service) status(u int) *CalibrationStatus {
 }
 
 // startDue launches the runs of the calibration the loop picked when it
-// observed the step (or of one restored in flight). The caller holds mu.
-func (s *Service) startDue() error {
+// observed the step (or of one restored in flight). The pick is durable
+// before the runs start: it is the step's journal entry, replayed to the
+// same pick. The caller holds mu.
+func (s *Service) startDue() {
 	if s.closed {
-		return nil
+		return
 	}
 	rd := s.loop.Ready()
 	if rd.Kind != loop.CalibrationRuns || s.cal != nil {
-		return nil
+		return
 	}
-	u := s.loop.Status().Calibrations
-	if s.status(u) == nil {
-		// Picked when the step was observed: recorded, then checkpointed so
-		// that a restart executes the same runs.
-		s.cals = append(s.cals, CalibrationStatus{Point: u, Step: rd.Step, Budget: s.cfg.Schedule.Budgets[u], Runs: len(rd.Execute), State: CalRunning})
-		if err := s.checkpoint(); err != nil {
-			return err
-		}
-	}
-	s.cal = &calRun{u: u, jobs: rd.Execute}
+	s.cal = &calRun{u: s.loop.Status().Calibrations, jobs: rd.Execute}
 	s.launch(s.cal)
-	return nil
+}
+
+// notePick records the calibration point the loop picked when it
+// observed a step (applying the step's op). The caller holds mu.
+func (s *Service) notePick() {
+	rd := s.loop.Ready()
+	if u := s.loop.Status().Calibrations; rd.Kind == loop.CalibrationRuns && s.status(u) == nil {
+		s.cals = append(s.cals, CalibrationStatus{Point: u, Step: rd.Step, Budget: s.cfg.Schedule.Budgets[u], Runs: len(rd.Execute), State: CalRunning})
+	}
 }
 
 // launch executes a calibration's runs in the background. The caller
@@ -136,30 +138,59 @@ func (s *Service) launch(c *calRun) {
 }
 
 // applyReady adds a finished calibration's records to M before the first
-// request of step is scored. The caller holds mu.
+// request of step is scored: its runs are journalled (and synced) before
+// they are applied, so that a restart at any later moment has them, and a
+// checkpoint is then written off the lock to compact the journal. The
+// caller holds mu.
 func (s *Service) applyReady(step int) error {
 	c := s.cal
 	if c == nil || !c.done {
 		return nil
 	}
-	ab, err := s.loop.Absorb(c.runs)
-	if s.loop.Status().Calibrating {
+	if len(c.runs) != len(c.jobs) {
+		return fmt.Errorf("%w: calibration %d: %d runs for %d jobs", ErrState, c.u, len(c.runs), len(c.jobs))
+	}
+	// The runs applied are the journal's, as a replay reads them.
+	b, err := json.Marshal(c.runs)
+	if err != nil {
 		return fmt.Errorf("%w: calibration %d: %w", ErrState, c.u, err)
 	}
-	s.cal = nil
+	var runs []loop.RealRun
+	if err := json.Unmarshal(b, &runs); err != nil {
+		return fmt.Errorf("%w: calibration %d: %w", ErrState, c.u, err)
+	}
+	if _, err := s.commit(op{Kind: "calibrate", Point: c.u, Step: step, Real: runs}); err != nil {
+		return err
+	}
+	s.checkpoint()
+	return nil
+}
+
+// applyCalibration adds point u's runs to M from step on (a journalled
+// calibrate op). The caller holds mu.
+func (s *Service) applyCalibration(u, step int, runs []loop.RealRun) error {
+	if st := s.loop.Status(); !st.Calibrating || st.Calibrations != u {
+		return fmt.Errorf("calibrate op: point %d, but %d done, calibrating %t", u, st.Calibrations, st.Calibrating)
+	}
+	ab, err := s.loop.Absorb(runs)
+	if s.loop.Status().Calibrating {
+		return fmt.Errorf("calibration %d: %w", u, err)
+	}
+	if s.cal != nil && s.cal.u == u {
+		s.cal = nil
+	}
 	rep := *ab.Calibration
 	res := calibrationResult(rep)
 	eff := step
-	if st := s.status(c.u); st != nil {
-		st.State, st.EffectiveStep, st.Result = CalApplied, &eff, &res
+	if st := s.status(u); st != nil {
+		st.State, st.Error, st.EffectiveStep, st.Result = CalApplied, "", &eff, &res
 		if err != nil {
-			st.Error = records.ErrorExcerpt(err)
+			st.Error = records.ErrorExcerpt(err) // M was extended: the calibration is done
 		}
 	}
-	s.mon = &MonitorsResponse{API: APIVersion, Calibrated: true, Point: c.u, DeltaM: res.DeltaM, Gap: res.Gap, Cosine: res.Cosine, Accuracy: res.Accuracy}
+	s.mon = &MonitorsResponse{API: APIVersion, Calibrated: true, Point: u, DeltaM: res.DeltaM, Gap: res.Gap, Cosine: res.Cosine, Accuracy: res.Accuracy}
 	s.met.calibrated(rep)
-	s.met.update(s)
-	return s.checkpoint()
+	return nil
 }
 
 // observeStep takes a request's step: a step more than StepLag behind,
@@ -187,7 +218,8 @@ func (s *Service) observeStep(step int) error {
 	if _, err := s.commit(op{Kind: "step", Step: step}); err != nil {
 		return err
 	}
-	return s.startDue()
+	s.startDue()
+	return nil
 }
 
 // AdvanceResponse answers an advance request at once: the step and every

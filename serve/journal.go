@@ -23,8 +23,12 @@ import (
 // and the sum (32 hex digits of SHA-256) covers the number, the length and
 // the payload. Entries are numbered without gaps; the checkpoint records
 // the last number it covers, so entries at or below it (left by a stop
-// between the checkpoint's rename and the journal's truncation) are
-// skipped, never applied twice. An entry is acknowledged only after it is
+// between the checkpoint's rename and the removal of the entries it
+// covers) are skipped, never applied twice. A checkpoint begins by setting
+// the journal's entries aside (renaming the file to journal.log.aside and
+// starting a new one, which numbers on), and they are removed once the
+// checkpoint that covers them is on disk; a restart reads the entries set
+// aside, then the journal. An entry is acknowledged only after it is
 // written whole and synced, so the only damage a crash may leave is a
 // final entry cut short: a whole header whose length runs past the end of
 // the file (or a header itself cut short), which is dropped. A final entry
@@ -36,8 +40,12 @@ import (
 // journal is the append side of the journal file.
 type journal struct {
 	f    *os.File
+	path string
 	size int64  // bytes of whole entries
 	seq  uint64 // number of the last entry written or read
+	// aside is set while entries set aside (asidePath) await the
+	// checkpoint that covers them.
+	aside bool
 	// broken is set when a write failed and the file could not be put
 	// back to its last whole entry: nothing more may be appended.
 	broken error
@@ -140,44 +148,38 @@ func parseEntry(data []byte) (seq uint64, payload []byte, size int, missingNL bo
 	return seq, payload, end + 1, missingNL, nil
 }
 
-// readJournal checks the journal at path and calls apply on each entry
-// numbered above after, in order. It drops a final entry cut short
+func asidePath(path string) string { return path + ".aside" }
+
+// readJournal checks the journal at path, after the entries set aside
+// beside it when there are any, and calls apply on each entry numbered
+// above after, in order. It drops a final entry of the journal cut short
 // (truncating the file to its whole entries), restores the newline of a
 // final entry missing only that, and returns the journal opened for
-// appending.
+// appending. The entries set aside were whole when set aside: any damage
+// there refuses.
 func readJournal(path string, after uint64, apply func(seq uint64, payload []byte) error) (*journal, error) {
+	r := journalReader{after: after, apply: apply}
+	aside, err := os.ReadFile(asidePath(path))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	default:
+		off, missingNL, err := r.read(asidePath(path), aside)
+		if err == nil && (off < int64(len(aside)) || missingNL) {
+			err = &JournalError{Path: asidePath(path), Offset: off, Entry: r.entries + 1, Reason: "entries set aside end cut short"}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	data, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %w", ErrState, err)
 	}
-	var off int64
-	var prev uint64 // the number of the previous entry in the file
-	var repair bool
-	for entry := 1; off < int64(len(data)); entry++ {
-		n, payload, size, missingNL, err := parseEntry(data[off:])
-		if errors.Is(err, errTorn) {
-			break // a write cut short: never acknowledged
-		}
-		damaged := func(format string, args ...any) error {
-			return &JournalError{Path: path, Offset: off, Entry: entry, Reason: fmt.Sprintf(format, args...)}
-		}
-		if err != nil {
-			return nil, damaged("%s", err.Error())
-		}
-		switch {
-		case entry == 1 && n > after+1:
-			return nil, damaged("entry %d follows a checkpoint at entry %d: entries are missing", n, after)
-		case entry > 1 && n != prev+1:
-			return nil, damaged("entry %d follows entry %d", n, prev)
-		}
-		if n > after {
-			if err := apply(n, payload); err != nil {
-				return nil, fmt.Errorf("%w: journal %s entry %d (byte %d): %w", ErrState, path, entry, off, err)
-			}
-		}
-		prev = n
-		off += int64(size)
-		repair = missingNL
+	off, repair, err := r.read(path, data)
+	if err != nil {
+		return nil, err
 	}
 	whole := min(off, int64(len(data)))
 	if whole < int64(len(data)) {
@@ -203,7 +205,51 @@ func readJournal(path string, after uint64, apply func(seq uint64, payload []byt
 		f.Close()
 		return nil, fmt.Errorf("%w: %w", ErrState, err)
 	}
-	return &journal{f: f, size: off, seq: max(after, prev), dropped: int64(len(data)) - whole}, nil
+	return &journal{f: f, path: path, size: off, seq: max(after, r.prev), dropped: int64(len(data)) - whole,
+		aside: aside != nil}, nil
+}
+
+// journalReader checks the entries of one or more files in sequence.
+type journalReader struct {
+	after   uint64
+	apply   func(seq uint64, payload []byte) error
+	entries int    // entries read so far
+	prev    uint64 // the number of the last entry read
+}
+
+// read checks the entries of data, the file at path, applying those
+// numbered above after. It returns the offset after the last whole entry
+// and whether that entry lacks only its newline; a final entry cut short
+// ends the reading there.
+func (r *journalReader) read(path string, data []byte) (off int64, missingNL bool, err error) {
+	for entry := 1; off < int64(len(data)); entry++ {
+		n, payload, size, nl, err := parseEntry(data[off:])
+		if errors.Is(err, errTorn) {
+			break // a write cut short: never acknowledged
+		}
+		damaged := func(format string, args ...any) error {
+			return &JournalError{Path: path, Offset: off, Entry: entry, Reason: fmt.Sprintf(format, args...)}
+		}
+		if err != nil {
+			return 0, false, damaged("%s", err.Error())
+		}
+		switch {
+		case r.entries == 0 && n > r.after+1:
+			return 0, false, damaged("entry %d follows a checkpoint at entry %d: entries are missing", n, r.after)
+		case r.entries > 0 && n != r.prev+1:
+			return 0, false, damaged("entry %d follows entry %d", n, r.prev)
+		}
+		if n > r.after {
+			if err := r.apply(n, payload); err != nil {
+				return 0, false, fmt.Errorf("%w: journal %s entry %d (byte %d): %w", ErrState, path, entry, off, err)
+			}
+		}
+		r.prev = n
+		r.entries++
+		off += int64(size)
+		missingNL = nl
+	}
+	return off, missingNL, nil
 }
 
 // append writes and syncs the next entry. A failed write is cut back to
@@ -250,16 +296,43 @@ func (j *journal) append(payload []byte) error {
 	return nil
 }
 
-// reset empties the journal after a checkpoint that covers every entry.
-func (j *journal) reset() error {
-	if err := j.f.Truncate(0); err != nil {
+// rotate sets the journal's entries aside for a checkpoint that covers
+// them: the file is renamed aside and a new one started, numbering on.
+// Entries already aside (their checkpoint failed) stay there, and the
+// journal too: the next checkpoint covers both. Afterwards, or when the
+// new file cannot be opened, the journal is broken.
+func (j *journal) rotate() error {
+	if j.broken != nil || j.aside {
+		return j.broken
+	}
+	if err := os.Rename(j.path, asidePath(j.path)); err != nil {
 		return err
 	}
-	if err := j.f.Sync(); err != nil {
+	_ = testHook("journal-set-aside")
+	f, err := os.OpenFile(j.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err == nil {
+		err = syncDir(filepath.Dir(j.path))
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		j.broken = fmt.Errorf("%w: journal: a new file after setting the entries aside: %w", ErrState, err)
+		return j.broken
+	}
+	old := j.f
+	j.f, j.size, j.aside = f, 0, true
+	return old.Close()
+}
+
+// dropAside removes the entries set aside once a checkpoint covers them.
+// It touches only the file aside, so it runs off the service's lock while
+// the journal is appended to.
+func (j *journal) dropAside() error {
+	if err := os.Remove(asidePath(j.path)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	j.size = 0
-	return nil
+	return syncDir(filepath.Dir(j.path))
 }
 
 func (j *journal) close() error { return j.f.Close() }

@@ -150,8 +150,8 @@ func TestJournalFullDisk(t *testing.T) {
 }
 
 // TestCheckpointCoversItsJournal stops a service between the checkpoint's
-// rename and the journal's truncation: the restart skips the entries the
-// checkpoint covers instead of applying them twice.
+// rename and the removal of the entries it covers: the restart skips them
+// instead of applying them twice.
 func TestCheckpointCoversItsJournal(t *testing.T) {
 	path, _ := writeJournal(t, 3)
 	var applied int
@@ -188,4 +188,57 @@ func FuzzReadJournal(f *testing.F) {
 		after, _ := os.ReadFile(path)
 		require.Equal(t, re, append([]byte{}, after...))
 	})
+}
+
+// TestJournalSetAside: entries set aside for a checkpoint are read before
+// the journal, numbered on without a gap, whatever the checkpoint covers
+// (none of them, the entries aside, or those and some after); once
+// dropped, the journal alone follows the checkpoint; entries aside cut
+// short, or a gap between the two files, refuse.
+func TestJournalSetAside(t *testing.T) {
+	path, want := writeJournal(t, 3)
+	j, err := readJournal(path, 0, func(uint64, []byte) error { return nil })
+	require.NoError(t, err)
+	require.NoError(t, j.rotate())
+	require.True(t, j.aside)
+	require.NoError(t, j.rotate(), "entries already aside stay there")
+	for _, p := range []string{`{"op":"d"}`, `{"op":"e"}`} {
+		require.NoError(t, j.append([]byte(p)))
+		want = append(want, p)
+	}
+	require.NoError(t, j.close())
+	for _, after := range []uint64{0, 2, 3, 4} {
+		got, j, err := replayJournal(path, after)
+		require.NoError(t, err, "after %d", after)
+		require.Equal(t, want[after:], got, "after %d", after)
+		require.Equal(t, uint64(5), j.seq)
+		require.True(t, j.aside)
+	}
+	aside, err := os.ReadFile(asidePath(path))
+	require.NoError(t, err)
+
+	require.NoError(t, os.WriteFile(asidePath(path), aside[:len(aside)-3], 0o600))
+	_, _, err = replayJournal(path, 0)
+	var je *JournalError
+	require.ErrorAs(t, err, &je, "entries aside cut short")
+	require.Equal(t, asidePath(path), je.Path)
+
+	first := bytes.IndexByte(aside, '\n') + 1
+	require.NoError(t, os.WriteFile(asidePath(path), aside[:first], 0o600))
+	_, _, err = replayJournal(path, 0)
+	require.ErrorAs(t, err, &je, "entries 2 and 3 missing between the files")
+	require.Equal(t, path, je.Path)
+	require.Contains(t, je.Reason, "entry 4 follows entry 1")
+
+	require.NoError(t, os.WriteFile(asidePath(path), aside, 0o600))
+	j, err = readJournal(path, 3, func(uint64, []byte) error { return nil })
+	require.NoError(t, err)
+	require.NoError(t, j.dropAside())
+	require.NoError(t, j.close())
+	_, err = os.Stat(asidePath(path))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	got, j, err := replayJournal(path, 3)
+	require.NoError(t, err)
+	require.Equal(t, want[3:], got)
+	require.False(t, j.aside)
 }

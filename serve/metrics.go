@@ -24,6 +24,11 @@ type metrics struct {
 	evidence     prometheus.Gauge
 	realRuns     prometheus.Gauge
 	monitor      *prometheus.GaugeVec
+	// copyTime is how long each checkpoint's copy of the state held the
+	// service's lock (scoring waits meanwhile), copyMax the longest.
+	copyTime prometheus.Histogram
+	copyMax  prometheus.Gauge
+	longest  float64
 }
 
 func newMetrics() *metrics {
@@ -41,8 +46,22 @@ func newMetrics() *metrics {
 	m.evidence = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_evidence_records", Help: "Real records in M."})
 	m.realRuns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_real_runs", Help: "Calibration runs paid for."})
 	m.monitor = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lm2lm_monitor", Help: "Reliability monitors of the last calibration (delta_m, gap, advantage_cosine, pairwise_accuracy)."}, []string{"monitor"})
-	m.reg.MustRegister(m.requests, m.latency, m.repeats, m.failures, m.completions, m.groups, m.meanReward, m.step, m.calibrations, m.evidence, m.realRuns, m.monitor)
+	m.copyTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lm2lm_serve_checkpoint_copy_seconds",
+		Help: "Time a checkpoint's copy of the state holds scoring up (the encoding and writing do not).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	m.copyMax = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lm2lm_serve_checkpoint_copy_max_seconds", Help: "The longest a checkpoint's copy held scoring up."})
+	m.reg.MustRegister(m.requests, m.latency, m.repeats, m.failures, m.completions, m.groups, m.meanReward, m.step, m.calibrations, m.evidence, m.realRuns, m.monitor,
+		m.copyTime, m.copyMax)
 	return m
+}
+
+// checkpointCopy records a copy that held the lock d seconds. The caller
+// holds the service's mu.
+func (m *metrics) checkpointCopy(d float64) {
+	m.copyTime.Observe(d)
+	if d > m.longest {
+		m.longest = d
+		m.copyMax.Set(d)
+	}
 }
 
 func (m *metrics) handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }

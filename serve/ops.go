@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/lm2lm/lm2lm/loop"
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 )
@@ -12,7 +13,7 @@ import (
 // op is one journalled state change, replayed in order after the
 // checkpoint.
 type op struct {
-	Kind  string   `json:"op"` // "states", "group", "step", "request" or "eval"
+	Kind  string   `json:"op"` // "states", "group", "step", "calibrate", "request" or "eval"
 	Key   string   `json:"key,omitempty"`
 	N     int      `json:"n,omitempty"`
 	Split string   `json:"split,omitempty"`
@@ -24,6 +25,10 @@ type op struct {
 	Runs int             `json:"runs,omitempty"`
 	Cost *records.Cost   `json:"cost,omitempty"`
 	Body json.RawMessage `json:"body,omitempty"`
+	// Point and Real are a calibration point and its runs, applied from
+	// Step on (calibrate).
+	Point int            `json:"point,omitempty"`
+	Real  []loop.RealRun `json:"real,omitempty"`
 
 	// parsed holds a group op's completions as the live path already
 	// parsed them (never journalled; replay parses again).
@@ -56,6 +61,11 @@ func (s *Service) apply(o op) (json.RawMessage, error) {
 			return nil, fmt.Errorf("step op: step %d after step %d", o.Step, cur)
 		}
 		s.loop.Observe(o.Step)
+		s.notePick()
+	case "calibrate":
+		if err := s.applyCalibration(o.Point, o.Step, o.Real); err != nil {
+			return nil, err
+		}
 	case "request":
 		b, err := json.Marshal(requestRecord{Sum: o.Sum, Step: o.Step})
 		if err != nil {

@@ -65,6 +65,14 @@ type Service struct {
 	mon      *MonitorsResponse   // the last applied calibration's monitors
 	evalRuns int
 	evalCost records.Cost
+	// ckptBusy is set while a checkpoint is written off the lock,
+	// ckptAgain when another was asked for meanwhile; ckptErr is the last
+	// checkpoint's failure (Health reports it) and ckptRetry, after one,
+	// the journal's size at which the next is tried.
+	ckptBusy  bool
+	ckptAgain bool
+	ckptErr   error
+	ckptRetry int64
 }
 
 // stateEntry is one issued state.
@@ -152,12 +160,8 @@ func New(cfg Config, c Components) (*Service, error) {
 		return nil, err
 	}
 	s.mu.Lock()
-	err = s.startDue()
+	s.startDue()
 	s.mu.Unlock()
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
 	s.met.update(s)
 	return s, nil
 }
@@ -287,71 +291,145 @@ func (s *Service) restore(sn snapshot) error {
 	return nil
 }
 
-// checkpoint writes the checkpoint atomically, recording the last journal
-// entry it covers, then empties the journal. The caller holds mu.
-func (s *Service) checkpoint() error {
-	lb, err := s.loop.Checkpoint(nil)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
+// A checkpoint is a compaction of the journal, never the only record of a
+// change: every change is journalled and synced before it is applied, so
+// the checkpoint may be written at any moment from a copy of the state,
+// off the lock. Under the lock it takes the copy (the loop's Snapshot and
+// the service's tables, by reference: what they hold is never changed in
+// place) and moves the journal's entries aside (journal.rotate), so that
+// the checkpoint covers exactly the entries set aside; scoring waits for
+// nothing more, and that hold is apart from the change (a calibration
+// joining M) that asked for the checkpoint. Off the lock the copy is encoded, written to a temporary
+// file, synced and renamed over the checkpoint, and only then are the
+// entries set aside removed. A kill at any point leaves a checkpoint and
+// journal files that replay to every change acknowledged.
+
+// ckptCopy is a checkpoint's content as taken under mu.
+type ckptCopy struct {
+	loop *loop.Snapshot
+	snap snapshot // without Loop, which loop encodes
+}
+
+// checkpoint has a checkpoint written: at once, or when the one being
+// written is done. Its copy of the state is taken in a hold of the lock of
+// its own, apart from the change that asked for it, and its failure fails
+// no request (the journal keeps every entry): it is logged and reported by
+// Health. The caller holds mu.
+func (s *Service) checkpoint() {
+	if s.ckptBusy {
+		s.ckptAgain = true
+		return
 	}
-	// The checkpoint is streamed to its file, its large lists an element
-	// at a time and the body hashed as it goes, so that a checkpoint of
-	// tens of megabytes never sits whole in memory. Its sum follows the
-	// body (JSON keys are unordered).
-	err = writeAtomicFunc(s.snapshotPath(), func(w io.Writer) error {
+	s.ckptBusy = true
+	s.goBG(s.writeCheckpoints)
+}
+
+// checkpointFailed records a checkpoint's failure; the next is tried once
+// the journal has grown by another SnapshotBytes (or after the next
+// calibration). The caller holds mu.
+func (s *Service) checkpointFailed(err error) {
+	s.ckptErr = fmt.Errorf("%w: checkpoint: %w", ErrState, err)
+	s.ckptRetry = s.j.size + s.cfg.SnapshotBytes
+	if s.cfg.Log != nil {
+		s.cfg.Log.Error("serve: checkpoint failed; the journal keeps every entry", "err", err)
+	}
+}
+
+// capture copies the state and sets the journal's entries aside. The
+// caller holds mu.
+func (s *Service) capture() (*ckptCopy, error) {
+	t0 := time.Now()
+	defer func() { s.met.checkpointCopy(time.Since(t0).Seconds()) }()
+	ls, err := s.loop.Snapshot(nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	sn := snapshot{JournalSeq: s.j.seq, Issued: s.issued, TestDraw: s.testDraw, Requests: s.requests,
+		Scored: s.scored, Failed: s.failed, Calibrations: slices.Clone(s.cals), Monitors: s.mon, EvalRuns: s.evalRuns,
+		EvalCost: s.evalCost, Cache: s.cache.entries(), RequestIDs: s.reqs.entries(), Done: s.done.entries()}
+	sn.States = make([]stateEntry, 0, len(s.states))
+	for _, split := range slices.Sorted(maps.Keys(s.order)) {
+		for _, id := range s.order[split] {
+			sn.States = append(sn.States, s.states[id])
+		}
+	}
+	if err := s.j.rotate(); err != nil {
+		return nil, fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	return &ckptCopy{loop: ls, snap: sn}, nil
+}
+
+// writeCheckpoints copies the state under the lock and writes the copy
+// off it, then again while another checkpoint was asked for meanwhile.
+func (s *Service) writeCheckpoints() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for again := true; again && !s.closed; {
+		c, err := s.capture()
+		if err == nil {
+			s.mu.Unlock()
+			err = s.writeCheckpoint(c)
+			if err == nil {
+				_ = testHook("checkpoint-before-drop")
+				// The checkpoint covers every entry set aside (a restart
+				// skips them); the journal goes on after them.
+				err = s.j.dropAside()
+			}
+			s.mu.Lock()
+		}
+		if err != nil {
+			s.checkpointFailed(err)
+		} else {
+			s.j.aside, s.ckptErr, s.ckptRetry = false, nil, 0
+		}
+		again, s.ckptAgain = s.ckptAgain, false
+	}
+	s.ckptBusy = false
+}
+
+// writeCheckpoint writes c atomically. The checkpoint is streamed to its
+// file, its large lists an element at a time and the body hashed as it
+// goes, so that a checkpoint of tens of megabytes never sits whole in
+// memory. Its sum follows the body (JSON keys are unordered).
+func (s *Service) writeCheckpoint(c *ckptCopy) error {
+	lb, err := c.loop.Encode()
+	if err != nil {
+		return err
+	}
+	c.snap.Loop = lb
+	return writeAtomicFunc(s.snapshotPath(), func(w io.Writer) error {
 		if _, err := fmt.Fprintf(w, `{"format":%q,"body":`, snapshotFormat); err != nil {
 			return err
 		}
 		h := sha256.New()
-		if err := s.writeSnapshotBody(io.MultiWriter(w, h), lb); err != nil {
+		if err := writeSnapshotBody(io.MultiWriter(w, h), &c.snap); err != nil {
 			return err
 		}
 		_, err := fmt.Fprintf(w, `,"sha256":%q}`, hex.EncodeToString(h.Sum(nil)))
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("%w: checkpoint: %w", ErrState, err)
-	}
-	_ = testHook("checkpoint-before-truncate")
-	if err := s.j.reset(); err != nil {
-		// The checkpoint covers the journal's entries (they are skipped on
-		// a restart); appending goes on after them.
-		return fmt.Errorf("%w: journal: %w", ErrState, err)
-	}
-	return nil
 }
 
-// writeSnapshotBody writes the snapshot's JSON (the fields of type
-// snapshot) to w. The caller holds mu.
-func (s *Service) writeSnapshotBody(w io.Writer, lb []byte) error {
+// writeSnapshotBody writes a snapshot's JSON (the fields of type snapshot)
+// to w, its long lists an element at a time.
+func writeSnapshotBody(w io.Writer, sn *snapshot) error {
 	sw := &jsonWriter{w: w}
 	sw.raw(`{"loop":`)
-	sw.raw(string(lb))
-	sw.field("journal_seq", s.j.seq)
-	sw.raw(`,"states":[`)
-	n := 0
-	for _, split := range slices.Sorted(maps.Keys(s.order)) {
-		for _, id := range s.order[split] {
-			if n > 0 {
-				sw.raw(",")
-			}
-			sw.value(s.states[id])
-			n++
-		}
-	}
-	sw.raw("]")
-	sw.field("issued", s.issued)
-	sw.field("test_draws", s.testDraw)
-	sw.field("requests", s.requests)
-	sw.field("scored_groups", s.scored)
-	sw.field("failed_groups", s.failed)
-	sw.list("cache", len(s.cache.order), func(i int) any { k := s.cache.order[i]; return cacheEntry{Key: k, Body: s.cache.m[k]} })
-	sw.list("request_ids", len(s.reqs.order), func(i int) any { k := s.reqs.order[i]; return cacheEntry{Key: k, Body: s.reqs.m[k]} })
-	sw.list("done", len(s.done.order), func(i int) any { k := s.done.order[i]; return doneEntry{Key: k, Answer: *s.done.m[k]} })
-	sw.field("calibrations", s.cals)
-	sw.field("monitors", s.mon)
-	sw.field("eval_runs", s.evalRuns)
-	sw.field("eval_cost", s.evalCost)
+	sw.raw(string(sn.Loop))
+	sw.field("journal_seq", sn.JournalSeq)
+	sw.list("states", len(sn.States), func(i int) any { return sn.States[i] })
+	sw.field("issued", sn.Issued)
+	sw.field("test_draws", sn.TestDraw)
+	sw.field("requests", sn.Requests)
+	sw.field("scored_groups", sn.Scored)
+	sw.field("failed_groups", sn.Failed)
+	sw.list("cache", len(sn.Cache), func(i int) any { return sn.Cache[i] })
+	sw.list("request_ids", len(sn.RequestIDs), func(i int) any { return sn.RequestIDs[i] })
+	sw.list("done", len(sn.Done), func(i int) any { return sn.Done[i] })
+	sw.field("calibrations", sn.Calibrations)
+	sw.field("monitors", sn.Monitors)
+	sw.field("eval_runs", sn.EvalRuns)
+	sw.field("eval_cost", sn.EvalCost)
 	sw.raw("}")
 	return sw.err
 }
@@ -414,10 +492,8 @@ func (s *Service) commit(o op) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.j.size >= s.cfg.SnapshotBytes {
-		if err := s.checkpoint(); err != nil {
-			return nil, err
-		}
+	if s.j.size >= max(s.cfg.SnapshotBytes, s.ckptRetry) {
+		s.checkpoint()
 	}
 	return resp, nil
 }
@@ -491,14 +567,20 @@ func (s *Service) InfoDigest() Info { return s.info(true) }
 
 func (s *Service) info(digest bool) Info {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	st := s.loop.Status()
 	in := Info{API: APIVersion, Step: st.Step, Scored: s.scored, Failed: s.failed, Requests: s.requests,
 		Calibrations: st.Calibrations, Evidence: st.Evidence.Len(), Candidates: st.Candidates,
 		RealRuns: st.Runs, Reused: st.Reused, EvalRuns: s.evalRuns, Calibrating: st.Calibrating,
 		Issued: len(s.states), Pool: st.Pool.Len()}
+	var sn *loop.Snapshot
 	if digest {
-		in.Digest = s.digest()
+		// Only the loop's copy holds the lock; encoding and hashing it
+		// do not stop scoring.
+		sn, _ = s.loop.Snapshot(nil)
+	}
+	s.mu.Unlock()
+	if sn != nil {
+		in.Digest = digestOf(sn)
 	}
 	return in
 }
@@ -528,6 +610,9 @@ func (s *Service) Health() Health {
 		PendingGroups: len(s.asm), MaxPendingGroups: s.cfg.MaxPendingGroups, Parallel: s.cfg.Parallel,
 		GroupSize: s.cfg.GroupSize, GroupDeadline: s.cfg.GroupDeadline.Seconds(), Step: s.loop.Status().Step,
 		Calibrating: s.loop.Status().Calibrating}
+	if s.ckptErr != nil {
+		h.Problem = records.Excerpt(s.ckptErr.Error()) // the journal keeps every entry: still OK
+	}
 	if s.j.broken != nil {
 		h.OK, h.Problem = false, records.Excerpt(s.j.broken.Error())
 	}
@@ -537,9 +622,9 @@ func (s *Service) Health() Health {
 	return h
 }
 
-// digest is Info.Digest. The caller holds mu.
-func (s *Service) digest() string {
-	b, err := s.loop.Checkpoint(nil)
+// digestOf is Info.Digest of a loop's snapshot.
+func digestOf(sn *loop.Snapshot) string {
+	b, err := sn.Encode()
 	if err != nil {
 		return ""
 	}
