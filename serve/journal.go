@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/lm2lm/lm2lm/records"
 )
 
 // The journal holds the state-changing operations applied since the
@@ -201,7 +203,7 @@ func readJournal(path string, after uint64, apply func(seq uint64, payload []byt
 		f.Close()
 		return nil, fmt.Errorf("%w: %w", ErrState, err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := records.SyncDir(filepath.Dir(path)); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%w: %w", ErrState, err)
 	}
@@ -311,7 +313,7 @@ func (j *journal) rotate() error {
 	_ = testHook("journal-set-aside")
 	f, err := os.OpenFile(j.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err == nil {
-		err = syncDir(filepath.Dir(j.path))
+		err = records.SyncDir(filepath.Dir(j.path))
 	}
 	if err != nil {
 		if f != nil {
@@ -332,7 +334,7 @@ func (j *journal) dropAside() error {
 	if err := os.Remove(asidePath(j.path)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return syncDir(filepath.Dir(j.path))
+	return records.SyncDir(filepath.Dir(j.path))
 }
 
 func (j *journal) close() error { return j.f.Close() }
@@ -367,16 +369,7 @@ func writeAtomicFunc(path string, write func(w io.Writer) error) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return records.SyncDir(filepath.Dir(path))
 }
 
 // crashHook, set only by the package's crash tests, is called between
