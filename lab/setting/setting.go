@@ -116,9 +116,13 @@ type Policy struct {
 	// the prior's mean reads of a proposal on a task (the task's
 	// descriptors per proposal and per mechanism, and what the proposal
 	// does to them), so that what DAPO teaches the policy on the training
-	// tasks carries to an unseen one as the prior's mean does. It needs
-	// World.Prior; false = none.
-	Features bool `json:"features,omitempty"`
+	// tasks carries to an unseen one as the prior's mean does. Its value is
+	// the scale s of the features the policy reads, s·φ: with Adam, whose
+	// steps are about the learning rate in every weight whatever its
+	// gradient's size, s sets how far one step moves a logit (|φ| is about
+	// 17 on the lab's tasks, each of about 41 nonzero features). It needs
+	// World.Prior; 0 = none.
+	Features float64 `json:"features,omitempty"`
 	// TrainTemperature is the sampling temperature of the rollouts
 	// (proposer.PolicyConfig.Temperature; METHOD.md §1 Policy
 	// optimisation: 1.0).
@@ -208,7 +212,17 @@ func PriorLocal() Setting {
 func PriorFeatures() Setting {
 	s := PriorLocal()
 	s.Name = "prior-features"
-	s.Policy.Features = true
+	s.Policy.Features = 1
+	return s
+}
+
+// PriorFeaturesScaled is PriorFeatures with the features scaled by 1/16,
+// so that one Adam step moves a logit about as far as it moves one of the
+// per-card weights.
+func PriorFeaturesScaled() Setting {
+	s := PriorLocal()
+	s.Name = "prior-features-scaled"
+	s.Policy.Features = 1.0 / 16
 	return s
 }
 
@@ -224,7 +238,7 @@ func Local() Setting {
 
 // Names lists the settings' names, the default first.
 func Names() []string {
-	return []string{"validated", "library", "prior-local", "prior-features", "local"}
+	return []string{"validated", "library", "prior-local", "prior-features", "prior-features-scaled", "local"}
 }
 
 // Lookup returns the setting of the given name; for any other name it
@@ -239,6 +253,8 @@ func Lookup(name string) (Setting, error) {
 		return PriorLocal(), nil
 	case "prior-features":
 		return PriorFeatures(), nil
+	case "prior-features-scaled":
+		return PriorFeaturesScaled(), nil
 	case "local":
 		return Local(), nil
 	}
@@ -378,7 +394,7 @@ func (s Setting) NewPolicy(l *lab.Lab, seed uint64) (*proposer.Policy, error) {
 // else nil. A checkpointed policy takes it again after
 // proposer.Policy.UnmarshalBinary.
 func (s Setting) PolicyFeatures(l *lab.Lab) (proposer.Features, error) {
-	if !s.Policy.Features {
+	if s.Policy.Features == 0 {
 		return nil, nil
 	}
 	if !s.World.Prior {
@@ -388,14 +404,15 @@ func (s Setting) PolicyFeatures(l *lab.Lab) (proposer.Features, error) {
 	if err != nil {
 		return nil, err
 	}
-	return priorFeatures{p: p, eff: l.Effects(), n: len(p.Names())}, nil
+	return priorFeatures{p: p, eff: l.Effects(), n: len(p.Names()), scale: s.Policy.Features}, nil
 }
 
 // priorFeatures is a prior's feature map as proposer.Features.
 type priorFeatures struct {
-	p   *rwm.Prior
-	eff rwm.Effector
-	n   int
+	p     *rwm.Prior
+	eff   rwm.Effector
+	n     int
+	scale float64
 }
 
 func (f priorFeatures) Len() int { return f.n }
@@ -404,7 +421,7 @@ func (f priorFeatures) Of(t records.Task, p records.Proposal) []proposer.Feature
 	idx, val, _ := f.p.Row(t, p, f.eff)
 	out := make([]proposer.Feature, len(idx))
 	for i := range idx {
-		out[i] = proposer.Feature{Index: idx[i], Value: val[i]}
+		out[i] = proposer.Feature{Index: idx[i], Value: f.scale * val[i]}
 	}
 	return out
 }
@@ -422,8 +439,11 @@ func (s Setting) Validate() error {
 	if !(s.World.Descriptors >= 0 && s.World.Descriptors <= 1) {
 		return fmt.Errorf("setting %s: World.Descriptors = %g, want in [0, 1]", s.Name, s.World.Descriptors)
 	}
-	if s.Policy.Features && !s.World.Prior {
+	if s.Policy.Features != 0 && !s.World.Prior {
 		return fmt.Errorf("setting %s: Policy.Features needs World.Prior", s.Name)
+	}
+	if !(s.Policy.Features >= 0 && s.Policy.Features <= 1e6) {
+		return fmt.Errorf("setting %s: Policy.Features = %g, want in [0, 1e6]", s.Name, s.Policy.Features)
 	}
 	if s.World.Prior && s.World.Tune {
 		return fmt.Errorf("setting %s: World.Prior with World.Tune: the prior keeps its hyperparameters", s.Name)
