@@ -99,11 +99,6 @@ func (p *Policy) UnmarshalBinary(data []byte) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.fs != nil && p.fs.f.Len() != c.Config.Features {
-		p.fs = nil
-	} else if p.fs != nil {
-		p.fs = &featureStore{f: p.fs.f, tasks: map[string]*taskFeatures{}}
-	}
 	p.cfg, p.cat, p.lay = c.Config, cloneCatalogue(c.Catalogue), lay
 	p.theta, p.adamM, p.adamV, p.step = c.Theta, c.AdamM, c.AdamV, c.AdamStep
 	return nil

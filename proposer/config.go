@@ -120,19 +120,6 @@ type PolicyConfig struct {
 	// default, as the paper's proposer is an LLM and gives no size; the
 	// lab's validated setting uses 32 units.
 	Hidden int `json:"hidden,omitempty"`
-	// Features is F, the length of the proposal features a featured
-	// policy reads (Features.Len of the component attached by
-	// UseFeatures): every decision's logit for an output k gains a · φ̄_k,
-	// the mean of φ(t, p) over the proposals p that output leads to (for
-	// the card decision, every proposal of card k; for a parameter, those
-	// that share the earlier choices and take choice k), with one shared
-	// weight vector a_card for the card decision and one a_param for every
-	// parameter, both starting at zero. Weights shared by every card carry
-	// to an unseen task what φ says of its proposals, where a card's own
-	// weights over hashed features carry only what those features saw.
-	// Default 0 = none: exactly the policy without them, its parameters,
-	// results and checkpoints. At most 1,048,576.
-	Features int `json:"features,omitempty"`
 	// InitStd is the standard deviation of the initial log-linear weights;
 	// default 0, which starts from the uniform policy and needs no rng.
 	// Library choice: uniform is the least informed start and is exactly
@@ -182,8 +169,6 @@ func (c PolicyConfig) Validate() error {
 		return fmt.Errorf("%w: DescriptorBuckets = %d, want in [0, %d]", ErrConfig, c.DescriptorBuckets, maxFamilyBuckets)
 	case c.Hidden < 0 || c.Hidden > maxHidden:
 		return fmt.Errorf("%w: Hidden = %d, want in [0, %d]", ErrConfig, c.Hidden, maxHidden)
-	case c.Features < 0 || c.Features > maxFeatures:
-		return fmt.Errorf("%w: Features = %d, want in [0, %d]", ErrConfig, c.Features, maxFeatures)
 	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):
 		return fmt.Errorf("%w: InitStd = %g, want finite and ≥ 0", ErrConfig, c.InitStd)
 	}

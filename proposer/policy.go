@@ -62,7 +62,6 @@ type Policy struct {
 	adamM []float64 // Adam first moments
 	adamV []float64 // Adam second moments
 	step  int       // Adam steps taken
-	fs    *featureStore
 }
 
 var (
@@ -130,8 +129,6 @@ type layout struct {
 	hidden    int // hidden units H (0 = none)
 	uOff      int // U[f, i] = theta[uOff + f*H + i], f < dState; len(theta) when H = 0
 	cOff      int // c_i = theta[cOff + i]
-	fOff      int // the shared weights: a_card = theta[fOff:fOff+nFeat], a_param after it
-	nFeat     int // F, PolicyConfig.Features (0 = none)
 }
 
 // hiddenInitStd is σ, the standard deviation of the initial hidden weights
@@ -218,7 +215,7 @@ func newLayout(catalogue []records.Card, cfg PolicyConfig) (layout, error) {
 		lay.cards = append(lay.cards, cardLayout{mechanism: records.NoChange, canon: records.NoChange})
 	}
 	lay.placeFeatures(len(catalogue), cfg)
-	lay.placeParams(cfg.Hidden, cfg.Features)
+	lay.placeParams(cfg.Hidden)
 	return lay, nil
 }
 
@@ -276,10 +273,9 @@ func (lay *layout) placeFeatures(k int, cfg PolicyConfig) {
 // placeParams places the parameters in theta: the heads (the card head,
 // then one per (card, parameter), each reading the state and the one-hot
 // choices of its card's earlier parameters), then, with hidden units, U, c
-// and each head's V after every head, then the shared weights of
-// PolicyConfig.Features (a_card, a_param), so that without them the
-// layout is the log-linear one.
-func (lay *layout) placeParams(hidden, features int) {
+// and each head's V after every head, so that without them the layout is
+// the log-linear one.
+func (lay *layout) placeParams(hidden int) {
 	n := 0
 	add := func(dIn, nOut int) int {
 		lay.heads = append(lay.heads, head{off: n, dIn: dIn, nOut: nOut})
@@ -308,8 +304,6 @@ func (lay *layout) placeParams(hidden, features int) {
 	} else {
 		lay.cOff = n
 	}
-	lay.fOff, lay.nFeat = n, features
-	n += 2 * features
 	lay.nParams = n
 }
 
@@ -486,39 +480,9 @@ func (p *Policy) hiddenAct(state []int) []float64 {
 	return a
 }
 
-// view is what every decision of one state reads: its active features,
-// their hidden activations (nil without a hidden layer) and its task's
-// proposal features (nil for a policy without them).
-type view struct {
-	state []int
-	hid   []float64
-	tf    *taskFeatures
-}
-
-// view returns s's view. The caller holds p.mu.
-func (p *Policy) view(s records.State) (view, error) {
-	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
-	tf, err := p.featuresOf(s.Task)
-	return view{state: state, hid: p.hiddenAct(state), tf: tf}, err
-}
-
-// decision writes into out the log-probabilities at temperature temp of
-// decision t of a sequence of card c whose earlier choices are toks[1:t]
-// (c and toks are not read for the card decision, t = 0), and returns
-// them with the decision's head and active features (written into x).
-func (p *Policy) decision(out []float64, x []int, v *view, c int, toks []int, t int, temp float64) ([]float64, []int, head) {
-	h, x := p.lay.tokenFeatures(x, v.state, c, toks, t)
-	out = p.logits(out, h, x, v.hid)
-	p.addShared(out, v.tf, c, toks, t)
-	for k := range out {
-		out[k] /= temp
-	}
-	return logSoftmax(out), x, h
-}
-
-// logits writes the raw logits u_k of head h, active features x and
-// hidden activations hid (nil without a hidden layer) into out.
-func (p *Policy) logits(out []float64, h head, x []int, hid []float64) []float64 {
+// logits writes z_k / T for head h, active features x and hidden
+// activations hid (nil without a hidden layer) into out.
+func (p *Policy) logits(out []float64, h head, x []int, hid []float64, temp float64) []float64 {
 	out = out[:0]
 	bias := p.theta[h.off+h.dIn*h.nOut : h.off+(h.dIn+1)*h.nOut]
 	out = append(out, bias...)
@@ -536,6 +500,9 @@ func (p *Policy) logits(out []float64, h head, x []int, hid []float64) []float64
 			}
 			out[k] += s
 		}
+	}
+	for k := range out {
+		out[k] /= temp
 	}
 	return out
 }
@@ -618,12 +585,11 @@ func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.
 		return nil, fmt.Errorf("proposer: propose: %w", err)
 	}
 	temp := p.cfg.Temperature
-	v, err := p.view(s)
-	if err != nil {
-		return nil, fmt.Errorf("proposer: propose: %w", err)
-	}
-	cardLogp, x, _ := p.decision(nil, nil, &v, 0, nil, 0, temp)
+	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
+	hid := p.hiddenAct(state)
+	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, hid, temp))
 	var buf []float64
+	var x []int
 	out := make([]Sample, n)
 	for i := range out {
 		if i%256 == 255 {
@@ -638,7 +604,9 @@ func (p *Policy) Propose(ctx context.Context, s records.State, n int, rng *rand.
 		lp := make([]float64, 1+len(cl.params))
 		lp[0] = cardLogp[c]
 		for t := 1; t < len(toks); t++ {
-			buf, x, _ = p.decision(buf, x, &v, c, toks, t, temp)
+			var h head
+			h, x = p.lay.tokenFeatures(x, state, c, toks, t)
+			buf = logSoftmax(p.logits(buf, h, x, hid, temp))
 			k := draw(buf, rng)
 			toks[t] = k
 			lp[t] = buf[k]
@@ -733,15 +701,15 @@ func (p *Policy) Score(ctx context.Context, s records.State, smp Sample) ([]floa
 	if err != nil {
 		return nil, fmt.Errorf("proposer: score: %w", err)
 	}
-	v, err := p.view(s)
-	if err != nil {
-		return nil, fmt.Errorf("proposer: score: %w", err)
-	}
+	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
+	hid := p.hiddenAct(state)
 	lp := make([]float64, len(toks))
 	var buf []float64
 	var x []int
 	for t := range toks {
-		buf, x, _ = p.decision(buf, x, &v, toks[0], toks, t, p.sampleTemp(smp))
+		var h head
+		h, x = p.lay.tokenFeatures(x, state, toks[0], toks, t)
+		buf = logSoftmax(p.logits(buf, h, x, hid, p.sampleTemp(smp)))
 		lp[t] = buf[toks[t]]
 	}
 	return lp, nil
@@ -758,11 +726,8 @@ func (p *Policy) CardProbs(s records.State) []float64 {
 	if p.ready() != nil {
 		return nil
 	}
-	v, err := p.view(s)
-	if err != nil {
-		return nil
-	}
-	lp, _, _ := p.decision(nil, nil, &v, 0, nil, 0, p.cfg.Temperature)
+	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
+	lp := logSoftmax(p.logits(nil, p.lay.heads[0], state, p.hiddenAct(state), p.cfg.Temperature))
 	for k := range lp {
 		lp[k] = math.Exp(lp[k])
 	}

@@ -54,17 +54,16 @@ func (p *Policy) Top(ctx context.Context, s records.State, n int) ([]Sample, err
 		return []Sample{}, nil
 	}
 	temp := p.cfg.Temperature
-	v, err := p.view(s)
-	if err != nil {
-		return nil, fmt.Errorf("proposer: top: %w", err)
-	}
-	cardLogp, x, _ := p.decision(nil, nil, &v, 0, nil, 0, temp)
+	state := p.lay.stateFeatures(s, p.cfg.FamilyBuckets)
+	hid := p.hiddenAct(state)
+	cardLogp := logSoftmax(p.logits(nil, p.lay.heads[0], state, hid, temp))
 	type cand struct {
 		toks []int
 		lp   []float64
 		sum  float64
 	}
 	all := make([]cand, 0, total)
+	var x []int
 	var walk func(toks []int, lp []float64, sum float64)
 	walk = func(toks []int, lp []float64, sum float64) {
 		c := toks[0]
@@ -73,8 +72,9 @@ func (p *Policy) Top(ctx context.Context, s records.State, n int) ([]Sample, err
 			all = append(all, cand{toks: slices.Clone(toks), lp: slices.Clone(lp), sum: sum})
 			return
 		}
-		var logp []float64
-		logp, x, _ = p.decision(nil, x, &v, c, toks, t, temp)
+		var h head
+		h, x = p.lay.tokenFeatures(x, state, c, toks, t)
+		logp := logSoftmax(p.logits(nil, h, x, hid, temp))
 		for k, l := range logp {
 			walk(append(toks, k), append(lp, l), sum+l)
 		}

@@ -21,7 +21,6 @@ type pass struct {
 	temp  float64
 	state []int
 	hid   []float64
-	tf    *taskFeatures
 	theta []float64
 	lay   *layout
 }
@@ -35,13 +34,15 @@ func (ps *pass) tokenLogProbs() []float64 {
 	return out
 }
 
-// forward runs the policy on one encoded sequence in view v.
-func (p *Policy) forward(v view, toks []int, temp float64) pass {
+// forward runs the policy on one encoded sequence.
+func (p *Policy) forward(state []int, toks []int, temp float64) pass {
 	ps := pass{toks: toks, heads: make([]head, len(toks)), feats: make([][]int, len(toks)),
-		logp: make([][]float64, len(toks)), temp: temp, state: v.state, hid: v.hid, tf: v.tf,
+		logp: make([][]float64, len(toks)), temp: temp, state: state, hid: p.hiddenAct(state),
 		theta: p.theta, lay: &p.lay}
 	for t := range toks {
-		ps.logp[t], ps.feats[t], ps.heads[t] = p.decision(nil, nil, &v, toks[0], toks, t, temp)
+		h, x := p.lay.tokenFeatures(nil, state, toks[0], toks, t)
+		ps.heads[t], ps.feats[t] = h, x
+		ps.logp[t] = logSoftmax(p.logits(nil, h, x, ps.hid, temp))
 	}
 	return ps
 }
@@ -79,9 +80,6 @@ func (ps *pass) backward(g []float64, grad []float64) {
 			}
 			if dh != nil {
 				ps.backHead(d, h.v+j*len(dh), dh, grad)
-			}
-			if ps.tf != nil {
-				ps.backShared(d, t, j, grad)
 			}
 		}
 	}
@@ -160,11 +158,8 @@ func (p *Policy) prepare(ctx context.Context, op string, items []Item, needOld b
 				}
 			}
 		}
-		v, err := p.view(it.State)
-		if err != nil {
-			return nil, 0, fmt.Errorf("proposer: %s: item %d: %w", op, i, err)
-		}
-		passes[i] = p.forward(v, toks, p.sampleTemp(it.Sample))
+		state := p.lay.stateFeatures(it.State, p.cfg.FamilyBuckets)
+		passes[i] = p.forward(state, toks, p.sampleTemp(it.Sample))
 		for _, lp := range passes[i].logp {
 			ent += entropy(lp)
 		}
@@ -214,10 +209,10 @@ func (p *Policy) Update(ctx context.Context, batch []Item) (Stats, error) {
 	var kl float64
 	for i, it := range batch {
 		ps := &passes[i]
-		v := view{state: ps.state, hid: p.hiddenAct(ps.state), tf: ps.tf}
+		hid := p.hiddenAct(ps.state)
 		for t, k := range ps.toks {
-			logp, _, _ := p.decision(ps.logp[t][:0], nil, &v, ps.toks[0], ps.toks, t, ps.temp)
-			lp := logp[k]
+			h, x := ps.heads[t], ps.feats[t]
+			lp := logSoftmax(p.logits(ps.logp[t][:0], h, x, hid, ps.temp))[k]
 			d := lp - it.Sample.LogProbs[t]
 			kl += math.Expm1(d) - d
 		}

@@ -407,26 +407,6 @@ func (p *Prior) mean(t records.Task, prop records.Proposal, fx *effect, c *Embed
 	return max(-MaxPriorMeanSigmas, min(MaxPriorMeanSigmas, s))
 }
 
-// Row returns the nonzero features of the prior mean's row for prop on t,
-// as indices into Names with their values (the effect computed with eff
-// when the prior's effect terms are on, as Mean computes it), and whether
-// the proposal's key or mechanism has a block: the mean is Σ
-// Coefficients[i]·value, plus the fallback when it has none, clamped. It
-// is the prior's description of what a proposal does in a task, which a
-// featured policy's shared weights read (proposer.Features).
-func (p *Prior) Row(t records.Task, prop records.Proposal, eff Effector) (idx []int, val []float64, known bool) {
-	var delta []named
-	if p.eff >= 0 && eff != nil {
-		delta = newEffect(t, prop, eff, false).delta
-	}
-	row, known := p.features(asinhNamed(t.Descriptors), delta, prop, nil)
-	idx, val = make([]int, len(row)), make([]float64, len(row))
-	for i, e := range row {
-		idx[i], val[i] = e.i, e.v
-	}
-	return idx, val, known
-}
-
 // dot is Σ coef·feature over features(desc, delta, prop) and its known,
 // without building the row (x stays on the stack for up to 64
 // descriptors).

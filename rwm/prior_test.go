@@ -594,33 +594,3 @@ func TestPriorClip(t *testing.T) {
 		require.ErrorIs(t, err, rwm.ErrPrior, "clip %g", bad)
 	}
 }
-
-func TestPriorRowIsTheMeansFeatures(t *testing.T) {
-	// Row gives the hand-computed features of the mean by name, and the
-	// coefficients' sum over it is Mean (no fallback: every lever proposal
-	// has a block).
-	rs := leverCorpus(2000, 40, 1, 2, func(tk records.Task, p records.Proposal) float64 { return handMean(truth, tk, p) })
-	pr := fitLever(t, leverFit(), rs)
-	names, w := pr.Names(), pr.Coefficients()
-	rng := rand.New(rand.NewPCG(19, 19))
-	for i := range 20 {
-		tk := leverTask(rng, 700+i)
-		p := leverProposal(rng)
-		idx, val, known := pr.Row(tk, p, lever{})
-		require.True(t, known)
-		got := map[string]float64{}
-		var s float64
-		for j, at := range idx {
-			got[names[at]] += val[j]
-			s += w[at] * val[j]
-		}
-		want := map[string]float64{}
-		for k, v := range handFeatures(tk, p) {
-			if v != 0 {
-				want[k] = v
-			}
-		}
-		require.InDeltaMapValues(t, want, got, 1e-12)
-		require.InDelta(t, pr.Mean(tk, p, lever{}, 0), s, 1e-9*(1+math.Abs(s)))
-	}
-}

@@ -64,9 +64,9 @@ func expectedRuns(o options, m method, tests int) int {
 // setting's (setting.Setting.NewPolicy, as the main job's), its hidden
 // layer's initial weights drawn from the seed alone, so every method of a
 // seed starts from the same policy.
-func newPolicy(o options, l *lab.Lab, seed uint64) (*proposer.Policy, error) {
+func newPolicy(o options, seed uint64) (*proposer.Policy, error) {
 	set, _ := o.chosen() // validated
-	pol, err := set.NewPolicy(l, seed)
+	pol, err := set.NewPolicy(seed)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
@@ -99,7 +99,7 @@ func runJob(ctx context.Context, e *env, o options, j job, rep *progress.Reporte
 		}
 		res.Corpus, res.CorpusRuns = o.corpusEv.Fingerprint(), o.corpusEv.Len()
 	}
-	pol, err := newPolicy(o, e.lab, j.seed)
+	pol, err := newPolicy(o, j.seed)
 	if err != nil {
 		return res, err
 	}

@@ -14,9 +14,7 @@ import (
 
 	"github.com/lm2lm/lm2lm"
 	"github.com/lm2lm/lm2lm/examples/compare/internal/probe"
-	"github.com/lm2lm/lm2lm/lab"
 	"github.com/lm2lm/lm2lm/lab/setting"
-	"github.com/lm2lm/lm2lm/records"
 )
 
 // testResult is a result of method and seed as o would write it, with two
@@ -172,11 +170,9 @@ func TestMethodsRunTheSetting(t *testing.T) {
 		o, err := parseFlags([]string{"-setting", name, "-profile", "short"}, &bytes.Buffer{})
 		require.NoError(t, err)
 		set, _ := setting.Lookup(name)
-		l, err := lab.New(lab.DefaultConfig(), records.NewMemStore())
+		pol, err := newPolicy(o, 3)
 		require.NoError(t, err)
-		pol, err := newPolicy(o, l, 3)
-		require.NoError(t, err)
-		want, err := set.NewPolicy(l, 3)
+		want, err := set.NewPolicy(3)
 		require.NoError(t, err)
 		a, _ := pol.MarshalBinary()
 		b, _ := want.MarshalBinary()

@@ -404,7 +404,7 @@ func (j *mainJob) newModels(context.Context) error {
 		return err
 	}
 	j.world = rwm.NewLedger(w)
-	pol, err := j.set.NewPolicy(j.lab, j.o.seed)
+	pol, err := j.set.NewPolicy(j.o.seed)
 	if err != nil {
 		return err
 	}

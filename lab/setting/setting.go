@@ -111,18 +111,6 @@ type Policy struct {
 	// 0 = the log-linear policy). Its initial weights come from
 	// HiddenSource.
 	Hidden int `json:"hidden"`
-	// Features gives the policy shared weights over the pretrained prior's
-	// feature map (proposer.PolicyConfig.Features with PriorFeatures): what
-	// the prior's mean reads of a proposal on a task (the task's
-	// descriptors per proposal and per mechanism, and what the proposal
-	// does to them), so that what DAPO teaches the policy on the training
-	// tasks carries to an unseen one as the prior's mean does. Its value is
-	// the scale s of the features the policy reads, s·φ: with Adam, whose
-	// steps are about the learning rate in every weight whatever its
-	// gradient's size, s sets how far one step moves a logit (|φ| is about
-	// 17 on the lab's tasks, each of about 41 nonzero features). It needs
-	// World.Prior; 0 = none.
-	Features float64 `json:"features,omitempty"`
 	// TrainTemperature is the sampling temperature of the rollouts
 	// (proposer.PolicyConfig.Temperature; METHOD.md §1 Policy
 	// optimisation: 1.0).
@@ -207,25 +195,6 @@ func PriorLocal() Setting {
 	return s
 }
 
-// PriorFeatures is PriorLocal with a policy that reads the prior's feature
-// map through shared weights (Policy.Features).
-func PriorFeatures() Setting {
-	s := PriorLocal()
-	s.Name = "prior-features"
-	s.Policy.Features = 1
-	return s
-}
-
-// PriorFeaturesScaled is PriorFeatures with the features scaled by 1/16,
-// so that one Adam step moves a logit about as far as it moves one of the
-// per-card weights.
-func PriorFeaturesScaled() Setting {
-	s := PriorLocal()
-	s.Name = "prior-features-scaled"
-	s.Policy.Features = 1.0 / 16
-	return s
-}
-
 // Local is Validated with the calibration records read as a local
 // correction of the world model on M_0 (World.Local): PriorLocal without
 // the prior.
@@ -237,9 +206,7 @@ func Local() Setting {
 }
 
 // Names lists the settings' names, the default first.
-func Names() []string {
-	return []string{"validated", "library", "prior-local", "prior-features", "prior-features-scaled", "local"}
-}
+func Names() []string { return []string{"validated", "library", "prior-local", "local"} }
 
 // Lookup returns the setting of the given name; for any other name it
 // returns an error wrapping ErrUnknown that lists the valid names.
@@ -251,10 +218,6 @@ func Lookup(name string) (Setting, error) {
 		return Library(), nil
 	case "prior-local":
 		return PriorLocal(), nil
-	case "prior-features":
-		return PriorFeatures(), nil
-	case "prior-features-scaled":
-		return PriorFeaturesScaled(), nil
 	case "local":
 		return Local(), nil
 	}
@@ -371,59 +334,9 @@ func (s Setting) HiddenSource(seed uint64) *rand.Rand {
 }
 
 // NewPolicy returns the setting's untrained policy over the lab catalogue
-// for a seed (PolicyConfig, HiddenSource), with Policy.Features the
-// prior's feature map over l's effects attached (PolicyFeatures).
-func (s Setting) NewPolicy(l *lab.Lab, seed uint64) (*proposer.Policy, error) {
-	f, err := s.PolicyFeatures(l)
-	if err != nil {
-		return nil, err
-	}
-	cfg := s.PolicyConfig()
-	if f != nil {
-		cfg.Features = f.Len()
-	}
-	p, err := proposer.NewPolicy(lab.Catalogue(), cfg, s.HiddenSource(seed))
-	if err != nil || f == nil {
-		return p, err
-	}
-	return p, p.UseFeatures(f)
-}
-
-// PolicyFeatures returns the feature map a policy of the setting reads:
-// under Policy.Features the lab prior's (rwm.Prior.Row) with l's effects,
-// else nil. A checkpointed policy takes it again after
-// proposer.Policy.UnmarshalBinary.
-func (s Setting) PolicyFeatures(l *lab.Lab) (proposer.Features, error) {
-	if s.Policy.Features == 0 {
-		return nil, nil
-	}
-	if !s.World.Prior {
-		return nil, fmt.Errorf("setting %s: Policy.Features needs World.Prior", s.Name)
-	}
-	p, err := labPrior()
-	if err != nil {
-		return nil, err
-	}
-	return priorFeatures{p: p, eff: l.Effects(), n: len(p.Names()), scale: s.Policy.Features}, nil
-}
-
-// priorFeatures is a prior's feature map as proposer.Features.
-type priorFeatures struct {
-	p     *rwm.Prior
-	eff   rwm.Effector
-	n     int
-	scale float64
-}
-
-func (f priorFeatures) Len() int { return f.n }
-
-func (f priorFeatures) Of(t records.Task, p records.Proposal) []proposer.Feature {
-	idx, val, _ := f.p.Row(t, p, f.eff)
-	out := make([]proposer.Feature, len(idx))
-	for i := range idx {
-		out[i] = proposer.Feature{Index: idx[i], Value: f.scale * val[i]}
-	}
-	return out
+// for a seed (PolicyConfig, HiddenSource).
+func (s Setting) NewPolicy(seed uint64) (*proposer.Policy, error) {
+	return proposer.NewPolicy(lab.Catalogue(), s.PolicyConfig(), s.HiddenSource(seed))
 }
 
 // ApplyTrainer sets the setting's trainer part in cfg
@@ -438,12 +351,6 @@ func (s Setting) ApplyTrainer(cfg *lm2lm.Config) { cfg.HeldOutTask = s.Trainer.H
 func (s Setting) Validate() error {
 	if !(s.World.Descriptors >= 0 && s.World.Descriptors <= 1) {
 		return fmt.Errorf("setting %s: World.Descriptors = %g, want in [0, 1]", s.Name, s.World.Descriptors)
-	}
-	if s.Policy.Features != 0 && !s.World.Prior {
-		return fmt.Errorf("setting %s: Policy.Features needs World.Prior", s.Name)
-	}
-	if !(s.Policy.Features >= 0 && s.Policy.Features <= 1e6) {
-		return fmt.Errorf("setting %s: Policy.Features = %g, want in [0, 1e6]", s.Name, s.Policy.Features)
 	}
 	if s.World.Prior && s.World.Tune {
 		return fmt.Errorf("setting %s: World.Prior with World.Tune: the prior keeps its hyperparameters", s.Name)

@@ -53,7 +53,7 @@ func TestJudgeSamples(t *testing.T) {
 // Judge on the policy itself reads its exact card probabilities: the mass
 // on the best mechanism is the policy's probability of that card.
 func TestJudgePolicy(t *testing.T) {
-	pol, err := setting.Validated().NewPolicy(nil, 1)
+	pol, err := setting.Validated().NewPolicy(1)
 	require.NoError(t, err)
 	mechs := pol.Mechanisms()
 	cat := lab.Catalogue()
