@@ -270,49 +270,11 @@ func rerankOf(in *jobIn, w rwm.WorldModel, ev records.Evidence) (proposer.Propos
 // obtain trains the policy with the trainer; with the method's rerank, the
 // proposer is the trained world model's rerank of the trained policy.
 func (rl) obtain(ctx context.Context, in *jobIn) (proposer.Proposer, error) {
-	untrained, err := in.pol.MarshalBinary()
-	if err != nil {
-		return nil, err
-	}
-	if in.world, in.final, err = train(ctx, in.e, in.cnt, in.o, in.m, in.seed, in.pol, in.m0, in.res); err != nil {
+	var err error
+	if in.world, in.final, err = train(ctx, in.e, in.cnt, in.o, in.m, in.seed, in.pol, in.m0, in.res); err != nil || !in.m.rerank {
 		return in.pol, err
 	}
-	if in.m.refit {
-		if err := refit(ctx, in, untrained); err != nil {
-			return nil, err
-		}
-	}
-	if !in.m.rerank {
-		return in.pol, nil
-	}
 	return rerankOf(in, in.world, in.final)
-}
-
-// refit restores the policy's untrained weights and trains it with the
-// static trainer on the trained world model and final evidence; its steps
-// follow the training's in the result, numbered on.
-func refit(ctx context.Context, in *jobIn, untrained []byte) error {
-	if err := in.pol.UnmarshalBinary(untrained); err != nil {
-		return err
-	}
-	m := in.m
-	m.calibration = lm2lm.Static
-	cfg := trainerConfig(in.o, m, in.seed)
-	tr, err := lm2lm.New(cfg, lm2lm.Components{Policy: in.pol, World: in.world, Builder: in.e.lab,
-		Executor: in.cnt, Tasks: in.e.train, Evidence: in.final})
-	if err != nil {
-		return err
-	}
-	last := 0
-	if n := len(in.res.Steps); n > 0 {
-		last = in.res.Steps[n-1].Step
-	}
-	_, err = tr.Run(ctx, func(s lm2lm.StepReport) {
-		st := stepResult(s)
-		st.Step += last
-		in.res.Steps = append(in.res.Steps, st)
-	})
-	return err
 }
 
 func (external) obtain(ctx context.Context, in *jobIn) (proposer.Proposer, error) {

@@ -36,7 +36,7 @@ func TestFlagsValidatedTogether(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, rft-corpus, bestknown, bestknown-corpus, rerank, rerank-prior, choice, static, static-random, random, lm2lm, lm2lm-wmrl, static-wmrl, lm2lm-rerank, lm2lm-choice, lm2lm-refit, real-gains"}},
+		{[]string{"-methods", "lm2lm,bogus"}, []string{`unknown method "bogus"`, "valid: base, sft, rft, rft-corpus, bestknown, bestknown-corpus, rerank, rerank-prior, choice, static, static-random, random, lm2lm, lm2lm-wmrl, static-wmrl, lm2lm-rerank, lm2lm-choice, real-gains"}},
 		{[]string{"-methods", "lm2lm,lm2lm"}, []string{`"lm2lm" appears twice`}},
 		{[]string{"-methods", ","}, []string{"-methods is empty"}},
 		{[]string{"-profile", "huge", "-suite", "v3"}, []string{"valid: tiny, short, default, paper", "valid: v2, v2-val, v2-val2, v2-train, v3-val, v3-test, v1"}},

@@ -39,13 +39,7 @@ type method struct {
 	// (baseline.Enumerate of lab/cards.All), not the policy's samples: the
 	// world model's own choice over the whole action space, which no
 	// policy limits.
-	choice bool
-	// refit: after training, the policy starts again from the seed's
-	// untrained weights and the static trainer trains it on the trained
-	// world model and its final evidence, so the policy evaluated is
-	// fitted to the last world model alone rather than carried across its
-	// corrections; it pays no real run beyond the training's.
-	refit    bool
+	choice   bool
 	baseline bool // a baseline the trained methods are compared against
 	// realGains: the trainer's rewards are real gains (realGains, a world
 	// model that trains every proposal it is asked about for real): a
@@ -164,13 +158,12 @@ var methods = map[string]method{
 	// choosing over the whole catalogue: what its calibrations taught the
 	// world model, beside choice's random records at the same budget.
 	"lm2lm-choice": {label: "LM2LM's world model, choice over the catalogue", order: 16, via: rl{}, calibration: lm2lm.TopRated, rerank: true, choice: true, pairWith: []string{"choice", "lm2lm"}},
-	"lm2lm-refit":  {label: "LM2LM, policy re-fitted to its last world model", order: 17, via: rl{}, calibration: lm2lm.TopRated, refit: true, pairWith: []string{"static", "lm2lm", "choice"}},
-	"real-gains":   {label: "trained on real gains (diagnostic)", order: 18, via: rl{}, calibration: lm2lm.Static, realGains: true},
+	"real-gains":   {label: "trained on real gains (diagnostic)", order: 17, via: rl{}, calibration: lm2lm.Static, realGains: true},
 	// The token-level transformer of examples/llm-rl, trained through the
 	// environment service with LM2LM's rewards and calibrations, after
 	// its warm-up and after RL (transformer.go).
-	"transformer-warmup": {label: "transformer, warm-up only", order: 19, via: external{}, checkpoint: "warmup.pt"},
-	"transformer": {label: "transformer, LM2LM through the service", order: 20, via: external{}, checkpoint: "final.pt",
+	"transformer-warmup": {label: "transformer, warm-up only", order: 18, via: external{}, checkpoint: "warmup.pt"},
+	"transformer": {label: "transformer, LM2LM through the service", order: 19, via: external{}, checkpoint: "final.pt",
 		pairWith: []string{"transformer-warmup", "lm2lm"}},
 }
 
@@ -188,7 +181,7 @@ func (m method) usesM0() bool {
 // transformer run (they need -transformer).
 func defaultMethods() []string {
 	return slices.DeleteFunc(methodNames(), func(n string) bool {
-		return methods[n].realGains || methods[n].corpus || methods[n].prior || methods[n].choice || methods[n].refit || methods[n].isExternal()
+		return methods[n].realGains || methods[n].corpus || methods[n].prior || methods[n].choice || methods[n].isExternal()
 	})
 }
 
