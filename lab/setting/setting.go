@@ -205,6 +205,16 @@ func PriorLocalOwn() Setting {
 	return s
 }
 
+// PriorLocalNoHistory is PriorLocal whose rerank baselines do not read
+// the test state's own history (Baselines.RerankHistory off): a
+// diagnostic measured on v3-val.
+func PriorLocalNoHistory() Setting {
+	s := PriorLocal()
+	s.Name = "prior-local-nohistory"
+	s.Baselines.RerankHistory = false
+	return s
+}
+
 // Local is Validated with the calibration records read as a local
 // correction of the world model on M_0 (World.Local): PriorLocal without
 // the prior.
@@ -216,7 +226,9 @@ func Local() Setting {
 }
 
 // Names lists the settings' names, the default first.
-func Names() []string { return []string{"validated", "library", "prior-local", "prior-local-own", "local"} }
+func Names() []string {
+	return []string{"validated", "library", "prior-local", "prior-local-own", "prior-local-nohistory", "local"}
+}
 
 // Lookup returns the setting of the given name; for any other name it
 // returns an error wrapping ErrUnknown that lists the valid names.
@@ -230,6 +242,8 @@ func Lookup(name string) (Setting, error) {
 		return PriorLocal(), nil
 	case "prior-local-own":
 		return PriorLocalOwn(), nil
+	case "prior-local-nohistory":
+		return PriorLocalNoHistory(), nil
 	case "local":
 		return Local(), nil
 	}
