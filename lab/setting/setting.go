@@ -195,26 +195,6 @@ func PriorLocal() Setting {
 	return s
 }
 
-// PriorLocalOwn is PriorLocal with each training state judged with its
-// own task's records in context (Trainer.HeldOutTask off), as a test
-// state's choice reads its own history: a candidate measured on v3-val.
-func PriorLocalOwn() Setting {
-	s := PriorLocal()
-	s.Name = "prior-local-own"
-	s.Trainer.HeldOutTask = false
-	return s
-}
-
-// PriorLocalNoHistory is PriorLocal whose rerank baselines do not read
-// the test state's own history (Baselines.RerankHistory off): a
-// diagnostic measured on v3-val.
-func PriorLocalNoHistory() Setting {
-	s := PriorLocal()
-	s.Name = "prior-local-nohistory"
-	s.Baselines.RerankHistory = false
-	return s
-}
-
 // Local is Validated with the calibration records read as a local
 // correction of the world model on M_0 (World.Local): PriorLocal without
 // the prior.
@@ -226,9 +206,7 @@ func Local() Setting {
 }
 
 // Names lists the settings' names, the default first.
-func Names() []string {
-	return []string{"validated", "library", "prior-local", "prior-local-own", "prior-local-nohistory", "local"}
-}
+func Names() []string { return []string{"validated", "library", "prior-local", "local"} }
 
 // Lookup returns the setting of the given name; for any other name it
 // returns an error wrapping ErrUnknown that lists the valid names.
@@ -240,10 +218,6 @@ func Lookup(name string) (Setting, error) {
 		return Library(), nil
 	case "prior-local":
 		return PriorLocal(), nil
-	case "prior-local-own":
-		return PriorLocalOwn(), nil
-	case "prior-local-nohistory":
-		return PriorLocalNoHistory(), nil
 	case "local":
 		return Local(), nil
 	}

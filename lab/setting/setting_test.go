@@ -90,10 +90,10 @@ func TestLookup(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, n, s.Name)
 	}
-	require.Equal(t, []string{"validated", "library", "prior-local", "prior-local-own", "prior-local-nohistory", "local"}, setting.Names())
+	require.Equal(t, []string{"validated", "library", "prior-local", "local"}, setting.Names())
 	_, err := setting.Lookup("chosen")
 	require.ErrorIs(t, err, setting.ErrUnknown)
-	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, prior-local, prior-local-own, prior-local-nohistory, local`)
+	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, prior-local, local`)
 	_, err = setting.Lookup(strings.Repeat("x", 500))
 	require.ErrorIs(t, err, setting.ErrUnknown)
 	require.Less(t, len(err.Error()), 160, "the name is quoted as a bounded excerpt")
