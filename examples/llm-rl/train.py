@@ -228,7 +228,9 @@ def policy_server(token, answer, timeout=SERVE_TIMEOUT, conns=SERVE_CONNS):
     token. Every connection has a socket timeout (a client that stops
     sending is dropped after it), at most conns connections are handled at
     once (each by a thread; the next waits in the listen backlog, and one
-    that finds no slot within timeout is closed), and each serves one
+    that finds no slot within twice the timeout is closed: a handler whose
+    client stops sending frees its slot within the timeout, so the margin
+    is for a loaded machine's scheduling), and each serves one
     request (HTTP/1.0). A body that cannot be parsed, whatever the reason
     (not UTF-8, not JSON, nested past the parser's recursion limit, shorter
     than its Content-Length), is answered 400; an error of answer other
@@ -293,7 +295,7 @@ def policy_server(token, answer, timeout=SERVE_TIMEOUT, conns=SERVE_CONNS):
         request_queue_size = 128
 
         def process_request(self, request, client_address):
-            if not slots.acquire(timeout=timeout):
+            if not slots.acquire(timeout=2 * timeout):
                 self.shutdown_request(request)
                 return
             try:
