@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -221,5 +222,96 @@ func localityTable(b *strings.Builder, rows []LocalityRow) {
 			fmt.Fprintf(b, " %s |", f(s, "%.2f"))
 		}
 		fmt.Fprintf(b, " %s → %s | %s → %s (%d) |\n", f(r.GapBefore, "%+.2f"), f(r.GapAfter, "%+.2f"), f(r.AccuracyBefore, "%.3f"), f(r.Accuracy, "%.3f"), r.AccuracyProbes)
+	}
+}
+
+// TeacherRow is one trained method's teacher probe at one step, averaged
+// over seeds (probe.Teacher): the world model under the trainer's
+// evidence then and under M_0, and the policy.
+type TeacherRow struct {
+	Method string        `json:"method"`
+	Step   int           `json:"step"`
+	Seeds  int           `json:"seeds"`
+	World  probe.Ranking `json:"world"`
+	World0 probe.Ranking `json:"world0"`
+	Policy probe.Ranking `json:"policy"`
+}
+
+// teacherRows averages each method's teacher points by step, methods in
+// order of first appearance and steps in increasing order.
+func teacherRows(rs []Result) []TeacherRow {
+	type key struct {
+		method string
+		step   int
+	}
+	var order []key
+	first := map[string]int{}
+	by := map[key][]probe.Teacher{}
+	for _, r := range rs {
+		for _, p := range r.Teacher {
+			k := key{r.Method, p.Step}
+			if _, ok := first[r.Method]; !ok {
+				first[r.Method] = len(first)
+			}
+			if _, ok := by[k]; !ok {
+				order = append(order, k)
+			}
+			by[k] = append(by[k], p)
+		}
+	}
+	slices.SortFunc(order, func(a, b key) int {
+		if c := cmp.Compare(first[a.method], first[b.method]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.step, b.step)
+	})
+	var out []TeacherRow
+	for _, k := range order {
+		ps := by[k]
+		row := TeacherRow{Method: k.method, Step: k.step, Seeds: len(ps)}
+		row.World = meanRankings(ps, func(p probe.Teacher) probe.Ranking { return p.World })
+		row.World0 = meanRankings(ps, func(p probe.Teacher) probe.Ranking { return p.World0 })
+		row.Policy = meanRankings(ps, func(p probe.Teacher) probe.Ranking { return p.Policy })
+		out = append(out, row)
+	}
+	return out
+}
+
+// meanRankings averages one ranking of each seed's point.
+func meanRankings(ps []probe.Teacher, of func(probe.Teacher) probe.Ranking) probe.Ranking {
+	var out probe.Ranking
+	var rho float64
+	n := 0
+	for _, p := range ps {
+		r := of(p)
+		out.BestRank += r.BestRank / float64(len(ps))
+		out.TopGain += r.TopGain / float64(len(ps))
+		if r.Spearman != nil {
+			rho += *r.Spearman
+			n++
+		}
+	}
+	if n > 0 {
+		out.Spearman = stat.OrNil(rho / float64(n))
+	}
+	return out
+}
+
+// teacherTable writes the teacher rows (none without them).
+func teacherTable(b *strings.Builder, rows []TeacherRow) {
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("\nThe teacher on the training tasks (means over the landscape's training tasks and seeds): at each calibration step u (under M_u: M_0 and the records of the calibrations before u) and after the last step (M_0 and every calibration's records), the world model that rewards the policy ranks each task's mechanisms (each by its best-rated change of the catalogue, the state judged as the trainer judges it) under that M and under M_0, and the policy by its card probabilities: the rank of the task's best mechanism (of the landscape's), Spearman's correlation with the mechanisms' gains, and the gain of the mechanism ranked first (σ_e).\n\n")
+	b.WriteString("| method | step | seeds | world: rank / ρ / top gain | world on M_0 | policy |\n|---|---|---|---|---|---|\n")
+	f := func(r probe.Ranking) string {
+		rho := "–"
+		if r.Spearman != nil {
+			rho = fmt.Sprintf("%.3f", *r.Spearman)
+		}
+		return fmt.Sprintf("%.1f / %s / %+.2f", r.BestRank, rho, r.TopGain)
+	}
+	for _, r := range rows {
+		fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s |\n", r.Method, r.Step, r.Seeds, f(r.World), f(r.World0), f(r.Policy))
 	}
 }

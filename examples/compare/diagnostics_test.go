@@ -75,3 +75,38 @@ func TestLocalityRows(t *testing.T) {
 	localityTable(&b, rows)
 	require.Contains(t, b.String(), "| a | 2 | 3.00 | 1.00 | 1.00 | 1.00 | +2.00 → +0.50 | 0.500 → 0.600 (1) |")
 }
+
+// teacherRows averages by method and step over seeds: methods in order of
+// first appearance, steps increasing, Spearman over the seeds that have it.
+func TestTeacherRows(t *testing.T) {
+	f := func(x float64) *float64 { return &x }
+	rk := func(best float64, rho *float64, top float64) probe.Ranking {
+		return probe.Ranking{BestRank: best, Spearman: rho, TopGain: top}
+	}
+	rs := []Result{
+		{Method: "lm2lm", Seed: 1, Teacher: []probe.Teacher{
+			{Step: 40, World: rk(12, f(0.2), 3), World0: rk(10, f(0.4), 5), Policy: rk(15, nil, 1)},
+			{Step: 16, World: rk(10, f(0.4), 5), World0: rk(10, f(0.4), 5), Policy: rk(14, f(0.1), 2)},
+		}},
+		{Method: "static", Seed: 1, Teacher: []probe.Teacher{{Step: 16, World: rk(9, f(0.5), 4), World0: rk(9, f(0.5), 4), Policy: rk(13, f(0.2), 2)}}},
+		{Method: "lm2lm", Seed: 2, Teacher: []probe.Teacher{{Step: 40, World: rk(14, f(0.0), 1), World0: rk(12, f(0.2), 3), Policy: rk(17, f(0.3), 3)}}},
+		{Method: "base"},
+	}
+	rows := teacherRows(rs)
+	require.Len(t, rows, 3)
+	require.Equal(t, []string{"lm2lm", "lm2lm", "static"}, []string{rows[0].Method, rows[1].Method, rows[2].Method})
+	require.Equal(t, []int{16, 40, 16}, []int{rows[0].Step, rows[1].Step, rows[2].Step})
+	r := rows[1]
+	require.Equal(t, 2, r.Seeds)
+	require.Equal(t, 13.0, r.World.BestRank)
+	require.InDelta(t, 0.1, *r.World.Spearman, 1e-12)
+	require.Equal(t, 2.0, r.World.TopGain)
+	require.Equal(t, 16.0, r.Policy.BestRank)
+	require.Equal(t, 0.3, *r.Policy.Spearman, "only seed 2 has a correlation")
+	var b strings.Builder
+	teacherTable(&b, rows)
+	require.Contains(t, b.String(), "| lm2lm | 40 | 2 | 13.0 / 0.100 / +2.00 | 11.0 / 0.300 / +4.00 | 16.0 / 0.300 / +2.00 |")
+	b.Reset()
+	teacherTable(&b, nil)
+	require.Empty(t, b.String())
+}

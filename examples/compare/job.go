@@ -331,7 +331,7 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 	}
 	probeCnt := &counter{next: cnt.next}
 	mon := probe.NewMonitor(probe.Config{World: world, Policy: pol, Evidence: m0, Builder: e.lab, Executor: probeCnt,
-		Train: e.train, Seed: seed, Tasks: o.probe, Steps: prof.Schedule.Steps, Last: cfg.Steps})
+		Train: e.train, Seed: seed, Tasks: o.probe, Steps: prof.Schedule.Steps, Last: cfg.Steps, Teacher: teacherConfig(o, e)})
 	_, err = tr.Run(ctx, func(s lm2lm.StepReport) {
 		res.Steps = append(res.Steps, stepResult(s))
 		if c := s.Calibration; c != nil {
@@ -339,11 +339,22 @@ func train(ctx context.Context, e *env, cnt *counter, o options, m method, seed 
 		}
 		mon.Observe(ctx, s)
 	})
-	res.Probes, res.Locality, res.Runs.Probe = mon.Probes(), mon.Locality(), probeCnt.take()
+	res.Probes, res.Locality, res.Teacher, res.Runs.Probe = mon.Probes(), mon.Locality(), mon.Teacher(), probeCnt.take()
 	if err != nil {
 		return nil, records.Evidence{}, err
 	}
 	return world, tr.Evidence(), mon.Err()
+}
+
+// teacherConfig is the teacher probe's configuration when the landscape
+// holds training tasks (a diagnostic suite such as v2-train), nil
+// otherwise.
+func teacherConfig(o options, e *env) *probe.TeacherConfig {
+	if o.land == nil || !slices.ContainsFunc(e.train, func(t records.Task) bool { _, ok := o.land.Gains[t.ID]; return ok }) {
+		return nil
+	}
+	set, _ := o.chosen() // validated
+	return &probe.TeacherConfig{Land: o.land.Gains, Catalogue: cards.All(lab.Catalogue()), HeldOutTask: set.Trainer.HeldOutTask}
 }
 
 // trainerConfig returns the trainer's configuration of method m under o:

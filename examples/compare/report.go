@@ -63,8 +63,11 @@ type Comparison struct {
 	JudgementRefs []probe.Reference `json:"judgement_references,omitempty"`
 	// Locality is each calibrating method's locality measurement
 	// (localityRows).
-	Locality []LocalityRow       `json:"locality,omitempty"`
-	Runs     map[string][]string `json:"result_files"`
+	Locality []LocalityRow `json:"locality,omitempty"`
+	// Teacher is each trained method's teacher probe, by step, when the
+	// landscape holds training tasks.
+	Teacher []TeacherRow        `json:"teacher,omitempty"`
+	Runs    map[string][]string `json:"result_files"`
 }
 
 // MethodSummary is one method over its seeds.
@@ -617,6 +620,7 @@ func report(w io.Writer, o options, dir string, results []Result, scale *ScaleIn
 		cmp.JudgementRefs = probe.References(o.land, isTest, func(task string) string { return stratumOf(o.suite, task) }, partOrder)
 	}
 	cmp.Locality = localityRows(results)
+	cmp.Teacher = teacherRows(results)
 	for i := range cmp.Methods {
 		cmp.Methods[i].SummaryStateLevel = st.sumsState[i]
 		cmp.Methods[i].Parts = st.parts[i]
@@ -709,6 +713,7 @@ func markdown(c Comparison) string {
 	judgementTable(&b, c.Judgement)
 	judgementRefTable(&b, c.JudgementRefs)
 	localityTable(&b, c.Locality)
+	teacherTable(&b, c.Teacher)
 	powerTable(&b, c.Power)
 	b.WriteString("\n| method | real-run budget (M_0 + training, per seed) | evaluation runs per seed | CPU s paid (all seeds) | wall s (all seeds) | unmeasured proposals |\n|---|---|---|---|---|---|\n")
 	for _, m := range c.Methods {

@@ -105,6 +105,10 @@ type Result struct {
 	// the world model's predictions moved with the calibration's records,
 	// by how the predicted pair relates to them (probe.Monitor).
 	Locality []probe.Locality `json:"locality,omitempty"`
+	// Teacher is, when the landscape holds training tasks, how well the
+	// trainer's world model and the policy rank their mechanisms at each
+	// probe step (probe.Teacher).
+	Teacher []probe.Teacher `json:"teacher,omitempty"`
 	// Judgement is the judgement diagnostic of the evaluation against
 	// -landscape (evalstat.JudgeRegions: all states, then each region);
 	// absent without -landscape.

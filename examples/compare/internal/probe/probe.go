@@ -73,6 +73,9 @@ type Config struct {
 	// training step: the probe steps.
 	Steps []int
 	Last  int
+	// Teacher, when set and Policy is a *proposer.Policy, measures a
+	// Teacher point at each probe step, whatever Tasks.
+	Teacher *TeacherConfig
 }
 
 // Monitor measures the reliability monitors of the world model a trainer
@@ -93,11 +96,19 @@ type Monitor struct {
 	before   *records.Evidence
 	probes   []Point
 	locality []Locality
+	teacher  *teacher
+	teach    []Teacher
 	err      error
 }
 
 // NewMonitor returns a monitor that has observed no step.
-func NewMonitor(cfg Config) *Monitor { return &Monitor{cfg: cfg, evidence: cfg.Evidence} }
+func NewMonitor(cfg Config) *Monitor {
+	m := &Monitor{cfg: cfg, evidence: cfg.Evidence}
+	if pol, ok := cfg.Policy.(*proposer.Policy); ok && cfg.Teacher != nil {
+		m.teacher = &teacher{cfg: *cfg.Teacher, world: cfg.World, pol: pol, train: cfg.Train}
+	}
+	return m
+}
 
 // Observe takes in one training step of the trainer: after a calibration
 // its records join the monitor's evidence and the calibration's locality
@@ -113,7 +124,13 @@ func (m *Monitor) Observe(ctx context.Context, s lm2lm.StepReport) {
 			m.locality = append(m.locality, loc)
 		}
 	}
-	if m.cfg.Tasks > 0 && m.err == nil && (slices.Contains(m.cfg.Steps, s.Step) || s.Step == m.cfg.Last) {
+	at := slices.Contains(m.cfg.Steps, s.Step) || s.Step == m.cfg.Last
+	if m.teacher != nil && m.err == nil && at {
+		var p Teacher
+		p, m.err = m.teacher.measure(ctx, s.Step, m.evidence, m.cfg.Evidence)
+		m.teach = append(m.teach, p)
+	}
+	if m.cfg.Tasks > 0 && m.err == nil && at {
 		var p Point
 		p, m.err = m.measure(ctx, s.Step)
 		m.probes = append(m.probes, p)
@@ -124,6 +141,7 @@ func (m *Monitor) Observe(ctx context.Context, s lm2lm.StepReport) {
 // locality, and Err the error that stopped the monitor, if any.
 func (m *Monitor) Probes() []Point      { return m.probes }
 func (m *Monitor) Locality() []Locality { return m.locality }
+func (m *Monitor) Teacher() []Teacher   { return m.teach }
 func (m *Monitor) Err() error           { return m.err }
 
 // add puts a calibration's new records into the evidence.
