@@ -17,30 +17,18 @@ import (
 // prediction of it; the residual function g is a Gaussian process with the
 // kernel
 //
-//	k((e, a), (e′, a′)) = σ_0² + σ_m²·[m = m′] + σ_k²·[a = a′]
+//	k((e, a), (e′, a′)) = σ_m²·[m = m′] + σ_k²·[a = a′]
 //	                    + σ_t²·[e = e′] + σ_p²·[e = e′]·[m = m′]
 //
 // over the task e, the proposal a (by Proposal.Key) and its canonical
-// mechanism m: an offset shared by every pair (σ_0, off by default), one
-// per mechanism shared by every task (the base over-rates or under-rates
-// the mechanism), one per proposal, one per task, and one per (task,
-// mechanism) pair. Without σ_0, two pairs of another task and another
-// mechanism share nothing, so a correction never moves them: the
+// mechanism m: an offset per mechanism shared by every task (the base
+// over-rates or under-rates the mechanism), one per proposal, one per
+// task, and one per (task, mechanism) pair. Two pairs of another task and
+// another mechanism share nothing, so a correction never moves them: the
 // correction is local by construction (METHOD.md §1 On-policy
 // calibration: the calibration records correct W's over-trust on the
-// policy's own proposals). The shared offset moves every prediction
-// alike, so it reorders no pair of proposals; it takes up the over-trust
-// every calibrated proposal shares, which the others then need not carry.
+// policy's own proposals).
 type ResidualConfig struct {
-	// OffsetSigmas is σ_0, the offset shared by every (task, proposal);
-	// default 0 (none). The records a calibration picks are the
-	// proposals the world model rates highest, and share the over-trust
-	// that picking the highest-rated brings (the winner's curse), however
-	// good their mechanisms are: under σ_0 that shared part is one offset
-	// of every prediction, and the mechanism and proposal terms, which
-	// carry a correction to other tasks, read only what sets a record
-	// apart from the others.
-	OffsetSigmas float64
 	// MechanismSigmas is σ_m; default 1. Library choice: a mechanism the
 	// base over-rates on the policy's picks is likely over-rated on other
 	// tasks too, by less than on the picks themselves.
@@ -81,7 +69,7 @@ func (c ResidualConfig) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"OffsetSigmas", c.OffsetSigmas}, {"MechanismSigmas", c.MechanismSigmas}, {"ProposalSigmas", c.ProposalSigmas}, {"TaskSigmas", c.TaskSigmas},
+	}{{"MechanismSigmas", c.MechanismSigmas}, {"ProposalSigmas", c.ProposalSigmas}, {"TaskSigmas", c.TaskSigmas},
 		{"PairSigmas", c.PairSigmas}, {"ClipSigmas", c.ClipSigmas}} {
 		if !(f.v >= 0 && !math.IsInf(f.v, 1)) {
 			return configError(fmt.Errorf("rwm: residual: %s = %g, want finite and ≥ 0", f.name, f.v))
@@ -156,9 +144,6 @@ func NewResidual(base WorldModel, ev records.Evidence, cfg ResidualConfig) (*Res
 	}
 	id := fmt.Sprintf("residual(%s; %g %g %g %g %g %g %g; %s)", identity(base), cfg.MechanismSigmas, cfg.ProposalSigmas,
 		cfg.TaskSigmas, cfg.PairSigmas, cfg.NoiseSigmas, cfg.InfeasibleSigmas, cfg.ClipSigmas, ev.Fingerprint())
-	if cfg.OffsetSigmas != 0 {
-		id = fmt.Sprintf("%s offset %g", id, cfg.OffsetSigmas) // ids without an offset stay as they were
-	}
 	return newResidual(base, cfg, known, id), nil
 }
 
@@ -290,7 +275,7 @@ type residualFit struct {
 
 // kernel is k of ResidualConfig between two points.
 func (c ResidualConfig) kernel(a, b residualPoint) float64 {
-	k := c.OffsetSigmas * c.OffsetSigmas
+	k := 0.0
 	if a.mech == b.mech {
 		k += c.MechanismSigmas * c.MechanismSigmas
 	}

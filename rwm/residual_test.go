@@ -100,58 +100,6 @@ func TestResidualBaseOnly(t *testing.T) {
 	}
 }
 
-// TestResidualOffsetByHand: the shared offset σ_0 takes up the over-trust
-// two calibrated records share, so the mechanism term carries less of it
-// to other tasks. Base 0 σ_e everywhere; σ_0 = 2, σ_m = σ_k = 1, σ_t = σ_p
-// = 0, σ_n = 1; records −2 σ_e on x1 = (task-0, lr-scale 2) and x2 =
-// (task-1, norm). k(x, x) = 4 + 1 + 1 = 6, k(x1, x2) = 4, so K + I =
-// [[7, 4], [4, 7]], det 33, and α = (7·(−2) − 4·(−2))/33 = −2/11 for
-// each. A pair of neither mechanism: 2·4·(−2/11) = −16/11; lr-scale 0.5 on
-// task-1 (x1's mechanism): (5 + 4)·(−2/11) = −18/11, so it sits 2/11 below
-// the unrelated pair. Without the offset K + I = 3·I, α = −2/3: the same
-// pairs move 0 and −2/3, the mechanism 2/3 below.
-func TestResidualOffsetByHand(t *testing.T) {
-	ctx := context.Background()
-	ps := rwmtest.Proposals() // lr-scale 2, lr-scale 0.5, warmup, norm, dropout
-	t0, t1 := rwmtest.Task(0), rwmtest.Task(1)
-	base := &rwmtest.Fixed{Default: rwm.Prediction{Valid: true}}
-	m0 := mustEvidence([]records.Record{residualRecord(t1, ps[2], 1, 1)})
-	ev, err := m0.AddReal(residualRecord(t0, ps[0], -2, 2), residualRecord(t1, ps[3], -2, 3))
-	require.NoError(t, err)
-	for _, c := range []struct {
-		offset, unrelated, sameMech float64
-	}{{2, -16.0 / 11, -18.0 / 11}, {0, 0, -2.0 / 3}} {
-		cfg := rwm.ResidualConfig{OffsetSigmas: c.offset, MechanismSigmas: 1, ProposalSigmas: 1, NoiseSigmas: 1, InfeasibleSigmas: -6, ClipSigmas: 6}
-		m, err := rwm.NewResidual(base, m0, cfg)
-		require.NoError(t, err)
-		for _, q := range []struct {
-			task records.Task
-			prop records.Proposal
-			want float64
-		}{{t1, ps[2], c.unrelated}, {t0, ps[4], c.unrelated}, {t1, ps[1], c.sameMech}} {
-			p, err := m.Predict(ctx, rwm.Query{Task: q.task, Proposal: q.prop, Evidence: ev})
-			require.NoError(t, err)
-			require.InDelta(t, q.want, p.Gain/q.task.SeedNoise, 1e-12, "σ_0 = %g: %s on %s", c.offset, q.prop.Key(), q.task.ID)
-		}
-	}
-	// The offset alone moves every pair alike: no two are reordered.
-	m, err := rwm.NewResidual(base, m0, rwm.ResidualConfig{OffsetSigmas: 2, NoiseSigmas: 1, InfeasibleSigmas: -6})
-	require.NoError(t, err)
-	var shift []float64
-	for _, tk := range []records.Task{t0, t1, rwmtest.Task(2)} {
-		for _, p := range ps {
-			pr, err := m.Predict(ctx, rwm.Query{Task: tk, Proposal: p, Evidence: ev})
-			require.NoError(t, err)
-			shift = append(shift, pr.Gain/tk.SeedNoise)
-		}
-	}
-	for _, x := range shift {
-		require.InDelta(t, shift[0], x, 1e-12)
-	}
-	// K + I = [[5, 4], [4, 5]], α = −2/9 each, every shift 2·4·(−2/9).
-	require.InDelta(t, -16.0/9, shift[0], 1e-12)
-}
-
 // TestResidualLocalProperty: over an embedded base that carries strength
 // across tasks and mechanisms, records beyond M_0 never move a pair of
 // another task and another mechanism, whatever their gains, and the base
@@ -211,8 +159,6 @@ func TestResidualConfigRefused(t *testing.T) {
 		func(c *rwm.ResidualConfig) { c.NoiseSigmas = 0 },
 		func(c *rwm.ResidualConfig) { c.InfeasibleSigmas = 1 },
 		func(c *rwm.ResidualConfig) { c.ClipSigmas = -2 },
-		func(c *rwm.ResidualConfig) { c.OffsetSigmas = -0.5 },
-		func(c *rwm.ResidualConfig) { c.OffsetSigmas = math.NaN() },
 	} {
 		c := rwm.DefaultResidualConfig()
 		mut(&c)

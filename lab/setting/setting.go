@@ -21,7 +21,6 @@ package setting
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -85,11 +84,6 @@ type World struct {
 	// rwm.DefaultResidualConfig, TrainerWorld) rather than as more
 	// context of the same model (METHOD.md §1 On-policy calibration).
 	Local bool `json:"local,omitempty"`
-	// Offset is, under Local, the correction's shared offset σ_0
-	// (rwm.ResidualConfig.OffsetSigmas; 0 = none, the default): the
-	// over-trust every calibrated proposal shares moves every prediction
-	// alike instead of the calibrated mechanisms on other tasks.
-	Offset float64 `json:"offset,omitempty"`
 }
 
 // PriorClip is the clip, in σ_e, of the gains a world model with the lab's
@@ -201,20 +195,6 @@ func PriorLocal() Setting {
 	return s
 }
 
-// PriorOffset is PriorLocal with the correction's shared offset σ_0 = 2
-// σ_e (World.Offset): the over-trust that the calibrated proposals share
-// for having been rated highest moves every prediction alike, and only
-// what sets a calibrated record apart from the others reaches its
-// mechanism on other tasks. σ_0 = 2 is the size of the gap LM2LM's
-// calibrations measure on its picks under PriorLocal (about +2 σ_e), set
-// once, not tuned.
-func PriorOffset() Setting {
-	s := PriorLocal()
-	s.Name = "prior-offset"
-	s.World.Offset = 2
-	return s
-}
-
 // Local is Validated with the calibration records read as a local
 // correction of the world model on M_0 (World.Local): PriorLocal without
 // the prior.
@@ -226,9 +206,7 @@ func Local() Setting {
 }
 
 // Names lists the settings' names, the default first.
-func Names() []string {
-	return []string{"validated", "library", "prior-local", "prior-offset", "local"}
-}
+func Names() []string { return []string{"validated", "library", "prior-local", "local"} }
 
 // Lookup returns the setting of the given name; for any other name it
 // returns an error wrapping ErrUnknown that lists the valid names.
@@ -240,8 +218,6 @@ func Lookup(name string) (Setting, error) {
 		return Library(), nil
 	case "prior-local":
 		return PriorLocal(), nil
-	case "prior-offset":
-		return PriorOffset(), nil
 	case "local":
 		return Local(), nil
 	}
@@ -310,14 +286,12 @@ func (s Setting) PriorDigest() (string, error) {
 // setting's world model base (NewWorld) and the trainer's M_0: base
 // itself, or under World.Local the residual model that reads every record
 // beyond M_0, the calibration records, as a local correction
-// (rwm.NewResidual with rwm.DefaultResidualConfig and World.Offset).
+// (rwm.NewResidual with rwm.DefaultResidualConfig).
 func (s Setting) TrainerWorld(base rwm.WorldModel, m0 records.Evidence) (rwm.WorldModel, error) {
 	if !s.World.Local {
 		return base, nil
 	}
-	c := rwm.DefaultResidualConfig()
-	c.OffsetSigmas = s.World.Offset
-	return rwm.NewResidual(base, m0, c)
+	return rwm.NewResidual(base, m0, rwm.DefaultResidualConfig())
 }
 
 // NewModel returns the embedded world model of cfg, re-tuned on each
@@ -380,12 +354,6 @@ func (s Setting) Validate() error {
 	}
 	if s.World.Prior && s.World.Tune {
 		return fmt.Errorf("setting %s: World.Prior with World.Tune: the prior keeps its hyperparameters", s.Name)
-	}
-	if s.World.Offset != 0 && !s.World.Local {
-		return fmt.Errorf("setting %s: World.Offset without World.Local: the offset is the correction's", s.Name)
-	}
-	if !(s.World.Offset >= 0 && !math.IsInf(s.World.Offset, 1)) {
-		return fmt.Errorf("setting %s: World.Offset = %g, want finite and ≥ 0", s.Name, s.World.Offset)
 	}
 	if !(s.Policy.EvalTemperature > 0 && s.Policy.EvalTemperature <= 100) {
 		return fmt.Errorf("setting %s: Policy.EvalTemperature = %g, want in (0, 100]", s.Name, s.Policy.EvalTemperature)

@@ -16,7 +16,6 @@ import (
 	"github.com/lm2lm/lm2lm/proposer"
 	"github.com/lm2lm/lm2lm/records"
 	"github.com/lm2lm/lm2lm/rwm"
-	"github.com/lm2lm/lm2lm/rwm/rwmtest"
 )
 
 func TestNewWorld(t *testing.T) {
@@ -91,10 +90,10 @@ func TestLookup(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, n, s.Name)
 	}
-	require.Equal(t, []string{"validated", "library", "prior-local", "prior-offset", "local"}, setting.Names())
+	require.Equal(t, []string{"validated", "library", "prior-local", "local"}, setting.Names())
 	_, err := setting.Lookup("chosen")
 	require.ErrorIs(t, err, setting.ErrUnknown)
-	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, prior-local, prior-offset, local`)
+	require.EqualError(t, err, `setting: unknown name: setting "chosen"; valid: validated, library, prior-local, local`)
 	_, err = setting.Lookup(strings.Repeat("x", 500))
 	require.ErrorIs(t, err, setting.ErrUnknown)
 	require.Less(t, len(err.Error()), 160, "the name is quoted as a bounded excerpt")
@@ -125,8 +124,6 @@ func TestValidateRefusesBadParts(t *testing.T) {
 		"zero eval temperature":    func(s *setting.Setting) { s.Policy.EvalTemperature = 0 },
 		"zero train temperature":   func(s *setting.Setting) { s.Policy.TrainTemperature = 0 },
 		"too many hidden units":    func(s *setting.Setting) { s.Policy.Hidden = 5000 },
-		"offset without Local":     func(s *setting.Setting) { s.World.Offset = 2 },
-		"negative offset":          func(s *setting.Setting) { s.World.Local, s.World.Offset = true, -1 },
 	} {
 		s := setting.Validated()
 		mut(&s)
@@ -212,22 +209,4 @@ func TestPriorLocal(t *testing.T) {
 	d, err = v.PriorDigest()
 	require.NoError(t, err)
 	require.Empty(t, d)
-}
-
-// PriorOffset is PriorLocal with the correction's shared offset: its
-// trainer's world model is the residual model with σ_0 = 2 and the other
-// σ's at their defaults.
-func TestPriorOffsetTrainerWorld(t *testing.T) {
-	s := setting.PriorOffset()
-	require.NoError(t, s.Validate())
-	pl := setting.PriorLocal()
-	pl.Name, pl.World.Offset = s.Name, 2
-	require.Equal(t, pl, s, "PriorLocal but for the offset")
-	w, err := s.TrainerWorld(&rwmtest.Fixed{}, records.Evidence{})
-	require.NoError(t, err)
-	r, ok := w.(*rwm.Residual)
-	require.True(t, ok)
-	want := rwm.DefaultResidualConfig()
-	want.OffsetSigmas = 2
-	require.Equal(t, want, r.Config())
 }
