@@ -269,30 +269,12 @@ func teacherRows(rs []Result) []TeacherRow {
 	for _, k := range order {
 		ps := by[k]
 		row := TeacherRow{Method: k.method, Step: k.step, Seeds: len(ps)}
-		row.World = meanRankings(ps, func(p probe.Teacher) probe.Ranking { return p.World })
-		row.World0 = meanRankings(ps, func(p probe.Teacher) probe.Ranking { return p.World0 })
-		row.Policy = meanRankings(ps, func(p probe.Teacher) probe.Ranking { return p.Policy })
-		out = append(out, row)
-	}
-	return out
-}
-
-// meanRankings averages one ranking of each seed's point.
-func meanRankings(ps []probe.Teacher, of func(probe.Teacher) probe.Ranking) probe.Ranking {
-	var out probe.Ranking
-	var rho float64
-	n := 0
-	for _, p := range ps {
-		r := of(p)
-		out.BestRank += r.BestRank / float64(len(ps))
-		out.TopGain += r.TopGain / float64(len(ps))
-		if r.Spearman != nil {
-			rho += *r.Spearman
-			n++
+		var w, w0, pol []probe.Ranking
+		for _, p := range ps {
+			w, w0, pol = append(w, p.World), append(w0, p.World0), append(pol, p.Policy)
 		}
-	}
-	if n > 0 {
-		out.Spearman = stat.OrNil(rho / float64(n))
+		row.World, row.World0, row.Policy = probe.MeanRanking(w), probe.MeanRanking(w0), probe.MeanRanking(pol)
+		out = append(out, row)
 	}
 	return out
 }

@@ -61,13 +61,7 @@ type teacher struct {
 	pol   *proposer.Policy
 	train []records.Task
 	// at0 is each task's ranking under M_0, measured once.
-	at0 map[string]taskRank
-}
-
-// taskRank is one task's three numbers of a Ranking.
-type taskRank struct {
-	best, rho, top float64
-	ok             bool // rho is defined
+	at0 map[string]Ranking
 }
 
 // measure returns the Teacher point at step under evidence ev (M_u) and
@@ -75,9 +69,9 @@ type taskRank struct {
 func (t *teacher) measure(ctx context.Context, step int, ev, m0 records.Evidence) (Teacher, error) {
 	out := Teacher{Step: step}
 	if t.at0 == nil {
-		t.at0 = map[string]taskRank{}
+		t.at0 = map[string]Ranking{}
 	}
-	var w, w0, p []taskRank
+	var w, w0, p []Ranking
 	for _, task := range t.train {
 		gains, ok := t.cfg.Land[task.ID]
 		if !ok {
@@ -98,7 +92,7 @@ func (t *teacher) measure(ctx context.Context, step int, ev, m0 records.Evidence
 		p = append(p, rankOf(cardShares(t.pol.CardProbs(records.State{Task: task}), canonical(t.pol.Mechanisms())), gains))
 	}
 	out.Tasks = len(w)
-	out.World, out.World0, out.Policy = meanRanking(w), meanRanking(w0), meanRanking(p)
+	out.World, out.World0, out.Policy = MeanRanking(w), MeanRanking(w0), MeanRanking(p)
 	return out, nil
 }
 
@@ -106,7 +100,7 @@ func (t *teacher) measure(ctx context.Context, step int, ev, m0 records.Evidence
 // (without the task's records under HeldOutTask): each mechanism scored
 // by its best-rated change of the catalogue, a change the world model
 // rejects left out.
-func (t *teacher) worldRank(ctx context.Context, task records.Task, ev records.Evidence, gains map[string]float64) (taskRank, error) {
+func (t *teacher) worldRank(ctx context.Context, task records.Task, ev records.Evidence, gains map[string]float64) (Ranking, error) {
 	if t.cfg.HeldOutTask {
 		ev = without(ev, task.ID)
 	}
@@ -114,7 +108,7 @@ func (t *teacher) worldRank(ctx context.Context, task records.Task, ev records.E
 	for _, q := range t.cfg.Catalogue {
 		pr, err := t.world.Predict(ctx, rwm.Query{Task: task, Proposal: q, Evidence: ev})
 		if err != nil {
-			return taskRank{}, fmt.Errorf("teacher: predict %s on %s: %w", q.Key(), task.ID, err)
+			return Ranking{}, fmt.Errorf("teacher: predict %s on %s: %w", q.Key(), task.ID, err)
 		}
 		if !pr.Valid {
 			continue
@@ -129,7 +123,7 @@ func (t *teacher) worldRank(ctx context.Context, task records.Task, ev records.E
 
 // rankOf scores one full ranking (score by mechanism; a mechanism it lacks
 // ranks last) against a task's gains.
-func rankOf(score, gains map[string]float64) taskRank {
+func rankOf(score, gains map[string]float64) Ranking {
 	keys := make([]string, 0, len(gains))
 	for k := range gains {
 		keys = append(keys, k)
@@ -147,13 +141,17 @@ func rankOf(score, gains map[string]float64) taskRank {
 			top, topScore = gains[k], v
 		}
 	}
-	rho, ok := stat.Spearman(s, g)
-	return taskRank{best: evalstat.BestRank(score, gains, math.Inf(-1)), rho: rho, top: top, ok: ok}
+	out := Ranking{BestRank: evalstat.BestRank(score, gains, math.Inf(-1)), TopGain: top}
+	if rho, ok := stat.Spearman(s, g); ok {
+		out.Spearman = stat.OrNil(rho)
+	}
+	return out
 }
 
-// meanRanking averages tasks' rankings (Spearman over the tasks where it
-// is defined).
-func meanRanking(rs []taskRank) Ranking {
+// MeanRanking averages rankings (of tasks, or of seeds): Spearman's ρ
+// over those where it is defined (nil where it is nowhere); NaN means
+// without any.
+func MeanRanking(rs []Ranking) Ranking {
 	if len(rs) == 0 {
 		return Ranking{BestRank: math.NaN(), TopGain: math.NaN()}
 	}
@@ -161,10 +159,10 @@ func meanRanking(rs []taskRank) Ranking {
 	var rho float64
 	n := 0
 	for _, r := range rs {
-		out.BestRank += r.best
-		out.TopGain += r.top
-		if r.ok {
-			rho += r.rho
+		out.BestRank += r.BestRank
+		out.TopGain += r.TopGain
+		if r.Spearman != nil {
+			rho += *r.Spearman
 			n++
 		}
 	}

@@ -42,25 +42,26 @@ func (w liftWorld) Predict(_ context.Context, q rwm.Query) (rwm.Prediction, erro
 // −Inf, below); the top-ranked, a, gained 0.
 func TestRankOf(t *testing.T) {
 	r := rankOf(map[string]float64{"a": 3, "b": 1, "c": 2}, map[string]float64{"a": 0, "b": 5, "c": 1, "d": -6})
-	require.Equal(t, 3.0, r.best)
-	require.Equal(t, 0.0, r.top)
-	require.True(t, r.ok)
+	require.Equal(t, 3.0, r.BestRank)
+	require.Equal(t, 0.0, r.TopGain)
+	require.NotNil(t, r.Spearman)
 	// Keys in order a, b, c, d: score ranks 4, 2, 3, 1; gain ranks 2, 4,
 	// 3, 1. Centred (mean 2.5): (1.5, −0.5, 0.5, −1.5) and (−0.5, 1.5,
 	// 0.5, −1.5): Σ = −0.75 − 0.75 + 0.25 + 2.25 = 1; each Σ² = 5; ρ = 0.2.
-	require.InDelta(t, 0.2, r.rho, 1e-12)
+	require.InDelta(t, 0.2, *r.Spearman, 1e-12)
 
 	// A constant score has no correlation and ties everything: the best
 	// takes the mean rank of the four, 2.5.
 	r = rankOf(map[string]float64{"a": 1, "b": 1, "c": 1, "d": 1}, map[string]float64{"a": 0, "b": 5, "c": 1, "d": -6})
-	require.False(t, r.ok)
-	require.Equal(t, 2.5, r.best)
+	require.Nil(t, r.Spearman)
+	require.Equal(t, 2.5, r.BestRank)
 
-	m := meanRanking([]taskRank{{best: 1, rho: 0.5, top: 2, ok: true}, {best: 3, top: -1}})
+	half := 0.5
+	m := MeanRanking([]Ranking{{BestRank: 1, Spearman: &half, TopGain: 2}, {BestRank: 3, TopGain: -1}})
 	require.Equal(t, 2.0, m.BestRank)
 	require.Equal(t, 0.5, m.TopGain)
 	require.Equal(t, 0.5, *m.Spearman, "ρ over the tasks where it is defined")
-	require.True(t, math.IsNaN(meanRanking(nil).BestRank))
+	require.True(t, math.IsNaN(MeanRanking(nil).BestRank))
 }
 
 // The teacher probe on a table world model over two catalogue changes of
