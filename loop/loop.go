@@ -287,13 +287,7 @@ func (l *Loop) withoutTask(id string) records.Evidence {
 	if rest, ok := l.held.rest[id]; ok {
 		return rest
 	}
-	var rs []records.Record
-	for i := 0; i < l.m.Len(); i++ {
-		if r := l.m.At(i); r.Task.ID != id {
-			rs = append(rs, r)
-		}
-	}
-	rest, _ := records.NewEvidence(rs...) // a subset of a valid M is valid
+	rest := l.m.WithoutTask(id)
 	l.held.rest[id] = rest
 	return rest
 }

@@ -95,6 +95,22 @@ func ownCopy(r Record) Record {
 	return r
 }
 
+// WithoutTask returns e without the records of task id, the others in
+// e's order; without such a record it returns e itself. The judgement of
+// a state as for an unseen task reads M this way (lm2lm.Config.HeldOutTask).
+func (e Evidence) WithoutTask(id string) Evidence {
+	keep := make([]Record, 0, len(e.rs))
+	for _, r := range e.rs {
+		if r.Task.ID != id {
+			keep = append(keep, r)
+		}
+	}
+	if len(keep) == len(e.rs) {
+		return e
+	}
+	return Evidence{rs: keep, fp: &fingerprint{}}
+}
+
 // Len returns the number of records.
 func (e Evidence) Len() int { return len(e.rs) }
 

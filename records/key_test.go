@@ -222,6 +222,21 @@ func TestEvidence(t *testing.T) {
 	require.Equal(t, ev.Records(), same.Records())
 	_, err = ev.AddReal(syn, bad)
 	require.ErrorIs(t, err, records.ErrInvalid)
+
+	// WithoutTask drops exactly the task's records, keeping the others'
+	// order; without any it is e itself, and e is left as it was.
+	require.Equal(t, real1.Task.ID, real2.Task.ID)
+	other, other2 := real1, real2
+	other.Task.ID, other2.Task.ID = real1.Task.ID+"-other", real1.Task.ID+"-other"
+	mixed, err := records.NewEvidence(real1, other, real2, other2)
+	require.NoError(t, err)
+	rest := mixed.WithoutTask(real1.Task.ID)
+	require.Equal(t, []records.Record{mixed.At(1), mixed.At(3)}, rest.Records())
+	require.Equal(t, 4, mixed.Len())
+	require.Equal(t, mixed.Fingerprint(), mixed.WithoutTask("no-such-task").Fingerprint())
+	want, err := records.NewEvidence(other, other2)
+	require.NoError(t, err)
+	require.Equal(t, want.Fingerprint(), rest.Fingerprint(), "a fresh fingerprint, not the whole's")
 }
 
 func TestEvidenceFingerprint(t *testing.T) {

@@ -25,9 +25,7 @@ func Judge(region func(task string) string, land landscape.Gains, ev lm2lm.EvalR
 	exact := prop == proposer.Proposer(pol)
 	var mechs []string
 	if exact {
-		for _, m := range pol.Mechanisms() {
-			mechs = append(mechs, records.CanonicalName(m))
-		}
+		mechs = canonical(pol.Mechanisms())
 	}
 	var states []evalstat.Judged
 	for _, st := range ev.States {

@@ -37,7 +37,8 @@ type Teacher struct {
 // tasks: the rank of each task's best mechanism (1 = ranked first; ties
 // take their mean rank), Spearman's correlation of the ranking's scores
 // with the mechanisms' gains, and the gain of the mechanism it ranks first
-// (σ_e; an infeasible mechanism counts landscape.InfeasibleGain).
+// (σ_e; an infeasible mechanism counts landscape.InfeasibleGain; among
+// equal first scores, the first by name).
 type Ranking struct {
 	BestRank float64  `json:"best_rank"`
 	Spearman *float64 `json:"spearman"`
@@ -102,7 +103,7 @@ func (t *teacher) measure(ctx context.Context, step int, ev, m0 records.Evidence
 // rejects left out.
 func (t *teacher) worldRank(ctx context.Context, task records.Task, ev records.Evidence, gains map[string]float64) (Ranking, error) {
 	if t.cfg.HeldOutTask {
-		ev = without(ev, task.ID)
+		ev = ev.WithoutTask(task.ID)
 	}
 	score := map[string]float64{}
 	for _, q := range t.cfg.Catalogue {
@@ -122,7 +123,8 @@ func (t *teacher) worldRank(ctx context.Context, task records.Task, ev records.E
 }
 
 // rankOf scores one full ranking (score by mechanism; a mechanism it lacks
-// ranks last) against a task's gains.
+// ranks last) against a task's gains. Among mechanisms scored equal first,
+// TopGain is the first by name's.
 func rankOf(score, gains map[string]float64) Ranking {
 	keys := make([]string, 0, len(gains))
 	for k := range gains {
@@ -180,17 +182,5 @@ func canonical(mechs []string) []string {
 	for i, m := range mechs {
 		out[i] = records.CanonicalName(m)
 	}
-	return out
-}
-
-// without returns ev without the records of task id.
-func without(ev records.Evidence, id string) records.Evidence {
-	var rs []records.Record
-	for i := 0; i < ev.Len(); i++ {
-		if r := ev.At(i); r.Task.ID != id {
-			rs = append(rs, r)
-		}
-	}
-	out, _ := records.NewEvidence(rs...) // a subset of valid evidence is valid
 	return out
 }
