@@ -1,8 +1,10 @@
 // Package probe holds the comparison's research probes: measurements taken
 // beside a method, the same way for every method, that are no part of what
 // the method computes. A Monitor measures the reliability of a trainer's
-// world model on the policy's own proposals at each calibration step and
-// how far each calibration moved its predictions (Locality); Judge scores
+// world model on the policy's own proposals at each calibration step, how
+// far each calibration moved its predictions (Locality) and, given the
+// training tasks' landscape, how the world model and the policy rank
+// their mechanisms (Teacher); Judge scores
 // an evaluation against a landscape store (internal/landscape) and
 // References ranks each task's best mechanism from the landscape alone.
 // examples/compare drives them: a Monitor observes the trainer's steps, and
